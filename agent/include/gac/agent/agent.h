@@ -1,0 +1,127 @@
+// Agent: Gradient Alignment Control inside the trainer.
+//
+// Call Step() once per optimizer step, after backward (and after gradient
+// accumulation and any data-parallel reduction), before clipping and the
+// optimizer:
+//
+//   auto report = agent.Step(step, params);       // StatusOr<StepReport>
+//   if (!report.ok()) { log(report.status()); optimizer.step(); }
+//   else if (report->step_optimizer) optimizer.step();
+//
+// Step() reads every gradient once for the statistics (no flattening, no
+// copy), decides through gac::Controller, and in `local` mode projects the
+// gradients in place in a second pass that also refreshes the snapshot of the
+// previous gradient; otherwise that pass only writes the snapshot. Memory:
+// one snapshot (fp32 or bf16) plus O(chunks) scratch, allocated on the first
+// step and reused.
+//
+// Gradients may be fp32, bf16 or fp16, any size (zero included), dense or
+// strided. Parameters without a gradient this step are left out of the
+// statistics and keep their snapshot. The parameter list must be the same
+// tensors in the same order at every step; Reset() starts over with a new set.
+//
+// Thread-safety: an Agent is used by one training thread at a time. It owns
+// a small thread pool for its passes. Step() never throws; errors come back
+// as a Status and leave the gradients and the snapshot untouched.
+#ifndef GAC_AGENT_AGENT_H_
+#define GAC_AGENT_AGENT_H_
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "gac/agent/reducer.h"
+#include "gac/controller/controller.h"
+
+namespace gac::agent {
+
+class ThreadPool;
+
+enum class Mode : std::uint8_t {
+  kMonitor = 0,  // measure and report; never change the update
+  kLocal = 1,    // decide in-process and apply the decision
+};
+enum class SnapshotDtype : std::uint8_t { kFloat32 = 0, kBFloat16 = 1 };
+// What the next step is compared with.
+enum class ReferencePolicy : std::uint8_t {
+  kRawGradient = 0,    // the previous raw gradient (the paper's c_t); default
+  kAppliedUpdate = 1,  // the previous applied (projected) gradient; unchanged by a skip
+};
+
+const char* ModeName(Mode mode);
+StatusOr<Mode> ParseMode(const char* name);
+
+struct AgentOptions {
+  Thresholds thresholds;
+  AlphaMode alpha_mode = AlphaMode::kPaper;
+  Mode mode = Mode::kLocal;
+  SnapshotDtype snapshot_dtype = SnapshotDtype::kFloat32;
+  ReferencePolicy reference = ReferencePolicy::kRawGradient;
+  // Threads for the passes, the caller included; 0 = hardware threads, at most 8.
+  int num_threads = 0;
+  // Elements per work item; tensors are split into chunks of this size.
+  std::int64_t chunk_elements = std::int64_t{1} << 16;
+  // Sums the statistics across ranks when gradients are sharded; null when
+  // each rank holds whole gradients (or there is one rank).
+  std::shared_ptr<Reducer> reducer;
+};
+
+struct StepReport {
+  std::int64_t step = 0;
+  // The controller's verdict: regime, cosine, alpha, norms. In monitor mode it
+  // says what local mode would have done.
+  Decision decision;
+  // Call optimizer.step()? Always true in monitor mode.
+  bool step_optimizer = true;
+  // True when the gradients were projected in place.
+  bool gradient_modified = false;
+  std::int64_t elements = 0;        // local gradient elements read
+  std::int32_t tensors = 0;         // tensors with a gradient this step
+  std::int32_t strided_tensors = 0; // tensors that took the strided path
+  double stats_seconds = 0.0;       // statistics pass and all-reduce
+  double apply_seconds = 0.0;       // projection / snapshot pass
+};
+
+class Agent {
+ public:
+  // Validates the options (thresholds, chunk size); InvalidArgument on error.
+  static StatusOr<std::unique_ptr<Agent>> Create(AgentOptions options);
+  ~Agent();
+  Agent(const Agent&) = delete;
+  Agent& operator=(const Agent&) = delete;
+
+  // One GAC step over the gradients of `parameters` (see the file comment).
+  // REQUIRES: step greater than the previous step since creation or Reset().
+  // Errors: InvalidArgument (unsupported dtype, non-increasing step),
+  // FailedPrecondition (parameter set changed; call Reset()), Unimplemented
+  // (gradients on a device this build cannot read), Unavailable (the reducer
+  // failed). On error nothing is modified.
+  StatusOr<StepReport> Step(std::int64_t step, const std::vector<at::Tensor>& parameters);
+
+  // Forgets the parameter set and the snapshot: the next Step() has no
+  // reference and may use a new parameter list.
+  void Reset();
+  // Switches mode between steps (e.g. from an operator's command).
+  void set_mode(Mode mode) { options_.mode = mode; }
+  const AgentOptions& options() const { return options_; }
+  const Controller& controller() const { return controller_; }
+  // Bytes held by the snapshot (0 before the first step).
+  std::int64_t snapshot_bytes() const;
+  // Name of the CPU kernels in use ("avx512", "avx2", "baseline").
+  const char* kernel_isa() const;
+
+ private:
+  struct Plan;
+  Agent(AgentOptions options, Controller controller);
+
+  AgentOptions options_;
+  Controller controller_;
+  std::unique_ptr<Plan> plan_;
+  std::unique_ptr<ThreadPool> pool_;
+};
+
+}  // namespace gac::agent
+
+#endif  // GAC_AGENT_AGENT_H_

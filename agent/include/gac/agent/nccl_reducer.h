@@ -1,0 +1,45 @@
+// NcclReducer: a Reducer over a raw NCCL communicator, on the trainer's
+// stream. Host values are staged through a small device buffer (allocated
+// once), summed with one ncclAllReduce, and copied back; the call returns
+// after the stream has completed the copy. Built when NCCL is found
+// (GAC_WITH_NCCL); target gac::agent_nccl. Not thread-safe.
+#ifndef GAC_AGENT_NCCL_REDUCER_H_
+#define GAC_AGENT_NCCL_REDUCER_H_
+
+#include <memory>
+
+#include "gac/agent/reducer.h"
+
+// The same opaque handle types as nccl.h and cuda_runtime_api.h declare.
+typedef struct ncclComm* ncclComm_t;
+typedef struct CUstream_st* cudaStream_t;
+
+namespace gac::agent {
+
+class NcclReducer final : public Reducer {
+ public:
+  // Does not take ownership of comm or stream. Creation fails when the CUDA
+  // device buffer cannot be allocated or the communicator is invalid.
+  static StatusOr<std::unique_ptr<NcclReducer>> Create(ncclComm_t comm, cudaStream_t stream);
+  ~NcclReducer() override;
+
+  Status AllReduceSum(double* values, std::size_t n) override;
+  int rank() const override { return rank_; }
+  int world_size() const override { return world_size_; }
+
+  static constexpr std::size_t kMaxValues = 8;
+
+ private:
+  NcclReducer(ncclComm_t comm, cudaStream_t stream, double* device_buf, int rank, int world_size)
+      : comm_(comm), stream_(stream), device_buf_(device_buf), rank_(rank), world_size_(world_size) {}
+
+  ncclComm_t comm_;
+  cudaStream_t stream_;
+  double* device_buf_;
+  int rank_;
+  int world_size_;
+};
+
+}  // namespace gac::agent
+
+#endif  // GAC_AGENT_NCCL_REDUCER_H_

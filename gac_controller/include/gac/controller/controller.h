@@ -1,0 +1,100 @@
+// The Gradient Alignment Control decision, from three scalars.
+//
+// Given dot = <g,p>, gg = |g|^2 and pp = |p|^2 of the current raw gradient g
+// and the previous one p (summed over every trainable parameter, after any
+// all-reduce), Decide() returns the regime and the projection coefficients:
+//
+//   c = dot / (sqrt(gg * pp) + 1e-8)
+//   no reference (first step or pp == 0)  -> safe, cosine absent
+//   any of dot, gg, pp non-finite, or gg/pp
+//   negative                               -> invalid: skip, keep the snapshot
+//   |c| <= c_low                           -> safe: gradient untouched
+//   c_low < |c| < c_high                   -> project: g' = g - (1-alpha)(dot/pp) p
+//   |c| >= c_high                          -> skip: do not step the optimizer
+//
+// alpha is c_low/|c| in kPaper mode (Algorithm 1 of the paper) and
+// c_low*sqrt(1-c^2) / (|c|*sqrt(1-c_low^2)) in kExact mode, the gain that puts
+// the cosine of g' with p at exactly c_low.
+//
+// Controller is immutable after Create(): safe for concurrent use.
+#ifndef GAC_CONTROLLER_CONTROLLER_H_
+#define GAC_CONTROLLER_CONTROLLER_H_
+
+#include <cstdint>
+#include <optional>
+
+#include "gac/controller/status.h"
+
+namespace gac {
+
+// Added to the denominator of the cosine, as in the paper.
+inline constexpr double kCosineEpsilon = 1e-8;
+
+enum class Regime : std::uint8_t { kSafe = 0, kProject = 1, kSkip = 2, kInvalid = 3 };
+enum class AlphaMode : std::uint8_t { kPaper = 0, kExact = 1 };
+
+// "safe", "project", "skip", "invalid".
+const char* RegimeName(Regime regime);
+const char* AlphaModeName(AlphaMode mode);
+// Parses the names above; InvalidArgument otherwise.
+StatusOr<Regime> ParseRegime(const char* name);
+StatusOr<AlphaMode> ParseAlphaMode(const char* name);
+
+struct Thresholds {
+  double c_low = 0.05;   // |c| at or below: safe
+  double c_high = 0.3;   // |c| at or above: skip
+};
+
+// OK iff 0 < c_low < c_high <= 1 and both are finite; otherwise
+// InvalidArgument with a message that names the offending value.
+Status ValidateThresholds(const Thresholds& t);
+
+// Sums over all trainable parameters (after the all-reduce when sharded).
+struct AlignmentStats {
+  double dot = 0.0;  // <g, p>
+  double gg = 0.0;   // |g|^2
+  double pp = 0.0;   // |p|^2
+  bool has_reference = false;  // false on the first step / after a reset
+};
+
+struct Decision {
+  Regime regime = Regime::kSafe;
+  // Cosine c; absent when there is no reference or the inputs are non-finite.
+  std::optional<double> cosine;
+  // Cosine of the update that is applied with p: equal to cosine for safe,
+  // the post-projection cosine for project; absent for skip/invalid/no ref.
+  std::optional<double> cosine_after;
+  double alpha = 1.0;        // gain on the parallel component (1 = untouched)
+  // g' = g - projection_coeff * p; (1 - alpha) * dot / pp, 0 unless project.
+  double projection_coeff = 0.0;
+  double grad_norm = 0.0;    // sqrt(gg); not finite if gg is not finite
+  double ref_norm = 0.0;     // sqrt(pp)
+  // False for skip and invalid: the trainer must not call optimizer.step().
+  bool apply_update = true;
+};
+
+// Cosine after g' = g - (1-alpha)(dot/pp) p, from the scalars alone.
+double CosineAfterProjection(double cosine, double alpha);
+
+class Controller {
+ public:
+  // Validates the thresholds (see ValidateThresholds).
+  static StatusOr<Controller> Create(Thresholds thresholds, AlphaMode mode = AlphaMode::kPaper);
+
+  Decision Decide(const AlignmentStats& stats) const;
+  // alpha for a cosine in the projection band, per mode().
+  double Alpha(double cosine) const;
+
+  const Thresholds& thresholds() const { return thresholds_; }
+  AlphaMode mode() const { return mode_; }
+
+ private:
+  Controller(Thresholds t, AlphaMode m) : thresholds_(t), mode_(m) {}
+
+  Thresholds thresholds_;
+  AlphaMode mode_;
+};
+
+}  // namespace gac
+
+#endif  // GAC_CONTROLLER_CONTROLLER_H_

@@ -1,0 +1,118 @@
+#include "gac/controller/controller.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <initializer_list>
+#include <string>
+
+namespace gac {
+
+const char* RegimeName(Regime regime) {
+  switch (regime) {
+    case Regime::kSafe: return "safe";
+    case Regime::kProject: return "project";
+    case Regime::kSkip: return "skip";
+    case Regime::kInvalid: return "invalid";
+  }
+  return "unknown";
+}
+
+const char* AlphaModeName(AlphaMode mode) {
+  return mode == AlphaMode::kExact ? "exact" : "paper";
+}
+
+StatusOr<Regime> ParseRegime(const char* name) {
+  for (Regime r : {Regime::kSafe, Regime::kProject, Regime::kSkip, Regime::kInvalid}) {
+    if (name != nullptr && std::strcmp(name, RegimeName(r)) == 0) return r;
+  }
+  return Status::InvalidArgument(std::string("unknown regime '") + (name ? name : "") +
+                                 "' (expected safe, project, skip or invalid)");
+}
+
+StatusOr<AlphaMode> ParseAlphaMode(const char* name) {
+  for (AlphaMode m : {AlphaMode::kPaper, AlphaMode::kExact}) {
+    if (name != nullptr && std::strcmp(name, AlphaModeName(m)) == 0) return m;
+  }
+  return Status::InvalidArgument(std::string("unknown alpha mode '") + (name ? name : "") +
+                                 "' (expected paper or exact)");
+}
+
+Status ValidateThresholds(const Thresholds& t) {
+  if (!std::isfinite(t.c_low) || !std::isfinite(t.c_high)) {
+    return Status::InvalidArgument("thresholds must be finite (c_low=" + std::to_string(t.c_low) +
+                                   ", c_high=" + std::to_string(t.c_high) + ")");
+  }
+  if (!(t.c_low > 0.0)) {
+    return Status::InvalidArgument("c_low must be > 0, got " + std::to_string(t.c_low));
+  }
+  if (!(t.c_high <= 1.0)) {
+    return Status::InvalidArgument("c_high must be <= 1, got " + std::to_string(t.c_high));
+  }
+  if (!(t.c_low < t.c_high)) {
+    return Status::InvalidArgument("c_low must be < c_high, got c_low=" + std::to_string(t.c_low) +
+                                   " c_high=" + std::to_string(t.c_high));
+  }
+  return Status::Ok();
+}
+
+double CosineAfterProjection(double cosine, double alpha) {
+  const double ac = alpha * cosine;
+  const double rest = std::max(0.0, 1.0 - cosine * cosine);
+  const double denom = std::sqrt(ac * ac + rest);
+  return denom > 0.0 ? ac / denom : 0.0;
+}
+
+StatusOr<Controller> Controller::Create(Thresholds thresholds, AlphaMode mode) {
+  Status s = ValidateThresholds(thresholds);
+  if (!s.ok()) return s;
+  return Controller(thresholds, mode);
+}
+
+double Controller::Alpha(double cosine) const {
+  const double a = std::fabs(cosine);
+  const double lo = thresholds_.c_low;
+  if (mode_ == AlphaMode::kPaper) return lo / a;
+  const double rest = std::max(0.0, 1.0 - cosine * cosine);
+  return lo * std::sqrt(rest) / (a * std::sqrt(1.0 - lo * lo));
+}
+
+Decision Controller::Decide(const AlignmentStats& s) const {
+  Decision d;
+  d.grad_norm = std::sqrt(s.gg);
+  d.ref_norm = std::sqrt(s.pp);
+  // gg and pp are sums of squares: a negative one is as corrupt as a NaN and
+  // would otherwise give a NaN cosine that falls through every comparison
+  // into the projection branch with NaN coefficients.
+  if (!std::isfinite(s.dot) || !std::isfinite(s.gg) || !std::isfinite(s.pp) || s.gg < 0.0 || s.pp < 0.0) {
+    d.regime = Regime::kInvalid;
+    d.apply_update = false;
+    return d;
+  }
+  if (!s.has_reference || s.pp == 0.0) {
+    return d;  // safe, no cosine
+  }
+  // |g|*|p|, not sqrt(gg*pp): the product of the squares can overflow.
+  const double norms = d.grad_norm * d.ref_norm;
+  const double c = s.dot / (norms + kCosineEpsilon);
+  const double a = std::fabs(c);
+  d.cosine = c;
+  if (a <= thresholds_.c_low) {
+    d.cosine_after = c;
+    return d;
+  }
+  if (a >= thresholds_.c_high) {
+    d.regime = Regime::kSkip;
+    d.apply_update = false;
+    return d;
+  }
+  d.regime = Regime::kProject;
+  d.alpha = Alpha(c);
+  d.projection_coeff = (1.0 - d.alpha) * s.dot / s.pp;
+  // The post-projection cosine follows from the exact cosine of g and p.
+  const double exact_c = norms > 0.0 ? s.dot / norms : 0.0;
+  d.cosine_after = CosineAfterProjection(exact_c, d.alpha);
+  return d;
+}
+
+}  // namespace gac

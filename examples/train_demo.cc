@@ -1,10 +1,15 @@
 // gac_train_demo: trains a small MLP with LibTorch on a synthetic regression
 // task, with gradients computed on parameters `--staleness` steps old (the
-// asynchronous-RL setting in miniature), and runs the GAC agent every step.
-// Prints c_t, the regime and the loss per step, then a summary per regime.
+// asynchronous-RL setting in miniature), the GAC agent running every step.
+// Three runs from the same start:
+//   1. synchronous (s = 0), agent in monitor mode: calibrates c_low / c_high
+//      from the on-policy |c_t| after the warm-up, as the paper anchors them;
+//   2. stale (s = --staleness), monitor mode: what alignment looks like;
+//   3. stale, GAC in local mode from the end of the warm-up on.
+// Prints c_t and the regime every --every steps and a summary table.
 //
-//   gac_train_demo [--steps N] [--staleness S] [--mode monitor|local]
-//                  [--c-low X] [--c-high Y] [--every K] [--seed N]
+//   gac_train_demo [--steps N] [--staleness S] [--warmup W] [--lr X]
+//                  [--every K] [--seed N]
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>
 
@@ -16,23 +21,23 @@
 #include <string>
 
 #include "gac/agent/agent.h"
+#include "gac/controller/calibration.h"
 
 namespace {
 
 struct Flags {
-  int steps = 200;
+  int steps = 300;
   int staleness = 8;
-  int every = 10;
+  int warmup = 50;
+  int every = 50;
   int seed = 1;
-  double c_low = 0.05;
-  double c_high = 0.3;
-  gac::agent::Mode mode = gac::agent::Mode::kLocal;
+  double lr = 0.2;
 };
 
 [[noreturn]] void Usage(const char* msg) {
   std::fprintf(stderr,
-               "error: %s\nusage: gac_train_demo [--steps N] [--staleness S] [--mode monitor|local]\n"
-               "                      [--c-low X] [--c-high Y] [--every K] [--seed N]\n",
+               "error: %s\nusage: gac_train_demo [--steps N] [--staleness S] [--warmup W] [--lr X]\n"
+               "                      [--every K] [--seed N]\n",
                msg);
   std::exit(2);
 }
@@ -45,67 +50,70 @@ Flags Parse(int argc, char** argv) {
     if (i + 1 >= argc) Usage(("missing value for " + a).c_str());
     const char* v = argv[++i];
     char* end = nullptr;
-    if (a == "--mode") {
-      auto m = gac::agent::ParseMode(v);
-      if (!m.ok()) Usage(m.status().message().c_str());
-      f.mode = *m;
-      continue;
-    }
     const double x = std::strtod(v, &end);
     if (end == v || *end != '\0') Usage(("not a number: " + a + " " + v).c_str());
     if (a == "--steps" && x >= 1) f.steps = static_cast<int>(x);
     else if (a == "--staleness" && x >= 0) f.staleness = static_cast<int>(x);
     else if (a == "--every" && x >= 1) f.every = static_cast<int>(x);
     else if (a == "--seed") f.seed = static_cast<int>(x);
-    else if (a == "--c-low") f.c_low = x;
-    else if (a == "--c-high") f.c_high = x;
+    else if (a == "--warmup" && x >= 0) f.warmup = static_cast<int>(x);
+    else if (a == "--lr" && x > 0) f.lr = x;
     else Usage(("unknown flag or bad value: " + a + " " + v).c_str());
   }
   return f;
 }
 
-}  // namespace
+struct RunResult {
+  std::string name;
+  double final_loss = 0.0;
+  gac::CalibrationStats stats;
+  std::map<std::string, int> regimes;
+  double agent_us_per_step = 0.0;
+};
 
-int main(int argc, char** argv) {
-  const Flags flags = Parse(argc, argv);
+// One training run. GAC acts (local mode) from step `gac_from` on when
+// `gac_from` > 0; before that, and always when it is 0, it only monitors.
+RunResult Run(const Flags& flags, const std::string& name, int staleness, gac::Thresholds thresholds,
+              int gac_from) {
   at::manual_seed(flags.seed);
   const std::int64_t in = 32, hidden = 128, out = 8, n = 8192;
   const at::Tensor teacher = at::randn({in, out});
   const at::Tensor x_all = at::randn({n, in});
   const at::Tensor y_all = at::tanh(x_all.mm(teacher));
-
   std::vector<at::Tensor> params = {(at::randn({in, hidden}) * 0.2).set_requires_grad(true),
                                     at::zeros({hidden}).set_requires_grad(true),
                                     (at::randn({hidden, out}) * 0.1).set_requires_grad(true),
                                     at::zeros({out}).set_requires_grad(true)};
   gac::agent::AgentOptions options;
-  options.thresholds = {flags.c_low, flags.c_high};
-  options.mode = flags.mode;
+  options.thresholds = thresholds;
+  options.mode = gac::agent::Mode::kMonitor;
   auto agent_or = gac::agent::Agent::Create(options);
   if (!agent_or.ok()) Usage(agent_or.status().ToString().c_str());
   auto agent = std::move(*agent_or);
-
-  // Ring of past parameter values: gradients are taken `staleness` steps back.
-  std::deque<std::vector<at::Tensor>> history;
   auto loss_of = [&](const std::vector<at::Tensor>& w, const at::Tensor& x, const at::Tensor& y) {
     const at::Tensor h = at::tanh(at::addmm(w[1], x, w[0]));
     return (at::addmm(w[3], h, w[2]) - y).square().mean();
   };
 
-  std::printf("gac_train_demo: %d steps, staleness %d, mode %s, c_low %.3g, c_high %.3g, kernels %s\n", flags.steps,
-              flags.staleness, gac::agent::ModeName(flags.mode), flags.c_low, flags.c_high, agent->kernel_isa());
+  std::printf("\n== %s: staleness %d, GAC %s, c_low %.4g, c_high %.4g ==\n", name.c_str(), staleness,
+              gac_from > 0 ? ("acting from step " + std::to_string(gac_from)).c_str() : "monitoring",
+              thresholds.c_low, thresholds.c_high);
   std::printf("%6s %9s %8s %7s %10s %10s\n", "step", "c_t", "regime", "alpha", "|g|", "loss");
-  std::map<std::string, int> regimes;
+  RunResult result;
+  result.name = name;
+  gac::CalibrationWindow window(static_cast<std::size_t>(flags.steps), static_cast<std::size_t>(flags.warmup));
+  std::deque<std::vector<at::Tensor>> history;  // the last staleness+1 parameter versions
   double agent_seconds = 0.0;
   for (int step = 1; step <= flags.steps; ++step) {
+    if (gac_from > 0 && step == gac_from) agent->set_mode(gac::agent::Mode::kLocal);
     {
       at::NoGradGuard no_grad;
-      std::vector<at::Tensor> snap;
-      for (const auto& p : params) snap.push_back(p.detach().clone());
-      history.push_back(std::move(snap));
-      if (static_cast<int>(history.size()) > flags.staleness + 1) history.pop_front();
+      std::vector<at::Tensor> version;
+      for (const auto& p : params) version.push_back(p.detach().clone());
+      history.push_back(std::move(version));
+      if (static_cast<int>(history.size()) > staleness + 1) history.pop_front();
     }
-    // The behaviour parameters: the oldest in the ring (s steps behind).
+    // The behaviour parameters: the oldest version in the ring.
     std::vector<at::Tensor> stale;
     for (const auto& p : history.front()) stale.push_back(p.clone().set_requires_grad(true));
     const at::Tensor idx = at::randint(n, {64}, at::kLong);
@@ -115,26 +123,55 @@ int main(int argc, char** argv) {
     auto report = agent->Step(step, params);
     if (!report.ok()) {
       std::fprintf(stderr, "agent step failed: %s\n", report.status().ToString().c_str());
-      return 1;
+      std::exit(1);
     }
     agent_seconds += report->stats_seconds + report->apply_seconds;
     const auto& d = report->decision;
-    ++regimes[gac::RegimeName(d.regime)];
+    if (d.cosine) window.Add(*d.cosine);
+    if (gac_from > 0 && step >= gac_from) ++result.regimes[gac::RegimeName(d.regime)];
     if (report->step_optimizer) {
       at::NoGradGuard no_grad;
-      for (auto& p : params) p.sub_(p.grad() * 0.2);
+      for (auto& p : params) p.sub_(p.grad() * flags.lr);
     }
     if (step % flags.every == 0 || step == 1) {
       at::NoGradGuard no_grad;
-      const double loss = loss_of(params, x_all, y_all).item<double>();
       char c_text[32] = "-";
       if (d.cosine) std::snprintf(c_text, sizeof c_text, "%+.4f", *d.cosine);
       std::printf("%6d %9s %8s %7.3f %10.4g %10.5f\n", step, c_text, gac::RegimeName(d.regime), d.alpha,
-                  d.grad_norm, loss);
+                  d.grad_norm, loss_of(params, x_all, y_all).item<double>());
     }
   }
-  std::printf("regimes:");
-  for (const auto& [name, count] : regimes) std::printf(" %s=%d", name.c_str(), count);
-  std::printf("\nagent time per step: %.1f us\n", 1e6 * agent_seconds / flags.steps);
+  at::NoGradGuard no_grad;
+  result.final_loss = loss_of(params, x_all, y_all).item<double>();
+  result.stats = window.Stats(thresholds.c_low);
+  result.agent_us_per_step = 1e6 * agent_seconds / flags.steps;
+  return result;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const Flags flags = Parse(argc, argv);
+  std::printf("gac_train_demo: %d steps, warm-up %d, learning rate %g\n", flags.steps, flags.warmup,
+              flags.lr);
+  const RunResult sync = Run(flags, "synchronous", 0, gac::Thresholds{}, 0);
+  auto calibrated = gac::SuggestThresholds(sync.stats);
+  if (!calibrated.ok()) {
+    std::fprintf(stderr, "calibration failed: %s\n", calibrated.status().ToString().c_str());
+    return 1;
+  }
+  std::printf("\ncalibrated from the synchronous run: q0.9(|c_t|) %.4f, max %.4f -> c_low %.4f, c_high %.4f\n",
+              sync.stats.q90, sync.stats.max, calibrated->c_low, calibrated->c_high);
+  const RunResult stale = Run(flags, "stale", flags.staleness, *calibrated, 0);
+  const RunResult gac_run = Run(flags, "stale + GAC", flags.staleness, *calibrated, flags.warmup + 1);
+
+  std::printf("\n%-14s %10s %10s %10s %12s   %s\n", "run", "final loss", "q0.9|c_t|", "max|c_t|", "agent us/step",
+              "GAC regimes after warm-up");
+  for (const RunResult* r : {&sync, &stale, &gac_run}) {
+    std::string regimes;
+    for (const auto& [name, count] : r->regimes) regimes += name + "=" + std::to_string(count) + " ";
+    std::printf("%-14s %10.5f %10.4f %10.4f %12.1f   %s\n", r->name.c_str(), r->final_loss, r->stats.q90, r->stats.max,
+                r->agent_us_per_step, regimes.empty() ? "(monitor only)" : regimes.c_str());
+  }
   return 0;
 }

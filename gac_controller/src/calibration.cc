@@ -56,7 +56,7 @@ StatusOr<Thresholds> SuggestThresholds(const CalibrationStats& stats, std::size_
   }
   Thresholds t;
   t.c_low = std::max(1e-3, RoundUpSignificant(stats.q90, 3));
-  t.c_high = std::min(1.0, std::max(2.0 * stats.max, 6.0 * t.c_low));
+  t.c_high = std::min(1.0, std::max(3.0 * stats.max, 2.0 * t.c_low));
   if (t.c_low >= t.c_high) {
     return Status::FailedPrecondition("on-policy |c_t| is too high to calibrate (q0.9 = " +
                                       std::to_string(stats.q90) + "): the run is not in an on-policy regime");

@@ -243,11 +243,11 @@ CalibrationStats Stats(double q90, double max, std::size_t count = 100) {
 
 TEST(SuggestThresholdsTest, PaperTable3) {
   // Qwen3-1.7B on-policy: q0.9 = 0.0471, max = 0.0924.
-  // c_low = 0.0471 (already 3 significant digits), c_high = max(0.1848, 0.2826).
+  // c_low = 0.0471 (already 3 significant digits), c_high = max(3 * 0.0924, 0.0942).
   StatusOr<Thresholds> t = SuggestThresholds(Stats(0.0471, 0.0924));
   ASSERT_TRUE(t.ok()) << t.status().ToString();
   EXPECT_DOUBLE_EQ(t->c_low, 0.0471);
-  EXPECT_NEAR(t->c_high, 0.2826, 1e-12);
+  EXPECT_NEAR(t->c_high, 0.2772, 1e-12);
   EXPECT_TRUE(ValidateThresholds(*t).ok());
 }
 
@@ -260,20 +260,20 @@ struct RuleCase {
 
 TEST(SuggestThresholdsTest, DocumentedRule) {
   // c_low = q90 rounded up to 3 significant digits, at least 1e-3;
-  // c_high = min(1, max(2 max, 6 c_low)). Every row worked by hand.
+  // c_high = min(1, max(3 max, 2 c_low)). Every row worked by hand.
   const RuleCase cases[] = {
-      {0.04712, 0.0924, 0.0472, 0.2832},  // rounds up, 6 c_low wins
-      {0.04701, 0.05, 0.0471, 0.2826},
-      {0.0471, 0.2, 0.0471, 0.4},         // 2 max wins
-      {0.123401, 0.3, 0.124, 0.744},
-      {0.1, 0.1, 0.1, 0.6},               // on the grid: unchanged
-      {0.3, 0.4, 0.3, 1.0},               // 6 c_low = 1.8, capped at 1
-      {0.1, 0.7, 0.1, 1.0},               // 2 max = 1.4, capped at 1
-      {0.012341, 0.02, 0.0124, 0.0744},
-      {0.0099999, 0.01, 0.01, 0.06},      // rounds up across a decade
-      {0.00123, 0.002, 0.00123, 0.00738},
-      {0.0001, 0.0002, 0.001, 0.006},     // floor of 1e-3
-      {0.0, 0.0, 0.001, 0.006},
+      {0.04712, 0.0924, 0.0472, 0.2772},  // rounds up, 3 max wins
+      {0.04701, 0.05, 0.0471, 0.15},
+      {0.0471, 0.2, 0.0471, 0.6},
+      {0.123401, 0.3, 0.124, 0.9},
+      {0.1, 0.1, 0.1, 0.3},               // on the grid: unchanged
+      {0.3, 0.4, 0.3, 1.0},               // 3 max = 1.2, capped at 1
+      {0.1, 0.7, 0.1, 1.0},               // 3 max = 2.1, capped at 1
+      {0.012341, 0.02, 0.0124, 0.06},
+      {0.0099999, 0.01, 0.01, 0.03},      // rounds up across a decade
+      {0.00123, 0.002, 0.00123, 0.006},
+      {0.0001, 0.0002, 0.001, 0.002},     // floor of 1e-3; 2 c_low wins
+      {0.0, 0.0, 0.001, 0.002},
       {0.999, 1.0, 0.999, 1.0},
   };
   for (const RuleCase& c : cases) {
@@ -306,7 +306,7 @@ TEST(SuggestThresholdsTest, RandomStatsObeyTheRule) {
     EXPECT_NEAR(digits, std::round(digits), 1e-6);
     EXPECT_GE(std::round(digits), 100.0);
     EXPECT_LE(std::round(digits), 1000.0);
-    EXPECT_NEAR(t->c_high, std::min(1.0, std::max(2.0 * max, 6.0 * t->c_low)), 1e-15);
+    EXPECT_NEAR(t->c_high, std::min(1.0, std::max(3.0 * max, 2.0 * t->c_low)), 1e-15);
     EXPECT_TRUE(ValidateThresholds(*t).ok());
   }
 }

@@ -32,10 +32,12 @@ CalibrationStats ComputeCalibration(const std::vector<double>& values, double c_
 
 // Suggested thresholds from on-policy statistics:
 //   c_low  = q90, rounded up to 3 significant digits, at least 1e-3;
-//   c_high = max(2 * max, 6 * c_low), capped at 1.
+//   c_high = max(3 * max, 2 * c_low), capped at 1: well above every
+//            on-policy value (the paper's 0.3 is 3.2x Qwen3-1.7B's max).
 // With the paper's Qwen3-1.7B figures (q90 0.0471, max 0.0924) this gives
-// (0.0471, 0.2826), next to the paper's (0.05, 0.3). FailedPrecondition when
-// count < min_count: too few steps to calibrate on.
+// (0.0471, 0.2772), next to the paper's (0.05, 0.3). FailedPrecondition when
+// count < min_count (too few steps to calibrate on) or when c_low would not
+// be below c_high.
 StatusOr<Thresholds> SuggestThresholds(const CalibrationStats& stats, std::size_t min_count = 20);
 
 class CalibrationWindow {

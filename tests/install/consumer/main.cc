@@ -1,0 +1,29 @@
+// Uses the installed headers and libraries; exits non-zero on a wrong answer.
+#include <cmath>
+#include <cstdio>
+
+#include "gac/controller/controller.h"
+#ifdef CONSUMER_WITH_AGENT
+#include <ATen/ATen.h>
+
+#include "gac/agent/agent.h"
+#endif
+
+int main() {
+  auto ctl = gac::Controller::Create({0.05, 0.3});
+  if (!ctl.ok()) return 1;
+  const gac::Decision d = ctl->Decide({0.5, 1.0, 1.0, true});  // cosine 0.5: skip
+  if (d.regime != gac::Regime::kSkip) return 2;
+#ifdef CONSUMER_WITH_AGENT
+  auto agent = gac::agent::Agent::Create({});
+  if (!agent.ok()) return 3;
+  at::Tensor w = at::zeros({8}).set_requires_grad(true);
+  w.mutable_grad() = at::ones({8});
+  if (!(*agent)->Step(1, {w}).ok()) return 4;
+  w.mutable_grad() = at::ones({8});
+  auto r = (*agent)->Step(2, {w});
+  if (!r.ok() || !r->decision.cosine || std::fabs(*r->decision.cosine - 1.0) > 1e-6) return 5;
+#endif
+  std::printf("gac consumer: ok\n");
+  return 0;
+}

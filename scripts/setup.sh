@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Installs the Debian packages gac builds with. Idempotent: installs only what
+# is missing, and runs apt-get update only then. Needs root (or sudo).
+set -euo pipefail
+
+packages=(
+  build-essential cmake ninja-build git
+  libtorch-dev libgloo-dev
+  libgtest-dev libgmock-dev libbenchmark-dev
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  echo "setup: installing ${missing[*]}"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+echo "setup: all packages present"

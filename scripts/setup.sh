@@ -6,6 +6,8 @@ set -euo pipefail
 packages=(
   build-essential cmake ninja-build git
   libtorch-dev libgloo-dev
+  libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
+  prometheus-cpp-dev libsqlite3-dev prometheus openssl
   libgtest-dev libgmock-dev libbenchmark-dev
 )
 

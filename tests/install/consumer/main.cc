@@ -8,6 +8,12 @@
 
 #include "gac/agent/agent.h"
 #endif
+#ifdef CONSUMER_WITH_SERVER
+#include <grpcpp/grpcpp.h>
+
+#include "gac/server/server.h"
+#include "grpc/health/v1/health.grpc.pb.h"
+#endif
 
 int main() {
   auto ctl = gac::Controller::Create({0.05, 0.3});
@@ -23,6 +29,21 @@ int main() {
   w.mutable_grad() = at::ones({8});
   auto r = (*agent)->Step(2, {w});
   if (!r.ok() || !r->decision.cosine || std::fabs(*r->decision.cosine - 1.0) > 1e-6) return 5;
+#endif
+#ifdef CONSUMER_WITH_SERVER
+  gac::server::ServerConfig config;
+  config.listen = "127.0.0.1:0";
+  config.metrics_listen = "";
+  config.insecure = true;
+  config.db = ":memory:";
+  auto server = gac::server::GacServer::Start(config);
+  if (!server.ok()) return 6;
+  auto stub = grpc::health::v1::Health::NewStub(
+      grpc::CreateChannel((*server)->address(), grpc::InsecureChannelCredentials()));
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  grpc::health::v1::HealthCheckResponse health;
+  if (!stub->Check(&ctx, {}, &health).ok() || health.status() != health.SERVING) return 7;
 #endif
   std::printf("gac consumer: ok\n");
   return 0;

@@ -1,0 +1,64 @@
+// gacd's configuration: command-line flags and an optional config file.
+//
+// The config file (--config FILE) holds "key = value" lines with the flag
+// names as keys ('#' starts a comment); flags given on the command line
+// override it. Durations accept a number with an optional unit s, m, h or d.
+
+#ifndef GAC_SERVER_CONFIG_H_
+#define GAC_SERVER_CONFIG_H_
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "gac/controller/status.h"
+#include "gac/v1/control.pb.h"
+
+namespace gac::server {
+
+struct ServerConfig {
+  std::string listen = "127.0.0.1:7070";          // gRPC address; port 0 = OS-chosen
+  std::string metrics_listen = "127.0.0.1:9464";  // /metrics address; "" = no exporter
+  std::string data_dir = "gacd-data";             // created if missing
+  std::string db;                                 // "" = <data_dir>/gacd.db; ":memory:" = in-memory store
+  std::string token_file;                         // bearer tokens (see auth.h)
+  bool insecure = false;                          // no auth; only on loopback addresses
+  std::string tls_cert, tls_key;                  // PEM files; both or neither
+  std::string sync = "full";                      // SQLite synchronous: full | normal
+  std::chrono::seconds retention{0};              // delete runs idle this long; 0 = keep
+  std::chrono::seconds run_ttl{15 * 60};          // idle runs leave /metrics after this
+  std::size_t max_runs_exported = 1000;
+  bool per_layer_metrics = false;
+  std::size_t max_layers_per_run = 64;
+  std::size_t max_message_bytes = 4 << 20;        // gRPC receive limit
+  std::size_t max_queue_rows = 1 << 20;           // writer queue bound (rows); beyond: RESOURCE_EXHAUSTED
+  std::chrono::seconds drain_timeout{10};         // SIGTERM: time given to open calls
+  v1::Thresholds default_thresholds;              // for runs without settings
+  v1::ControlMode default_mode = v1::CONTROL_MODE_LOCAL;
+  std::string ready_file;                         // written with the bound ports once serving
+
+  ServerConfig();
+};
+
+// Parses argv (argv[0] skipped). Returns InvalidArgument with the offending
+// flag for unknown flags, bad values, and inconsistent settings (TLS half
+// given, neither a token file nor --insecure, --insecure on a non-loopback
+// address, thresholds out of range). "--help" gives NotFound with the usage
+// text as message.
+StatusOr<ServerConfig> ParseFlags(int argc, const char* const* argv);
+
+// Checks a complete configuration (called by ParseFlags).
+Status ValidateConfig(const ServerConfig& config);
+
+std::string Usage();
+
+// "30d", "12h", "15m", "10s", "10" (seconds).
+StatusOr<std::chrono::seconds> ParseDuration(const std::string& text);
+
+// True for 127.0.0.0/8, [::1] and "localhost" host parts of host:port.
+bool IsLoopbackAddress(const std::string& address);
+
+}  // namespace gac::server
+
+#endif  // GAC_SERVER_CONFIG_H_

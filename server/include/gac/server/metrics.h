@@ -1,0 +1,102 @@
+// Prometheus metrics of gacd, built on prometheus-cpp (kept out of this
+// header). Every name starts with gac_ and uses base units; counters end in
+// _total. Per-run series carry the labels run and rank; the run label is
+// bounded: a run with no report for `run_ttl` is removed from the exposition
+// by ExpireIdle (never from the store), and at most `max_runs` runs are
+// exported at once (the least recently seen is evicted first).
+//
+// Series (see docs/OPERATIONS.md for the full list):
+//   per run/rank  gac_cosine, gac_cosine_after, gac_grad_norm, gac_ref_norm,
+//                 gac_alpha, gac_staleness_steps, gac_step,
+//                 gac_last_report_timestamp_seconds, gac_trainer_scalar{name},
+//                 gac_agent_overhead_seconds,
+//                 gac_steps_total{regime}, gac_skipped_updates_total,
+//                 gac_controller_fallbacks_total
+//   per run       gac_threshold_c_low, gac_threshold_c_high,
+//                 gac_decisions_total{regime}
+//   per layer     gac_layer_cosine, gac_layer_grad_norm (opt-in; at most
+//                 max_layers_per_run layer names per run)
+//   self          gac_ingest_rows_total{kind="step"|"layer"},
+//                 gac_ingest_batches_total, gac_ingest_duplicates_total,
+//                 gac_rpc_errors_total{method,code}, gac_store_queue_rows,
+//                 gac_store_write_seconds (histogram), gac_decide_seconds
+//                 (histogram), gac_runs_exported, gac_expired_runs_total
+//
+// Thread safety: all methods are safe to call concurrently.
+
+#ifndef GAC_SERVER_METRICS_H_
+#define GAC_SERVER_METRICS_H_
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "gac/v1/control.pb.h"
+#include "gac/v1/telemetry.pb.h"
+
+namespace prometheus {
+class Registry;
+}
+
+namespace gac::server {
+
+struct MetricsOptions {
+  bool per_layer = false;                 // export gac_layer_* series
+  std::size_t max_layers_per_run = 64;    // layer names beyond this are not exported
+  std::size_t max_runs = 1000;            // runs exported at once
+  std::chrono::seconds run_ttl{15 * 60};  // idle time before a run's series expire
+};
+
+class Metrics {
+ public:
+  explicit Metrics(MetricsOptions options = {});
+  ~Metrics();
+  Metrics(const Metrics&) = delete;
+  Metrics& operator=(const Metrics&) = delete;
+
+  // The registry to hand to an exposer (prometheus::Exposer::RegisterCollectable).
+  std::shared_ptr<prometheus::Registry> registry() const;
+
+  // Updates the latest-value gauges and the counters of the record's run and
+  // rank. `now` is the server's receive time (for expiry and
+  // gac_last_report_timestamp_seconds uses the record's wall_time_ns when
+  // set, else now). Call once per newly stored record (not for duplicates).
+  void ObserveStep(const v1::StepRecord& record, std::chrono::system_clock::time_point now);
+
+  // Exports a run's thresholds (after start-up, SetRunConfig, or the first
+  // report of a run with default settings).
+  void ObserveConfig(const std::string& run, const v1::RunConfig& config,
+                     std::chrono::system_clock::time_point now);
+
+  // A committed ingest batch: step records and layer rows newly stored,
+  // duplicates ignored.
+  void ObserveIngest(std::uint64_t step_rows, std::uint64_t layer_rows, std::uint64_t duplicates);
+  // An RPC that ended with a non-OK status (code as its canonical name,
+  // e.g. "INVALID_ARGUMENT").
+  void ObserveRpcError(const std::string& method, const std::string& code);
+  void SetQueueRows(std::uint64_t rows);
+  void ObserveWriteSeconds(double seconds);
+  // One Decide call: its run, the regime it returned and its latency.
+  void ObserveDecide(const std::string& run, v1::Regime regime, double seconds,
+                     std::chrono::system_clock::time_point now);
+
+  // Removes the series of every run not seen since now - run_ttl. Returns the
+  // number of runs removed.
+  std::size_t ExpireIdle(std::chrono::system_clock::time_point now);
+
+  // The text exposition format of everything registered (what /metrics serves).
+  std::string Render() const;
+
+  // Runs currently exported.
+  std::size_t runs_exported() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace gac::server
+
+#endif  // GAC_SERVER_METRICS_H_

@@ -1,0 +1,61 @@
+// In-memory view of every run's controller settings: what Decide reads (never
+// the disk) and what SetRunConfig changes before it persists the change.
+//
+// Thread safety: safe for concurrent use (a reader-writer lock).
+
+#ifndef GAC_SERVER_REGISTRY_H_
+#define GAC_SERVER_REGISTRY_H_
+
+#include <shared_mutex>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "gac/controller/controller.h"
+#include "gac/controller/status.h"
+#include "gac/v1/control.pb.h"
+
+namespace gac::server {
+
+class RunRegistry {
+ public:
+  // REQUIRES: the defaults are valid (ValidateConfig checked them).
+  RunRegistry(const v1::Thresholds& default_thresholds, v1::ControlMode default_mode);
+
+  // Installs settings loaded from the store at start-up.
+  void Load(const std::vector<std::pair<std::string, v1::RunConfig>>& configs);
+
+  // The run's settings: stored ones, or the defaults with version 0.
+  v1::RunConfig Get(const std::string& run) const;
+
+  // Decides with the run's settings; `used` (if not null) receives them.
+  Decision Decide(const std::string& run, const AlignmentStats& stats, v1::RunConfig* used) const;
+
+  // Validates and installs a change. ABORTED when expected_version is
+  // non-zero and differs from the current version. On success returns the
+  // new settings (version + 1) and fills `before`.
+  StatusOr<v1::RunConfig> Change(const std::string& run, const v1::Thresholds& thresholds,
+                                 v1::ControlMode mode, std::uint64_t expected_version,
+                                 const std::string& principal, std::int64_t now_ns,
+                                 v1::RunConfig* before);
+
+  // Puts `previous` back if the run's current version is still `failed`'s
+  // (undoes a Change whose write failed).
+  void Revert(const std::string& run, const v1::RunConfig& failed, const v1::RunConfig& previous);
+
+ private:
+  struct Entry {
+    v1::RunConfig config;
+    Controller controller;
+  };
+  static Entry MakeEntry(const v1::RunConfig& config);
+
+  const Entry defaults_;
+  mutable std::shared_mutex mu_;
+  std::unordered_map<std::string, Entry> runs_;  // guarded by mu_
+};
+
+}  // namespace gac::server
+
+#endif  // GAC_SERVER_REGISTRY_H_

@@ -1,0 +1,45 @@
+// Checks of everything that arrives over the wire, before it touches the
+// store, the registry or the metrics. Each function returns OK or an
+// INVALID_ARGUMENT status whose message names the offending field (and the
+// record index within a batch).
+
+#ifndef GAC_SERVER_VALIDATE_H_
+#define GAC_SERVER_VALIDATE_H_
+
+#include <cstddef>
+#include <string_view>
+
+#include "gac/controller/controller.h"
+#include "gac/controller/status.h"
+#include "gac/v1/control.pb.h"
+#include "gac/v1/telemetry.pb.h"
+
+namespace gac::server {
+
+struct Limits {
+  std::size_t max_records_per_batch = 4096;
+  std::size_t max_layers_per_record = 4096;
+  std::size_t max_scalars_per_record = 64;
+  std::size_t max_reason_bytes = 1024;
+};
+
+// 1-128 characters of [A-Za-z0-9._:/-].
+Status ValidateRunId(std::string_view run);
+// 1-256 printable ASCII characters (0x21-0x7e) and space.
+Status ValidateName(std::string_view what, std::string_view name);
+
+Status ValidateStepRecord(const v1::StepRecord& record, const Limits& limits);
+// Sequence >= 1, 1..max records, each record valid, no (run, rank, step)
+// repeated within the batch.
+Status ValidateIngestRequest(const v1::IngestRequest& request, const Limits& limits);
+// Finite, gg and pp >= 0, step >= 0, valid run id.
+Status ValidateDecideRequest(const v1::DecideRequest& request);
+
+// Converts and validates wire thresholds (UNSPECIFIED alpha mode = paper).
+StatusOr<Thresholds> ThresholdsFromProto(const v1::Thresholds& thresholds);
+StatusOr<AlphaMode> AlphaModeFromProto(v1::AlphaMode mode);
+v1::Regime RegimeToProto(Regime regime);
+
+}  // namespace gac::server
+
+#endif  // GAC_SERVER_VALIDATE_H_

@@ -1,0 +1,173 @@
+#include "gac/server/auth.h"
+
+#include <fstream>
+#include <sstream>
+#include <unordered_set>
+
+namespace gac::server {
+namespace {
+
+std::vector<std::string> SplitComma(const std::string& s) {
+  std::vector<std::string> out;
+  std::string cur;
+  std::istringstream in(s);
+  while (std::getline(in, cur, ',')) out.push_back(cur);
+  return out;
+}
+
+bool NameChar(char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
+         c == '_' || c == '-';
+}
+
+// Compares in time independent of where the strings differ.
+bool ConstantTimeEqual(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;
+  unsigned char diff = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    diff |= static_cast<unsigned char>(a[i] ^ b[i]);
+  }
+  return diff == 0;
+}
+
+}  // namespace
+
+const char* RightName(Right right) {
+  switch (right) {
+    case kRead:
+      return "read";
+    case kWrite:
+      return "write";
+    case kAdmin:
+      return "admin";
+  }
+  return "?";
+}
+
+bool GlobMatch(std::string_view pattern, std::string_view text) {
+  // Iterative matcher with single-star backtracking: O(|p|·|t|) worst case.
+  std::size_t p = 0, t = 0, star = std::string_view::npos, mark = 0;
+  while (t < text.size()) {
+    if (p < pattern.size() && (pattern[p] == '?' || pattern[p] == text[t])) {
+      ++p;
+      ++t;
+    } else if (p < pattern.size() && pattern[p] == '*') {
+      star = p++;
+      mark = t;
+    } else if (star != std::string_view::npos) {
+      p = star + 1;
+      t = ++mark;
+    } else {
+      return false;
+    }
+  }
+  while (p < pattern.size() && pattern[p] == '*') ++p;
+  return p == pattern.size();
+}
+
+bool Principal::Allows(Right right, std::string_view run) const {
+  if ((rights & right) == 0) return false;
+  for (const std::string& pattern : run_patterns) {
+    if (GlobMatch(pattern, run)) return true;
+  }
+  return false;
+}
+
+StatusOr<Authenticator> Authenticator::FromFile(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return Status::NotFound("cannot read token file '" + path + "'");
+  std::stringstream text;
+  text << in.rdbuf();
+  if (in.bad()) return Status::IOError("error reading token file '" + path + "'");
+  StatusOr<Authenticator> auth = FromText(text.str());
+  if (!auth.ok()) {
+    return Status(auth.status().code(), "token file '" + path + "': " + auth.status().message());
+  }
+  return auth;
+}
+
+StatusOr<Authenticator> Authenticator::FromText(std::string_view text) {
+  Authenticator auth;
+  auth.principals_ = std::make_shared<std::vector<Principal>>();
+  std::unordered_set<std::string> names, tokens;
+  std::istringstream in{std::string(text)};
+  std::string line;
+  int lineno = 0;
+  while (std::getline(in, line)) {
+    ++lineno;
+    if (auto hash = line.find('#'); hash != std::string::npos) line.resize(hash);
+    std::istringstream fields(line);
+    std::vector<std::string> f;
+    for (std::string w; fields >> w;) f.push_back(w);
+    if (f.empty()) continue;
+    const std::string where = "line " + std::to_string(lineno) + ": ";
+    if (f.size() != 4) {
+      return Status::InvalidArgument(where + "expected 4 fields (name token rights runs), got " +
+                                     std::to_string(f.size()));
+    }
+    Principal p;
+    p.name = f[0];
+    for (char c : p.name) {
+      if (!NameChar(c)) return Status::InvalidArgument(where + "name may contain only [A-Za-z0-9._-]");
+    }
+    p.token = f[1];
+    if (p.token.size() < 16) return Status::InvalidArgument(where + "token shorter than 16 characters");
+    for (const std::string& r : SplitComma(f[2])) {
+      if (r == "read") {
+        p.rights |= kRead;
+      } else if (r == "write") {
+        p.rights |= kWrite;
+      } else if (r == "admin") {
+        p.rights |= kAdmin;
+      } else {
+        return Status::InvalidArgument(where + "unknown right '" + r + "' (read, write, admin)");
+      }
+    }
+    p.run_patterns = SplitComma(f[3]);
+    for (const std::string& pat : p.run_patterns) {
+      if (pat.empty()) return Status::InvalidArgument(where + "empty run pattern");
+    }
+    if (!names.insert(p.name).second) return Status::InvalidArgument(where + "duplicate name '" + p.name + "'");
+    if (!tokens.insert(p.token).second) return Status::InvalidArgument(where + "duplicate token");
+    auth.principals_->push_back(std::move(p));
+  }
+  if (auth.principals_->empty()) return Status::InvalidArgument("no tokens defined");
+  return auth;
+}
+
+Authenticator Authenticator::Insecure() {
+  Authenticator auth;
+  auth.insecure_ = true;
+  Principal p;
+  p.name = "insecure";
+  p.rights = kRead | kWrite | kAdmin;
+  p.run_patterns = {"*"};
+  auth.principals_ = std::make_shared<std::vector<Principal>>(std::vector<Principal>{std::move(p)});
+  return auth;
+}
+
+StatusOr<const Principal*> Authenticator::Authenticate(std::string_view authorization) const {
+  if (insecure_) return &principals_->front();
+  constexpr std::string_view kBearer = "Bearer ";
+  if (authorization.empty()) {
+    return Status(StatusCode::kUnauthenticated, "missing authorization: Bearer <token> metadata");
+  }
+  if (authorization.substr(0, kBearer.size()) != kBearer) {
+    return Status(StatusCode::kUnauthenticated, "authorization metadata must be 'Bearer <token>'");
+  }
+  std::string_view token = authorization.substr(kBearer.size());
+  const Principal* found = nullptr;
+  for (const Principal& p : *principals_) {
+    if (ConstantTimeEqual(p.token, token)) found = &p;
+  }
+  if (found == nullptr) return Status(StatusCode::kUnauthenticated, "unknown token");
+  return found;
+}
+
+Status Authenticator::Authorize(const Principal& principal, Right right, std::string_view run) {
+  if (principal.Allows(right, run)) return Status::Ok();
+  return Status(StatusCode::kPermissionDenied, "'" + principal.name + "' has no " + RightName(right) +
+                                                   " right on run '" + std::string(run) + "'");
+}
+
+}  // namespace gac::server

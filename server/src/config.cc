@@ -1,0 +1,303 @@
+#include "gac/server/config.h"
+
+#include <cerrno>
+#include <cstdlib>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <sstream>
+
+#include "gac/server/validate.h"
+
+namespace gac::server {
+namespace {
+
+std::string Trim(const std::string& s) {
+  const auto b = s.find_first_not_of(" \t\r");
+  if (b == std::string::npos) return "";
+  const auto e = s.find_last_not_of(" \t\r");
+  return s.substr(b, e - b + 1);
+}
+
+Status ParseBool(const std::string& v, bool* out) {
+  if (v == "true" || v == "1" || v == "yes" || v.empty()) {
+    *out = true;
+  } else if (v == "false" || v == "0" || v == "no") {
+    *out = false;
+  } else {
+    return Status::InvalidArgument("expected true or false, got '" + v + "'");
+  }
+  return Status::Ok();
+}
+
+Status ParseSize(const std::string& v, std::size_t* out) {
+  errno = 0;
+  char* end = nullptr;
+  const unsigned long long x = std::strtoull(v.c_str(), &end, 10);
+  if (v.empty() || *end != '\0' || errno != 0 || v[0] == '-') {
+    return Status::InvalidArgument("expected a non-negative integer, got '" + v + "'");
+  }
+  *out = static_cast<std::size_t>(x);
+  return Status::Ok();
+}
+
+Status ParseDouble(const std::string& v, double* out) {
+  char* end = nullptr;
+  *out = std::strtod(v.c_str(), &end);
+  if (v.empty() || *end != '\0') return Status::InvalidArgument("expected a number, got '" + v + "'");
+  return Status::Ok();
+}
+
+using Setter = std::function<Status(ServerConfig&, const std::string&)>;
+
+const std::map<std::string, Setter>& Setters() {
+  static const auto* setters = new std::map<std::string, Setter>{
+      {"listen", [](ServerConfig& c, const std::string& v) { c.listen = v; return Status::Ok(); }},
+      {"metrics-listen", [](ServerConfig& c, const std::string& v) { c.metrics_listen = v; return Status::Ok(); }},
+      {"data-dir", [](ServerConfig& c, const std::string& v) { c.data_dir = v; return Status::Ok(); }},
+      {"db", [](ServerConfig& c, const std::string& v) { c.db = v; return Status::Ok(); }},
+      {"token-file", [](ServerConfig& c, const std::string& v) { c.token_file = v; return Status::Ok(); }},
+      {"insecure", [](ServerConfig& c, const std::string& v) { return ParseBool(v, &c.insecure); }},
+      {"tls-cert", [](ServerConfig& c, const std::string& v) { c.tls_cert = v; return Status::Ok(); }},
+      {"tls-key", [](ServerConfig& c, const std::string& v) { c.tls_key = v; return Status::Ok(); }},
+      {"ready-file", [](ServerConfig& c, const std::string& v) { c.ready_file = v; return Status::Ok(); }},
+      {"sync",
+       [](ServerConfig& c, const std::string& v) {
+         if (v != "full" && v != "normal") return Status::InvalidArgument("expected full or normal, got '" + v + "'");
+         c.sync = v;
+         return Status::Ok();
+       }},
+      {"retention",
+       [](ServerConfig& c, const std::string& v) {
+         auto d = ParseDuration(v);
+         if (!d.ok()) return d.status();
+         c.retention = *d;
+         return Status::Ok();
+       }},
+      {"run-ttl",
+       [](ServerConfig& c, const std::string& v) {
+         auto d = ParseDuration(v);
+         if (!d.ok()) return d.status();
+         c.run_ttl = *d;
+         return Status::Ok();
+       }},
+      {"drain-timeout",
+       [](ServerConfig& c, const std::string& v) {
+         auto d = ParseDuration(v);
+         if (!d.ok()) return d.status();
+         c.drain_timeout = *d;
+         return Status::Ok();
+       }},
+      {"max-runs-exported", [](ServerConfig& c, const std::string& v) { return ParseSize(v, &c.max_runs_exported); }},
+      {"per-layer-metrics", [](ServerConfig& c, const std::string& v) { return ParseBool(v, &c.per_layer_metrics); }},
+      {"max-layers-per-run", [](ServerConfig& c, const std::string& v) { return ParseSize(v, &c.max_layers_per_run); }},
+      {"max-message-bytes", [](ServerConfig& c, const std::string& v) { return ParseSize(v, &c.max_message_bytes); }},
+      {"max-queue-rows", [](ServerConfig& c, const std::string& v) { return ParseSize(v, &c.max_queue_rows); }},
+      {"c-low",
+       [](ServerConfig& c, const std::string& v) {
+         double x;
+         Status st = ParseDouble(v, &x);
+         c.default_thresholds.set_c_low(x);
+         return st;
+       }},
+      {"c-high",
+       [](ServerConfig& c, const std::string& v) {
+         double x;
+         Status st = ParseDouble(v, &x);
+         c.default_thresholds.set_c_high(x);
+         return st;
+       }},
+      {"alpha-mode",
+       [](ServerConfig& c, const std::string& v) {
+         if (v == "paper") {
+           c.default_thresholds.set_alpha_mode(v1::ALPHA_MODE_PAPER);
+         } else if (v == "exact") {
+           c.default_thresholds.set_alpha_mode(v1::ALPHA_MODE_EXACT);
+         } else {
+           return Status::InvalidArgument("expected paper or exact, got '" + v + "'");
+         }
+         return Status::Ok();
+       }},
+      {"mode",
+       [](ServerConfig& c, const std::string& v) {
+         if (v == "monitor") {
+           c.default_mode = v1::CONTROL_MODE_MONITOR;
+         } else if (v == "local") {
+           c.default_mode = v1::CONTROL_MODE_LOCAL;
+         } else if (v == "remote") {
+           c.default_mode = v1::CONTROL_MODE_REMOTE;
+         } else {
+           return Status::InvalidArgument("expected monitor, local or remote, got '" + v + "'");
+         }
+         return Status::Ok();
+       }},
+  };
+  return *setters;
+}
+
+Status Set(ServerConfig& config, const std::string& key, const std::string& value, const std::string& where) {
+  const auto& setters = Setters();
+  auto it = setters.find(key);
+  if (it == setters.end()) return Status::InvalidArgument(where + "unknown option '" + key + "' (see --help)");
+  Status st = it->second(config, value);
+  if (!st.ok()) return Status::InvalidArgument(where + key + ": " + st.message());
+  return Status::Ok();
+}
+
+Status LoadConfigFile(const std::string& path, ServerConfig& config) {
+  std::ifstream in(path);
+  if (!in) return Status::InvalidArgument("cannot read config file '" + path + "'");
+  std::string line;
+  int lineno = 0;
+  while (std::getline(in, line)) {
+    ++lineno;
+    if (auto hash = line.find('#'); hash != std::string::npos) line.resize(hash);
+    line = Trim(line);
+    if (line.empty()) continue;
+    const std::string where = path + ":" + std::to_string(lineno) + ": ";
+    const auto eq = line.find('=');
+    if (eq == std::string::npos) return Status::InvalidArgument(where + "expected 'key = value'");
+    Status st = Set(config, Trim(line.substr(0, eq)), Trim(line.substr(eq + 1)), where);
+    if (!st.ok()) return st;
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+ServerConfig::ServerConfig() {
+  default_thresholds.set_c_low(0.05);
+  default_thresholds.set_c_high(0.3);
+  default_thresholds.set_alpha_mode(v1::ALPHA_MODE_PAPER);
+}
+
+std::string Usage() {
+  return R"(usage: gacd [--flag=value ...]
+
+  --config FILE             "key = value" lines with the flag names below
+  --listen HOST:PORT        gRPC address (default 127.0.0.1:7070; port 0 = any)
+  --metrics-listen HOST:PORT  Prometheus /metrics address (default 127.0.0.1:9464; "" = off)
+  --data-dir DIR            data directory (default ./gacd-data)
+  --db PATH                 SQLite file (default DATA_DIR/gacd.db; ":memory:" = not persisted)
+  --token-file FILE         bearer tokens: "name token rights runs" per line
+  --insecure                no authentication (loopback addresses only; for local use)
+  --tls-cert FILE --tls-key FILE  serve gRPC over TLS
+  --sync full|normal        SQLite commit durability (default full: fsync per commit)
+  --retention DURATION      delete runs idle this long (e.g. 30d; default 0 = keep)
+  --run-ttl DURATION        idle runs leave /metrics after this (default 15m)
+  --max-runs-exported N     runs exported at once (default 1000)
+  --per-layer-metrics       export per-layer series (default off)
+  --max-layers-per-run N    per-layer series cap per run (default 64)
+  --max-message-bytes N     largest accepted message (default 4194304)
+  --max-queue-rows N        writer queue bound in rows (default 1048576)
+  --drain-timeout DURATION  on SIGTERM/SIGINT, time given to open calls (default 10s)
+  --c-low X --c-high X      default thresholds (0.05, 0.3)
+  --alpha-mode paper|exact  default alpha mode (paper)
+  --mode monitor|local|remote  default control mode of new runs (local)
+  --ready-file FILE         written once serving: "grpc=HOST:PORT" and "metrics=HOST:PORT"
+)";
+}
+
+StatusOr<std::chrono::seconds> ParseDuration(const std::string& text) {
+  if (text.empty()) return Status::InvalidArgument("empty duration");
+  std::string num = text;
+  long long mult = 1;
+  switch (text.back()) {
+    case 's':
+      num.pop_back();
+      break;
+    case 'm':
+      num.pop_back();
+      mult = 60;
+      break;
+    case 'h':
+      num.pop_back();
+      mult = 3600;
+      break;
+    case 'd':
+      num.pop_back();
+      mult = 86400;
+      break;
+    default:
+      break;
+  }
+  std::size_t n = 0;
+  Status st = ParseSize(num, &n);
+  if (!st.ok()) return Status::InvalidArgument("bad duration '" + text + "' (e.g. 30s, 15m, 12h, 30d)");
+  return std::chrono::seconds(static_cast<long long>(n) * mult);
+}
+
+bool IsLoopbackAddress(const std::string& address) {
+  std::string host = address;
+  if (!host.empty() && host[0] == '[') {
+    const auto close = host.find(']');
+    host = close == std::string::npos ? host : host.substr(1, close - 1);
+  } else if (const auto colon = host.rfind(':'); colon != std::string::npos) {
+    host.resize(colon);
+  }
+  return host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0;
+}
+
+Status ValidateConfig(const ServerConfig& c) {
+  if (c.listen.empty()) return Status::InvalidArgument("--listen must not be empty");
+  if (c.tls_cert.empty() != c.tls_key.empty()) {
+    return Status::InvalidArgument("--tls-cert and --tls-key must be given together");
+  }
+  if (c.insecure && !c.token_file.empty()) {
+    return Status::InvalidArgument("--insecure and --token-file exclude each other");
+  }
+  if (!c.insecure && c.token_file.empty()) {
+    return Status::InvalidArgument(
+        "no --token-file given: pass one, or --insecure for local use without authentication");
+  }
+  if (c.insecure && !IsLoopbackAddress(c.listen)) {
+    return Status::InvalidArgument("--insecure is allowed only on a loopback --listen address, got '" +
+                                   c.listen + "'");
+  }
+  StatusOr<Thresholds> t = ThresholdsFromProto(c.default_thresholds);
+  if (!t.ok()) return Status::InvalidArgument("default thresholds: " + t.status().message());
+  if (c.max_message_bytes < 1024) return Status::InvalidArgument("--max-message-bytes must be >= 1024");
+  if (c.max_queue_rows == 0) return Status::InvalidArgument("--max-queue-rows must be > 0");
+  if (c.max_layers_per_run == 0 && c.per_layer_metrics) {
+    return Status::InvalidArgument("--max-layers-per-run must be > 0 with --per-layer-metrics");
+  }
+  return Status::Ok();
+}
+
+StatusOr<ServerConfig> ParseFlags(int argc, const char* const* argv) {
+  std::vector<std::pair<std::string, std::string>> flags;
+  std::string config_file;
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (arg == "--help" || arg == "-h") return Status::NotFound(Usage());
+    if (arg.rfind("--", 0) != 0) return Status::InvalidArgument("unexpected argument '" + arg + "' (see --help)");
+    arg = arg.substr(2);
+    std::string key = arg, value;
+    if (const auto eq = arg.find('='); eq != std::string::npos) {
+      key = arg.substr(0, eq);
+      value = arg.substr(eq + 1);
+    } else if (key != "insecure" && key != "per-layer-metrics") {
+      if (i + 1 >= argc) return Status::InvalidArgument("--" + key + " needs a value");
+      value = argv[++i];
+    }
+    if (key == "config") {
+      config_file = value;
+    } else {
+      flags.emplace_back(key, value);
+    }
+  }
+  ServerConfig config;
+  if (!config_file.empty()) {
+    Status st = LoadConfigFile(config_file, config);
+    if (!st.ok()) return st;
+  }
+  for (const auto& [key, value] : flags) {
+    Status st = Set(config, key, value, "--");
+    if (!st.ok()) return st;
+  }
+  Status st = ValidateConfig(config);
+  if (!st.ok()) return st;
+  return config;
+}
+
+}  // namespace gac::server

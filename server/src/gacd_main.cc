@@ -1,0 +1,49 @@
+// gacd: the gac telemetry server. See `gacd --help` and docs/OPERATIONS.md.
+
+#include <csignal>
+#include <cstdio>
+#include <pthread.h>
+
+#include "gac/server/server.h"
+
+int main(int argc, char** argv) {
+  using gac::server::GacServer;
+  auto config = gac::server::ParseFlags(argc, argv);
+  if (!config.ok()) {
+    if (config.status().code() == gac::StatusCode::kNotFound) {  // --help
+      std::fputs(config.status().message().c_str(), stdout);
+      return 0;
+    }
+    std::fprintf(stderr, "gacd: %s\n", config.status().message().c_str());
+    return 2;
+  }
+  // Every thread inherits the blocked set; the main thread takes the signals
+  // synchronously with sigwait.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  auto server = GacServer::Start(*config);
+  if (!server.ok()) {
+    std::fprintf(stderr, "gacd: cannot start: %s\n", server.status().ToString().c_str());
+    return 1;
+  }
+  const std::string store = config->db.empty() ? config->data_dir + "/gacd.db" : config->db;
+  std::fprintf(stderr, "gacd: serving gRPC on %s%s, store %s%s\n", (*server)->address().c_str(),
+               config->tls_cert.empty() ? "" : " (TLS)", store.c_str(),
+               config->insecure ? ", INSECURE: no authentication" : "");
+  if ((*server)->metrics_port() != 0) {
+    std::fprintf(stderr, "gacd: Prometheus metrics on http://%s:%d/metrics\n",
+                 config->metrics_listen.substr(0, config->metrics_listen.rfind(':')).c_str(),
+                 (*server)->metrics_port());
+  }
+  int sig = 0;
+  sigwait(&signals, &sig);
+  std::fprintf(stderr, "gacd: %s: draining (up to %llds) and committing\n", sig == SIGINT ? "SIGINT" : "SIGTERM",
+               static_cast<long long>(config->drain_timeout.count()));
+  (*server)->Shutdown(config->drain_timeout);
+  std::fprintf(stderr, "gacd: stopped\n");
+  return 0;
+}

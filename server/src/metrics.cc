@@ -1,0 +1,633 @@
+#include "gac/server/metrics.h"
+
+#include <algorithm>
+#include <array>
+#include <condition_variable>
+#include <cstdint>
+#include <iterator>
+#include <list>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <utility>
+#include <vector>
+
+#include "prometheus/counter.h"
+#include "prometheus/family.h"
+#include "prometheus/gauge.h"
+#include "prometheus/histogram.h"
+#include "prometheus/labels.h"
+#include "prometheus/registry.h"
+#include "prometheus/text_serializer.h"
+
+namespace gac::server {
+
+namespace {
+
+using prometheus::Counter;
+using prometheus::Family;
+using prometheus::Gauge;
+using prometheus::Histogram;
+using prometheus::Labels;
+
+// Trainer scalar names exported per run; later names are dropped (and
+// counted in gac_scalar_series_dropped_total). A record may carry up to 64.
+constexpr std::size_t kMaxScalarNamesPerRun = 32;
+
+// Label values of the regimes that are counted, indexed by RegimeIndex().
+constexpr std::array<const char*, 4> kRegimeNames = {"safe", "project", "skip", "invalid"};
+constexpr int kNoRegime = -1;
+
+// The index into kRegimeNames, or kNoRegime for REGIME_UNSPECIFIED and
+// unknown values (rejected on ingest; never counted).
+int RegimeIndex(v1::Regime regime) {
+  switch (regime) {
+    case v1::REGIME_SAFE:
+      return 0;
+    case v1::REGIME_PROJECT:
+      return 1;
+    case v1::REGIME_SKIP:
+      return 2;
+    case v1::REGIME_INVALID:
+      return 3;
+    default:
+      return kNoRegime;
+  }
+}
+
+double ToSeconds(std::chrono::system_clock::time_point t) {
+  return std::chrono::duration<double>(t.time_since_epoch()).count();
+}
+
+// `count` bounds start, start*factor, start*factor^2, ...
+Histogram::BucketBoundaries ExponentialBuckets(double start, double factor, int count) {
+  Histogram::BucketBoundaries bounds;
+  bounds.reserve(static_cast<std::size_t>(count));
+  double b = start;
+  for (int i = 0; i < count; ++i, b *= factor) bounds.push_back(b);
+  return bounds;
+}
+
+template <typename T>
+void RemoveIfSet(Family<T>& family, T*& metric) {
+  if (metric != nullptr) family.Remove(metric);
+  metric = nullptr;
+}
+
+}  // namespace
+
+// Per-run series are registered in their families on first sight only
+// (Family::Add hashes the whole label map); after that the hot path finds
+// cached metric pointers through runs_ under mu_ and sets them (atomic, no
+// family lock). Removing a run takes it out of runs_ under mu_, then removes
+// its series from the families without mu_ (see pending_).
+struct Metrics::Impl {
+  // The cached series of one layer of one rank.
+  struct LayerSeries {
+    Gauge* cosine = nullptr;  // created by the first record with a layer cosine
+    Gauge* grad_norm = nullptr;
+  };
+
+  // The cached series of one (run, rank). Pointers are owned by their
+  // families and stay valid until RemoveSeries removes them.
+  struct RankSeries {
+    // Created with the rank: every record sets them.
+    Gauge* grad_norm = nullptr;
+    Gauge* ref_norm = nullptr;
+    Gauge* alpha = nullptr;
+    Gauge* step = nullptr;
+    Gauge* last_report = nullptr;
+    Gauge* agent_overhead = nullptr;
+    std::array<Counter*, kRegimeNames.size()> steps{};  // every regime starts at 0
+    Counter* skipped = nullptr;
+    Counter* fallbacks = nullptr;
+    // Created by the first record that carries the field (absent is "not
+    // known", never a value), then left at the last value reported.
+    Gauge* cosine = nullptr;
+    Gauge* cosine_after = nullptr;
+    Gauge* staleness = nullptr;
+    std::unordered_map<std::string, Gauge*> scalars;      // by scalar name
+    std::unordered_map<std::string, LayerSeries> layers;  // by layer name
+  };
+
+  struct RunState {
+    std::chrono::system_clock::time_point last_seen;
+    std::list<std::string>::iterator lru_pos;  // this run's entry in lru_
+    std::unordered_map<std::uint32_t, RankSeries> ranks;
+    std::unordered_set<std::string> scalar_names;  // at most kMaxScalarNamesPerRun
+    std::unordered_set<std::string> layer_names;   // at most options_.max_layers_per_run
+    Gauge* c_low = nullptr;                        // set by ObserveConfig
+    Gauge* c_high = nullptr;
+    std::array<Counter*, kRegimeNames.size()> decisions{};  // created on first Decide
+  };
+
+  // A run taken out of runs_ whose series are still registered.
+  using Detached = std::pair<std::string, RunState>;
+
+  explicit Impl(MetricsOptions options);
+
+  // Returns the state of `run`, created when new, and marks it seen at
+  // `now`. A new run beyond max_runs detaches the least recently seen run
+  // into `evicted`; the caller must pass it to Finish after releasing mu_.
+  // Waits (releasing mu_) while the run's old series are being removed.
+  // REQUIRES: `lock` holds mu_.
+  RunState& Touch(std::unique_lock<std::mutex>& lock, const std::string& run,
+                  std::chrono::system_clock::time_point now, std::vector<Detached>* evicted);
+  // Returns the series of (run, rank), created when new. REQUIRES: mu_ held.
+  RankSeries& Rank(const std::string& run, RunState& state, std::uint32_t rank);
+  // The body of ObserveStep. REQUIRES: mu_ held.
+  void ApplyStep(const v1::StepRecord& record, std::chrono::system_clock::time_point now, RunState& state);
+  // Per-layer part of ApplyStep (options_.per_layer). REQUIRES: mu_ held.
+  void ObserveLayers(const v1::StepRecord& record, RunState& state, RankSeries& series);
+  // Takes `it` out of runs_ and lru_ and marks the run pending until Finish.
+  // REQUIRES: mu_ held.
+  void Detach(std::unordered_map<std::string, RunState>::iterator it, std::vector<Detached>* out);
+  // Removes the series of detached runs from their families and ends their
+  // pending state. REQUIRES: mu_ not held.
+  void Finish(std::vector<Detached>& detached);
+  // Removes every series of `state` from its family.
+  void RemoveSeries(RunState& state);
+
+  // Constant after construction.
+  const MetricsOptions options_;
+  const std::shared_ptr<prometheus::Registry> registry_;
+
+  // Families; owned by registry_. Each is internally synchronised.
+  Family<Gauge>& cosine_;
+  Family<Gauge>& cosine_after_;
+  Family<Gauge>& grad_norm_;
+  Family<Gauge>& ref_norm_;
+  Family<Gauge>& alpha_;
+  Family<Gauge>& staleness_;
+  Family<Gauge>& step_;
+  Family<Gauge>& last_report_;
+  Family<Gauge>& trainer_scalar_;
+  Family<Gauge>& agent_overhead_;
+  Family<Counter>& steps_;
+  Family<Counter>& skipped_;
+  Family<Counter>& fallbacks_;
+  Family<Gauge>& c_low_;
+  Family<Gauge>& c_high_;
+  Family<Counter>& decisions_;
+  Family<Gauge>& layer_cosine_;
+  Family<Gauge>& layer_grad_norm_;
+  Family<Counter>& ingest_rows_;
+  Family<Counter>& ingest_batches_;
+  Family<Counter>& ingest_duplicates_;
+  Family<Counter>& rpc_errors_;
+  Family<Gauge>& store_queue_rows_;
+  Family<Histogram>& store_write_seconds_;
+  Family<Histogram>& decide_seconds_;
+  Family<Gauge>& runs_exported_;
+  Family<Counter>& expired_runs_;
+  Family<Counter>& layer_dropped_;
+  Family<Counter>& scalar_dropped_;
+
+  // Label-free self-metrics; never removed.
+  Counter& ingest_step_rows_;
+  Counter& ingest_layer_rows_;
+  Counter& ingest_batches_total_;
+  Counter& ingest_duplicates_total_;
+  Gauge& store_queue_rows_value_;
+  Histogram& store_write_hist_;
+  Histogram& decide_hist_;
+  Gauge& runs_exported_value_;
+  Counter& expired_runs_total_;
+  Counter& layer_dropped_total_;
+  Counter& scalar_dropped_total_;
+
+  mutable std::mutex mu_;
+  // Guarded by mu_.
+  std::unordered_map<std::string, RunState> runs_;
+  std::list<std::string> lru_;  // run ids, least recently seen first
+  // Detached runs whose series Finish is removing. Family::Remove is linear
+  // in the family's size in prometheus-cpp 1.0.1, so it runs without mu_
+  // (ingest of other runs goes on). A pending run is not re-created until
+  // then: Family::Add would hand back the series about to be deleted.
+  std::unordered_set<std::string> pending_;
+  std::condition_variable pending_done_;  // signalled when pending_ shrinks
+};
+
+Metrics::Impl::Impl(MetricsOptions options)
+    : options_(std::move(options)),
+      registry_(std::make_shared<prometheus::Registry>()),
+      cosine_(prometheus::BuildGauge()
+                  .Name("gac_cosine")
+                  .Help("Latest cosine c_t between the gradient and the reference direction (absent until a step reports one)")
+                  .Register(*registry_)),
+      cosine_after_(prometheus::BuildGauge()
+                        .Name("gac_cosine_after")
+                        .Help("Latest cosine between the applied update and the reference direction (absent until reported)")
+                        .Register(*registry_)),
+      grad_norm_(prometheus::BuildGauge()
+                     .Name("gac_grad_norm")
+                     .Help("Latest gradient norm ||g|| of the step")
+                     .Register(*registry_)),
+      ref_norm_(prometheus::BuildGauge()
+                    .Name("gac_ref_norm")
+                    .Help("Latest reference direction norm ||p||")
+                    .Register(*registry_)),
+      alpha_(prometheus::BuildGauge()
+                 .Name("gac_alpha")
+                 .Help("Latest gain on the parallel component of the update (1 when untouched)")
+                 .Register(*registry_)),
+      staleness_(prometheus::BuildGauge()
+                     .Name("gac_staleness_steps")
+                     .Help("Latest policy staleness in optimiser steps behind the learner (absent until reported)")
+                     .Register(*registry_)),
+      step_(prometheus::BuildGauge()
+                .Name("gac_step")
+                .Help("Latest optimiser step index reported")
+                .Register(*registry_)),
+      last_report_(prometheus::BuildGauge()
+                       .Name("gac_last_report_timestamp_seconds")
+                       .Help("Unix time of the latest step record (its wall time, else the receive time)")
+                       .Register(*registry_)),
+      trainer_scalar_(prometheus::BuildGauge()
+                          .Name("gac_trainer_scalar")
+                          .Help("Latest trainer scalar reported with a step, by name (at most 32 names per run)")
+                          .Register(*registry_)),
+      agent_overhead_(prometheus::BuildGauge()
+                          .Name("gac_agent_overhead_seconds")
+                          .Help("Agent time on the training thread during the latest step")
+                          .Register(*registry_)),
+      steps_(prometheus::BuildCounter()
+                 .Name("gac_steps_total")
+                 .Help("Step records stored, by the regime of the step")
+                 .Register(*registry_)),
+      skipped_(prometheus::BuildCounter()
+                   .Name("gac_skipped_updates_total")
+                   .Help("Steps whose optimizer update was skipped (regime skip or invalid)")
+                   .Register(*registry_)),
+      fallbacks_(prometheus::BuildCounter()
+                     .Name("gac_controller_fallbacks_total")
+                     .Help("Remote-mode steps decided by the local fallback controller")
+                     .Register(*registry_)),
+      c_low_(prometheus::BuildGauge()
+                 .Name("gac_threshold_c_low")
+                 .Help("The run's current c_low threshold")
+                 .Register(*registry_)),
+      c_high_(prometheus::BuildGauge()
+                  .Name("gac_threshold_c_high")
+                  .Help("The run's current c_high threshold")
+                  .Register(*registry_)),
+      decisions_(prometheus::BuildCounter()
+                     .Name("gac_decisions_total")
+                     .Help("Decide calls answered, by the regime returned")
+                     .Register(*registry_)),
+      layer_cosine_(prometheus::BuildGauge()
+                        .Name("gac_layer_cosine")
+                        .Help("Latest per-layer cosine between the layer gradient and reference (absent until reported)")
+                        .Register(*registry_)),
+      layer_grad_norm_(prometheus::BuildGauge()
+                           .Name("gac_layer_grad_norm")
+                           .Help("Latest per-layer gradient norm")
+                           .Register(*registry_)),
+      ingest_rows_(prometheus::BuildCounter()
+                       .Name("gac_ingest_rows_total")
+                       .Help("Rows newly stored by ingest, by kind (step or layer)")
+                       .Register(*registry_)),
+      ingest_batches_(prometheus::BuildCounter()
+                          .Name("gac_ingest_batches_total")
+                          .Help("Ingest batches committed")
+                          .Register(*registry_)),
+      ingest_duplicates_(prometheus::BuildCounter()
+                             .Name("gac_ingest_duplicates_total")
+                             .Help("Step records received that were already stored (not rewritten)")
+                             .Register(*registry_)),
+      rpc_errors_(prometheus::BuildCounter()
+                      .Name("gac_rpc_errors_total")
+                      .Help("RPCs that ended with a non-OK status, by method and status code")
+                      .Register(*registry_)),
+      store_queue_rows_(prometheus::BuildGauge()
+                            .Name("gac_store_queue_rows")
+                            .Help("Rows waiting in the store writer queue")
+                            .Register(*registry_)),
+      store_write_seconds_(prometheus::BuildHistogram()
+                               .Name("gac_store_write_seconds")
+                               .Help("Duration of one store write transaction")
+                               .Register(*registry_)),
+      decide_seconds_(prometheus::BuildHistogram()
+                          .Name("gac_decide_seconds")
+                          .Help("Server-side latency of one Decide call")
+                          .Register(*registry_)),
+      runs_exported_(prometheus::BuildGauge()
+                         .Name("gac_runs_exported")
+                         .Help("Runs whose series are currently exported")
+                         .Register(*registry_)),
+      expired_runs_(prometheus::BuildCounter()
+                        .Name("gac_expired_runs_total")
+                        .Help("Runs removed from the exposition, idle past the TTL or evicted by the run limit")
+                        .Register(*registry_)),
+      layer_dropped_(prometheus::BuildCounter()
+                         .Name("gac_layer_series_dropped_total")
+                         .Help("Layer rows not exported because their run reached the per-run layer name limit")
+                         .Register(*registry_)),
+      scalar_dropped_(prometheus::BuildCounter()
+                          .Name("gac_scalar_series_dropped_total")
+                          .Help("Trainer scalar values not exported because their run reached the per-run name limit")
+                          .Register(*registry_)),
+      ingest_step_rows_(ingest_rows_.Add({{"kind", "step"}})),
+      ingest_layer_rows_(ingest_rows_.Add({{"kind", "layer"}})),
+      ingest_batches_total_(ingest_batches_.Add({})),
+      ingest_duplicates_total_(ingest_duplicates_.Add({})),
+      store_queue_rows_value_(store_queue_rows_.Add({})),
+      // 1 ms .. 16.384 s: powers of two, so 10 s falls in a finite bucket.
+      store_write_hist_(store_write_seconds_.Add({}, ExponentialBuckets(1e-3, 2.0, 15))),
+      // 50 us .. 102.4 ms: powers of two.
+      decide_hist_(decide_seconds_.Add({}, ExponentialBuckets(50e-6, 2.0, 12))),
+      runs_exported_value_(runs_exported_.Add({})),
+      expired_runs_total_(expired_runs_.Add({})),
+      layer_dropped_total_(layer_dropped_.Add({})),
+      scalar_dropped_total_(scalar_dropped_.Add({})) {}
+
+Metrics::Impl::RunState& Metrics::Impl::Touch(std::unique_lock<std::mutex>& lock, const std::string& run,
+                                              std::chrono::system_clock::time_point now,
+                                              std::vector<Detached>* evicted) {
+  if (!pending_.empty()) {
+    pending_done_.wait(lock, [&] { return pending_.count(run) == 0; });
+  }
+  auto it = runs_.find(run);
+  if (it == runs_.end()) {
+    // A limit of 0 is read as 1: the newest run is always exported.
+    const std::size_t max_runs = std::max<std::size_t>(options_.max_runs, 1);
+    while (runs_.size() >= max_runs) {
+      Detach(runs_.find(lru_.front()), evicted);
+    }
+    it = runs_.emplace(run, RunState{}).first;
+    it->second.last_seen = now;
+    it->second.lru_pos = lru_.insert(lru_.end(), run);
+    runs_exported_value_.Set(static_cast<double>(runs_.size()));
+    return it->second;
+  }
+  RunState& state = it->second;
+  // Concurrent callers may pass slightly older times; never move back.
+  state.last_seen = std::max(state.last_seen, now);
+  lru_.splice(lru_.end(), lru_, state.lru_pos);
+  return state;
+}
+
+Metrics::Impl::RankSeries& Metrics::Impl::Rank(const std::string& run, RunState& state,
+                                               std::uint32_t rank) {
+  auto it = state.ranks.find(rank);
+  if (it != state.ranks.end()) return it->second;
+  RankSeries& s = state.ranks[rank];
+  const Labels labels = {{"run", run}, {"rank", std::to_string(rank)}};
+  s.grad_norm = &grad_norm_.Add(labels);
+  s.ref_norm = &ref_norm_.Add(labels);
+  s.alpha = &alpha_.Add(labels);
+  s.step = &step_.Add(labels);
+  s.last_report = &last_report_.Add(labels);
+  s.agent_overhead = &agent_overhead_.Add(labels);
+  s.skipped = &skipped_.Add(labels);
+  s.fallbacks = &fallbacks_.Add(labels);
+  for (std::size_t i = 0; i < kRegimeNames.size(); ++i) {
+    Labels with_regime = labels;
+    with_regime.emplace("regime", kRegimeNames[i]);
+    s.steps[i] = &steps_.Add(with_regime);
+  }
+  return s;
+}
+
+void Metrics::Impl::Detach(std::unordered_map<std::string, RunState>::iterator it,
+                           std::vector<Detached>* out) {
+  lru_.erase(it->second.lru_pos);
+  pending_.insert(it->first);
+  out->emplace_back(it->first, std::move(it->second));
+  runs_.erase(it);
+  runs_exported_value_.Set(static_cast<double>(runs_.size()));
+  expired_runs_total_.Increment();
+}
+
+void Metrics::Impl::Finish(std::vector<Detached>& detached) {
+  if (detached.empty()) return;
+  for (Detached& d : detached) RemoveSeries(d.second);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const Detached& d : detached) pending_.erase(d.first);
+  }
+  pending_done_.notify_all();
+}
+
+void Metrics::Impl::RemoveSeries(RunState& state) {
+  for (auto& [rank, s] : state.ranks) {
+    RemoveIfSet(grad_norm_, s.grad_norm);
+    RemoveIfSet(ref_norm_, s.ref_norm);
+    RemoveIfSet(alpha_, s.alpha);
+    RemoveIfSet(step_, s.step);
+    RemoveIfSet(last_report_, s.last_report);
+    RemoveIfSet(agent_overhead_, s.agent_overhead);
+    for (Counter*& c : s.steps) RemoveIfSet(steps_, c);
+    RemoveIfSet(skipped_, s.skipped);
+    RemoveIfSet(fallbacks_, s.fallbacks);
+    RemoveIfSet(cosine_, s.cosine);
+    RemoveIfSet(cosine_after_, s.cosine_after);
+    RemoveIfSet(staleness_, s.staleness);
+    for (auto& [name, g] : s.scalars) RemoveIfSet(trainer_scalar_, g);
+    for (auto& [name, l] : s.layers) {
+      RemoveIfSet(layer_cosine_, l.cosine);
+      RemoveIfSet(layer_grad_norm_, l.grad_norm);
+    }
+  }
+  RemoveIfSet(c_low_, state.c_low);
+  RemoveIfSet(c_high_, state.c_high);
+  for (Counter*& c : state.decisions) RemoveIfSet(decisions_, c);
+}
+
+void Metrics::Impl::ObserveLayers(const v1::StepRecord& record, RunState& state, RankSeries& series) {
+  for (const v1::LayerRecord& layer : record.layers()) {
+    auto it = series.layers.find(layer.name());
+    if (it == series.layers.end()) {
+      // Admit the name if the run already exports it (another rank) or has room.
+      if (state.layer_names.count(layer.name()) == 0) {
+        if (state.layer_names.size() >= options_.max_layers_per_run) {
+          layer_dropped_total_.Increment();
+          continue;
+        }
+        state.layer_names.insert(layer.name());
+      }
+      it = series.layers.emplace(layer.name(), LayerSeries{}).first;
+      it->second.grad_norm = &layer_grad_norm_.Add(
+          {{"run", record.run()}, {"rank", std::to_string(record.rank())}, {"layer", layer.name()}});
+    }
+    LayerSeries& l = it->second;
+    l.grad_norm->Set(layer.grad_norm());
+    if (layer.has_cosine()) {
+      if (l.cosine == nullptr) {
+        l.cosine = &layer_cosine_.Add(
+            {{"run", record.run()}, {"rank", std::to_string(record.rank())}, {"layer", layer.name()}});
+      }
+      l.cosine->Set(layer.cosine());
+    }
+  }
+}
+
+void Metrics::Impl::ApplyStep(const v1::StepRecord& record, std::chrono::system_clock::time_point now,
+                               RunState& state) {
+  RankSeries& s = Rank(record.run(), state, record.rank());
+  s.grad_norm->Set(record.grad_norm());
+  s.ref_norm->Set(record.ref_norm());
+  s.alpha->Set(record.alpha());
+  s.step->Set(static_cast<double>(record.step()));
+  s.agent_overhead->Set(record.agent_overhead_seconds());
+  s.last_report->Set(record.wall_time_ns() != 0 ? static_cast<double>(record.wall_time_ns()) / 1e9
+                                                 : ToSeconds(now));
+
+  // A record without a cosine (first step, no reference, invalid statistics)
+  // leaves the gauge at its last value: writing NaN would break alert rules
+  // on the series, and deleting it would make the series flap. A series that
+  // never had a value is not created. The same holds for cosine_after and
+  // staleness; gac_steps_total{regime} shows why a value is absent.
+  if (record.has_cosine()) {
+    if (s.cosine == nullptr) {
+      s.cosine = &cosine_.Add({{"run", record.run()}, {"rank", std::to_string(record.rank())}});
+    }
+    s.cosine->Set(record.cosine());
+  }
+  if (record.has_cosine_after()) {
+    if (s.cosine_after == nullptr) {
+      s.cosine_after = &cosine_after_.Add({{"run", record.run()}, {"rank", std::to_string(record.rank())}});
+    }
+    s.cosine_after->Set(record.cosine_after());
+  }
+  if (record.has_staleness()) {
+    if (s.staleness == nullptr) {
+      s.staleness = &staleness_.Add({{"run", record.run()}, {"rank", std::to_string(record.rank())}});
+    }
+    s.staleness->Set(static_cast<double>(record.staleness()));
+  }
+
+  const int regime = RegimeIndex(record.regime());
+  if (regime != kNoRegime) {
+    s.steps[static_cast<std::size_t>(regime)]->Increment();
+    if (record.regime() == v1::REGIME_SKIP || record.regime() == v1::REGIME_INVALID) {
+      s.skipped->Increment();
+    }
+  }
+  if (record.fallback()) s.fallbacks->Increment();
+
+  for (const auto& [name, value] : record.scalars()) {
+    auto it = s.scalars.find(name);
+    if (it == s.scalars.end()) {
+      if (state.scalar_names.count(name) == 0) {
+        if (state.scalar_names.size() >= kMaxScalarNamesPerRun) {
+          scalar_dropped_total_.Increment();
+          continue;
+        }
+        state.scalar_names.insert(name);
+      }
+      Gauge* g = &trainer_scalar_.Add(
+          {{"run", record.run()}, {"rank", std::to_string(record.rank())}, {"name", name}});
+      it = s.scalars.emplace(name, g).first;
+    }
+    it->second->Set(value);
+  }
+
+  if (options_.per_layer) ObserveLayers(record, state, s);
+}
+
+Metrics::Metrics(MetricsOptions options) : impl_(std::make_unique<Impl>(std::move(options))) {}
+
+Metrics::~Metrics() = default;
+
+std::shared_ptr<prometheus::Registry> Metrics::registry() const { return impl_->registry_; }
+
+void Metrics::ObserveStep(const v1::StepRecord& record, std::chrono::system_clock::time_point now) {
+  Impl& m = *impl_;
+  std::vector<Impl::Detached> evicted;
+  {
+    std::unique_lock<std::mutex> lock(m.mu_);
+    Impl::RunState& state = m.Touch(lock, record.run(), now, &evicted);
+    m.ApplyStep(record, now, state);
+  }
+  m.Finish(evicted);
+}
+
+void Metrics::ObserveConfig(const std::string& run, const v1::RunConfig& config,
+                            std::chrono::system_clock::time_point now) {
+  Impl& m = *impl_;
+  std::vector<Impl::Detached> evicted;
+  {
+    std::unique_lock<std::mutex> lock(m.mu_);
+    Impl::RunState& state = m.Touch(lock, run, now, &evicted);
+    if (state.c_low == nullptr) {
+      state.c_low = &m.c_low_.Add({{"run", run}});
+      state.c_high = &m.c_high_.Add({{"run", run}});
+    }
+    state.c_low->Set(config.thresholds().c_low());
+    state.c_high->Set(config.thresholds().c_high());
+  }
+  m.Finish(evicted);
+}
+
+void Metrics::ObserveIngest(std::uint64_t step_rows, std::uint64_t layer_rows, std::uint64_t duplicates) {
+  Impl& m = *impl_;
+  m.ingest_step_rows_.Increment(static_cast<double>(step_rows));
+  m.ingest_layer_rows_.Increment(static_cast<double>(layer_rows));
+  m.ingest_duplicates_total_.Increment(static_cast<double>(duplicates));
+  m.ingest_batches_total_.Increment();
+}
+
+void Metrics::ObserveRpcError(const std::string& method, const std::string& code) {
+  // Rare and bounded (methods x status codes): the family's own lookup is enough.
+  impl_->rpc_errors_.Add({{"method", method}, {"code", code}}).Increment();
+}
+
+void Metrics::SetQueueRows(std::uint64_t rows) {
+  impl_->store_queue_rows_value_.Set(static_cast<double>(rows));
+}
+
+void Metrics::ObserveWriteSeconds(double seconds) { impl_->store_write_hist_.Observe(seconds); }
+
+void Metrics::ObserveDecide(const std::string& run, v1::Regime regime, double seconds,
+                            std::chrono::system_clock::time_point now) {
+  Impl& m = *impl_;
+  m.decide_hist_.Observe(seconds);
+  const int index = RegimeIndex(regime);
+  std::vector<Impl::Detached> evicted;
+  {
+    std::unique_lock<std::mutex> lock(m.mu_);
+    Impl::RunState& state = m.Touch(lock, run, now, &evicted);
+    if (index != kNoRegime) {
+      if (state.decisions[0] == nullptr) {
+        for (std::size_t i = 0; i < kRegimeNames.size(); ++i) {
+          state.decisions[i] = &m.decisions_.Add({{"run", run}, {"regime", kRegimeNames[i]}});
+        }
+      }
+      state.decisions[static_cast<std::size_t>(index)]->Increment();
+    }
+  }
+  m.Finish(evicted);
+}
+
+std::size_t Metrics::ExpireIdle(std::chrono::system_clock::time_point now) {
+  Impl& m = *impl_;
+  std::vector<Impl::Detached> idle;
+  {
+    std::lock_guard<std::mutex> lock(m.mu_);
+    const auto cutoff = now - m.options_.run_ttl;
+    // Scans every run rather than stopping at the first recent one in lru_:
+    // lru_ is in call order, and callers' clocks may differ slightly.
+    for (auto it = m.runs_.begin(); it != m.runs_.end();) {
+      auto next = std::next(it);
+      if (it->second.last_seen < cutoff) m.Detach(it, &idle);
+      it = next;
+    }
+  }
+  m.Finish(idle);
+  return idle.size();
+}
+
+std::string Metrics::Render() const {
+  // Families lock themselves; mu_ is not needed (and not taken, so a scrape
+  // never stalls ingest).
+  return prometheus::TextSerializer().Serialize(impl_->registry_->Collect());
+}
+
+std::size_t Metrics::runs_exported() const {
+  std::lock_guard<std::mutex> lock(impl_->mu_);
+  return impl_->runs_.size();
+}
+
+}  // namespace gac::server

@@ -1,0 +1,206 @@
+#include "gac/server/validate.h"
+
+#include <cmath>
+#include <cstdio>
+#include <string>
+#include <tuple>
+#include <unordered_set>
+
+namespace gac::server {
+namespace {
+
+bool RunChar(char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
+         c == '_' || c == ':' || c == '/' || c == '-';
+}
+
+Status Bad(const std::string& prefix, const std::string& msg) {
+  return Status::InvalidArgument(prefix + msg);
+}
+
+std::string Num(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.17g", v);
+  return buf;
+}
+
+Status CheckFinite(const std::string& prefix, const char* field, double v) {
+  if (!std::isfinite(v)) return Bad(prefix, std::string(field) + " must be finite, got " + Num(v));
+  return Status::Ok();
+}
+
+Status CheckNorm(const std::string& prefix, const char* field, double v) {
+  if (!std::isfinite(v) || v < 0) {
+    return Bad(prefix, std::string(field) + " must be finite and >= 0, got " + Num(v));
+  }
+  return Status::Ok();
+}
+
+Status CheckCosine(const std::string& prefix, const char* field, double v) {
+  // A cosine computed in floating point may exceed 1 by rounding; allow 1e-6.
+  if (!std::isfinite(v) || std::fabs(v) > 1.0 + 1e-6) {
+    return Bad(prefix, std::string(field) + " must be in [-1, 1], got " + Num(v));
+  }
+  return Status::Ok();
+}
+
+#define GAC_RETURN_IF_ERROR(expr)   \
+  do {                              \
+    Status _st = (expr);            \
+    if (!_st.ok()) return _st;      \
+  } while (0)
+
+Status ValidateRecordWithPrefix(const v1::StepRecord& r, const Limits& limits, const std::string& p) {
+  Status st = ValidateRunId(r.run());
+  if (!st.ok()) return Bad(p, st.message());
+  if (r.step() < 0) return Bad(p, "step must be >= 0, got " + std::to_string(r.step()));
+  const std::uint32_t world = r.world_size() == 0 ? 1 : r.world_size();
+  if (r.rank() >= world) {
+    return Bad(p, "rank " + std::to_string(r.rank()) + " must be < world_size " + std::to_string(world));
+  }
+  if (r.has_cosine()) GAC_RETURN_IF_ERROR(CheckCosine(p, "cosine", r.cosine()));
+  if (r.has_cosine_after()) GAC_RETURN_IF_ERROR(CheckCosine(p, "cosine_after", r.cosine_after()));
+  GAC_RETURN_IF_ERROR(CheckNorm(p, "grad_norm", r.grad_norm()));
+  GAC_RETURN_IF_ERROR(CheckNorm(p, "ref_norm", r.ref_norm()));
+  if (!std::isfinite(r.alpha()) || r.alpha() < 0 || r.alpha() > 1) {
+    return Bad(p, "alpha must be in [0, 1], got " + Num(r.alpha()));
+  }
+  if (r.regime() == v1::REGIME_UNSPECIFIED || !v1::Regime_IsValid(r.regime())) {
+    return Bad(p, "regime must be SAFE, PROJECT, SKIP or INVALID");
+  }
+  if (!v1::ControlMode_IsValid(r.mode())) return Bad(p, "unknown mode " + std::to_string(r.mode()));
+  if (r.has_staleness() && r.staleness() < 0) {
+    return Bad(p, "staleness must be >= 0, got " + std::to_string(r.staleness()));
+  }
+  if (r.wall_time_ns() < 0) return Bad(p, "wall_time_ns must be >= 0");
+  GAC_RETURN_IF_ERROR(CheckNorm(p, "agent_overhead_seconds", r.agent_overhead_seconds()));
+  if (static_cast<std::size_t>(r.scalars_size()) > limits.max_scalars_per_record) {
+    return Bad(p, "too many scalars: " + std::to_string(r.scalars_size()) + " > " +
+                      std::to_string(limits.max_scalars_per_record));
+  }
+  for (const auto& [name, value] : r.scalars()) {
+    st = ValidateName("scalar name", name);
+    if (!st.ok()) return Bad(p, st.message());
+    GAC_RETURN_IF_ERROR(CheckFinite(p, ("scalar '" + name + "'").c_str(), value));
+  }
+  if (static_cast<std::size_t>(r.layers_size()) > limits.max_layers_per_record) {
+    return Bad(p, "too many layers: " + std::to_string(r.layers_size()) + " > " +
+                      std::to_string(limits.max_layers_per_record));
+  }
+  std::unordered_set<std::string_view> names;
+  names.reserve(static_cast<std::size_t>(r.layers_size()));
+  for (int i = 0; i < r.layers_size(); ++i) {
+    const v1::LayerRecord& l = r.layers(i);
+    const std::string lp = p + "layers[" + std::to_string(i) + "]: ";
+    st = ValidateName("layer name", l.name());
+    if (!st.ok()) return Bad(lp, st.message());
+    if (!names.insert(l.name()).second) return Bad(lp, "duplicate layer name '" + l.name() + "'");
+    if (l.has_cosine()) GAC_RETURN_IF_ERROR(CheckCosine(lp, "cosine", l.cosine()));
+    GAC_RETURN_IF_ERROR(CheckNorm(lp, "grad_norm", l.grad_norm()));
+    GAC_RETURN_IF_ERROR(CheckNorm(lp, "ref_norm", l.ref_norm()));
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status ValidateRunId(std::string_view run) {
+  if (run.empty()) return Status::InvalidArgument("run id is empty");
+  if (run.size() > 128) return Status::InvalidArgument("run id longer than 128 characters");
+  for (char c : run) {
+    if (!RunChar(c)) {
+      return Status::InvalidArgument("run id may contain only [A-Za-z0-9._:/-], got '" +
+                                     std::string(run) + "'");
+    }
+  }
+  return Status::Ok();
+}
+
+Status ValidateName(std::string_view what, std::string_view name) {
+  if (name.empty()) return Status::InvalidArgument(std::string(what) + " is empty");
+  if (name.size() > 256) return Status::InvalidArgument(std::string(what) + " longer than 256 characters");
+  for (char c : name) {
+    if (c < 0x20 || c > 0x7e) {
+      return Status::InvalidArgument(std::string(what) + " must be printable ASCII");
+    }
+  }
+  return Status::Ok();
+}
+
+Status ValidateStepRecord(const v1::StepRecord& record, const Limits& limits) {
+  return ValidateRecordWithPrefix(record, limits, "");
+}
+
+Status ValidateIngestRequest(const v1::IngestRequest& request, const Limits& limits) {
+  if (request.sequence() == 0) return Status::InvalidArgument("sequence must be >= 1");
+  if (request.records_size() == 0) return Status::InvalidArgument("batch has no records");
+  if (static_cast<std::size_t>(request.records_size()) > limits.max_records_per_batch) {
+    return Status::InvalidArgument("batch has " + std::to_string(request.records_size()) +
+                                   " records, more than " + std::to_string(limits.max_records_per_batch));
+  }
+  struct KeyHash {
+    std::size_t operator()(const std::tuple<std::string_view, std::uint32_t, std::int64_t>& k) const {
+      return std::hash<std::string_view>()(std::get<0>(k)) ^
+             (std::hash<std::int64_t>()(std::get<2>(k)) * 31 + std::get<1>(k));
+    }
+  };
+  std::unordered_set<std::tuple<std::string_view, std::uint32_t, std::int64_t>, KeyHash> keys;
+  keys.reserve(static_cast<std::size_t>(request.records_size()));
+  for (int i = 0; i < request.records_size(); ++i) {
+    const v1::StepRecord& r = request.records(i);
+    const std::string p = "records[" + std::to_string(i) + "]: ";
+    GAC_RETURN_IF_ERROR(ValidateRecordWithPrefix(r, limits, p));
+    if (!keys.emplace(r.run(), r.rank(), r.step()).second) {
+      return Bad(p, "duplicate (run, rank, step) = (" + r.run() + ", " + std::to_string(r.rank()) +
+                        ", " + std::to_string(r.step()) + ") within one batch");
+    }
+  }
+  return Status::Ok();
+}
+
+Status ValidateDecideRequest(const v1::DecideRequest& request) {
+  Status st = ValidateRunId(request.run());
+  if (!st.ok()) return st;
+  if (request.step() < 0) return Status::InvalidArgument("step must be >= 0");
+  // Non-finite statistics are a valid input: they give REGIME_INVALID.
+  if (request.grad_sq() < 0) return Status::InvalidArgument("grad_sq must be >= 0, got " + Num(request.grad_sq()));
+  if (request.ref_sq() < 0) return Status::InvalidArgument("ref_sq must be >= 0, got " + Num(request.ref_sq()));
+  return Status::Ok();
+}
+
+StatusOr<AlphaMode> AlphaModeFromProto(v1::AlphaMode mode) {
+  switch (mode) {
+    case v1::ALPHA_MODE_UNSPECIFIED:
+    case v1::ALPHA_MODE_PAPER:
+      return AlphaMode::kPaper;
+    case v1::ALPHA_MODE_EXACT:
+      return AlphaMode::kExact;
+    default:
+      return Status::InvalidArgument("unknown alpha_mode " + std::to_string(mode));
+  }
+}
+
+StatusOr<Thresholds> ThresholdsFromProto(const v1::Thresholds& thresholds) {
+  StatusOr<AlphaMode> mode = AlphaModeFromProto(thresholds.alpha_mode());
+  if (!mode.ok()) return mode.status();
+  Thresholds t{thresholds.c_low(), thresholds.c_high()};
+  Status st = ValidateThresholds(t);
+  if (!st.ok()) return st;
+  return t;
+}
+
+v1::Regime RegimeToProto(Regime regime) {
+  switch (regime) {
+    case Regime::kSafe:
+      return v1::REGIME_SAFE;
+    case Regime::kProject:
+      return v1::REGIME_PROJECT;
+    case Regime::kSkip:
+      return v1::REGIME_SKIP;
+    case Regime::kInvalid:
+      return v1::REGIME_INVALID;
+  }
+  return v1::REGIME_UNSPECIFIED;
+}
+
+}  // namespace gac::server

@@ -1,0 +1,720 @@
+// Tests of the Prometheus exporter through its text exposition: every
+// assertion reads Render() back with a small parser of the text format.
+
+#include "gac/server/metrics.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <optional>
+#include <string>
+#include <sys/wait.h>
+#include <thread>
+#include <vector>
+
+namespace gac::server {
+namespace {
+
+using Clock = std::chrono::system_clock;
+using Labels = std::map<std::string, std::string>;
+
+// One sample line of the exposition: name{labels} value.
+struct Sample {
+  std::string name;
+  Labels labels;
+  double value = 0.0;
+};
+
+double ParseValue(const std::string& text) {
+  if (text == "+Inf") return INFINITY;
+  if (text == "-Inf") return -INFINITY;
+  if (text == "NaN" || text == "Nan") return NAN;
+  return std::stod(text);
+}
+
+// Parses the sample lines of the text format (comments skipped; label values
+// unescaped). Fails the test on a line it cannot read.
+std::vector<Sample> Parse(const std::string& text) {
+  std::vector<Sample> samples;
+  std::size_t pos = 0;
+  while (pos < text.size()) {
+    std::size_t end = text.find('\n', pos);
+    if (end == std::string::npos) end = text.size();
+    const std::string line = text.substr(pos, end - pos);
+    pos = end + 1;
+    if (line.empty() || line[0] == '#') continue;
+    Sample s;
+    std::size_t i = 0;
+    while (i < line.size() && line[i] != '{' && line[i] != ' ') s.name += line[i++];
+    if (i < line.size() && line[i] == '{') {
+      ++i;
+      while (i < line.size() && line[i] != '}') {
+        std::string key;
+        while (i < line.size() && line[i] != '=') key += line[i++];
+        EXPECT_TRUE(i + 1 < line.size() && line[i + 1] == '"') << line;
+        i += 2;
+        std::string value;
+        while (i < line.size() && line[i] != '"') {
+          if (line[i] == '\\' && i + 1 < line.size()) {
+            ++i;
+            value += line[i] == 'n' ? '\n' : line[i];
+          } else {
+            value += line[i];
+          }
+          ++i;
+        }
+        ++i;  // closing quote
+        if (i < line.size() && line[i] == ',') ++i;
+        s.labels[key] = value;
+      }
+      ++i;  // closing brace
+    }
+    EXPECT_TRUE(i < line.size() && line[i] == ' ') << line;
+    std::string value = line.substr(i + 1);
+    const std::size_t space = value.find(' ');  // an optional timestamp follows
+    if (space != std::string::npos) value = value.substr(0, space);
+    s.value = ParseValue(value);
+    samples.push_back(std::move(s));
+  }
+  return samples;
+}
+
+// The value of the series with exactly these labels, if exported.
+std::optional<double> Value(const std::vector<Sample>& samples, const std::string& name,
+                            const Labels& labels = {}) {
+  for (const Sample& s : samples) {
+    if (s.name == name && s.labels == labels) return s.value;
+  }
+  return std::nullopt;
+}
+
+// The number of series of `name` whose labels include `subset`.
+std::size_t Count(const std::vector<Sample>& samples, const std::string& name, const Labels& subset = {}) {
+  std::size_t n = 0;
+  for (const Sample& s : samples) {
+    if (s.name != name) continue;
+    bool match = true;
+    for (const auto& [k, v] : subset) {
+      auto it = s.labels.find(k);
+      if (it == s.labels.end() || it->second != v) match = false;
+    }
+    if (match) ++n;
+  }
+  return n;
+}
+
+// The number of series (of any name) carrying run=`run`.
+std::size_t CountRun(const std::vector<Sample>& samples, const std::string& run) {
+  std::size_t n = 0;
+  for (const Sample& s : samples) {
+    auto it = s.labels.find("run");
+    if (it != s.labels.end() && it->second == run) ++n;
+  }
+  return n;
+}
+
+v1::StepRecord Step(const std::string& run, std::uint32_t rank, std::int64_t step,
+                    v1::Regime regime = v1::REGIME_SAFE) {
+  v1::StepRecord r;
+  r.set_run(run);
+  r.set_rank(rank);
+  r.set_world_size(rank + 1);
+  r.set_step(step);
+  r.set_regime(regime);
+  r.set_grad_norm(2.0);
+  r.set_ref_norm(3.0);
+  r.set_alpha(1.0);
+  return r;
+}
+
+void AddLayer(v1::StepRecord& r, const std::string& name, std::optional<double> cosine, double grad_norm) {
+  v1::LayerRecord* l = r.add_layers();
+  l->set_name(name);
+  if (cosine) l->set_cosine(*cosine);
+  l->set_grad_norm(grad_norm);
+  l->set_ref_norm(1.0);
+}
+
+const Clock::time_point kT0 = Clock::time_point(std::chrono::seconds(1700000000));
+
+Labels RR(const std::string& run, const std::string& rank) { return {{"run", run}, {"rank", rank}}; }
+
+TEST(MetricsTest, LatestGaugesAndCosineOnlyOnceReported) {
+  Metrics m;
+  v1::StepRecord r = Step("r1", 0, 7);
+  m.ObserveStep(r, kT0);
+  auto s = Parse(m.Render());
+  EXPECT_EQ(Value(s, "gac_step", RR("r1", "0")), 7.0);
+  EXPECT_EQ(Value(s, "gac_grad_norm", RR("r1", "0")), 2.0);
+  EXPECT_EQ(Value(s, "gac_ref_norm", RR("r1", "0")), 3.0);
+  EXPECT_EQ(Value(s, "gac_alpha", RR("r1", "0")), 1.0);
+  EXPECT_EQ(Value(s, "gac_agent_overhead_seconds", RR("r1", "0")), 0.0);
+  // No cosine, cosine_after or staleness reported yet: no series at all.
+  EXPECT_EQ(Count(s, "gac_cosine"), 0u);
+  EXPECT_EQ(Count(s, "gac_cosine_after"), 0u);
+  EXPECT_EQ(Count(s, "gac_staleness_steps"), 0u);
+
+  r = Step("r1", 0, 8, v1::REGIME_PROJECT);
+  r.set_cosine(0.25);
+  r.set_cosine_after(0.1);
+  r.set_alpha(0.4);
+  r.set_staleness(3);
+  r.set_agent_overhead_seconds(0.002);
+  m.ObserveStep(r, kT0);
+  s = Parse(m.Render());
+  EXPECT_EQ(Value(s, "gac_cosine", RR("r1", "0")), 0.25);
+  EXPECT_EQ(Value(s, "gac_cosine_after", RR("r1", "0")), 0.1);
+  EXPECT_EQ(Value(s, "gac_alpha", RR("r1", "0")), 0.4);
+  EXPECT_EQ(Value(s, "gac_staleness_steps", RR("r1", "0")), 3.0);
+  EXPECT_EQ(Value(s, "gac_agent_overhead_seconds", RR("r1", "0")), 0.002);
+
+  // A later record without them leaves the last values (never NaN).
+  m.ObserveStep(Step("r1", 0, 9, v1::REGIME_INVALID), kT0);
+  s = Parse(m.Render());
+  EXPECT_EQ(Value(s, "gac_cosine", RR("r1", "0")), 0.25);
+  EXPECT_EQ(Value(s, "gac_cosine_after", RR("r1", "0")), 0.1);
+  EXPECT_EQ(Value(s, "gac_staleness_steps", RR("r1", "0")), 3.0);
+  EXPECT_EQ(Value(s, "gac_step", RR("r1", "0")), 9.0);
+  EXPECT_EQ(Value(s, "gac_alpha", RR("r1", "0")), 1.0);
+}
+
+TEST(MetricsTest, LastReportTimestampPrefersWallTime) {
+  Metrics m;
+  m.ObserveStep(Step("r1", 0, 1), kT0);
+  v1::StepRecord r = Step("r1", 1, 1);
+  r.set_wall_time_ns(1690000000500000000);
+  m.ObserveStep(r, kT0);
+  auto s = Parse(m.Render());
+  EXPECT_EQ(Value(s, "gac_last_report_timestamp_seconds", RR("r1", "0")), 1700000000.0);
+  EXPECT_DOUBLE_EQ(*Value(s, "gac_last_report_timestamp_seconds", RR("r1", "1")), 1690000000.5);
+}
+
+TEST(MetricsTest, RegimesSkippedAndFallbacksAreCounted) {
+  Metrics m;
+  const std::vector<std::pair<v1::Regime, int>> plan = {
+      {v1::REGIME_SAFE, 3}, {v1::REGIME_PROJECT, 2}, {v1::REGIME_SKIP, 4}, {v1::REGIME_INVALID, 1}};
+  std::int64_t step = 0;
+  for (const auto& [regime, n] : plan) {
+    for (int i = 0; i < n; ++i) {
+      v1::StepRecord r = Step("r1", 0, step++, regime);
+      r.set_fallback(step % 5 == 0);  // steps 5 and 10
+      m.ObserveStep(r, kT0);
+    }
+  }
+  // Another rank: its own series, every regime present from the start.
+  m.ObserveStep(Step("r1", 1, 0), kT0);
+  auto s = Parse(m.Render());
+  auto steps = [&](const std::string& rank, const std::string& regime) {
+    return Value(s, "gac_steps_total", {{"run", "r1"}, {"rank", rank}, {"regime", regime}});
+  };
+  EXPECT_EQ(steps("0", "safe"), 3.0);
+  EXPECT_EQ(steps("0", "project"), 2.0);
+  EXPECT_EQ(steps("0", "skip"), 4.0);
+  EXPECT_EQ(steps("0", "invalid"), 1.0);
+  EXPECT_EQ(Value(s, "gac_skipped_updates_total", RR("r1", "0")), 5.0);
+  EXPECT_EQ(Value(s, "gac_controller_fallbacks_total", RR("r1", "0")), 2.0);
+  EXPECT_EQ(steps("1", "safe"), 1.0);
+  EXPECT_EQ(steps("1", "project"), 0.0);
+  EXPECT_EQ(steps("1", "skip"), 0.0);
+  EXPECT_EQ(steps("1", "invalid"), 0.0);
+  EXPECT_EQ(Value(s, "gac_skipped_updates_total", RR("r1", "1")), 0.0);
+  EXPECT_EQ(Value(s, "gac_controller_fallbacks_total", RR("r1", "1")), 0.0);
+  EXPECT_EQ(Count(s, "gac_steps_total"), 8u);
+}
+
+TEST(MetricsTest, TrainerScalarsOneSeriesPerNameCappedPerRun) {
+  Metrics m;
+  v1::StepRecord r = Step("r1", 0, 1);
+  (*r.mutable_scalars())["loss"] = 1.5;
+  (*r.mutable_scalars())["reward"] = -0.5;
+  m.ObserveStep(r, kT0);
+  (*r.mutable_scalars())["loss"] = 1.25;
+  m.ObserveStep(r, kT0);
+  auto s = Parse(m.Render());
+  EXPECT_EQ(Value(s, "gac_trainer_scalar", {{"run", "r1"}, {"rank", "0"}, {"name", "loss"}}), 1.25);
+  EXPECT_EQ(Value(s, "gac_trainer_scalar", {{"run", "r1"}, {"rank", "0"}, {"name", "reward"}}), -0.5);
+  EXPECT_EQ(Count(s, "gac_trainer_scalar"), 2u);
+
+  // 40 names in all: 32 exported per run, shared by its ranks; 8 dropped per record.
+  v1::StepRecord many = Step("r1", 1, 1);
+  for (int i = 0; i < 40; ++i) (*many.mutable_scalars())["s" + std::to_string(i)] = i;
+  m.ObserveStep(many, kT0);
+  s = Parse(m.Render());
+  EXPECT_EQ(Count(s, "gac_trainer_scalar", {{"run", "r1"}}), 32u);
+  EXPECT_EQ(Count(s, "gac_trainer_scalar", {{"run", "r1"}, {"rank", "1"}}), 30u);
+  EXPECT_EQ(Value(s, "gac_scalar_series_dropped_total"), 10.0);
+  // Rank 0 may still use its names; a new name stays out.
+  (*r.mutable_scalars())["kl"] = 0.01;
+  m.ObserveStep(r, kT0);
+  s = Parse(m.Render());
+  EXPECT_EQ(Value(s, "gac_trainer_scalar", {{"run", "r1"}, {"rank", "0"}, {"name", "loss"}}), 1.25);
+  EXPECT_FALSE(Value(s, "gac_trainer_scalar", {{"run", "r1"}, {"rank", "0"}, {"name", "kl"}}));
+  EXPECT_EQ(Value(s, "gac_scalar_series_dropped_total"), 11.0);
+  // Another run has its own budget.
+  v1::StepRecord other = Step("r2", 0, 1);
+  (*other.mutable_scalars())["kl"] = 0.02;
+  m.ObserveStep(other, kT0);
+  s = Parse(m.Render());
+  EXPECT_EQ(Value(s, "gac_trainer_scalar", {{"run", "r2"}, {"rank", "0"}, {"name", "kl"}}), 0.02);
+}
+
+TEST(MetricsTest, ThresholdsDecisionsAndDecideLatency) {
+  Metrics m;
+  v1::RunConfig config;
+  config.mutable_thresholds()->set_c_low(0.05);
+  config.mutable_thresholds()->set_c_high(0.5);
+  m.ObserveConfig("r1", config, kT0);
+  auto s = Parse(m.Render());
+  EXPECT_EQ(Value(s, "gac_threshold_c_low", {{"run", "r1"}}), 0.05);
+  EXPECT_EQ(Value(s, "gac_threshold_c_high", {{"run", "r1"}}), 0.5);
+  EXPECT_EQ(Count(s, "gac_decisions_total"), 0u);
+
+  config.mutable_thresholds()->set_c_low(0.1);
+  m.ObserveConfig("r1", config, kT0);
+  m.ObserveDecide("r1", v1::REGIME_SAFE, 0.0001, kT0);
+  m.ObserveDecide("r1", v1::REGIME_SKIP, 0.0003, kT0);
+  m.ObserveDecide("r1", v1::REGIME_SKIP, 0.2, kT0);
+  s = Parse(m.Render());
+  EXPECT_EQ(Value(s, "gac_threshold_c_low", {{"run", "r1"}}), 0.1);
+  EXPECT_EQ(Value(s, "gac_decisions_total", {{"run", "r1"}, {"regime", "safe"}}), 1.0);
+  EXPECT_EQ(Value(s, "gac_decisions_total", {{"run", "r1"}, {"regime", "project"}}), 0.0);
+  EXPECT_EQ(Value(s, "gac_decisions_total", {{"run", "r1"}, {"regime", "skip"}}), 2.0);
+  EXPECT_EQ(Value(s, "gac_decisions_total", {{"run", "r1"}, {"regime", "invalid"}}), 0.0);
+  EXPECT_EQ(Value(s, "gac_decide_seconds_count"), 3.0);
+  EXPECT_DOUBLE_EQ(*Value(s, "gac_decide_seconds_sum"), 0.2004);
+  EXPECT_EQ(Value(s, "gac_decide_seconds_bucket", {{"le", "5e-05"}}), 0.0);
+  EXPECT_EQ(Value(s, "gac_decide_seconds_bucket", {{"le", "0.0001"}}), 1.0);
+  EXPECT_EQ(Value(s, "gac_decide_seconds_bucket", {{"le", "0.1024"}}), 2.0);
+  EXPECT_EQ(Value(s, "gac_decide_seconds_bucket", {{"le", "+Inf"}}), 3.0);
+  EXPECT_EQ(Count(s, "gac_decide_seconds_bucket"), 13u);
+}
+
+TEST(MetricsTest, SelfMetrics) {
+  Metrics m;
+  auto s = Parse(m.Render());
+  EXPECT_EQ(Value(s, "gac_ingest_rows_total", {{"kind", "step"}}), 0.0);
+  EXPECT_EQ(Value(s, "gac_ingest_rows_total", {{"kind", "layer"}}), 0.0);
+  EXPECT_EQ(Value(s, "gac_runs_exported"), 0.0);
+  EXPECT_EQ(Value(s, "gac_expired_runs_total"), 0.0);
+  EXPECT_EQ(Value(s, "gac_layer_series_dropped_total"), 0.0);
+
+  m.ObserveIngest(10, 200, 2);
+  m.ObserveIngest(5, 0, 0);
+  m.ObserveRpcError("Ingest", "INVALID_ARGUMENT");
+  m.ObserveRpcError("Ingest", "INVALID_ARGUMENT");
+  m.ObserveRpcError("Decide", "UNAUTHENTICATED");
+  m.SetQueueRows(42);
+  m.ObserveWriteSeconds(0.003);
+  m.ObserveWriteSeconds(20.0);
+  s = Parse(m.Render());
+  EXPECT_EQ(Value(s, "gac_ingest_rows_total", {{"kind", "step"}}), 15.0);
+  EXPECT_EQ(Value(s, "gac_ingest_rows_total", {{"kind", "layer"}}), 200.0);
+  EXPECT_EQ(Value(s, "gac_ingest_batches_total"), 2.0);
+  EXPECT_EQ(Value(s, "gac_ingest_duplicates_total"), 2.0);
+  EXPECT_EQ(Value(s, "gac_rpc_errors_total", {{"method", "Ingest"}, {"code", "INVALID_ARGUMENT"}}), 2.0);
+  EXPECT_EQ(Value(s, "gac_rpc_errors_total", {{"method", "Decide"}, {"code", "UNAUTHENTICATED"}}), 1.0);
+  EXPECT_EQ(Value(s, "gac_store_queue_rows"), 42.0);
+  EXPECT_EQ(Value(s, "gac_store_write_seconds_count"), 2.0);
+  EXPECT_EQ(Value(s, "gac_store_write_seconds_bucket", {{"le", "0.001"}}), 0.0);
+  EXPECT_EQ(Value(s, "gac_store_write_seconds_bucket", {{"le", "0.004"}}), 1.0);
+  EXPECT_EQ(Value(s, "gac_store_write_seconds_bucket", {{"le", "16.384"}}), 1.0);
+  EXPECT_EQ(Value(s, "gac_store_write_seconds_bucket", {{"le", "+Inf"}}), 2.0);
+}
+
+TEST(MetricsTest, PerLayerSeriesOffByDefault) {
+  Metrics m;
+  v1::StepRecord r = Step("r1", 0, 1);
+  AddLayer(r, "fc1.weight", 0.5, 1.0);
+  m.ObserveStep(r, kT0);
+  auto s = Parse(m.Render());
+  EXPECT_EQ(Count(s, "gac_layer_cosine"), 0u);
+  EXPECT_EQ(Count(s, "gac_layer_grad_norm"), 0u);
+  EXPECT_EQ(Value(s, "gac_layer_series_dropped_total"), 0.0);
+}
+
+TEST(MetricsTest, PerLayerSeriesOptInAndCapped) {
+  MetricsOptions options;
+  options.per_layer = true;
+  options.max_layers_per_run = 3;
+  Metrics m(options);
+  v1::StepRecord r = Step("r1", 0, 1);
+  AddLayer(r, "a", 0.5, 1.0);
+  AddLayer(r, "b", std::nullopt, 2.0);
+  AddLayer(r, "odd \"name\"\\x", -0.25, 3.0);
+  AddLayer(r, "d", 0.1, 4.0);
+  AddLayer(r, "e", 0.1, 5.0);
+  m.ObserveStep(r, kT0);
+  auto s = Parse(m.Render());
+  auto layer = [](const std::string& rank, const std::string& name) {
+    return Labels{{"run", "r1"}, {"rank", rank}, {"layer", name}};
+  };
+  EXPECT_EQ(Value(s, "gac_layer_cosine", layer("0", "a")), 0.5);
+  EXPECT_EQ(Value(s, "gac_layer_grad_norm", layer("0", "a")), 1.0);
+  EXPECT_FALSE(Value(s, "gac_layer_cosine", layer("0", "b")));  // no cosine yet
+  EXPECT_EQ(Value(s, "gac_layer_grad_norm", layer("0", "b")), 2.0);
+  EXPECT_EQ(Value(s, "gac_layer_cosine", layer("0", "odd \"name\"\\x")), -0.25);
+  EXPECT_EQ(Count(s, "gac_layer_grad_norm"), 3u);
+  EXPECT_EQ(Count(s, "gac_layer_cosine"), 2u);
+  EXPECT_EQ(Value(s, "gac_layer_series_dropped_total"), 2.0);
+
+  // Rank 1 shares the run's names; "e" stays out.
+  v1::StepRecord r1 = Step("r1", 1, 1);
+  AddLayer(r1, "a", 0.75, 1.5);
+  AddLayer(r1, "e", 0.1, 5.0);
+  m.ObserveStep(r1, kT0);
+  s = Parse(m.Render());
+  EXPECT_EQ(Value(s, "gac_layer_cosine", layer("1", "a")), 0.75);
+  EXPECT_EQ(Value(s, "gac_layer_cosine", layer("0", "a")), 0.5);
+  EXPECT_FALSE(Value(s, "gac_layer_grad_norm", layer("1", "e")));
+  EXPECT_EQ(Count(s, "gac_layer_grad_norm"), 4u);
+  EXPECT_EQ(Value(s, "gac_layer_series_dropped_total"), 3.0);
+}
+
+TEST(MetricsTest, ExpireIdleRemovesEveryRunSeriesAndRunComesBack) {
+  MetricsOptions options;
+  options.per_layer = true;
+  options.run_ttl = std::chrono::minutes(15);
+  Metrics m(options);
+  v1::RunConfig config;
+  config.mutable_thresholds()->set_c_low(0.05);
+  config.mutable_thresholds()->set_c_high(0.5);
+
+  v1::StepRecord r = Step("old", 0, 1, v1::REGIME_SKIP);
+  r.set_cosine(0.9);
+  r.set_cosine_after(0.05);
+  r.set_staleness(1);
+  (*r.mutable_scalars())["loss"] = 1.0;
+  AddLayer(r, "fc", 0.5, 1.0);
+  m.ObserveStep(r, kT0);
+  m.ObserveStep(Step("old", 1, 1), kT0);
+  m.ObserveConfig("old", config, kT0);
+  m.ObserveDecide("old", v1::REGIME_SAFE, 0.001, kT0);
+  m.ObserveStep(Step("new", 0, 1), kT0 + std::chrono::minutes(10));
+  auto s = Parse(m.Render());
+  EXPECT_GT(CountRun(s, "old"), 20u);
+  EXPECT_EQ(m.runs_exported(), 2u);
+  EXPECT_EQ(Value(s, "gac_runs_exported"), 2.0);
+
+  EXPECT_EQ(m.ExpireIdle(kT0 + std::chrono::minutes(14)), 0u);
+  EXPECT_EQ(m.ExpireIdle(kT0 + std::chrono::minutes(16)), 1u);
+  s = Parse(m.Render());
+  EXPECT_EQ(CountRun(s, "old"), 0u);
+  EXPECT_GT(CountRun(s, "new"), 0u);
+  EXPECT_EQ(m.runs_exported(), 1u);
+  EXPECT_EQ(Value(s, "gac_runs_exported"), 1.0);
+  EXPECT_EQ(Value(s, "gac_expired_runs_total"), 1.0);
+
+  // Seen again: its series come back, counters restarting.
+  m.ObserveStep(Step("old", 0, 2), kT0 + std::chrono::minutes(17));
+  s = Parse(m.Render());
+  EXPECT_EQ(Value(s, "gac_steps_total", {{"run", "old"}, {"rank", "0"}, {"regime", "safe"}}), 1.0);
+  EXPECT_EQ(Value(s, "gac_steps_total", {{"run", "old"}, {"rank", "0"}, {"regime", "skip"}}), 0.0);
+  EXPECT_EQ(Value(s, "gac_step", RR("old", "0")), 2.0);
+  EXPECT_FALSE(Value(s, "gac_cosine", RR("old", "0")));
+  EXPECT_EQ(Count(s, "gac_threshold_c_low"), 0u);
+  EXPECT_EQ(m.runs_exported(), 2u);
+
+  EXPECT_EQ(m.ExpireIdle(kT0 + std::chrono::hours(1)), 2u);
+  s = Parse(m.Render());
+  EXPECT_EQ(CountRun(s, "old") + CountRun(s, "new"), 0u);
+  EXPECT_EQ(Value(s, "gac_expired_runs_total"), 3.0);
+  EXPECT_EQ(Value(s, "gac_runs_exported"), 0.0);
+}
+
+TEST(MetricsTest, MaxRunsEvictsLeastRecentlySeen) {
+  MetricsOptions options;
+  options.max_runs = 2;
+  Metrics m(options);
+  m.ObserveStep(Step("a", 0, 1), kT0);
+  m.ObserveStep(Step("b", 0, 1), kT0);
+  m.ObserveStep(Step("a", 0, 2), kT0);  // a is now more recent than b
+  m.ObserveStep(Step("c", 0, 1), kT0);  // evicts b
+  auto s = Parse(m.Render());
+  EXPECT_GT(CountRun(s, "a"), 0u);
+  EXPECT_EQ(CountRun(s, "b"), 0u);
+  EXPECT_GT(CountRun(s, "c"), 0u);
+  EXPECT_EQ(Value(s, "gac_expired_runs_total"), 1.0);
+  EXPECT_EQ(Value(s, "gac_runs_exported"), 2.0);
+
+  // Decide and config also count as seeing a run.
+  m.ObserveDecide("a", v1::REGIME_SAFE, 0.001, kT0);
+  m.ObserveConfig("d", v1::RunConfig(), kT0);  // evicts c
+  s = Parse(m.Render());
+  EXPECT_GT(CountRun(s, "a"), 0u);
+  EXPECT_EQ(CountRun(s, "c"), 0u);
+  EXPECT_EQ(Value(s, "gac_threshold_c_low", {{"run", "d"}}), 0.0);
+  EXPECT_EQ(Value(s, "gac_expired_runs_total"), 2.0);
+  EXPECT_EQ(m.runs_exported(), 2u);
+}
+
+TEST(MetricsTest, ConcurrentObserveStepCountsExactly) {
+  MetricsOptions options;
+  options.per_layer = true;
+  Metrics m(options);
+  constexpr int kThreads = 4;
+  constexpr int kPerThread = 20000;
+  std::atomic<bool> done{false};
+  std::thread scraper([&] {
+    while (!done.load()) {
+      (void)m.Render();
+      m.ExpireIdle(kT0);  // nothing is idle: must not disturb the counts
+    }
+  });
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&m, t] {
+      for (int i = 0; i < kPerThread; ++i) {
+        // Every thread writes every (run, rank), so series are shared.
+        v1::StepRecord r = Step(i % 2 == 0 ? "even" : "odd", static_cast<std::uint32_t>(i % 3), i,
+                                i % 4 == 0 ? v1::REGIME_SKIP : v1::REGIME_SAFE);
+        r.set_cosine(0.1 * t);
+        r.set_fallback(i % 10 == 0);
+        (*r.mutable_scalars())["loss"] = i;
+        AddLayer(r, "l" + std::to_string(i % 5), 0.5, 1.0);
+        m.ObserveStep(r, kT0);
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  done = true;
+  scraper.join();
+
+  auto s = Parse(m.Render());
+  double steps = 0, skip = 0, skipped = 0, fallbacks = 0;
+  for (const Sample& x : s) {
+    if (x.name == "gac_steps_total") {
+      steps += x.value;
+      if (x.labels.at("regime") == "skip") skip += x.value;
+    }
+    if (x.name == "gac_skipped_updates_total") skipped += x.value;
+    if (x.name == "gac_controller_fallbacks_total") fallbacks += x.value;
+  }
+  EXPECT_EQ(steps, kThreads * kPerThread);
+  EXPECT_EQ(skip, kThreads * kPerThread / 4);
+  EXPECT_EQ(skipped, kThreads * kPerThread / 4);
+  EXPECT_EQ(fallbacks, kThreads * kPerThread / 10);
+  EXPECT_EQ(Count(s, "gac_cosine"), 6u);
+  EXPECT_EQ(Count(s, "gac_layer_grad_norm"), 30u);
+  // i % 2 and i % 4 agree: the "even" run has every skip.
+  double even_skip = 0;
+  for (int rank = 0; rank < 3; ++rank) {
+    even_skip += *Value(s, "gac_steps_total", {{"run", "even"}, {"rank", std::to_string(rank)}, {"regime", "skip"}});
+  }
+  EXPECT_EQ(even_skip, kThreads * kPerThread / 4);
+  EXPECT_EQ(m.runs_exported(), 2u);
+}
+
+// Runs expire and are evicted while other threads report to them. A run
+// that comes back while its old series are being removed must get fresh
+// series, not ones about to be deleted: afterwards every cached series must
+// still be in the exposition.
+TEST(MetricsTest, ConcurrentExpiryAndEvictionLeaveWholeRuns) {
+  MetricsOptions options;
+  options.per_layer = true;
+  constexpr int kThreads = 4;
+  constexpr int kPerThread = 1000;
+  constexpr int kLayers = 50;  // many series make removal slow: a wider window
+  options.max_layers_per_run = kLayers;
+  options.max_runs = 3;
+  options.run_ttl = std::chrono::seconds(1);
+  Metrics m(options);
+  auto observe = [&m](const std::string& run, std::uint32_t rank, int step) {
+    v1::StepRecord r = Step(run, rank, step);
+    r.set_cosine(0.5);
+    (*r.mutable_scalars())["loss"] = step;
+    for (int l = 0; l < kLayers; ++l) AddLayer(r, "fc" + std::to_string(l), 0.5, 1.0);
+    m.ObserveStep(r, kT0);
+  };
+
+  // Churn: four runs over three slots, and everything idle for the expirer.
+  std::atomic<bool> done{false};
+  std::thread expirer([&] {
+    while (!done.load()) {
+      m.ExpireIdle(kT0 + std::chrono::seconds(2));
+      (void)m.Render();
+    }
+  });
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < kPerThread; ++i) {
+        const std::string run = "run" + std::to_string((i + t) % 4);
+        observe(run, static_cast<std::uint32_t>(i % 2), i);
+        if (i % 7 == 0) m.ObserveDecide(run, v1::REGIME_SAFE, 1e-4, kT0);
+        if (i % 11 == 0) m.ObserveConfig(run, v1::RunConfig(), kT0);
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  done = true;
+  expirer.join();
+  EXPECT_GT(*Value(Parse(m.Render()), "gac_expired_runs_total"), 0.0);
+
+  // Settle: report to every (run, rank) of three runs, so cached series in use.
+  threads.clear();
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&] {
+      for (int run = 0; run < 3; ++run) {
+        for (std::uint32_t rank = 0; rank < 2; ++rank) observe("run" + std::to_string(run), rank, 1);
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+
+  auto s = Parse(m.Render());
+  EXPECT_EQ(m.runs_exported(), 3u);
+  EXPECT_EQ(Value(s, "gac_runs_exported"), 3.0);
+  for (int run = 0; run < 3; ++run) {
+    for (const std::string rank : {"0", "1"}) {
+      const Labels rr = RR("run" + std::to_string(run), rank);
+      EXPECT_EQ(Count(s, "gac_steps_total", rr), 4u) << rr.at("run") << " " << rank;
+      EXPECT_EQ(Value(s, "gac_step", rr), 1.0) << rr.at("run") << " " << rank;
+      EXPECT_EQ(Value(s, "gac_cosine", rr), 0.5) << rr.at("run") << " " << rank;
+      EXPECT_EQ(Count(s, "gac_trainer_scalar", rr), 1u) << rr.at("run") << " " << rank;
+      EXPECT_EQ(Count(s, "gac_layer_grad_norm", rr), static_cast<std::size_t>(kLayers)) << rr.at("run");
+      EXPECT_EQ(Count(s, "gac_layer_cosine", rr), static_cast<std::size_t>(kLayers)) << rr.at("run");
+    }
+  }
+  // Everything goes once idle; nothing is left behind in any family.
+  EXPECT_EQ(m.ExpireIdle(kT0 + std::chrono::seconds(2)), 3u);
+  s = Parse(m.Render());
+  for (const Sample& x : s) EXPECT_EQ(x.labels.count("run"), 0u) << x.name;
+}
+
+// Runs `command` with `input` on stdin; returns its exit status and output.
+std::pair<int, std::string> RunWithInput(const std::string& command, const std::string& input) {
+  char path[] = "/tmp/gac_metrics_test_XXXXXX";
+  const int fd = mkstemp(path);
+  if (fd < 0) return {-1, "mkstemp failed"};
+  const ssize_t written = write(fd, input.data(), input.size());
+  close(fd);
+  if (written != static_cast<ssize_t>(input.size())) return {-1, "write failed"};
+  const std::string full = command + " < " + path + " 2>&1";
+  FILE* pipe = popen(full.c_str(), "r");
+  std::string output;
+  if (pipe == nullptr) return {-1, "popen failed"};
+  char buf[4096];
+  std::size_t n;
+  while ((n = fread(buf, 1, sizeof(buf), pipe)) > 0) output.append(buf, n);
+  const int status = pclose(pipe);
+  unlink(path);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, output};
+}
+
+TEST(MetricsTest, PromtoolLintIsClean) {
+  const char* promtool = "/usr/bin/promtool";
+  if (access(promtool, X_OK) != 0) GTEST_SKIP() << promtool << " not installed";
+  MetricsOptions options;
+  options.per_layer = true;
+  options.max_layers_per_run = 2;
+  Metrics m(options);
+  v1::RunConfig config;
+  config.mutable_thresholds()->set_c_low(0.05);
+  config.mutable_thresholds()->set_c_high(0.5);
+  for (const std::string run : {"run-a", "team/b:1", "c.d_e"}) {
+    for (std::uint32_t rank = 0; rank < 2; ++rank) {
+      v1::StepRecord r = Step(run, rank, 5, v1::REGIME_PROJECT);
+      r.set_cosine(0.3);
+      r.set_cosine_after(0.05);
+      r.set_staleness(2);
+      r.set_wall_time_ns(1700000000000000000);
+      r.set_fallback(true);
+      (*r.mutable_scalars())["loss"] = 0.7;
+      (*r.mutable_scalars())["reward"] = 1.0;
+      AddLayer(r, "fc1.weight", 0.2, 1.0);
+      AddLayer(r, "fc\"2\"", std::nullopt, 1.0);
+      AddLayer(r, "dropped", 0.2, 1.0);
+      m.ObserveStep(r, kT0);
+    }
+    m.ObserveConfig(run, config, kT0);
+    m.ObserveDecide(run, v1::REGIME_SKIP, 0.0002, kT0);
+  }
+  v1::StepRecord many = Step("run-a", 0, 6);
+  for (int i = 0; i < 40; ++i) (*many.mutable_scalars())["s" + std::to_string(i)] = i;
+  m.ObserveStep(many, kT0);
+  m.ObserveStep(Step("idle", 0, 1), kT0 - std::chrono::hours(1));
+  EXPECT_EQ(m.ExpireIdle(kT0), 1u);
+  m.ObserveIngest(6, 18, 1);
+  m.ObserveRpcError("Ingest", "INVALID_ARGUMENT");
+  m.SetQueueRows(3);
+  m.ObserveWriteSeconds(0.01);
+
+  const std::string text = m.Render();
+  auto s = Parse(text);
+  EXPECT_GT(Value(s, "gac_layer_series_dropped_total").value_or(0), 0.0);
+  EXPECT_GT(Value(s, "gac_scalar_series_dropped_total").value_or(0), 0.0);
+  const auto [status, output] = RunWithInput(std::string(promtool) + " check metrics", text);
+  EXPECT_EQ(status, 0) << output;
+  EXPECT_EQ(output, "") << output;
+}
+
+// Timing, not a check: --gtest_also_run_disabled_tests --gtest_filter=*Timing*
+TEST(MetricsTest, DISABLED_Timing) {
+  using Steady = std::chrono::steady_clock;
+  MetricsOptions options;
+  Metrics m(options);
+  // 500 runs x 1 rank: 20 series each (6 gauges, 3 cosine/staleness, 4+2
+  // counters, 3 scalars, 2 thresholds) plus self-metrics, ~10,000 in all.
+  for (int run = 0; run < 500; ++run) {
+    v1::StepRecord r = Step("run-" + std::to_string(run), 0, 1, v1::REGIME_PROJECT);
+    r.set_cosine(0.3);
+    r.set_cosine_after(0.05);
+    r.set_staleness(1);
+    (*r.mutable_scalars())["loss"] = 1.0;
+    (*r.mutable_scalars())["reward"] = 1.0;
+    (*r.mutable_scalars())["kl"] = 1.0;
+    m.ObserveStep(r, kT0);
+    v1::RunConfig config;
+    config.mutable_thresholds()->set_c_low(0.05);
+    config.mutable_thresholds()->set_c_high(0.5);
+    m.ObserveConfig(r.run(), config, kT0);
+  }
+  std::size_t series = 0;
+  for (const Sample& x : Parse(m.Render())) {
+    if (x.labels.count("run") != 0) ++series;
+  }
+  constexpr int kRenders = 20;
+  std::size_t bytes = 0;
+  const auto r0 = Steady::now();
+  for (int i = 0; i < kRenders; ++i) bytes += m.Render().size();
+  const double render_ms = std::chrono::duration<double, std::milli>(Steady::now() - r0).count() / kRenders;
+
+  std::vector<v1::StepRecord> records;
+  for (int run = 0; run < 500; ++run) {
+    v1::StepRecord r = Step("run-" + std::to_string(run), 0, 2, v1::REGIME_SAFE);
+    r.set_cosine(0.1);
+    (*r.mutable_scalars())["loss"] = 1.0;
+    (*r.mutable_scalars())["reward"] = 1.0;
+    records.push_back(r);
+  }
+  constexpr int kSteps = 1000000;
+  const auto o0 = Steady::now();
+  for (int i = 0; i < kSteps; ++i) m.ObserveStep(records[static_cast<std::size_t>(i) % records.size()], kT0);
+  const double observe_ns = std::chrono::duration<double, std::nano>(Steady::now() - o0).count() / kSteps;
+
+  MetricsOptions layered;
+  layered.per_layer = true;
+  Metrics ml(layered);
+  v1::StepRecord lr = Step("layers", 0, 1);
+  lr.set_cosine(0.1);
+  for (int i = 0; i < 64; ++i) AddLayer(lr, "block." + std::to_string(i) + ".weight", 0.1, 1.0);
+  ml.ObserveStep(lr, kT0);
+  constexpr int kLayerSteps = 100000;
+  const auto l0 = Steady::now();
+  for (int i = 0; i < kLayerSteps; ++i) ml.ObserveStep(lr, kT0);
+  const double layer_ns = std::chrono::duration<double, std::nano>(Steady::now() - l0).count() / kLayerSteps;
+
+  std::printf("per-run series: %zu, exposition %zu bytes\n", series, bytes / kRenders);
+  std::printf("Render(): %.2f ms\n", render_ms);
+  std::printf("ObserveStep (2 scalars, no layers): %.0f ns/call\n", observe_ns);
+  std::printf("ObserveStep (64 layers, per_layer on): %.0f ns/call\n", layer_ns);
+}
+
+}  // namespace
+}  // namespace gac::server

@@ -104,6 +104,7 @@ class GacdProcess {
   // SIGKILL, then waits.
   void Kill();
   bool running() const { return pid_ > 0; }
+  int pid() const { return pid_; }
 
   const std::string& address() const { return address_; }
   const std::string& metrics_address() const { return metrics_address_; }

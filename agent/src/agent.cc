@@ -1,6 +1,7 @@
 #include "gac/agent/agent.h"
 
 #include <ATen/ATen.h>
+#include <c10/util/SmallVector.h>
 
 #include <algorithm>
 #include <chrono>
@@ -22,6 +23,8 @@ using Clock = std::chrono::steady_clock;
 // Below this many elements a step runs on the calling thread only: waking
 // workers would cost more than it saves.
 constexpr std::int64_t kSerialElements = std::int64_t{1} << 18;
+// Parameters whose gradients are looked up together (see Step).
+constexpr std::size_t kGatherBlock = 16;
 // Snapshot slices start on 64-byte boundaries (16 fp32 / 32 bf16 elements).
 constexpr std::int64_t kSliceAlignElements = 32;
 
@@ -43,6 +46,24 @@ bool SameLayout(at::IntArrayRef sizes, at::IntArrayRef a, at::IntArrayRef b) {
     if (sizes[i] > 1 && a[i] != b[i]) return false;
   }
   return true;
+}
+
+bool SameSizes(at::IntArrayRef a, at::IntArrayRef b) {
+  if (a.size() != b.size()) return false;
+  for (std::size_t i = 0; i < b.size(); ++i) {
+    if (a[i] != b[i]) return false;
+  }
+  return true;
+}
+
+// First element of a CPU tensor with plain storage, as Tensor::data_ptr()
+// returns it for a non-empty tensor, without its virtual has_storage() call;
+// tensors without a storage object take data_ptr() and its checks.
+void* DataPtr(const at::Tensor& t, std::size_t elem_size) {
+  const c10::TensorImpl* impl = t.unsafeGetTensorImpl();
+  const c10::Storage& storage = impl->unsafe_storage();
+  if (!storage) return t.data_ptr();
+  return static_cast<char*>(storage.data()) + impl->storage_offset() * static_cast<std::int64_t>(elem_size);
 }
 
 std::vector<std::int64_t> ContiguousStrides(at::IntArrayRef sizes) {
@@ -70,29 +91,32 @@ StatusOr<Mode> ParseMode(const char* name) {
 // The parameter set, the snapshot and the per-step scratch. Built on the
 // first step after creation or Reset().
 struct Agent::Plan {
+  // What Step() reads for every tensor comes first (~1.5 cache lines).
   struct Slot {
     const c10::TensorImpl* param = nullptr;  // identity of the parameter
     std::int64_t numel = 0;
+    std::int64_t first_chunk = 0;
+    std::int64_t end_chunk = 0;     // chunks [first_chunk, end_chunk) are this tensor's
+    bool snap_contiguous = false;   // snap_strides are the contiguous strides of sizes
+    c10::SmallVector<std::int64_t, 5> sizes;  // inline up to 5 dimensions
     std::int64_t offset = 0;  // first snapshot element
-    std::vector<std::int64_t> sizes;
-    std::vector<std::int64_t> snap_strides;  // layout of the snapshot slice
-    // Per step.
-    const at::Tensor* grad = nullptr;  // null: no gradient this step
-    void* grad_ptr = nullptr;
-    cpu::ElemType grad_type = cpu::ElemType::kF32;
-    std::size_t grad_elem_size = 4;
-    bool fast = false;  // dense, same layout as the snapshot: flat kernels
+    c10::SmallVector<std::int64_t, 5> snap_strides;  // layout of the snapshot slice
   };
-  struct Chunk {
-    std::int32_t slot;
-    std::int64_t begin;
-    std::int64_t length;
+  // A gradient that takes the strided path this step.
+  struct Strided {
+    const Slot* slot;
+    const at::Tensor* grad;
   };
 
   std::vector<Slot> slots;
-  std::vector<Chunk> chunks;
+  // One per chunk, in slot order: the snapshot slice and length are fixed;
+  // the gradient pointer and type are set per step (null: no gradient this
+  // step, or not dense with the snapshot's layout).
+  std::vector<cpu::Span> spans;
   std::vector<std::int64_t> task_first_chunk;  // tasks + 1 entries
-  std::vector<cpu::Partial> partials;          // one per chunk
+  std::vector<cpu::Partial> partials;          // one per chunk (parallel passes)
+  std::vector<Strided> strided;                // per step
+  std::int64_t chunk_elements = 0;
   at::Tensor snapshot;                         // flat, snapshot dtype
   char* snap_base = nullptr;
   std::size_t snap_elem_size = 4;
@@ -102,12 +126,10 @@ struct Agent::Plan {
   bool stepped = false;
   std::int64_t last_step = 0;
 
+  std::int64_t num_tasks() const { return static_cast<std::int64_t>(task_first_chunk.size()) - 1; }
   at::Tensor SnapshotView(const Slot& s) const {
     return at::from_blob(snap_base + s.offset * static_cast<std::int64_t>(snap_elem_size), s.sizes, s.snap_strides,
                          at::TensorOptions().dtype(snap_scalar));
-  }
-  char* SnapshotPtr(const Slot& s, std::int64_t begin) const {
-    return snap_base + (s.offset + begin) * static_cast<std::int64_t>(snap_elem_size);
   }
 
   // Builds the slots, chunks, tasks and the zeroed snapshot for `params`.
@@ -155,28 +177,41 @@ StatusOr<std::unique_ptr<Agent::Plan>> Agent::Plan::Build(const std::vector<at::
     auto& s = plan->slots[i];
     s.param = p.unsafeGetTensorImpl();
     s.numel = p.numel();
-    s.sizes = p.sizes().vec();
+    s.sizes.assign(p.sizes().begin(), p.sizes().end());
     const at::Tensor& g = p.grad();
     if (g.defined() && g.sizes() == p.sizes() && g.is_non_overlapping_and_dense()) {
-      s.snap_strides = g.strides().vec();
+      s.snap_strides.assign(g.strides().begin(), g.strides().end());
     } else if (p.is_non_overlapping_and_dense()) {
-      s.snap_strides = p.strides().vec();
+      s.snap_strides.assign(p.strides().begin(), p.strides().end());
     } else {
-      s.snap_strides = ContiguousStrides(p.sizes());
+      const std::vector<std::int64_t> strides = ContiguousStrides(p.sizes());
+      s.snap_strides.assign(strides.begin(), strides.end());
     }
+    s.snap_contiguous = SameLayout(s.sizes, s.snap_strides, ContiguousStrides(s.sizes));
     s.offset = total;
     total += (s.numel + kSliceAlignElements - 1) / kSliceAlignElements * kSliceAlignElements;
+    s.first_chunk = static_cast<std::int64_t>(plan->spans.size());
     for (std::int64_t b = 0; b < s.numel; b += options.chunk_elements) {
-      plan->chunks.push_back({static_cast<std::int32_t>(i), b, std::min(options.chunk_elements, s.numel - b)});
+      cpu::Span span;
+      span.n = std::min(options.chunk_elements, s.numel - b);
+      plan->spans.push_back(span);  // span.p is set once the snapshot exists
     }
+    s.end_chunk = static_cast<std::int64_t>(plan->spans.size());
   }
+  plan->chunk_elements = options.chunk_elements;
   const bool bf16 = options.snapshot_dtype == SnapshotDtype::kBFloat16;
   plan->snap_scalar = bf16 ? at::kBFloat16 : at::kFloat;
   plan->snap_type = bf16 ? cpu::ElemType::kBF16 : cpu::ElemType::kF32;
   plan->snap_elem_size = bf16 ? 2 : 4;
   plan->snapshot = at::zeros({std::max<std::int64_t>(total, 1)}, at::TensorOptions().dtype(plan->snap_scalar));
   plan->snap_base = static_cast<char*>(plan->snapshot.data_ptr());
-  plan->partials.resize(plan->chunks.size());
+  for (const Slot& s : plan->slots) {
+    for (std::int64_t c = s.first_chunk; c < s.end_chunk; ++c) {
+      const std::int64_t element = s.offset + (c - s.first_chunk) * options.chunk_elements;
+      plan->spans[c].p = plan->snap_base + element * static_cast<std::int64_t>(plan->snap_elem_size);
+    }
+  }
+  plan->partials.resize(plan->spans.size());
 
   // Tasks: runs of chunks with roughly equal element counts, a few per thread.
   const std::int64_t threads = options.num_threads;
@@ -185,14 +220,14 @@ StatusOr<std::unique_ptr<Agent::Plan>> Agent::Plan::Build(const std::vector<at::
                                   : std::max(options.chunk_elements, (total + threads * 4 - 1) / (threads * 4));
   plan->task_first_chunk.push_back(0);
   std::int64_t acc = 0;
-  for (std::size_t c = 0; c < plan->chunks.size(); ++c) {
-    acc += plan->chunks[c].length;
-    if (acc >= target && c + 1 < plan->chunks.size()) {
+  for (std::size_t c = 0; c < plan->spans.size(); ++c) {
+    acc += plan->spans[c].n;
+    if (acc >= target && c + 1 < plan->spans.size()) {
       plan->task_first_chunk.push_back(static_cast<std::int64_t>(c + 1));
       acc = 0;
     }
   }
-  plan->task_first_chunk.push_back(static_cast<std::int64_t>(plan->chunks.size()));
+  plan->task_first_chunk.push_back(static_cast<std::int64_t>(plan->spans.size()));
   return plan;
 }
 
@@ -216,73 +251,122 @@ StatusOr<StepReport> Agent::Step(std::int64_t step, const std::vector<at::Tensor
   StepReport report;
   report.step = step;
   // Gather the gradients; validate everything before touching anything.
-  for (std::size_t i = 0; i < parameters.size(); ++i) {
-    Plan::Slot& s = plan.slots[i];
-    const at::Tensor& p = parameters[i];
-    if (!p.defined() || p.unsafeGetTensorImpl() != s.param) {
-      return Status::FailedPrecondition("parameter set changed: tensor " + std::to_string(i) +
-                                        " is not the one tracked (call Reset() to start over with a new set)");
-    }
-    const at::Tensor& g = p.grad();
-    s.grad = nullptr;
-    if (!g.defined()) continue;
-    if (!g.device().is_cpu()) {
-      return Status::Unimplemented("gradient of parameter " + std::to_string(i) + " is on " + g.device().str() +
-                                   "; this build of the agent reads CPU gradients only");
-    }
-    const std::optional<cpu::ElemType> type = ToElemType(g.scalar_type());
-    if (!type) {
-      return Status::InvalidArgument("gradient of parameter " + std::to_string(i) + " has dtype " +
-                                     std::string(c10::toString(g.scalar_type())) +
-                                     "; supported: float32, bfloat16, float16");
-    }
-    if (g.sizes() != at::IntArrayRef(s.sizes)) {
-      return Status::InvalidArgument("gradient of parameter " + std::to_string(i) +
-                                     " does not have the parameter's shape");
-    }
-    s.grad = &g;
-    s.grad_type = *type;
-    s.grad_elem_size = g.element_size();
-    s.fast = g.is_non_overlapping_and_dense() && SameLayout(s.sizes, g.strides(), s.snap_strides);
-    s.grad_ptr = s.fast ? g.data_ptr() : nullptr;
-    report.elements += s.numel;
-    ++report.tensors;
-    report.strided_tensors += s.fast ? 0 : 1;
-  }
-
-  // Statistics.
+  // The tensors are read through their TensorImpl: Tensor::grad() would add a
+  // dispatcher call (is_leaf) per parameter and data_ptr() a virtual call.
+  //
+  // With many small tensors this is bound by cache misses: each tensor is a
+  // chain of objects (parameter -> autograd meta -> gradient -> storage ->
+  // data) over ~10 cache lines that are rarely all in L2. So blocks of
+  // kGatherBlock parameters go through three short loops (look up the
+  // gradients; prefetch their storage objects; check them), and with a
+  // serial plan the statistics of a block's chunks are computed right after
+  // it is gathered, while its data is in L1 (reading is no side effect, so
+  // an error in a later block still leaves everything untouched).
   const cpu::Kernels& k = cpu::BestKernels();
+  const std::int64_t num_spans = static_cast<std::int64_t>(plan.spans.size());
+  const bool serial = plan.num_tasks() <= 1 || pool_->num_threads() == 1;
   const bool has_ref = plan.has_reference;
-  const auto run_chunks = [&](auto&& chunk_fn) {
-    pool_->ParallelFor(static_cast<std::int64_t>(plan.task_first_chunk.size()) - 1, [&](std::int64_t task) {
-      for (std::int64_t c = plan.task_first_chunk[task]; c < plan.task_first_chunk[task + 1]; ++c) {
-        const Plan::Chunk& ch = plan.chunks[c];
-        chunk_fn(c, ch, plan.slots[ch.slot]);
+  cpu::Partial serial_sum;  // serial plans: the statistics of spans [0, summed)
+  std::int64_t summed = 0;
+  plan.strided.clear();
+  cpu::Span* const spans = plan.spans.data();
+  for (std::size_t b0 = 0; b0 < parameters.size(); b0 += kGatherBlock) {
+    const std::size_t b1 = std::min(parameters.size(), b0 + kGatherBlock);
+    const at::Tensor* grads[kGatherBlock];
+    for (std::size_t i = b0; i < b1; ++i) {
+      const c10::TensorImpl* impl = parameters[i].unsafeGetTensorImpl();
+      // s.param is never the undefined tensor's impl, so this also rejects undefined tensors.
+      if (impl != plan.slots[i].param) {
+        return Status::FailedPrecondition("parameter set changed: tensor " + std::to_string(i) +
+                                          " is not the one tracked (call Reset() to start over with a new set)");
       }
+      grads[i - b0] = &impl->grad();
+    }
+    for (std::size_t i = b0; i < b1; ++i) {
+      const c10::StorageImpl* storage = grads[i - b0]->unsafeGetTensorImpl()->unsafe_storage().unsafeGetStorageImpl();
+      if (storage != nullptr) __builtin_prefetch(&storage->data_ptr());
+    }
+    for (std::size_t i = b0; i < b1; ++i) {
+      const Plan::Slot& s = plan.slots[i];
+      const at::Tensor& g = *grads[i - b0];
+      if (!g.defined()) {
+        (void)parameters[i].grad();  // LibTorch's warning for a non-leaf tensor's missing .grad
+        for (std::int64_t c = s.first_chunk; c < s.end_chunk; ++c) spans[c].g = nullptr;
+        continue;
+      }
+      const c10::TensorImpl* gi = g.unsafeGetTensorImpl();
+      if (!gi->is_cpu()) {
+        return Status::Unimplemented("gradient of parameter " + std::to_string(i) + " is on " + g.device().str() +
+                                     "; this build of the agent reads CPU gradients only");
+      }
+      const at::ScalarType scalar = c10::typeMetaToScalarType(gi->dtype());
+      const std::optional<cpu::ElemType> type = ToElemType(scalar);
+      if (!type) {
+        return Status::InvalidArgument("gradient of parameter " + std::to_string(i) + " has dtype " +
+                                       std::string(c10::toString(scalar)) +
+                                       "; supported: float32, bfloat16, float16");
+      }
+      if (!SameSizes(gi->sizes(), s.sizes)) {
+        return Status::InvalidArgument("gradient of parameter " + std::to_string(i) +
+                                       " does not have the parameter's shape");
+      }
+      // A non-empty contiguous gradient has the contiguous strides on every
+      // dimension of more than one element, so it matches a contiguous snapshot.
+      const bool fast = gi->is_non_overlapping_and_dense() &&
+                        ((s.numel > 0 && s.snap_contiguous && gi->is_contiguous()) ||
+                         SameLayout(s.sizes, gi->strides(), s.snap_strides));
+      if (fast) {
+        const std::size_t elem_size = *type == cpu::ElemType::kF32 ? 4 : 2;
+        char* const data = s.numel > 0 ? static_cast<char*>(DataPtr(g, elem_size)) : nullptr;
+        const std::int64_t chunk_bytes = plan.chunk_elements * static_cast<std::int64_t>(elem_size);
+        for (std::int64_t c = s.first_chunk; c < s.end_chunk; ++c) {
+          spans[c].g = data + (c - s.first_chunk) * chunk_bytes;
+          spans[c].gt = *type;
+        }
+      } else {
+        for (std::int64_t c = s.first_chunk; c < s.end_chunk; ++c) spans[c].g = nullptr;
+        plan.strided.push_back({&s, &g});
+      }
+      report.elements += s.numel;
+      ++report.tensors;
+    }
+    if (serial) {
+      const std::int64_t end = plan.slots[b1 - 1].end_chunk;
+      k.stats_spans(spans + summed, end - summed, plan.snap_type, has_ref, nullptr, &serial_sum);
+      summed = end;
+    }
+  }
+  report.strided_tensors = static_cast<std::int32_t>(plan.strided.size());
+
+  // Statistics. Both ways add the per-chunk partials in chunk order, so the
+  // sums do not depend on the thread count or the gather blocks.
+  const auto for_each_task = [&](auto&& task_fn) {
+    pool_->ParallelFor(plan.num_tasks(), [&](std::int64_t task) {
+      const std::int64_t first = plan.task_first_chunk[task];
+      task_fn(first, plan.task_first_chunk[task + 1] - first);
     });
   };
-  run_chunks([&](std::int64_t c, const Plan::Chunk& ch, const Plan::Slot& s) {
-    if (s.grad == nullptr || !s.fast) {
-      plan.partials[c] = cpu::Partial{};
-      return;
-    }
-    const char* g = static_cast<const char*>(s.grad_ptr) + ch.begin * static_cast<std::int64_t>(s.grad_elem_size);
-    plan.partials[c] = k.stats(g, s.grad_type, has_ref ? plan.SnapshotPtr(s, ch.begin) : nullptr, plan.snap_type,
-                               ch.length);
-  });
   double sums[3] = {0.0, 0.0, 0.0};
-  for (const cpu::Partial& p : plan.partials) {
-    sums[0] += p.dot;
-    sums[1] += p.gg;
-    sums[2] += p.pp;
+  if (serial) {  // summed block by block above
+    sums[0] = serial_sum.dot;
+    sums[1] = serial_sum.gg;
+    sums[2] = serial_sum.pp;
+  } else {
+    for_each_task([&](std::int64_t first, std::int64_t count) {
+      k.stats_spans(spans + first, count, plan.snap_type, has_ref, plan.partials.data() + first, nullptr);
+    });
+    for (const cpu::Partial& p : plan.partials) {
+      sums[0] += p.dot;
+      sums[1] += p.gg;
+      sums[2] += p.pp;
+    }
   }
   // Strided gradients: ATen in fp64 (rare; allocates per tensor).
-  for (const Plan::Slot& s : plan.slots) {
-    if (s.grad == nullptr || s.fast) continue;
-    const at::Tensor g64 = s.grad->to(at::kDouble);
+  for (const Plan::Strided& st : plan.strided) {
+    const at::Tensor g64 = st.grad->to(at::kDouble);
     sums[1] += g64.square().sum().item<double>();
     if (has_ref) {
-      const at::Tensor p64 = plan.SnapshotView(s).to(at::kDouble);
+      const at::Tensor p64 = plan.SnapshotView(*st.slot).to(at::kDouble);
       sums[0] += (g64 * p64).sum().item<double>();
       sums[2] += p64.square().sum().item<double>();
     }
@@ -303,20 +387,21 @@ StatusOr<StepReport> Agent::Step(std::int64_t step, const std::vector<at::Tensor
   const bool write_snapshot = regime != Regime::kInvalid && (!applied_policy || report.step_optimizer);
   if (project || write_snapshot) {
     const float coeff = static_cast<float>(report.decision.projection_coeff);
-    run_chunks([&](std::int64_t, const Plan::Chunk& ch, const Plan::Slot& s) {
-      if (s.grad == nullptr || !s.fast) return;
-      char* g = static_cast<char*>(s.grad_ptr) + ch.begin * static_cast<std::int64_t>(s.grad_elem_size);
-      char* p = plan.SnapshotPtr(s, ch.begin);
+    const auto apply = [&](std::int64_t first, std::int64_t count) {
       if (project) {
-        k.project_snapshot(g, s.grad_type, p, plan.snap_type, ch.length, coeff, applied_policy);
+        k.project_snapshot_spans(spans + first, count, plan.snap_type, coeff, applied_policy);
       } else {
-        k.snapshot(g, s.grad_type, p, plan.snap_type, ch.length);
+        k.snapshot_spans(spans + first, count, plan.snap_type);
       }
-    });
-    for (const Plan::Slot& s : plan.slots) {
-      if (s.grad == nullptr || s.fast) continue;
-      at::Tensor g = *s.grad;  // shares storage with the parameter's gradient
-      at::Tensor p = plan.SnapshotView(s);
+    };
+    if (serial) {
+      apply(0, num_spans);
+    } else {
+      for_each_task(apply);
+    }
+    for (const Plan::Strided& st : plan.strided) {
+      at::Tensor g = *st.grad;  // shares storage with the parameter's gradient
+      at::Tensor p = plan.SnapshotView(*st.slot);
       if (project) {
         const at::Tensor projected = g.to(at::kFloat) - p.to(at::kFloat) * coeff;
         if (!applied_policy) p.copy_(g);
@@ -331,7 +416,7 @@ StatusOr<StepReport> Agent::Step(std::int64_t step, const std::vector<at::Tensor
   }
   plan.stepped = true;
   plan.last_step = step;
-  for (Plan::Slot& s : plan.slots) s.grad = nullptr;
+  plan.strided.clear();
   report.apply_seconds = Seconds(t1, Clock::now());
   return report;
 } catch (const std::exception& e) {

@@ -4,8 +4,11 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <string>
 #include <tuple>
+#include <utility>
+#include <vector>
 
 #include "cpu_kernels.h"
 
@@ -100,6 +103,100 @@ TEST_P(KernelsTest, SnapshotConvertsLikeATen) {
   EXPECT_TRUE(at::equal(p, g_.to(p_type_.scalar)));
 }
 
+// Splits [0, n) into runs of awkward lengths: empty, shorter than a vector,
+// whole vectors, longer than a 512-element block, and the rest.
+std::vector<std::pair<std::int64_t, std::int64_t>> Runs(std::int64_t n) {
+  std::vector<std::pair<std::int64_t, std::int64_t>> runs;
+  std::int64_t begin = 0;
+  for (std::int64_t len : {0, 1, 15, 16, 17, 0, 33, 700}) {
+    if (begin + len > n) break;
+    runs.push_back({begin, len});
+    begin += len;
+  }
+  runs.push_back({begin, n - begin});
+  return runs;
+}
+
+// Spans over the runs of g and p; the second one is skipped (g == nullptr)
+// when skip_second.
+std::vector<Span> MakeSpans(const at::Tensor& g, ElemType gt, const at::Tensor& p, bool skip_second) {
+  std::vector<Span> spans;
+  char* const gb = static_cast<char*>(g.data_ptr());
+  char* const pb = static_cast<char*>(p.data_ptr());
+  for (const auto& [begin, len] : Runs(g.numel())) {
+    Span s;
+    s.g = gb + begin * static_cast<std::int64_t>(g.element_size());
+    s.p = pb + begin * static_cast<std::int64_t>(p.element_size());
+    s.n = len;
+    s.gt = gt;
+    spans.push_back(s);
+  }
+  if (skip_second && spans.size() > 1) spans[1].g = nullptr;
+  return spans;
+}
+
+bool SameBits(double a, double b) { return std::memcmp(&a, &b, sizeof a) == 0; }
+
+TEST_P(KernelsTest, StatsSpansMatchOneCallPerRun) {
+  for (bool with_p : {true, false}) {
+    SCOPED_TRACE(with_p ? "with snapshot" : "norm only");
+    const std::vector<Span> spans = MakeSpans(g_, g_type_.elem, p_, /*skip_second=*/true);
+    const auto count = static_cast<std::int64_t>(spans.size());
+    std::vector<Partial> out(spans.size());
+    Partial sum;
+    kernels_->stats_spans(spans.data(), count, p_type_.elem, with_p, out.data(), &sum);
+    Partial want_sum;
+    for (std::size_t i = 0; i < spans.size(); ++i) {
+      Partial want;
+      if (spans[i].g != nullptr) {
+        want = kernels_->stats(spans[i].g, spans[i].gt, with_p ? spans[i].p : nullptr, p_type_.elem, spans[i].n);
+      }
+      EXPECT_TRUE(SameBits(out[i].dot, want.dot) && SameBits(out[i].gg, want.gg) && SameBits(out[i].pp, want.pp))
+          << "span " << i;
+      want_sum.dot += want.dot;
+      want_sum.gg += want.gg;
+      want_sum.pp += want.pp;
+    }
+    EXPECT_TRUE(SameBits(sum.dot, want_sum.dot) && SameBits(sum.gg, want_sum.gg) && SameBits(sum.pp, want_sum.pp));
+    // The same list in two calls, without out[]: the same bits.
+    Partial split;
+    const std::int64_t half = count / 2;
+    kernels_->stats_spans(spans.data(), half, p_type_.elem, with_p, nullptr, &split);
+    kernels_->stats_spans(spans.data() + half, count - half, p_type_.elem, with_p, nullptr, &split);
+    EXPECT_TRUE(SameBits(split.dot, sum.dot) && SameBits(split.gg, sum.gg) && SameBits(split.pp, sum.pp));
+  }
+}
+
+TEST_P(KernelsTest, ApplySpansMatchOneCallPerRun) {
+  for (int pass = 0; pass < 3; ++pass) {
+    const bool snapshot_only = pass == 2;
+    const bool snapshot_projected = pass == 1;
+    SCOPED_TRACE(snapshot_only ? "snapshot" : snapshot_projected ? "project, applied-update snapshot"
+                                                                   : "project, raw snapshot");
+    const float coeff = 0.37f;
+    at::Tensor g = g_.clone(), p = p_.clone();
+    at::Tensor want_g = g_.clone(), want_p = p_.clone();
+    const std::vector<Span> spans = MakeSpans(g, g_type_.elem, p, /*skip_second=*/true);
+    const std::vector<Span> want_spans = MakeSpans(want_g, g_type_.elem, want_p, /*skip_second=*/true);
+    const auto count = static_cast<std::int64_t>(spans.size());
+    if (snapshot_only) {
+      kernels_->snapshot_spans(spans.data(), count, p_type_.elem);
+    } else {
+      kernels_->project_snapshot_spans(spans.data(), count, p_type_.elem, coeff, snapshot_projected);
+    }
+    for (const Span& s : want_spans) {
+      if (s.g == nullptr) continue;  // skipped: left as it was
+      if (snapshot_only) {
+        kernels_->snapshot(s.g, s.gt, s.p, p_type_.elem, s.n);
+      } else {
+        kernels_->project_snapshot(s.g, s.gt, s.p, p_type_.elem, s.n, coeff, snapshot_projected);
+      }
+    }
+    EXPECT_TRUE(at::equal(g, want_g));
+    EXPECT_TRUE(at::equal(p, want_p));
+  }
+}
+
 std::string CaseName(const ::testing::TestParamInfo<KernelsTest::ParamType>& info) {
   const char* names[] = {"f32", "bf16", "f16"};
   return std::string(std::get<0>(info.param)) + "_g" + names[std::get<1>(info.param)] + "_p" +
@@ -111,6 +208,43 @@ INSTANTIATE_TEST_SUITE_P(AllIsasTypesLengths, KernelsTest,
                                             ::testing::Values(0, 1, 2), ::testing::Values(0, 1),
                                             ::testing::Values<std::int64_t>(0, 1, 15, 513, 100003)),
                          CaseName);
+
+TEST(KernelsSpans, GradientTypesMayDifferPerSpan) {
+  at::manual_seed(11);
+  const at::Tensor base = at::randn({1000}, at::kDouble);
+  at::Tensor g32 = base.to(at::kFloat), g16 = base.to(at::kBFloat16), gh = base.to(at::kHalf);
+  at::Tensor p = (base * 0.5 + 0.1).to(at::kFloat);
+  const Kernels& k = BestKernels();
+  std::vector<Span> spans(3);
+  spans[0] = {g32.data_ptr(), p.data_ptr(), 300, ElemType::kF32};
+  spans[1] = {static_cast<char*>(g16.data_ptr()) + 300 * 2, static_cast<float*>(p.data_ptr()) + 300, 500,
+              ElemType::kBF16};
+  spans[2] = {static_cast<char*>(gh.data_ptr()) + 800 * 2, static_cast<float*>(p.data_ptr()) + 800, 200,
+              ElemType::kF16};
+  Partial out[3];
+  Partial sum;
+  k.stats_spans(spans.data(), 3, ElemType::kF32, true, out, &sum);
+  double want_dot = 0.0;
+  for (int i = 0; i < 3; ++i) {
+    const Partial one = k.stats(spans[i].g, spans[i].gt, spans[i].p, ElemType::kF32, spans[i].n);
+    EXPECT_EQ(out[i].dot, one.dot);
+    EXPECT_EQ(out[i].gg, one.gg);
+    EXPECT_EQ(out[i].pp, one.pp);
+    want_dot += one.dot;
+  }
+  EXPECT_EQ(sum.dot, want_dot);
+}
+
+TEST(KernelsSpans, EmptyListLeavesTheSumAsItWas) {
+  const Kernels& k = BestKernels();
+  Partial sum{1.0, 2.0, 3.0};
+  k.stats_spans(nullptr, 0, ElemType::kF32, true, nullptr, &sum);
+  EXPECT_EQ(sum.dot, 1.0);
+  EXPECT_EQ(sum.gg, 2.0);
+  EXPECT_EQ(sum.pp, 3.0);
+  k.project_snapshot_spans(nullptr, 0, ElemType::kF32, 0.5f, false);
+  k.snapshot_spans(nullptr, 0, ElemType::kF32);
+}
 
 TEST(KernelsDispatch, BestIsSupportedAndNamed) {
   const Kernels& best = BestKernels();

@@ -8,8 +8,14 @@
 //   3. stale, GAC in local mode from the end of the warm-up on.
 // Prints c_t and the regime every --every steps and a summary table.
 //
+// With --gacd HOST:PORT every step is streamed to gacd (runs
+// <prefix>-sync, -stale and -gac); with --remote as well, the third run's
+// decisions come from gacd (its thresholds are set there first, through the
+// admin API) and fall back to the local decision on a miss.
+//
 //   gac_train_demo [--steps N] [--staleness S] [--warmup W] [--lr X]
 //                  [--every K] [--seed N]
+//                  [--gacd HOST:PORT [--token T] [--run-prefix P] [--remote]]
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>
 
@@ -20,8 +26,15 @@
 #include <map>
 #include <string>
 
+#include <grpcpp/grpcpp.h>
+
 #include "gac/agent/agent.h"
+#include "gac/agent/remote_controller.h"
+#include "gac/agent/step_record.h"
+#include "gac/agent/telemetry.h"
 #include "gac/controller/calibration.h"
+#include "gac/v1/control.grpc.pb.h"
+#include "gac/v1/query.grpc.pb.h"
 
 namespace {
 
@@ -32,12 +45,17 @@ struct Flags {
   int every = 50;
   int seed = 1;
   double lr = 0.2;
+  std::string gacd;         // "" = no telemetry
+  std::string token;
+  std::string run_prefix = "demo";
+  bool remote = false;
 };
 
 [[noreturn]] void Usage(const char* msg) {
   std::fprintf(stderr,
                "error: %s\nusage: gac_train_demo [--steps N] [--staleness S] [--warmup W] [--lr X]\n"
-               "                      [--every K] [--seed N]\n",
+               "                      [--every K] [--seed N]\n"
+               "                      [--gacd HOST:PORT [--token T] [--run-prefix P] [--remote]]\n",
                msg);
   std::exit(2);
 }
@@ -47,8 +65,16 @@ Flags Parse(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--help" || a == "-h") Usage("help requested");
+    if (a == "--remote") {
+      f.remote = true;
+      continue;
+    }
     if (i + 1 >= argc) Usage(("missing value for " + a).c_str());
     const char* v = argv[++i];
+    if (a == "--gacd" || a == "--token" || a == "--run-prefix") {
+      (a == "--gacd" ? f.gacd : a == "--token" ? f.token : f.run_prefix) = v;
+      continue;
+    }
     char* end = nullptr;
     const double x = std::strtod(v, &end);
     if (end == v || *end != '\0') Usage(("not a number: " + a + " " + v).c_str());
@@ -60,7 +86,27 @@ Flags Parse(int argc, char** argv) {
     else if (a == "--lr" && x > 0) f.lr = x;
     else Usage(("unknown flag or bad value: " + a + " " + v).c_str());
   }
+  if (f.remote && f.gacd.empty()) Usage("--remote needs --gacd");
   return f;
+}
+
+// Sets a run's thresholds and mode on gacd (remote decisions use them).
+bool SetRemoteConfig(const Flags& flags, const std::string& run, const gac::Thresholds& t) {
+  auto channel = grpc::CreateChannel(flags.gacd, grpc::InsecureChannelCredentials());
+  auto admin = gac::v1::AdminService::NewStub(channel);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  if (!flags.token.empty()) ctx.AddMetadata("authorization", "Bearer " + flags.token);
+  gac::v1::SetRunConfigRequest req;
+  req.set_run(run);
+  req.mutable_thresholds()->set_c_low(t.c_low);
+  req.mutable_thresholds()->set_c_high(t.c_high);
+  req.set_mode(gac::v1::CONTROL_MODE_REMOTE);
+  req.set_reason("gac_train_demo: calibrated from the synchronous run");
+  gac::v1::RunConfig cfg;
+  const grpc::Status st = admin->SetRunConfig(&ctx, req, &cfg);
+  if (!st.ok()) std::fprintf(stderr, "gacd SetRunConfig: %s\n", st.error_message().c_str());
+  return st.ok();
 }
 
 struct RunResult {
@@ -69,12 +115,13 @@ struct RunResult {
   gac::CalibrationStats stats;
   std::map<std::string, int> regimes;
   double agent_us_per_step = 0.0;
+  std::uint64_t fallbacks = 0;
 };
 
 // One training run. GAC acts (local mode) from step `gac_from` on when
 // `gac_from` > 0; before that, and always when it is 0, it only monitors.
 RunResult Run(const Flags& flags, const std::string& name, int staleness, gac::Thresholds thresholds,
-              int gac_from) {
+              int gac_from, gac::agent::Telemetry* telemetry, const std::string& run_id) {
   at::manual_seed(flags.seed);
   const std::int64_t in = 32, hidden = 128, out = 8, n = 8192;
   const at::Tensor teacher = at::randn({in, out});
@@ -87,6 +134,18 @@ RunResult Run(const Flags& flags, const std::string& name, int staleness, gac::T
   gac::agent::AgentOptions options;
   options.thresholds = thresholds;
   options.mode = gac::agent::Mode::kMonitor;
+  gac::agent::Mode acting = gac::agent::Mode::kLocal;
+  if (flags.remote && gac_from > 0 && SetRemoteConfig(flags, run_id, thresholds)) {
+    gac::agent::RemoteControllerOptions ro;
+    ro.address = flags.gacd;
+    ro.token = flags.token;
+    ro.run = run_id;
+    auto remote = gac::agent::RemoteController::Create(ro);
+    if (remote.ok()) {
+      options.decision_source = std::move(*remote);
+      acting = gac::agent::Mode::kRemote;
+    }
+  }
   auto agent_or = gac::agent::Agent::Create(options);
   if (!agent_or.ok()) Usage(agent_or.status().ToString().c_str());
   auto agent = std::move(*agent_or);
@@ -96,7 +155,11 @@ RunResult Run(const Flags& flags, const std::string& name, int staleness, gac::T
   };
 
   std::printf("\n== %s: staleness %d, GAC %s, c_low %.4g, c_high %.4g ==\n", name.c_str(), staleness,
-              gac_from > 0 ? ("acting from step " + std::to_string(gac_from)).c_str() : "monitoring",
+              gac_from > 0 ? (std::string(acting == gac::agent::Mode::kRemote ? "deciding remotely in gacd"
+                                                                               : "acting in-process") +
+                              " from step " + std::to_string(gac_from))
+                                 .c_str()
+                           : "monitoring",
               thresholds.c_low, thresholds.c_high);
   std::printf("%6s %9s %8s %7s %10s %10s\n", "step", "c_t", "regime", "alpha", "|g|", "loss");
   RunResult result;
@@ -105,7 +168,7 @@ RunResult Run(const Flags& flags, const std::string& name, int staleness, gac::T
   std::deque<std::vector<at::Tensor>> history;  // the last staleness+1 parameter versions
   double agent_seconds = 0.0;
   for (int step = 1; step <= flags.steps; ++step) {
-    if (gac_from > 0 && step == gac_from) agent->set_mode(gac::agent::Mode::kLocal);
+    if (gac_from > 0 && step == gac_from) (void)agent->set_mode(acting);
     {
       at::NoGradGuard no_grad;
       std::vector<at::Tensor> version;
@@ -117,7 +180,8 @@ RunResult Run(const Flags& flags, const std::string& name, int staleness, gac::T
     std::vector<at::Tensor> stale;
     for (const auto& p : history.front()) stale.push_back(p.clone().set_requires_grad(true));
     const at::Tensor idx = at::randint(n, {64}, at::kLong);
-    loss_of(stale, x_all.index_select(0, idx), y_all.index_select(0, idx)).backward();
+    const at::Tensor batch_loss = loss_of(stale, x_all.index_select(0, idx), y_all.index_select(0, idx));
+    batch_loss.backward();
     for (std::size_t i = 0; i < params.size(); ++i) params[i].mutable_grad() = stale[i].grad();
 
     auto report = agent->Step(step, params);
@@ -125,7 +189,11 @@ RunResult Run(const Flags& flags, const std::string& name, int staleness, gac::T
       std::fprintf(stderr, "agent step failed: %s\n", report.status().ToString().c_str());
       std::exit(1);
     }
-    agent_seconds += report->stats_seconds + report->apply_seconds;
+    agent_seconds += report->stats_seconds + report->decide_seconds + report->apply_seconds;
+    if (telemetry != nullptr) {
+      telemetry->Enqueue(gac::agent::MakeStepRecord(*report, {run_id, 0, 1}, agent->options().mode,
+                                                    {{"loss", batch_loss.item<double>()}}, staleness));
+    }
     const auto& d = report->decision;
     if (d.cosine) window.Add(*d.cosine);
     if (gac_from > 0 && step >= gac_from) ++result.regimes[gac::RegimeName(d.regime)];
@@ -145,6 +213,7 @@ RunResult Run(const Flags& flags, const std::string& name, int staleness, gac::T
   result.final_loss = loss_of(params, x_all, y_all).item<double>();
   result.stats = window.Stats(thresholds.c_low);
   result.agent_us_per_step = 1e6 * agent_seconds / flags.steps;
+  result.fallbacks = agent->fallbacks();
   return result;
 }
 
@@ -154,7 +223,19 @@ int main(int argc, char** argv) {
   const Flags flags = Parse(argc, argv);
   std::printf("gac_train_demo: %d steps, warm-up %d, learning rate %g\n", flags.steps, flags.warmup,
               flags.lr);
-  const RunResult sync = Run(flags, "synchronous", 0, gac::Thresholds{}, 0);
+  std::unique_ptr<gac::agent::Telemetry> telemetry;
+  if (!flags.gacd.empty()) {
+    gac::agent::TelemetryOptions t;
+    t.address = flags.gacd;
+    t.token = flags.token;
+    auto started = gac::agent::Telemetry::Start(t);
+    if (!started.ok()) Usage(started.status().ToString().c_str());
+    telemetry = std::move(*started);
+    std::printf("streaming every step to gacd at %s (runs %s-sync, %s-stale, %s-gac)\n", flags.gacd.c_str(),
+                flags.run_prefix.c_str(), flags.run_prefix.c_str(), flags.run_prefix.c_str());
+  }
+  const RunResult sync =
+      Run(flags, "synchronous", 0, gac::Thresholds{}, 0, telemetry.get(), flags.run_prefix + "-sync");
   auto calibrated = gac::SuggestThresholds(sync.stats);
   if (!calibrated.ok()) {
     std::fprintf(stderr, "calibration failed: %s\n", calibrated.status().ToString().c_str());
@@ -162,8 +243,10 @@ int main(int argc, char** argv) {
   }
   std::printf("\ncalibrated from the synchronous run: q0.9(|c_t|) %.4f, max %.4f -> c_low %.4f, c_high %.4f\n",
               sync.stats.q90, sync.stats.max, calibrated->c_low, calibrated->c_high);
-  const RunResult stale = Run(flags, "stale", flags.staleness, *calibrated, 0);
-  const RunResult gac_run = Run(flags, "stale + GAC", flags.staleness, *calibrated, flags.warmup + 1);
+  const RunResult stale =
+      Run(flags, "stale", flags.staleness, *calibrated, 0, telemetry.get(), flags.run_prefix + "-stale");
+  const RunResult gac_run = Run(flags, "stale + GAC", flags.staleness, *calibrated, flags.warmup + 1,
+                                telemetry.get(), flags.run_prefix + "-gac");
 
   std::printf("\n%-14s %10s %10s %10s %12s   %s\n", "run", "final loss", "q0.9|c_t|", "max|c_t|", "agent us/step",
               "GAC regimes after warm-up");
@@ -172,6 +255,19 @@ int main(int argc, char** argv) {
     for (const auto& [name, count] : r->regimes) regimes += name + "=" + std::to_string(count) + " ";
     std::printf("%-14s %10.5f %10.4f %10.4f %12.1f   %s\n", r->name.c_str(), r->final_loss, r->stats.q90, r->stats.max,
                 r->agent_us_per_step, regimes.empty() ? "(monitor only)" : regimes.c_str());
+  }
+  if (flags.remote) {
+    std::printf("remote decisions that fell back to the local one: %llu\n",
+                static_cast<unsigned long long>(gac_run.fallbacks));
+  }
+  if (telemetry) {
+    const bool flushed = telemetry->Flush(std::chrono::seconds(30));
+    const auto c = telemetry->counters();
+    std::printf("telemetry: %llu records sent, %llu acknowledged by gacd, %llu dropped%s\n",
+                static_cast<unsigned long long>(c.records_sent), static_cast<unsigned long long>(c.records_acknowledged),
+                static_cast<unsigned long long>(c.dropped_queue_full), flushed ? "" : " (not all acknowledged yet)");
+    telemetry->Close(std::chrono::seconds(5));
+    if (!flushed) return 1;
   }
   return 0;
 }

@@ -4,6 +4,7 @@
 #include <c10/util/SmallVector.h>
 
 #include <algorithm>
+#include <cmath>
 #include <chrono>
 #include <cstring>
 #include <exception>
@@ -78,14 +79,28 @@ std::vector<std::int64_t> ContiguousStrides(at::IntArrayRef sizes) {
 
 }  // namespace
 
-const char* ModeName(Mode mode) { return mode == Mode::kMonitor ? "monitor" : "local"; }
+const char* ModeName(Mode mode) {
+  switch (mode) {
+    case Mode::kMonitor: return "monitor";
+    case Mode::kLocal: return "local";
+    case Mode::kRemote: return "remote";
+  }
+  return "?";
+}
+
+std::optional<double> GroupStats::cosine() const {
+  if (!(pp > 0.0) || !std::isfinite(dot) || !std::isfinite(gg) || !std::isfinite(pp) || gg < 0.0) {
+    return std::nullopt;
+  }
+  return dot / (std::sqrt(gg) * std::sqrt(pp) + kCosineEpsilon);
+}
 
 StatusOr<Mode> ParseMode(const char* name) {
-  for (Mode m : {Mode::kMonitor, Mode::kLocal}) {
+  for (Mode m : {Mode::kMonitor, Mode::kLocal, Mode::kRemote}) {
     if (name != nullptr && std::strcmp(name, ModeName(m)) == 0) return m;
   }
   return Status::InvalidArgument(std::string("unknown agent mode '") + (name ? name : "") +
-                                 "' (expected monitor or local)");
+                                 "' (expected monitor, local or remote)");
 }
 
 // The parameter set, the snapshot and the per-step scratch. Built on the
@@ -148,7 +163,30 @@ StatusOr<std::unique_ptr<Agent>> Agent::Create(AgentOptions options) {
   if (options.num_threads == 0) {
     options.num_threads = static_cast<int>(std::clamp(std::thread::hardware_concurrency(), 1u, 8u));
   }
+  if (options.mode == Mode::kRemote && options.decision_source == nullptr) {
+    return Status::InvalidArgument("remote mode needs options.decision_source (e.g. a RemoteController)");
+  }
+  std::vector<bool> grouped;
+  for (const AgentOptions::ParameterGroup& g : options.groups) {
+    if (g.name.empty()) return Status::InvalidArgument("parameter group with an empty name");
+    for (int i : g.parameters) {
+      if (i < 0) return Status::InvalidArgument("parameter group '" + g.name + "' has a negative index");
+      if (static_cast<std::size_t>(i) >= grouped.size()) grouped.resize(static_cast<std::size_t>(i) + 1, false);
+      if (grouped[static_cast<std::size_t>(i)]) {
+        return Status::InvalidArgument("parameter " + std::to_string(i) + " is in more than one group");
+      }
+      grouped[static_cast<std::size_t>(i)] = true;
+    }
+  }
   return std::unique_ptr<Agent>(new Agent(std::move(options), *controller));
+}
+
+Status Agent::set_mode(Mode mode) {
+  if (mode == Mode::kRemote && options_.decision_source == nullptr) {
+    return Status::InvalidArgument("remote mode needs options.decision_source (e.g. a RemoteController)");
+  }
+  options_.mode = mode;
+  return Status::Ok();
 }
 
 Agent::Agent(AgentOptions options, Controller controller)
@@ -371,18 +409,78 @@ StatusOr<StepReport> Agent::Step(std::int64_t step, const std::vector<at::Tensor
       sums[2] += p64.square().sum().item<double>();
     }
   }
+  // Per-group statistics (opt-in): one more read of the grouped gradients.
+  const std::size_t num_groups = options_.groups.size();
+  std::vector<double> reduced(3 + 3 * num_groups, 0.0);
+  reduced[0] = sums[0];
+  reduced[1] = sums[1];
+  reduced[2] = sums[2];
+  if (num_groups > 0) {
+    std::vector<int> group_of(plan.slots.size(), -1);
+    for (std::size_t g = 0; g < num_groups; ++g) {
+      for (int i : options_.groups[g].parameters) {
+        if (static_cast<std::size_t>(i) >= plan.slots.size()) {
+          return Status::InvalidArgument("parameter group '" + options_.groups[g].name + "' names parameter " +
+                                         std::to_string(i) + " of " + std::to_string(plan.slots.size()));
+        }
+        group_of[static_cast<std::size_t>(i)] = static_cast<int>(g);
+        const Plan::Slot& s = plan.slots[static_cast<std::size_t>(i)];
+        cpu::Partial part;
+        k.stats_spans(spans + s.first_chunk, s.end_chunk - s.first_chunk, plan.snap_type, has_ref, nullptr, &part);
+        reduced[3 + 3 * g] += part.dot;
+        reduced[4 + 3 * g] += part.gg;
+        reduced[5 + 3 * g] += part.pp;
+      }
+    }
+    for (const Plan::Strided& st : plan.strided) {
+      const int g = group_of[static_cast<std::size_t>(st.slot - plan.slots.data())];
+      if (g < 0) continue;
+      const at::Tensor g64 = st.grad->to(at::kDouble);
+      reduced[4 + 3 * g] += g64.square().sum().item<double>();
+      if (has_ref) {
+        const at::Tensor p64 = plan.SnapshotView(*st.slot).to(at::kDouble);
+        reduced[3 + 3 * g] += (g64 * p64).sum().item<double>();
+        reduced[5 + 3 * g] += p64.square().sum().item<double>();
+      }
+    }
+  }
   if (options_.reducer) {
-    Status st = options_.reducer->AllReduceSum(sums, 3);
+    Status st = options_.reducer->AllReduceSum(reduced.data(), reduced.size());
     if (!st.ok()) return Status::Unavailable("all-reduce of the GAC statistics failed: " + st.ToString());
   }
-  report.decision = controller_.Decide(AlignmentStats{sums[0], sums[1], sums[2], has_ref});
+  for (std::size_t g = 0; g < num_groups; ++g) {
+    report.groups.push_back(
+        GroupStats{options_.groups[g].name, reduced[3 + 3 * g], reduced[4 + 3 * g], reduced[5 + 3 * g]});
+  }
+  const AlignmentStats stats{reduced[0], reduced[1], reduced[2], has_ref};
+  report.decision = controller_.Decide(stats);
   const auto t1 = Clock::now();
   report.stats_seconds = Seconds(t0, t1);
+  if (options_.mode == Mode::kRemote) {
+    // Every rank must apply the same decision: a fallback anywhere is a
+    // fallback everywhere (the local decisions agree, the statistics being
+    // all-reduced).
+    StatusOr<Decision> remote = options_.decision_source->Decide(step, stats);
+    double fell_back = remote.ok() ? 0.0 : 1.0;
+    if (options_.reducer) {
+      Status st = options_.reducer->AllReduceSum(&fell_back, 1);
+      if (!st.ok()) return Status::Unavailable("all-reduce of the remote-decision outcome failed: " + st.ToString());
+    }
+    if (fell_back == 0.0) {
+      report.decision = *remote;
+    } else {
+      report.fallback = true;
+      report.remote_error = remote.ok() ? "another rank fell back" : remote.status().ToString();
+      ++fallbacks_;
+    }
+    report.decide_seconds = Seconds(t1, Clock::now());
+  }
+  const auto t2 = Clock::now();
 
   // Apply: project in local mode, refresh the snapshot per the reference policy.
   const Regime regime = report.decision.regime;
   report.step_optimizer = options_.mode == Mode::kMonitor || report.decision.apply_update;
-  const bool project = options_.mode == Mode::kLocal && regime == Regime::kProject;
+  const bool project = options_.mode != Mode::kMonitor && regime == Regime::kProject;
   const bool applied_policy = options_.reference == ReferencePolicy::kAppliedUpdate;
   const bool write_snapshot = regime != Regime::kInvalid && (!applied_policy || report.step_optimizer);
   if (project || write_snapshot) {
@@ -417,7 +515,7 @@ StatusOr<StepReport> Agent::Step(std::int64_t step, const std::vector<at::Tensor
   plan.stepped = true;
   plan.last_step = step;
   plan.strided.clear();
-  report.apply_seconds = Seconds(t1, Clock::now());
+  report.apply_seconds = Seconds(t2, Clock::now());
   return report;
 } catch (const std::exception& e) {
   return Status::Internal(std::string("agent step failed: ") + e.what());

@@ -152,8 +152,10 @@ void KillDuringRun(int kills, int steps) {
 TEST(Telemetry, KillNineTwentyTimesLosesAndDuplicatesNothing) {
   // GAC_SOAK_KILLS raises the count for scripts/soak.sh (outside CI).
   const char* env = std::getenv("GAC_SOAK_KILLS");
+  const char* env_steps = std::getenv("GAC_SOAK_STEPS");
   const int kills = env != nullptr ? std::atoi(env) : 20;
-  KillDuringRun(kills, 5000);
+  const int steps = env_steps != nullptr ? std::atoi(env_steps) : 5000;
+  KillDuringRun(kills, steps);
 }
 
 TEST(Telemetry, TrainerRestartReplaysTheSpool) {

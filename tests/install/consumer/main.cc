@@ -11,6 +11,7 @@
 #ifdef CONSUMER_WITH_SERVER
 #include <grpcpp/grpcpp.h>
 
+#include "gac/agent/telemetry.h"
 #include "gac/server/server.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #endif
@@ -44,6 +45,15 @@ int main() {
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
   grpc::health::v1::HealthCheckResponse health;
   if (!stub->Check(&ctx, {}, &health).ok() || health.status() != health.SERVING) return 7;
+  gac::agent::TelemetryOptions topts;
+  topts.address = (*server)->address();
+  auto telemetry = gac::agent::Telemetry::Start(topts);
+  if (!telemetry.ok()) return 8;
+  gac::v1::StepRecord record;
+  record.set_run("consumer");
+  record.set_regime(gac::v1::REGIME_SAFE);
+  record.set_alpha(1.0);
+  if (!(*telemetry)->Enqueue(std::move(record)) || !(*telemetry)->Flush(std::chrono::seconds(30))) return 9;
 #endif
   std::printf("gac consumer: ok\n");
   return 0;

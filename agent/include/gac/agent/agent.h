@@ -30,8 +30,11 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
+#include <string>
 #include <vector>
 
+#include "gac/agent/decision_source.h"
 #include "gac/agent/reducer.h"
 #include "gac/controller/controller.h"
 
@@ -42,6 +45,8 @@ class ThreadPool;
 enum class Mode : std::uint8_t {
   kMonitor = 0,  // measure and report; never change the update
   kLocal = 1,    // decide in-process and apply the decision
+  kRemote = 2,   // ask options.decision_source (gacd); on an error use the
+                 // local decision and report the fallback
 };
 enum class SnapshotDtype : std::uint8_t { kFloat32 = 0, kBFloat16 = 1 };
 // What the next step is compared with.
@@ -66,6 +71,27 @@ struct AgentOptions {
   // Sums the statistics across ranks when gradients are sharded; null when
   // each rank holds whole gradients (or there is one rank).
   std::shared_ptr<Reducer> reducer;
+  // The decision source of remote mode (gac::agent::RemoteController).
+  // Required for Mode::kRemote. With a reducer, a fallback on any rank makes
+  // every rank use the local decision (one more 1-scalar all-reduce), so the
+  // ranks never apply different updates.
+  std::shared_ptr<DecisionSource> decision_source;
+  // Per-layer breakdown (opt-in): named groups of parameter indices. Each
+  // step then reports dot, |g|^2 and |p|^2 per group (summed across ranks
+  // with the main statistics). A parameter may be in at most one group.
+  struct ParameterGroup {
+    std::string name;
+    std::vector<int> parameters;  // indices into Step()'s parameter list
+  };
+  std::vector<ParameterGroup> groups;
+};
+
+// One parameter group's statistics for a step.
+struct GroupStats {
+  std::string name;
+  double dot = 0.0, gg = 0.0, pp = 0.0;
+  // cos(g_group, p_group); absent without a reference or with a zero norm.
+  std::optional<double> cosine() const;
 };
 
 struct StepReport {
@@ -81,7 +107,13 @@ struct StepReport {
   std::int32_t tensors = 0;         // tensors with a gradient this step
   std::int32_t strided_tensors = 0; // tensors that took the strided path
   double stats_seconds = 0.0;       // statistics pass and all-reduce
+  double decide_seconds = 0.0;      // remote decision (remote mode)
   double apply_seconds = 0.0;       // projection / snapshot pass
+  // Remote mode: the decision source failed (or another rank's did) and the
+  // local decision was used; remote_error says why.
+  bool fallback = false;
+  std::string remote_error;
+  std::vector<GroupStats> groups;   // per options.groups, in order
 };
 
 class Agent {
@@ -104,7 +136,10 @@ class Agent {
   // reference and may use a new parameter list.
   void Reset();
   // Switches mode between steps (e.g. from an operator's command).
-  void set_mode(Mode mode) { options_.mode = mode; }
+  // InvalidArgument for kRemote without a decision source.
+  Status set_mode(Mode mode);
+  // Remote decisions replaced by the local one since creation.
+  std::uint64_t fallbacks() const { return fallbacks_; }
   const AgentOptions& options() const { return options_; }
   const Controller& controller() const { return controller_; }
   // Bytes held by the snapshot (0 before the first step).
@@ -120,6 +155,7 @@ class Agent {
   Controller controller_;
   std::unique_ptr<Plan> plan_;
   std::unique_ptr<ThreadPool> pool_;
+  std::uint64_t fallbacks_ = 0;
 };
 
 }  // namespace gac::agent

@@ -7,7 +7,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 kills="${1:-100}"
-bash scripts/build.sh >/dev/null
+bash scripts/build.sh -DGAC_BUILD_TESTS=ON >/dev/null
 steps=$(( kills * 250 ))
 echo "soak: ${kills} kill -9 cycles during a ${steps}-step run"
 start=$(date +%s)

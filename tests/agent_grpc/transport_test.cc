@@ -93,6 +93,14 @@ TEST(Telemetry, DeliversEveryRecordOnce) {
   EXPECT_EQ(c.records_spooled, 1000u);
   EXPECT_EQ(c.unacknowledged, 0u);
   EXPECT_EQ(gacd.Steps("exp-t"), Range(1000));
+  // The sender's counters travel with the telemetry.
+  std::vector<v1::StepRecord> recs;
+  ASSERT_TRUE(Client(gacd.address(), testing::kReaderToken).AllSteps("exp-t", &recs).ok());
+  const auto& last = recs.back().scalars();
+  ASSERT_TRUE(last.count("agent_records_sent")) << recs.back().DebugString();
+  EXPECT_GE(last.at("agent_records_sent"), 900.0);
+  EXPECT_EQ(last.at("agent_records_dropped"), 0.0);
+  EXPECT_GE(last.at("agent_records_spooled"), 900.0);
 }
 
 TEST(Telemetry, GacdAbsentAtStartGetsEverythingLater) {

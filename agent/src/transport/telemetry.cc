@@ -279,6 +279,17 @@ std::shared_ptr<v1::IngestRequest> Telemetry::Impl::MakeBatch(std::vector<v1::St
   auto batch = std::make_shared<v1::IngestRequest>();
   batch->set_sequence(next_seq);
   for (auto& r : records) *batch->add_records() = std::move(r);
+  auto& sc = *batch->mutable_records(batch->records_size() - 1)->mutable_scalars();
+  if (sc.size() + 5 <= 64) {  // gacd accepts at most 64 scalars a record
+    // The sender's own counters ride on the last record of each batch as
+    // scalars, so gacd exports them with the run (gac_trainer_scalar).
+    std::lock_guard lock(mu);
+    sc["agent_records_sent"] = static_cast<double>(counters.records_sent);
+    sc["agent_records_spooled"] = static_cast<double>(counters.records_spooled);
+    sc["agent_records_replayed"] = static_cast<double>(counters.records_replayed);
+    sc["agent_records_dropped"] = static_cast<double>(counters.dropped_queue_full + counters.records_rejected);
+    sc["agent_reconnects"] = static_cast<double>(counters.reconnects);
+  }
   if (spool) {
     const std::string bytes = batch->SerializeAsString();
     std::lock_guard slock(spool_mu);

@@ -18,6 +18,12 @@
 //     records from the queue, so the queue fills and the rule above applies;
 //   - without a spool directory, at most max_unacknowledged_batches batches
 //     are kept in memory, with the same effect.
+// The sender's counters (records sent, spooled, replayed, dropped, and
+// reconnects, as of the batch) are attached to the last record of each batch
+// as the scalars agent_records_sent, agent_records_spooled,
+// agent_records_replayed, agent_records_dropped and agent_reconnects, so they
+// reach gacd and its metrics with the run's telemetry.
+//
 // A batch that gacd rejects as invalid (INVALID_ARGUMENT) would be rejected
 // forever: it is dropped, counted in records_rejected, and its error kept
 // in last_error().

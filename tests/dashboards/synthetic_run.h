@@ -1,0 +1,198 @@
+// A deterministic synthetic GRPO-style run for the dashboard tests and the
+// panel pictures (dashboards/render_panels.py): step records as an agent
+// would send them, with the regime, alpha and cosine after projection decided
+// by gac::controller from statistics that have the wanted cosine.
+//
+// Profile of c_t: noise around 0.015 (quiet, always below c_low), and with a
+// spike configured: a ramp from step spike_start over spike_ramp steps up to
+// spike_peak (through the projection band into skip), a hold for spike_hold
+// steps, then (recover) a ramp back down. The gradient norm grows with the
+// alignment; the reward rises slowly and dips while the run is spiking.
+
+#ifndef GAC_TESTS_DASHBOARDS_SYNTHETIC_RUN_H_
+#define GAC_TESTS_DASHBOARDS_SYNTHETIC_RUN_H_
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <optional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "gac/controller/controller.h"
+#include "gac/v1/control.pb.h"
+#include "gac/v1/telemetry.pb.h"
+
+namespace gac::testing {
+
+struct SyntheticRunOptions {
+  std::string run = "synthetic";
+  std::uint32_t world = 2;          // ranks; each reports every step (same all-reduced statistics)
+  std::uint64_t seed = 1;
+  Thresholds thresholds;            // c_low 0.05, c_high 0.3
+  bool spike = false;
+  std::int64_t spike_start = 100;
+  std::int64_t spike_ramp = 40;     // steps from the baseline to the peak (and back)
+  std::int64_t spike_hold = 60;     // steps at the peak
+  double spike_peak = 0.55;
+  bool recover = true;              // ramp back down after the hold (else stay at the peak)
+  int layers = 8;                   // per-layer rows per record; 0 = none
+  bool remote = false;              // mode REMOTE: the caller asks gacd (Decide) and passes the answer
+  int fallback_every = 0;           // remote: every Nth step the local decision is used (0 = never)
+};
+
+class SyntheticRun {
+ public:
+  explicit SyntheticRun(SyntheticRunOptions o)
+      : o_(std::move(o)), controller_(*Controller::Create(o_.thresholds)), rng_(o_.seed) {}
+
+  const SyntheticRunOptions& options() const { return o_; }
+  std::int64_t next_step() const { return step_; }
+
+  // The target cosine of `step` (before noise).
+  double BaseCosine(std::int64_t step) const {
+    const double base = 0.015;
+    if (!o_.spike || step < o_.spike_start) return base;
+    const double ramp = static_cast<double>(std::max<std::int64_t>(o_.spike_ramp, 1));
+    std::int64_t t = step - o_.spike_start;
+    if (t < o_.spike_ramp) return base + (o_.spike_peak - base) * static_cast<double>(t) / ramp;
+    t -= o_.spike_ramp;
+    if (t < o_.spike_hold || !o_.recover) return o_.spike_peak;
+    t -= o_.spike_hold;
+    if (t < o_.spike_ramp) return o_.spike_peak - (o_.spike_peak - base) * static_cast<double>(t) / ramp;
+    return base;
+  }
+
+  // Statistics of the next step, for a Decide request in remote mode.
+  v1::DecideRequest NextDecideRequest() {
+    Prepare();
+    v1::DecideRequest req;
+    req.set_run(o_.run);
+    req.set_rank(0);
+    req.set_step(step_);
+    req.set_dot(stats_.dot);
+    req.set_grad_sq(stats_.gg);
+    req.set_ref_sq(stats_.pp);
+    req.set_has_reference(stats_.has_reference);
+    return req;
+  }
+
+  // The records of the next step, one per rank. `remote` is the answer of
+  // gacd's Decide to NextDecideRequest() (remote mode; nullptr: decide
+  // locally, counted as a fallback in remote mode).
+  std::vector<v1::StepRecord> NextStep(const v1::DecideResponse* remote = nullptr,
+                                       std::chrono::system_clock::time_point now = std::chrono::system_clock::now()) {
+    Prepare();
+    const bool forced_fallback = o_.remote && o_.fallback_every > 0 && step_ > 0 && step_ % o_.fallback_every == 0;
+    const Decision local = controller_.Decide(stats_);
+    const bool use_remote = o_.remote && remote != nullptr && !forced_fallback;
+
+    v1::StepRecord r;
+    r.set_run(o_.run);
+    r.set_world_size(o_.world);
+    r.set_step(step_);
+    r.set_grad_norm(std::sqrt(stats_.gg));
+    r.set_ref_norm(std::sqrt(stats_.pp));
+    if (use_remote) {
+      r.set_regime(remote->regime());
+      if (remote->has_cosine()) r.set_cosine(Clamp1(remote->cosine()));
+      if (remote->has_cosine_after()) r.set_cosine_after(Clamp1(remote->cosine_after()));
+      r.set_alpha(remote->alpha());
+    } else {
+      r.set_regime(ToProto(local.regime));
+      if (local.cosine) r.set_cosine(Clamp1(*local.cosine));
+      if (local.cosine_after) r.set_cosine_after(Clamp1(*local.cosine_after));
+      r.set_alpha(local.alpha);
+    }
+    r.set_mode(o_.remote ? v1::CONTROL_MODE_REMOTE : v1::CONTROL_MODE_LOCAL);
+    r.set_fallback(o_.remote && !use_remote);
+    r.set_staleness(2 + step_ % 3);
+    r.set_wall_time_ns(std::chrono::duration_cast<std::chrono::nanoseconds>(now.time_since_epoch()).count());
+
+    // Trainer scalars: reward climbs, dips while the gradients are aligned.
+    const double progress = 1.0 - std::exp(-static_cast<double>(step_) / 400.0);
+    const double excess = std::max(0.0, BaseCosine(step_) - o_.thresholds.c_low);
+    dip_ = 0.9 * dip_ + 0.1 * excess;
+    const double reward = 0.15 + 0.6 * progress - 0.8 * dip_ + 0.03 * Normal();
+    (*r.mutable_scalars())["reward"] = reward;
+    (*r.mutable_scalars())["loss"] = 1.2 - 0.7 * progress + 0.5 * dip_ + 0.02 * Normal();
+    (*r.mutable_scalars())["kl"] = 0.01 + 0.02 * progress + 0.2 * dip_ + 0.002 * std::abs(Normal());
+    (*r.mutable_scalars())["entropy"] = 2.0 - 0.8 * progress - 1.0 * dip_ + 0.02 * Normal();
+
+    if (o_.layers > 0 && r.has_cosine()) {
+      const double c = r.cosine();
+      for (int i = 0; i < o_.layers; ++i) {
+        v1::LayerRecord* l = r.add_layers();
+        l->set_name("layers." + std::to_string(i / 2) + (i % 2 == 0 ? ".attn" : ".mlp"));
+        // Later layers carry more of the alignment.
+        const double weight = 0.4 + 1.2 * static_cast<double>(i) / std::max(o_.layers - 1, 1);
+        l->set_cosine(Clamp1(c * weight + 0.02 * Normal()));
+        l->set_grad_norm(r.grad_norm() / std::sqrt(static_cast<double>(o_.layers)) * (0.5 + weight / 2));
+        l->set_ref_norm(r.ref_norm() / std::sqrt(static_cast<double>(o_.layers)) * (0.5 + weight / 2));
+      }
+    }
+
+    std::vector<v1::StepRecord> out;
+    for (std::uint32_t rank = 0; rank < o_.world; ++rank) {
+      v1::StepRecord copy = r;
+      copy.set_rank(rank);
+      copy.set_agent_overhead_seconds(20e-6 + 5e-6 * rank + 2e-6 * std::abs(Normal()));
+      out.push_back(std::move(copy));
+    }
+    prev_gg_ = stats_.gg;
+    prepared_ = false;
+    ++step_;
+    return out;
+  }
+
+ private:
+  static double Clamp1(double x) { return std::clamp(x, -1.0, 1.0); }
+
+  static v1::Regime ToProto(Regime r) {
+    switch (r) {
+      case Regime::kSafe:
+        return v1::REGIME_SAFE;
+      case Regime::kProject:
+        return v1::REGIME_PROJECT;
+      case Regime::kSkip:
+        return v1::REGIME_SKIP;
+      case Regime::kInvalid:
+        return v1::REGIME_INVALID;
+    }
+    return v1::REGIME_INVALID;
+  }
+
+  double Normal() { return normal_(rng_); }
+
+  // Draws the statistics of step_ once (NextDecideRequest and NextStep see the same).
+  void Prepare() {
+    if (prepared_) return;
+    prepared_ = true;
+    double c = BaseCosine(step_);
+    const bool quiet = c <= 0.015 + 1e-12;
+    c += (quiet ? 0.012 : 0.03) * Normal();
+    if (quiet) c = std::clamp(c, -0.045, 0.045);  // a quiet stretch never leaves the safe band
+    c = Clamp1(c);
+    const double g = (1.0 + 0.05 * Normal()) * (1.0 + 2.0 * std::max(0.0, BaseCosine(step_) - 0.015));
+    stats_.gg = g * g;
+    stats_.pp = prev_gg_;
+    stats_.has_reference = step_ > 0;
+    stats_.dot = stats_.has_reference ? c * std::sqrt(stats_.gg * stats_.pp) : 0.0;
+  }
+
+  SyntheticRunOptions o_;
+  Controller controller_;
+  std::mt19937_64 rng_;
+  std::normal_distribution<double> normal_{0.0, 1.0};
+  std::int64_t step_ = 0;
+  bool prepared_ = false;
+  AlignmentStats stats_;
+  double prev_gg_ = 0.0;
+  double dip_ = 0.0;
+};
+
+}  // namespace gac::testing
+
+#endif  // GAC_TESTS_DASHBOARDS_SYNTHETIC_RUN_H_

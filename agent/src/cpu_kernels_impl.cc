@@ -351,22 +351,39 @@ void Snapshot(const void* g, ElemType gt, void* p, ElemType pt, std::int64_t n) 
   });
 }
 
-// Spans are often small and scattered, where the hardware prefetchers do not
-// help: asks for the first lines of span i + kSpansAhead (for writing, which
-// the apply passes do).
+// Spans are often small and scattered (e.g. separately allocated 4 KiB
+// tensors), where the hardware prefetchers stop at every span and, after the
+// caches and TLBs have been flushed, each span starts with a page walk for g
+// and one for p. Asking for the first line of span i + kSpansAhead starts
+// those walks and the first misses early; the streamers then cover the rest
+// of the span. (Measured on 2,000 x 4 KiB tensors after a cache flush: -12 to
+// -24 % for the statistics pass on one thread. Prefetching every line of the
+// next spans, or line by line in step with the loads, was slower or no better.)
 constexpr std::int64_t kSpansAhead = 8;
 // Runs up to this many elements count as small (see SnapshotSpans).
 constexpr std::int64_t kSmallSpan = 256;
+// rw: 1 when the pass writes the span (the apply passes), 0 for reading only.
+template <int rw>
 GAC_INLINE void PrefetchAhead(const Span* spans, std::int64_t i, std::int64_t count) {
   if (i + kSpansAhead < count) {
-    __builtin_prefetch(spans[i + kSpansAhead].g, 1);
-    __builtin_prefetch(spans[i + kSpansAhead].p, 1);
+    __builtin_prefetch(spans[i + kSpansAhead].g, rw);
+    __builtin_prefetch(spans[i + kSpansAhead].p, rw);
   }
 }
 
 void StatsSpans(const Span* spans, std::int64_t count, ElemType pt, bool with_p, Partial* out, Partial* sum) {
   Partial total = sum != nullptr ? *sum : Partial{};
+  // The first spans of the list: their walks and first misses start together.
+  for (std::int64_t i = 0; i < std::min(count, kSpansAhead); ++i) {
+    __builtin_prefetch(spans[i].g, 0);
+    if (with_p) __builtin_prefetch(spans[i].p, 0);
+  }
   for (std::int64_t i = 0; i < count; ++i) {
+    if (with_p) {
+      PrefetchAhead<0>(spans, i, count);
+    } else if (i + kSpansAhead < count) {
+      __builtin_prefetch(spans[i + kSpansAhead].g, 0);
+    }
     const Span& s = spans[i];
     Partial r;  // zero for a skipped span
     if (s.g != nullptr) {
@@ -385,7 +402,7 @@ void StatsSpans(const Span* spans, std::int64_t count, ElemType pt, bool with_p,
 
 void ProjectSnapshotSpans(const Span* spans, std::int64_t count, ElemType pt, float coeff, bool snapshot_projected) {
   for (std::int64_t i = 0; i < count; ++i) {
-    PrefetchAhead(spans, i, count);
+    PrefetchAhead<1>(spans, i, count);
     const Span& s = spans[i];
     if (s.g == nullptr) continue;
     if (s.gt == ElemType::kF32 && pt == ElemType::kF32) {  // the common case, inlined
@@ -398,7 +415,7 @@ void ProjectSnapshotSpans(const Span* spans, std::int64_t count, ElemType pt, fl
 
 void SnapshotSpans(const Span* spans, std::int64_t count, ElemType pt) {
   for (std::int64_t i = 0; i < count; ++i) {
-    PrefetchAhead(spans, i, count);
+    PrefetchAhead<1>(spans, i, count);
     const Span& s = spans[i];
     if (s.g == nullptr) continue;
     if (s.gt == ElemType::kF32 && pt == ElemType::kF32 && s.n <= kSmallSpan) {

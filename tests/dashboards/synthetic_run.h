@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "gac/controller/controller.h"
+#include "gac/server/validate.h"
 #include "gac/v1/control.pb.h"
 #include "gac/v1/telemetry.pb.h"
 
@@ -101,7 +102,7 @@ class SyntheticRun {
       if (remote->has_cosine_after()) r.set_cosine_after(Clamp1(remote->cosine_after()));
       r.set_alpha(remote->alpha());
     } else {
-      r.set_regime(ToProto(local.regime));
+      r.set_regime(server::RegimeToProto(local.regime));
       if (local.cosine) r.set_cosine(Clamp1(*local.cosine));
       if (local.cosine_after) r.set_cosine_after(Clamp1(*local.cosine_after));
       r.set_alpha(local.alpha);
@@ -150,19 +151,6 @@ class SyntheticRun {
  private:
   static double Clamp1(double x) { return std::clamp(x, -1.0, 1.0); }
 
-  static v1::Regime ToProto(Regime r) {
-    switch (r) {
-      case Regime::kSafe:
-        return v1::REGIME_SAFE;
-      case Regime::kProject:
-        return v1::REGIME_PROJECT;
-      case Regime::kSkip:
-        return v1::REGIME_SKIP;
-      case Regime::kInvalid:
-        return v1::REGIME_INVALID;
-    }
-    return v1::REGIME_INVALID;
-  }
 
   double Normal() { return normal_(rng_); }
 

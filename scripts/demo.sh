@@ -36,10 +36,13 @@ grpc=$(sed -n 's/^grpc=//p' "$ready")
 metrics=$(sed -n 's/^metrics=//p' "$ready")
 echo "demo: gacd serving gRPC on $grpc, metrics on http://$metrics/metrics, store $data/gacd.db"
 
-"$build/examples/gac_train_demo" --gacd "$grpc" --remote "$@"
+# A fresh prefix per invocation: gacd keeps the first copy of a (run, rank,
+# step) key, so reusing run names would keep the older run's steps.
+prefix="demo-$(date +%Y%m%d-%H%M%S)"
+"$build/examples/gac_train_demo" --gacd "$grpc" --remote --run-prefix "$prefix" "$@"
 
 echo
-echo "gacd kept every step in $data/gacd.db (runs demo-sync, demo-stale, demo-gac)."
+echo "gacd kept every step in $data/gacd.db (runs $prefix-sync, $prefix-stale, $prefix-gac)."
 echo "While gacd runs, Prometheus can scrape http://$metrics/metrics; deploy/ has the"
 echo "Prometheus and Grafana setup (docs/OPERATIONS.md). To browse the stored runs later:"
 echo "  $build/server/gacd --insecure --data-dir=$data"

@@ -19,6 +19,7 @@
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -26,15 +27,11 @@
 #include <map>
 #include <string>
 
-#include <grpcpp/grpcpp.h>
-
 #include "gac/agent/agent.h"
 #include "gac/agent/remote_controller.h"
 #include "gac/agent/step_record.h"
 #include "gac/agent/telemetry.h"
 #include "gac/controller/calibration.h"
-#include "gac/v1/control.grpc.pb.h"
-#include "gac/v1/query.grpc.pb.h"
 
 namespace {
 
@@ -90,25 +87,6 @@ Flags Parse(int argc, char** argv) {
   return f;
 }
 
-// Sets a run's thresholds and mode on gacd (remote decisions use them).
-bool SetRemoteConfig(const Flags& flags, const std::string& run, const gac::Thresholds& t) {
-  auto channel = grpc::CreateChannel(flags.gacd, grpc::InsecureChannelCredentials());
-  auto admin = gac::v1::AdminService::NewStub(channel);
-  grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
-  if (!flags.token.empty()) ctx.AddMetadata("authorization", "Bearer " + flags.token);
-  gac::v1::SetRunConfigRequest req;
-  req.set_run(run);
-  req.mutable_thresholds()->set_c_low(t.c_low);
-  req.mutable_thresholds()->set_c_high(t.c_high);
-  req.set_mode(gac::v1::CONTROL_MODE_REMOTE);
-  req.set_reason("gac_train_demo: calibrated from the synchronous run");
-  gac::v1::RunConfig cfg;
-  const grpc::Status st = admin->SetRunConfig(&ctx, req, &cfg);
-  if (!st.ok()) std::fprintf(stderr, "gacd SetRunConfig: %s\n", st.error_message().c_str());
-  return st.ok();
-}
-
 struct RunResult {
   std::string name;
   double final_loss = 0.0;
@@ -135,15 +113,21 @@ RunResult Run(const Flags& flags, const std::string& name, int staleness, gac::T
   options.thresholds = thresholds;
   options.mode = gac::agent::Mode::kMonitor;
   gac::agent::Mode acting = gac::agent::Mode::kLocal;
-  if (flags.remote && gac_from > 0 && SetRemoteConfig(flags, run_id, thresholds)) {
+  if (flags.remote && gac_from > 0) {
     gac::agent::RemoteControllerOptions ro;
     ro.address = flags.gacd;
     ro.token = flags.token;
     ro.run = run_id;
     auto remote = gac::agent::RemoteController::Create(ro);
-    if (remote.ok()) {
+    // gacd decides with the run's settings there: set them first.
+    gac::Status st = remote.ok() ? (*remote)->SetRunThresholds(thresholds, gac::AlphaMode::kPaper,
+                                                          "gac_train_demo: calibrated from the synchronous run")
+                            : remote.status();
+    if (st.ok()) {
       options.decision_source = std::move(*remote);
       acting = gac::agent::Mode::kRemote;
+    } else {
+      std::fprintf(stderr, "%s\n", st.ToString().c_str());
     }
   }
   auto agent_or = gac::agent::Agent::Create(options);

@@ -29,15 +29,12 @@
 #include <memory>
 #include <string>
 
-#include <grpcpp/grpcpp.h>
-
 #include "examples/grpo/grpo.h"
 #include "gac/agent/agent.h"
 #include "gac/agent/remote_controller.h"
 #include "gac/agent/step_record.h"
 #include "gac/agent/telemetry.h"
 #include "gac/controller/calibration.h"
-#include "gac/v1/control.grpc.pb.h"
 
 namespace {
 
@@ -152,25 +149,6 @@ Flags Parse(int argc, char** argv) {
   return f;
 }
 
-// Sets the run's thresholds and remote mode on gacd (the remote decisions use them).
-bool SetRemoteConfig(const Flags& flags) {
-  auto channel = grpc::CreateChannel(flags.gacd, grpc::InsecureChannelCredentials());
-  auto admin = gac::v1::AdminService::NewStub(channel);
-  grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
-  if (!flags.token.empty()) ctx.AddMetadata("authorization", "Bearer " + flags.token);
-  gac::v1::SetRunConfigRequest req;
-  req.set_run(flags.run);
-  req.mutable_thresholds()->set_c_low(flags.c_low);
-  req.mutable_thresholds()->set_c_high(flags.c_high);
-  req.set_mode(gac::v1::CONTROL_MODE_REMOTE);
-  req.set_reason("gac_grpo: thresholds calibrated from the synchronous run");
-  gac::v1::RunConfig cfg;
-  const grpc::Status st = admin->SetRunConfig(&ctx, req, &cfg);
-  if (!st.ok()) std::fprintf(stderr, "gacd SetRunConfig: %s\n", st.error_message().c_str());
-  return st.ok();
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -203,13 +181,19 @@ int main(int argc, char** argv) {
     telemetry = std::move(*started);
   }
   if (flags.mode == gac::agent::Mode::kRemote) {
-    if (!SetRemoteConfig(flags)) return 1;
     gac::agent::RemoteControllerOptions ro;
     ro.address = flags.gacd;
     ro.token = flags.token;
     ro.run = flags.run;
     auto remote = gac::agent::RemoteController::Create(ro);
     if (!remote.ok()) Usage("remote controller: " + remote.status().ToString());
+    // gacd decides with the run's settings there: set them first.
+    const gac::Status st = (*remote)->SetRunThresholds(
+        {flags.c_low, flags.c_high}, gac::AlphaMode::kPaper, "gac_grpo: thresholds calibrated from the synchronous run");
+    if (!st.ok()) {
+      std::fprintf(stderr, "%s\n", st.ToString().c_str());
+      return 1;
+    }
     options.decision_source = std::move(*remote);
   }
   auto agent_or = gac::agent::Agent::Create(options);

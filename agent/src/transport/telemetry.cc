@@ -25,23 +25,6 @@ struct Pending {
 
 }  // namespace
 
-std::shared_ptr<grpc::Channel> MakeGacdChannel(const std::string& address, const std::string& tls_root_certs,
-                                               std::chrono::milliseconds max_backoff) {
-  grpc::ChannelArguments args;
-  // gRPC's own reconnect backoff starts at 1 s and grows to 2 min; a
-  // restarted gacd should be found within the sender's own backoff.
-  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
-  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
-  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, static_cast<int>(std::max<std::int64_t>(max_backoff.count(), 100)));
-  std::shared_ptr<grpc::ChannelCredentials> creds = grpc::InsecureChannelCredentials();
-  if (!tls_root_certs.empty()) {
-    grpc::SslCredentialsOptions opts;
-    opts.pem_root_certs = tls_root_certs;
-    creds = grpc::SslCredentials(opts);
-  }
-  return grpc::CreateCustomChannel(address, creds, args);
-}
-
 struct Telemetry::Impl {
   TelemetryOptions options;
   std::unique_ptr<Spool> spool;  // null without a spool directory; guarded by spool_mu

@@ -39,6 +39,11 @@ class RemoteController final : public DecisionSource {
 
   StatusOr<Decision> Decide(std::int64_t step, const AlignmentStats& stats) override;
 
+  // Sets the run's thresholds on gacd and its mode to remote, through the
+  // admin API (the token needs admin rights on the run); `reason` goes to
+  // gacd's audit log. Waits up to 10 s.
+  Status SetRunThresholds(const Thresholds& thresholds, AlphaMode alpha_mode, const std::string& reason);
+
  private:
   struct Impl;
   explicit RemoteController(std::unique_ptr<Impl> impl);

@@ -131,6 +131,8 @@ struct Agent::Plan {
   std::vector<std::int64_t> task_first_chunk;  // tasks + 1 entries
   std::vector<cpu::Partial> partials;          // one per chunk (parallel passes)
   std::vector<Strided> strided;                // per step
+  std::vector<int> group_of;                   // per slot: its parameter group, or -1
+  std::vector<double> reduced;                 // per step: 3 sums, then 3 per group
   std::int64_t chunk_elements = 0;
   at::Tensor snapshot;                         // flat, snapshot dtype
   char* snap_base = nullptr;
@@ -250,6 +252,17 @@ StatusOr<std::unique_ptr<Agent::Plan>> Agent::Plan::Build(const std::vector<at::
     }
   }
   plan->partials.resize(plan->spans.size());
+  plan->group_of.assign(params.size(), -1);
+  for (std::size_t g = 0; g < options.groups.size(); ++g) {
+    for (int i : options.groups[g].parameters) {  // Agent::Create checked i >= 0 and no repeats
+      if (static_cast<std::size_t>(i) >= params.size()) {
+        return Status::InvalidArgument("parameter group '" + options.groups[g].name + "' names parameter " +
+                                       std::to_string(i) + " of " + std::to_string(params.size()));
+      }
+      plan->group_of[static_cast<std::size_t>(i)] = static_cast<int>(g);
+    }
+  }
+  plan->reduced.assign(3 + 3 * options.groups.size(), 0.0);
 
   // Tasks: runs of chunks with roughly equal element counts, a few per thread.
   const std::int64_t threads = options.num_threads;
@@ -399,49 +412,39 @@ StatusOr<StepReport> Agent::Step(std::int64_t step, const std::vector<at::Tensor
       sums[2] += p.pp;
     }
   }
-  // Strided gradients: ATen in fp64 (rare; allocates per tensor).
-  for (const Plan::Strided& st : plan.strided) {
-    const at::Tensor g64 = st.grad->to(at::kDouble);
-    sums[1] += g64.square().sum().item<double>();
-    if (has_ref) {
-      const at::Tensor p64 = plan.SnapshotView(*st.slot).to(at::kDouble);
-      sums[0] += (g64 * p64).sum().item<double>();
-      sums[2] += p64.square().sum().item<double>();
-    }
-  }
-  // Per-group statistics (opt-in): one more read of the grouped gradients.
-  const std::size_t num_groups = options_.groups.size();
-  std::vector<double> reduced(3 + 3 * num_groups, 0.0);
+  // What the all-reduce sums: (dot, gg, pp) of the step, then of each
+  // parameter group (opt-in).
+  std::vector<double>& reduced = plan.reduced;
+  std::fill(reduced.begin(), reduced.end(), 0.0);
   reduced[0] = sums[0];
   reduced[1] = sums[1];
   reduced[2] = sums[2];
-  if (num_groups > 0) {
-    std::vector<int> group_of(plan.slots.size(), -1);
-    for (std::size_t g = 0; g < num_groups; ++g) {
-      for (int i : options_.groups[g].parameters) {
-        if (static_cast<std::size_t>(i) >= plan.slots.size()) {
-          return Status::InvalidArgument("parameter group '" + options_.groups[g].name + "' names parameter " +
-                                         std::to_string(i) + " of " + std::to_string(plan.slots.size()));
-        }
-        group_of[static_cast<std::size_t>(i)] = static_cast<int>(g);
-        const Plan::Slot& s = plan.slots[static_cast<std::size_t>(i)];
-        cpu::Partial part;
-        k.stats_spans(spans + s.first_chunk, s.end_chunk - s.first_chunk, plan.snap_type, has_ref, nullptr, &part);
-        reduced[3 + 3 * g] += part.dot;
-        reduced[4 + 3 * g] += part.gg;
-        reduced[5 + 3 * g] += part.pp;
-      }
+  // Strided gradients: ATen in fp64 (rare; allocates per tensor).
+  for (const Plan::Strided& st : plan.strided) {
+    const at::Tensor g64 = st.grad->to(at::kDouble);
+    double part[3] = {0.0, g64.square().sum().item<double>(), 0.0};
+    if (has_ref) {
+      const at::Tensor p64 = plan.SnapshotView(*st.slot).to(at::kDouble);
+      part[0] = (g64 * p64).sum().item<double>();
+      part[2] = p64.square().sum().item<double>();
     }
-    for (const Plan::Strided& st : plan.strided) {
-      const int g = group_of[static_cast<std::size_t>(st.slot - plan.slots.data())];
-      if (g < 0) continue;
-      const at::Tensor g64 = st.grad->to(at::kDouble);
-      reduced[4 + 3 * g] += g64.square().sum().item<double>();
-      if (has_ref) {
-        const at::Tensor p64 = plan.SnapshotView(*st.slot).to(at::kDouble);
-        reduced[3 + 3 * g] += (g64 * p64).sum().item<double>();
-        reduced[5 + 3 * g] += p64.square().sum().item<double>();
-      }
+    const int g = plan.group_of[static_cast<std::size_t>(st.slot - plan.slots.data())];
+    for (int j = 0; j < 3; ++j) {
+      reduced[static_cast<std::size_t>(j)] += part[j];
+      if (g >= 0) reduced[static_cast<std::size_t>(3 + 3 * g + j)] += part[j];
+    }
+  }
+  // Dense gradients of the groups: one more read of them (strided ones have
+  // no span and add nothing here).
+  const std::size_t num_groups = options_.groups.size();
+  for (std::size_t g = 0; g < num_groups; ++g) {
+    for (int i : options_.groups[g].parameters) {
+      const Plan::Slot& s = plan.slots[static_cast<std::size_t>(i)];
+      cpu::Partial part;
+      k.stats_spans(spans + s.first_chunk, s.end_chunk - s.first_chunk, plan.snap_type, has_ref, nullptr, &part);
+      reduced[3 + 3 * g] += part.dot;
+      reduced[4 + 3 * g] += part.gg;
+      reduced[5 + 3 * g] += part.pp;
     }
   }
   if (options_.reducer) {

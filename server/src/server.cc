@@ -227,7 +227,12 @@ class IngestReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grp
       if (!ok) {
         reading_done_ = true;
       } else if (!reading_done_) {
-        Accept(a);
+        const Status st = Accept();
+        if (!st.ok()) {
+          error_ = st;
+          core_->metrics->ObserveRpcError("Ingest", StatusCodeName(st.code()));
+          reading_done_ = true;
+        }
       }
       Decide(a);
     }
@@ -290,22 +295,16 @@ class IngestReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grp
 
  private:
 
-  // REQUIRES: mu_ held; raw_request_ holds a new batch.
-  void Accept(Actions& a) {
+  // REQUIRES: mu_ held; raw_request_ holds a new batch. Validates it and
+  // hands it to the writer; an error ends the stream.
+  Status Accept() {
     // Parsed here rather than by gRPC, so a malformed message gets a clear
     // INVALID_ARGUMENT instead of a bare stream failure.
-    Status st;
     if (!grpc::SerializationTraits<v1::IngestRequest>::Deserialize(&raw_request_, &request_).ok()) {
-      st = Status::InvalidArgument("malformed IngestRequest: not a valid gac.v1.IngestRequest message");
-    } else {
-      st = CheckBatch();
+      return Status::InvalidArgument("malformed IngestRequest: not a valid gac.v1.IngestRequest message");
     }
-    if (!st.ok()) {
-      error_ = st;
-      core_->metrics->ObserveRpcError("Ingest", StatusCodeName(st.code()));
-      reading_done_ = true;
-      return;
-    }
+    Status st = CheckBatch();
+    if (!st.ok()) return st;
     auto req = std::make_shared<v1::IngestRequest>(std::move(request_));
     request_.Clear();
     last_sequence_ = req->sequence();
@@ -314,18 +313,11 @@ class IngestReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grp
     WriteOp op;
     op.steps = req.get();
     op.received_ns = NowNs();
-    ++inflight_;
     st = core_->writer->Submit(op, rows, [this, req](const Status& s, const WriteOp& done) {
       OnCommitted(*req, s, done);
     });
-    if (!st.ok()) {
-      --inflight_;
-      error_ = st;
-      core_->metrics->ObserveRpcError("Ingest", StatusCodeName(st.code()));
-      reading_done_ = true;
-      return;
-    }
-    (void)a;
+    if (st.ok()) ++inflight_;
+    return st;
   }
 
   Status CheckBatch() {
@@ -576,8 +568,8 @@ class AdminServiceImpl final : public v1::AdminService::CallbackService {
     if (st.ok()) st = core_->Check(ctx, kRead, req->run()).status();
     StatusOr<std::uint64_t> offset = DecodeOffsetToken(req->page_token());
     StatusOr<std::uint32_t> size = PageSize(req->page_size(), 100, 1000);
-    if (st.ok()) st = offset.status().ok() ? size.status() : offset.status();
-    if (st.ok() && !offset.ok()) st = offset.status();
+    if (st.ok()) st = offset.status();
+    if (st.ok()) st = size.status();
     if (!st.ok()) {
       core_->Finish(reactor, core_->Fail("ListConfigChanges", st));
       return reactor;

@@ -19,12 +19,10 @@
 // 10 s here. Nothing else of the rules is changed (see ScaleRulesForTest).
 
 #include <arpa/inet.h>
-#include <fcntl.h>
 #include <google/protobuf/struct.pb.h>
 #include <google/protobuf/util/json_util.h>
 #include <netinet/in.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -44,8 +42,6 @@
 
 #include "synthetic_run.h"
 #include "test_util.h"
-
-extern char** environ;
 
 namespace gac::testing {
 namespace {
@@ -417,20 +413,8 @@ class PrometheusProcess {
                                        "--storage.tsdb.path=" + dir.File("tsdb"),
                                        "--web.listen-address=127.0.0.1:" + std::to_string(port_),
                                        "--log.level=warn"};
-      std::vector<char*> cargv;
-      for (auto& a : argv) cargv.push_back(a.data());
-      cargv.push_back(nullptr);
-      posix_spawn_file_actions_t fa;
-      posix_spawn_file_actions_init(&fa);
-      posix_spawn_file_actions_addopen(&fa, 1, log_.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-      posix_spawn_file_actions_addopen(&fa, 2, log_.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-      const int rc = posix_spawn(&pid_, cargv[0], &fa, nullptr, cargv.data(), environ);
-      posix_spawn_file_actions_destroy(&fa);
-      if (rc != 0) {
-        *error = "posix_spawn " + kPrometheus + " failed: " + std::to_string(rc);
-        pid_ = -1;
-        return false;
-      }
+      pid_ = SpawnLogged(argv, log_, error);
+      if (pid_ < 0) return false;
       const auto deadline = Clock::now() + std::chrono::seconds(30);
       bool exited = false;
       while (Clock::now() < deadline) {

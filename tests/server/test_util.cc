@@ -156,21 +156,8 @@ bool GacdProcess::Start(const std::string& ready_file) {
   std::vector<std::string> argv = {Binary()};
   argv.insert(argv.end(), args_.begin(), args_.end());
   argv.push_back("--ready-file=" + ready_file);
-  std::vector<char*> cargv;
-  for (auto& a : argv) cargv.push_back(a.data());
-  cargv.push_back(nullptr);
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, 2, log_path_.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-  posix_spawn_file_actions_addopen(&fa, 1, log_path_.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-  pid_t pid;
-  const int rc = posix_spawn(&pid, cargv[0], &fa, nullptr, cargv.data(), environ);
-  posix_spawn_file_actions_destroy(&fa);
-  if (rc != 0) {
-    error_ = "posix_spawn failed: " + std::to_string(rc);
-    return false;
-  }
-  pid_ = pid;
+  pid_ = SpawnLogged(argv, log_path_, &error_);
+  if (pid_ < 0) return false;
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
   while (std::chrono::steady_clock::now() < deadline) {
     std::ifstream in(ready_file);
@@ -221,6 +208,25 @@ std::string GacdProcess::Log() const {
   std::stringstream ss;
   ss << in.rdbuf();
   return ss.str();
+}
+
+int SpawnLogged(const std::vector<std::string>& argv, const std::string& log_path, std::string* error) {
+  std::vector<std::string> args = argv;
+  std::vector<char*> cargv;
+  for (auto& a : args) cargv.push_back(a.data());
+  cargv.push_back(nullptr);
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 1, log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+  posix_spawn_file_actions_addopen(&fa, 2, log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+  pid_t pid;
+  const int rc = posix_spawn(&pid, cargv[0], &fa, nullptr, cargv.data(), environ);
+  posix_spawn_file_actions_destroy(&fa);
+  if (rc != 0) {
+    *error = "posix_spawn " + argv[0] + " failed: " + std::to_string(rc);
+    return -1;
+  }
+  return pid;
 }
 
 int RunProcess(const std::vector<std::string>& argv, const std::string& input, std::string* output) {

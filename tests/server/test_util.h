@@ -120,6 +120,10 @@ class GacdProcess {
   std::string address_, metrics_address_, error_;
 };
 
+// Starts `argv` (argv[0] a path) with stdout and stderr appended to
+// `log_path`; returns its pid, or -1 with `error` filled.
+int SpawnLogged(const std::vector<std::string>& argv, const std::string& log_path, std::string* error);
+
 // Runs `argv` to completion with `input` on stdin; returns its exit status
 // and fills `output` with stdout and stderr together.
 int RunProcess(const std::vector<std::string>& argv, const std::string& input, std::string* output);

@@ -8,7 +8,7 @@
 #   3. examples/grpo/analyze.py: results.csv (one row per run), summary.csv
 #      (per setting, mean and spread over seeds), summary.md and the plots.
 #
-# Environment: OUT (default results/grpo), BUILD (build-grpo), STEPS (300),
+# Environment: OUT (default results/grpo), BUILD (build-grpo), STEPS (400),
 # SEEDS ("1 2 3"), STALENESS ("0 8 16 32"), VARIANTS ("grpo m2po bapo gac"),
 # JOBS (2 parallel runs), EXTRA (more trainer flags for every run), PYTHON (python3).
 # Needs: build-grpo/examples/grpo/gac_grpo (see docs/RESULTS.md), python3 with
@@ -17,7 +17,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-results/grpo}
 BUILD=${BUILD:-build-grpo}
-STEPS=${STEPS:-300}
+STEPS=${STEPS:-400}
 SEEDS=${SEEDS:-"1 2 3"}
 STALENESS=${STALENESS:-"0 8 16 32"}
 VARIANTS=${VARIANTS:-"grpo m2po bapo gac"}
@@ -25,7 +25,7 @@ JOBS=${JOBS:-2}
 EXTRA=${EXTRA:-}
 BIN="$BUILD/examples/grpo/gac_grpo"
 # The configuration chosen in the pilot (docs/RESULTS.md); the same for every run.
-COMMON="--steps $STEPS --sft-steps 300 --lr 1e-3 --prompts 32 --group 8 --hidden 128 --every 100 $EXTRA"
+COMMON="--steps $STEPS --sft-steps 600 --lr 1e-3 --prompts 32 --group 8 --hidden 128 --every 100 $EXTRA"
 
 [ -x "$BIN" ] || { echo "missing $BIN; build it first" >&2; exit 1; }
 mkdir -p "$OUT/runs"

@@ -9,7 +9,7 @@ packages=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   prometheus-cpp-dev libsqlite3-dev prometheus openssl
   libgtest-dev libgmock-dev libbenchmark-dev
-  python3-yaml
+  python3-yaml python3-matplotlib
 )
 
 missing=()

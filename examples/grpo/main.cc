@@ -57,6 +57,7 @@ struct Flags {
   double weight_decay = 0.01;
   double clip_grad = 1.0;
   double c_low = 0.05, c_high = 0.3;
+  gac::AlphaMode alpha_mode = gac::AlphaMode::kPaper;
   gac::grpo::LossOptions loss;
   gac::agent::Mode mode = gac::agent::Mode::kMonitor;
   std::string csv, calibrate_out, gacd, token, run;
@@ -67,7 +68,8 @@ struct Flags {
   std::fprintf(stderr,
                "error: %s\n"
                "usage: gac_grpo [--steps N] [--staleness S] [--loss grpo|m2po|bapo]\n"
-               "                [--agent monitor|local|remote] [--c-low X --c-high X] [--seed N]\n"
+               "                [--agent monitor|local|remote] [--c-low X --c-high X] [--alpha-mode paper|exact]\n"
+               "                [--seed N]\n"
                "                [--lr X] [--prompts B] [--group G] [--hidden H] [--clip-grad X]\n"
                "                [--weight-decay X] [--kl-coef X] [--entropy-coef X] [--m2-tau X]\n"
                "                [--clip-eps X] [--eval-every N] [--every N] [--csv FILE]\n"
@@ -96,6 +98,12 @@ Flags Parse(int argc, char** argv) {
     if (a == "--run") { f.run = v; continue; }
     if (a == "--loss") {
       if (!gac::grpo::ParseLoss(v, &f.loss.kind)) Usage("unknown loss " + v);
+      continue;
+    }
+    if (a == "--alpha-mode") {
+      auto m = gac::ParseAlphaMode(v.c_str());
+      if (!m.ok()) Usage("unknown alpha mode " + v);
+      f.alpha_mode = *m;
       continue;
     }
     if (a == "--agent") {
@@ -169,6 +177,7 @@ int main(int argc, char** argv) {
 
   gac::agent::AgentOptions options;
   options.thresholds = {flags.c_low, flags.c_high};
+  options.alpha_mode = flags.alpha_mode;
   options.mode = flags.mode;
   options.num_threads = 1;
   std::unique_ptr<gac::agent::Telemetry> telemetry;
@@ -189,7 +198,7 @@ int main(int argc, char** argv) {
     if (!remote.ok()) Usage("remote controller: " + remote.status().ToString());
     // gacd decides with the run's settings there: set them first.
     const gac::Status st = (*remote)->SetRunThresholds(
-        {flags.c_low, flags.c_high}, gac::AlphaMode::kPaper, "gac_grpo: thresholds calibrated from the synchronous run");
+        {flags.c_low, flags.c_high}, flags.alpha_mode, "gac_grpo: thresholds calibrated from the synchronous run");
     if (!st.ok()) {
       std::fprintf(stderr, "%s\n", st.ToString().c_str());
       return 1;
@@ -276,6 +285,7 @@ int main(int argc, char** argv) {
                    loss.kl, loss.entropy, cos_text, gac::RegimeName(d.regime), d.alpha, d.grad_norm,
                    report->step_optimizer ? 1 : 0, loss.clip_fraction, loss.m2, loss.mean_abs_log_ratio, loss.bapo_lo,
                    loss.bapo_hi);
+      std::fflush(csv);  // followed live (scripts/demo_run.sh's progress line)
     }
     if (step % flags.every == 0 || step == 1) {
       char c_text[32] = "-";

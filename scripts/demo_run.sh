@@ -4,7 +4,9 @@
 #
 #   1. starts gacd on its embedded SQLite store (insecure mode: loopback only);
 #   2. synchronous GRPO (s = 0, agent in monitor mode): the |c_t| of its steps
-#      after the first 50 calibrate c_low and c_high, once;
+#      after the first 50 calibrate the thresholds, once: c_low = q0.9 (the
+#      SuggestThresholds rule) and c_high = max (the "gacmax" rule of
+#      docs/RESULTS.md: a step more aligned than any synchronous one is skipped);
 #   3. stale GRPO (s = $STALENESS) twice, side by side: agent in monitor mode,
 #      and GAC with every decision made in gacd (remote mode, the calibrated
 #      thresholds set on gacd's run);
@@ -135,7 +137,7 @@ echo "demo: 1/2 synchronous GRPO (s = 0), $steps steps after $sft supervised war
 trainer_pids=($!)
 follow "sync=sync"
 c_low=$(sed -n 's/^c_low=//p' "$out/calibration.txt")
-c_high=$(sed -n 's/^c_high=//p' "$out/calibration.txt")
+c_high=$(sed -n 's/^max=//p' "$out/calibration.txt")
 echo "demo: calibrated c_low $c_low, c_high $c_high (q0.9 and max of the synchronous |c_t|)"
 
 echo "demo: 2/2 stale GRPO (s = $stale) side by side: monitored, and GAC deciding in gacd (remote mode)"
@@ -151,7 +153,7 @@ grep -h '^telemetry:' "$out"/runs/{sync,stale,gac}.log | sed 's/^/demo: /'
 echo
 "$python" examples/grpo/demo_report.py --runs "$out/runs" --calibration "$out/calibration.txt" --out "$out" \
   --run "synchronous (s=0)=sync" --run "stale (s=$stale)=stale" --run "stale (s=$stale) + GAC in gacd=gac" \
-  --metrics "http://$metrics/metrics" --gacd-prefix "$prefix"
+  --metrics "http://$metrics/metrics" --gacd-prefix "$prefix" --c-high "$c_high"
 
 cat <<EOF
 

@@ -142,7 +142,9 @@ def main():
             w.writerow([v, s, seed] + [fmt(r[k], 4) if isinstance(r[k], float) else ("" if r[k] is None else r[k])
                                        for k in keys])
 
-    variants = [v for v in ["grpo", "m2po", "bapo", "gac"] if any(k[0] == v for k in runs)]
+    known = ["grpo", "m2po", "bapo", "gac", "gacmax"]
+    variants = [v for v in known if any(k[0] == v for k in runs)]
+    variants += sorted({k[0] for k in runs} - set(known))
     stale = sorted({k[1] for k in runs})
     lines = [f"c_low = {c_low:g}, c_high = {c_high:g} (calibrated once, synchronous GRPO seed 1)", "",
              "| s | variant | seeds | final reward | held-out acc (start → end) | collapsed | collapse step "
@@ -172,7 +174,7 @@ def main():
                 "reward_drop": f"{len(drops)}/{len(rs)}" + ("" if not drops else " (" + "/".join(str(d) for d in sorted(drops)) + ")"),
                 "lead_time": "-" if not leads else "/".join(str(x) for x in sorted(leads)),
                 "lead_to_collapse": "-" if not leads_c else "/".join(str(x) for x in sorted(leads_c)),
-                "gac": "-" if v != "gac" else f"{statistics.mean(r['projected'] for r in rs):.0f} / {statistics.mean(r['skipped'] for r in rs):.0f}",
+                "gac": "-" if not v.startswith("gac") else f"{statistics.mean(r['projected'] for r in rs):.0f} / {statistics.mean(r['skipped'] for r in rs):.0f}",
             }
             summary_rows.append(row)
             lines.append(f"| {s} | {v} | {row['seeds']} | {row['final_reward']} | {row['start_heldout']} → {row['final_heldout']} "
@@ -189,10 +191,12 @@ def main():
         import matplotlib
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
+        from matplotlib.lines import Line2D
     except ImportError:
         print("matplotlib not available: no plots (apt-get install -y python3-matplotlib)")
         return
-    colors = {"grpo": "tab:red", "m2po": "tab:orange", "bapo": "tab:purple", "gac": "tab:green"}
+    palette = {"grpo": "tab:red", "m2po": "tab:orange", "bapo": "tab:purple", "gac": "tab:green", "gacmax": "tab:blue"}
+    colors = {v: palette.get(v, "tab:gray") for v in variants}
 
     def panel_plot(name, ylabel, series_of, hline=None):
         fig, axes = plt.subplots(1, len(stale), figsize=(4 * len(stale), 3.2), sharey=True, squeeze=False)
@@ -210,7 +214,11 @@ def main():
             ax.set_xlabel("step")
             ax.grid(alpha=0.3)
         axes[0][0].set_ylabel(ylabel)
-        axes[0][0].legend(fontsize=8)
+        # Every variant, also those absent from the first panel (gacmax at s = 0).
+        handles = [Line2D([], [], color=colors[v], label=v) for v in variants]
+        if hline is not None:
+            handles.append(Line2D([], [], color="k", ls="--", lw=0.8, label="c_low"))
+        axes[0][0].legend(handles=handles, fontsize=8)
         fig.tight_layout()
         fig.savefig(os.path.join(args.out, name), dpi=90)
         plt.close(fig)

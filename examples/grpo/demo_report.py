@@ -45,10 +45,12 @@ def main():
     ap.add_argument("--out", required=True)
     ap.add_argument("--metrics", help="gacd's /metrics URL: check every run's step count there")
     ap.add_argument("--gacd-prefix", default="", help="gacd run id = prefix + NAME")
+    ap.add_argument("--c-high", type=float, help="c_high the runs used (default: the calibration file's)")
     args = ap.parse_args()
 
     cal = dict(line.strip().split("=", 1) for line in open(args.calibration) if "=" in line)
-    c_low, c_high = float(cal["c_low"]), float(cal["c_high"])
+    c_low = float(cal["c_low"])
+    c_high = args.c_high if args.c_high is not None else float(cal["c_high"])
     runs, ok = [], True
     for spec in args.run:
         label, _, name = spec.rpartition("=")
@@ -108,17 +110,19 @@ def main():
         steps, reward, cos, evals = r["series"]
         color = colors[i % len(colors)]
         axes[0].plot(steps, analyze.moving_average(reward, 20), color=color, label=label)
+        evals = [(0, r["start_heldout"])] + evals  # step 0: right after the supervised warm-up
         axes[1].plot([s for s, _ in evals], [a for _, a in evals], color=color, marker=".", label=label)
         axes[2].plot([s for s, _ in cos], analyze.moving_average([c for _, c in cos], 10), color=color, label=label)
-    axes[2].axhline(c_low, color="k", ls="--", lw=0.8, label="c_low")
+    lines = [axes[2].axhline(c_low, color="k", ls="--", lw=0.8, label="c_low")]
     if c_high < 1.0:
-        axes[2].axhline(c_high, color="k", ls=":", lw=0.8, label="c_high")
+        lines.append(axes[2].axhline(c_high, color="k", ls=":", lw=0.8, label="c_high"))
+    axes[2].legend(handles=lines, fontsize=8, loc="lower right")
     for ax, title in zip(axes, ["training reward (20-step mean)", "held-out exact match",
                                 "|c_t| (10-step mean)"]):
         ax.set_title(title, fontsize=10)
         ax.set_xlabel("step")
         ax.grid(alpha=0.3)
-    axes[2].legend(fontsize=8)
+    axes[0].legend(fontsize=8, loc="lower left")
     fig.tight_layout()
     figure = os.path.join(args.out, "demo.png")
     fig.savefig(figure, dpi=90)

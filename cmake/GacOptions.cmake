@@ -1,9 +1,11 @@
-# Resolves the AUTO options into GAC_HAVE_CUDA / GAC_HAVE_NCCL and defines
+# Resolves the AUTO options into GAC_HAVE_CUDA / GAC_HAVE_NCCL, enables the
+# CUDA language for the agent's kernels (GAC_HAVE_CUDA_KERNELS) and defines
 # gac_set_warnings(), shared by every target of the project.
 
 function(gac_set_warnings target)
   if(CMAKE_CXX_COMPILER_ID MATCHES "GNU|Clang")
-    target_compile_options(${target} PRIVATE -Wall -Wextra -Wpedantic -Wno-unused-parameter)
+    # C++ sources only: nvcc takes host-compiler warnings through -Xcompiler.
+    target_compile_options(${target} PRIVATE "$<$<COMPILE_LANGUAGE:CXX>:-Wall;-Wextra;-Wpedantic;-Wno-unused-parameter>")
   endif()
 endfunction()
 
@@ -30,4 +32,36 @@ if(GAC_HAVE_CUDA AND NOT GAC_WITH_NCCL STREQUAL "OFF")
   endif()
 elseif(GAC_WITH_NCCL STREQUAL "ON")
   message(FATAL_ERROR "GAC_WITH_NCCL=ON needs CUDA (GAC_WITH_CUDA)")
+endif()
+
+# The kernels of gac::agent_cuda need nvcc (the CUDA parts above need only the
+# runtime and NCCL). They use the shared CUDA runtime, the one LibTorch loads,
+# and are compiled for GAC_CUDA_ARCHITECTURES: A100 and H100/H200 by default
+# (CUDA 13 has no architectures before 75), or CMAKE_CUDA_ARCHITECTURES when
+# the user sets it. The target property is set explicitly because a CUDA
+# LibTorch's CMake config may reset CMAKE_CUDA_ARCHITECTURES.
+set(GAC_HAVE_CUDA_KERNELS OFF)
+if(GAC_HAVE_CUDA)
+  if(NOT CMAKE_CUDA_COMPILER AND CUDAToolkit_NVCC_EXECUTABLE)
+    set(CMAKE_CUDA_COMPILER ${CUDAToolkit_NVCC_EXECUTABLE})
+  endif()
+  if(CMAKE_CUDA_ARCHITECTURES)
+    set(_gac_default_cuda_archs "${CMAKE_CUDA_ARCHITECTURES}")
+  else()
+    set(_gac_default_cuda_archs "80;90")
+  endif()
+  set(GAC_CUDA_ARCHITECTURES "${_gac_default_cuda_archs}" CACHE STRING
+      "CUDA architectures of the agent's kernels (default 80;90, or CMAKE_CUDA_ARCHITECTURES)")
+  if(NOT CMAKE_CUDA_ARCHITECTURES)
+    set(CMAKE_CUDA_ARCHITECTURES "${GAC_CUDA_ARCHITECTURES}")
+  endif()
+  set(CMAKE_CUDA_RUNTIME_LIBRARY Shared)
+  include(CheckLanguage)
+  check_language(CUDA)
+  if(CMAKE_CUDA_COMPILER)
+    enable_language(CUDA)
+    set(GAC_HAVE_CUDA_KERNELS ON)
+  else()
+    message(WARNING "CUDA toolkit without nvcc: gac::agent_cuda (the CUDA passes) is not built")
+  endif()
 endif()

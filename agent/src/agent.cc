@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "cpu_kernels.h"
+#include "device_passes.h"
 #include "thread_pool.h"
 
 namespace gac::agent {
@@ -20,6 +21,12 @@ namespace gac::agent {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+// The device passes take the CPU kernels' element types as they are.
+static_assert(static_cast<int>(cpu::ElemType::kF32) == static_cast<int>(cuda::ElemType::kF32) &&
+                  static_cast<int>(cpu::ElemType::kBF16) == static_cast<int>(cuda::ElemType::kBF16) &&
+                  static_cast<int>(cpu::ElemType::kF16) == static_cast<int>(cuda::ElemType::kF16),
+              "cpu::ElemType and cuda::ElemType must number the types alike");
 
 // Below this many elements a step runs on the calling thread only: waking
 // workers would cost more than it saves.
@@ -133,6 +140,12 @@ struct Agent::Plan {
   std::vector<Strided> strided;                // per step
   std::vector<int> group_of;                   // per slot: its parameter group, or -1
   std::vector<double> reduced;                 // per step: 3 sums, then 3 per group
+                                               // (device plans: then the non-finite count)
+  // Gradients on a GPU: the passes run there (the spans then only carry
+  // device pointers for the gather) and the snapshot lives on that device.
+  c10::Device device = c10::Device(c10::kCPU);
+  std::unique_ptr<DevicePasses> device_passes;  // null for CPU plans
+  std::vector<cuda::TensorRef> device_tensors;  // per slot, per step
   std::int64_t chunk_elements = 0;
   at::Tensor snapshot;                         // flat, snapshot dtype
   char* snap_base = nullptr;
@@ -146,7 +159,7 @@ struct Agent::Plan {
   std::int64_t num_tasks() const { return static_cast<std::int64_t>(task_first_chunk.size()) - 1; }
   at::Tensor SnapshotView(const Slot& s) const {
     return at::from_blob(snap_base + s.offset * static_cast<std::int64_t>(snap_elem_size), s.sizes, s.snap_strides,
-                         at::TensorOptions().dtype(snap_scalar));
+                         at::TensorOptions().dtype(snap_scalar).device(device));
   }
 
   // Builds the slots, chunks, tasks and the zeroed snapshot for `params`.
@@ -214,6 +227,13 @@ StatusOr<std::unique_ptr<Agent::Plan>> Agent::Plan::Build(const std::vector<at::
   for (std::size_t i = 0; i < params.size(); ++i) {
     const at::Tensor& p = params[i];
     if (!p.defined()) return Status::InvalidArgument("parameter " + std::to_string(i) + " is an undefined tensor");
+    if (i == 0) {
+      plan->device = p.device();
+    } else if (p.device() != plan->device) {
+      return Status::InvalidArgument("parameter " + std::to_string(i) + " is on " + p.device().str() +
+                                     " and parameter 0 on " + plan->device.str() +
+                                     "; the agent needs every gradient on one device");
+    }
     auto& s = plan->slots[i];
     s.param = p.unsafeGetTensorImpl();
     s.numel = p.numel();
@@ -240,10 +260,27 @@ StatusOr<std::unique_ptr<Agent::Plan>> Agent::Plan::Build(const std::vector<at::
   }
   plan->chunk_elements = options.chunk_elements;
   const bool bf16 = options.snapshot_dtype == SnapshotDtype::kBFloat16;
+  if (!plan->device.is_cpu()) {
+#ifdef GAC_AGENT_TORCH_CUDA
+    if (plan->device.is_cuda()) {
+      StatusOr<std::unique_ptr<DevicePasses>> passes =
+          CreateCudaPasses(plan->device, bf16, static_cast<int>(options.groups.size()));
+      if (!passes.ok()) return passes.status();
+      plan->device_passes = std::move(*passes);
+      plan->device_tensors.resize(params.size());
+    }
+#endif
+    if (plan->device_passes == nullptr) {
+      return Status::Unimplemented(
+          "the gradients are on " + plan->device.str() + "; this build of the agent reads CPU gradients only" +
+          (plan->device.is_cuda() ? " (the CUDA passes need nvcc and a CUDA build of LibTorch)" : ""));
+    }
+  }
   plan->snap_scalar = bf16 ? at::kBFloat16 : at::kFloat;
   plan->snap_type = bf16 ? cpu::ElemType::kBF16 : cpu::ElemType::kF32;
   plan->snap_elem_size = bf16 ? 2 : 4;
-  plan->snapshot = at::zeros({std::max<std::int64_t>(total, 1)}, at::TensorOptions().dtype(plan->snap_scalar));
+  plan->snapshot = at::zeros({std::max<std::int64_t>(total, 1)},
+                             at::TensorOptions().dtype(plan->snap_scalar).device(plan->device));
   plan->snap_base = static_cast<char*>(plan->snapshot.data_ptr());
   for (const Slot& s : plan->slots) {
     for (std::int64_t c = s.first_chunk; c < s.end_chunk; ++c) {
@@ -262,7 +299,7 @@ StatusOr<std::unique_ptr<Agent::Plan>> Agent::Plan::Build(const std::vector<at::
       plan->group_of[static_cast<std::size_t>(i)] = static_cast<int>(g);
     }
   }
-  plan->reduced.assign(3 + 3 * options.groups.size(), 0.0);
+  plan->reduced.assign(3 + 3 * options.groups.size() + (plan->device_passes ? 1 : 0), 0.0);
 
   // Tasks: runs of chunks with roughly equal element counts, a few per thread.
   const std::int64_t threads = options.num_threads;
@@ -315,7 +352,8 @@ StatusOr<StepReport> Agent::Step(std::int64_t step, const std::vector<at::Tensor
   // an error in a later block still leaves everything untouched).
   const cpu::Kernels& k = cpu::BestKernels();
   const std::int64_t num_spans = static_cast<std::int64_t>(plan.spans.size());
-  const bool serial = plan.num_tasks() <= 1 || pool_->num_threads() == 1;
+  // Device plans: the gather below only collects pointers.
+  const bool serial = plan.device_passes == nullptr && (plan.num_tasks() <= 1 || pool_->num_threads() == 1);
   const bool has_ref = plan.has_reference;
   cpu::Partial serial_sum;  // serial plans: the statistics of spans [0, summed)
   std::int64_t summed = 0;
@@ -346,9 +384,10 @@ StatusOr<StepReport> Agent::Step(std::int64_t step, const std::vector<at::Tensor
         continue;
       }
       const c10::TensorImpl* gi = g.unsafeGetTensorImpl();
-      if (!gi->is_cpu()) {
-        return Status::Unimplemented("gradient of parameter " + std::to_string(i) + " is on " + g.device().str() +
-                                     "; this build of the agent reads CPU gradients only");
+      if (gi->device() != plan.device) {
+        return Status::InvalidArgument("gradient of parameter " + std::to_string(i) + " is on " + g.device().str() +
+                                       ", the parameters on " + plan.device.str() +
+                                       "; the agent needs every gradient on one device");
       }
       const at::ScalarType scalar = c10::typeMetaToScalarType(gi->dtype());
       const std::optional<cpu::ElemType> type = ToElemType(scalar);
@@ -402,7 +441,7 @@ StatusOr<StepReport> Agent::Step(std::int64_t step, const std::vector<at::Tensor
     sums[0] = serial_sum.dot;
     sums[1] = serial_sum.gg;
     sums[2] = serial_sum.pp;
-  } else {
+  } else if (plan.device_passes == nullptr) {  // device plans: below
     for_each_task([&](std::int64_t first, std::int64_t count) {
       k.stats_spans(spans + first, count, plan.snap_type, has_ref, plan.partials.data() + first, nullptr);
     });
@@ -419,6 +458,26 @@ StatusOr<StepReport> Agent::Step(std::int64_t step, const std::vector<at::Tensor
   reduced[0] = sums[0];
   reduced[1] = sums[1];
   reduced[2] = sums[2];
+  // Device plans: the dense gradients' sums, the groups' too, come from the
+  // device, all-reduced there by a DeviceReducer unless strided gradients
+  // (ATen sums below, on the host) must join them first.
+  bool all_reduced = false;
+  if (plan.device_passes != nullptr) {
+    for (std::size_t i = 0; i < plan.slots.size(); ++i) {
+      const Plan::Slot& s = plan.slots[i];
+      cuda::TensorRef& t = plan.device_tensors[i];
+      const bool dense = s.first_chunk < s.end_chunk && spans[s.first_chunk].g != nullptr;
+      t.g = dense ? spans[s.first_chunk].g : nullptr;
+      t.gt = dense ? static_cast<cuda::ElemType>(spans[s.first_chunk].gt) : cuda::ElemType::kF32;
+      t.p = plan.snap_base + s.offset * static_cast<std::int64_t>(plan.snap_elem_size);
+      t.n = s.numel;
+      t.segment = plan.group_of[i];
+    }
+    Status st = plan.device_passes->Statistics(plan.device_tensors, has_ref,
+                                               plan.strided.empty() ? options_.reducer.get() : nullptr,
+                                               reduced.data(), &all_reduced);
+    if (!st.ok()) return st;
+  }
   // Strided gradients: ATen in fp64 (rare; allocates per tensor).
   for (const Plan::Strided& st : plan.strided) {
     const at::Tensor g64 = st.grad->to(at::kDouble);
@@ -437,7 +496,7 @@ StatusOr<StepReport> Agent::Step(std::int64_t step, const std::vector<at::Tensor
   // Dense gradients of the groups: one more read of them (strided ones have
   // no span and add nothing here).
   const std::size_t num_groups = options_.groups.size();
-  for (std::size_t g = 0; g < num_groups; ++g) {
+  for (std::size_t g = 0; plan.device_passes == nullptr && g < num_groups; ++g) {
     for (int i : options_.groups[g].parameters) {
       const Plan::Slot& s = plan.slots[static_cast<std::size_t>(i)];
       cpu::Partial part;
@@ -447,7 +506,7 @@ StatusOr<StepReport> Agent::Step(std::int64_t step, const std::vector<at::Tensor
       reduced[5 + 3 * g] += part.pp;
     }
   }
-  if (options_.reducer) {
+  if (options_.reducer && !all_reduced) {
     Status st = options_.reducer->AllReduceSum(reduced.data(), reduced.size());
     if (!st.ok()) return Status::Unavailable("all-reduce of the GAC statistics failed: " + st.ToString());
   }
@@ -495,7 +554,10 @@ StatusOr<StepReport> Agent::Step(std::int64_t step, const std::vector<at::Tensor
         k.snapshot_spans(spans + first, count, plan.snap_type);
       }
     };
-    if (serial) {
+    if (plan.device_passes != nullptr) {  // enqueued on the current stream, not waited for
+      Status st = plan.device_passes->Apply(project, coeff, applied_policy);
+      if (!st.ok()) return st;
+    } else if (serial) {
       apply(0, num_spans);
     } else {
       for_each_task(apply);

@@ -14,14 +14,23 @@ StatusOr<std::unique_ptr<NcclReducer>> NcclReducer::Create(ncclComm_t comm, cuda
     return Status::InvalidArgument("NCCL communicator is not valid");
   }
   void* buf = nullptr;
-  const cudaError_t err = cudaMalloc(&buf, kMaxValues * sizeof(double));
+  cudaError_t err = cudaMalloc(&buf, kMaxValues * sizeof(double));
   if (err != cudaSuccess) {
     return Status::Unavailable(std::string("cudaMalloc for the NCCL reducer failed: ") + cudaGetErrorString(err));
   }
-  return std::unique_ptr<NcclReducer>(new NcclReducer(comm, stream, static_cast<double*>(buf), rank, size));
+  cudaEvent_t order = nullptr;
+  err = cudaEventCreateWithFlags(&order, cudaEventDisableTiming);
+  if (err != cudaSuccess) {
+    cudaFree(buf);
+    return Status::Unavailable(std::string("cudaEventCreate for the NCCL reducer failed: ") + cudaGetErrorString(err));
+  }
+  return std::unique_ptr<NcclReducer>(new NcclReducer(comm, stream, static_cast<double*>(buf), order, rank, size));
 }
 
-NcclReducer::~NcclReducer() { cudaFree(device_buf_); }
+NcclReducer::~NcclReducer() {
+  cudaFree(device_buf_);
+  cudaEventDestroy(order_);
+}
 
 Status NcclReducer::AllReduceSum(double* values, std::size_t n) {
   if (n > kMaxValues) return Status::InvalidArgument("NcclReducer sums at most 8 values");
@@ -34,6 +43,31 @@ Status NcclReducer::AllReduceSum(double* values, std::size_t n) {
   if (err == cudaSuccess) err = cudaStreamSynchronize(stream_);
   if (err != cudaSuccess) return Status::Unavailable(std::string("NCCL reducer copy-back: ") + cudaGetErrorString(err));
   return Status::Ok();
+}
+
+namespace {
+
+// `later` waits for what `earlier` has enqueued so far.
+Status Order(cudaEvent_t event, cudaStream_t earlier, cudaStream_t later) {
+  cudaError_t err = cudaEventRecord(event, earlier);
+  if (err == cudaSuccess) err = cudaStreamWaitEvent(later, event, 0);
+  if (err != cudaSuccess) return Status::Unavailable(std::string("NCCL reducer ordering: ") + cudaGetErrorString(err));
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status NcclReducer::AllReduceSumDevice(double* device_values, std::size_t n, cudaStream_t stream) {
+  // On the trainer's stream, as every collective of this communicator: after
+  // what `stream` has enqueued (the values), and before what it enqueues next.
+  const bool other_stream = stream != stream_;
+  if (other_stream) {
+    Status st = Order(order_, stream, stream_);
+    if (!st.ok()) return st;
+  }
+  const ncclResult_t r = ncclAllReduce(device_values, device_values, n, ncclFloat64, ncclSum, comm_, stream_);
+  if (r != ncclSuccess) return Status::Unavailable(std::string("ncclAllReduce: ") + ncclGetErrorString(r));
+  return other_stream ? Order(order_, stream_, stream) : Status::Ok();
 }
 
 }  // namespace gac::agent

@@ -20,6 +20,13 @@
 // statistics and keep their snapshot. The parameter list must be the same
 // tensors in the same order at every step; Reset() starts over with a new set.
 //
+// Gradients on a CUDA device (all parameters on that one device) need a
+// build against a CUDA LibTorch: the passes then run as fused multi-tensor
+// kernels on the device's current stream, the snapshot lives on the device,
+// and Step() waits for the device only to read back the summed statistics;
+// the projection / snapshot pass is enqueued, not waited for. A DeviceReducer
+// (NcclReducer) all-reduces the sums on the device.
+//
 // Thread-safety: an Agent is used by one training thread at a time. It owns
 // a small thread pool for its passes. Step() never throws; errors come back
 // as a Status and leave the gradients and the snapshot untouched.
@@ -108,7 +115,7 @@ struct StepReport {
   std::int32_t strided_tensors = 0; // tensors that took the strided path
   double stats_seconds = 0.0;       // statistics pass and all-reduce
   double decide_seconds = 0.0;      // remote decision (remote mode)
-  double apply_seconds = 0.0;       // projection / snapshot pass
+  double apply_seconds = 0.0;       // projection / snapshot pass (CUDA: enqueueing it)
   // Remote mode: the decision source failed (or another rank's did) and the
   // local decision was used; remote_error says why.
   bool fallback = false;
@@ -126,10 +133,11 @@ class Agent {
 
   // One GAC step over the gradients of `parameters` (see the file comment).
   // REQUIRES: step greater than the previous step since creation or Reset().
-  // Errors: InvalidArgument (unsupported dtype, non-increasing step),
-  // FailedPrecondition (parameter set changed; call Reset()), Unimplemented
-  // (gradients on a device this build cannot read), Unavailable (the reducer
-  // failed). On error nothing is modified.
+  // Errors: InvalidArgument (unsupported dtype, non-increasing step,
+  // parameters or gradients on different devices), FailedPrecondition
+  // (parameter set changed; call Reset()), Unimplemented (gradients on a
+  // device this build cannot read), Unavailable (the reducer failed). On
+  // error nothing is modified.
   StatusOr<StepReport> Step(std::int64_t step, const std::vector<at::Tensor>& parameters);
 
   // Forgets the parameter set and the snapshot: the next Step() has no

@@ -1,0 +1,145 @@
+// The apply passes: projection + snapshot (g <- g - coeff * p, then p <- the
+// old or the new g), and snapshot only (p <- g). Element by element, with
+// the CPU kernels' semantics: fp32 arithmetic on the loaded values, stores
+// rounded to nearest even, the snapshot of the projected gradient taken from
+// the value as stored in the gradient's type.
+#include "cuda/device_util.cuh"
+#include "cuda/kernels.h"
+
+namespace gac::agent::cuda::kernels {
+namespace {
+
+template <typename G, typename P, bool kSnapshotProjected>
+struct ProjectVisitor {
+  G* __restrict__ g;
+  P* __restrict__ p;
+  float coeff;
+
+  // One fused multiply-add: within one fp32 rounding of the CPU kernels.
+  __device__ __forceinline__ void Element(float x, float y, float& new_g, float& new_p) const {
+    new_g = fmaf(-coeff, y, x);
+    new_p = kSnapshotProjected ? device::RoundTrip<G>(new_g) : x;
+  }
+  __device__ __forceinline__ void Vector(int i) const {
+    float x[kVecElements], y[kVecElements], new_g[kVecElements], new_p[kVecElements];
+    device::Load8(g + i, x);
+    device::Load8(p + i, y);
+    GAC_UNROLL
+    for (int j = 0; j < kVecElements; ++j) Element(x[j], y[j], new_g[j], new_p[j]);
+    device::Store8(g + i, new_g);
+    device::Store8(p + i, new_p);
+  }
+  __device__ __forceinline__ void Scalar(int i, int) const {
+    float new_g, new_p;
+    Element(device::ToFloat(g[i]), device::ToFloat(p[i]), new_g, new_p);
+    g[i] = device::FromFloat<G>(new_g);
+    p[i] = device::FromFloat<P>(new_p);
+  }
+};
+
+template <typename G, typename P>
+struct SnapshotVisitor {
+  const G* __restrict__ g;
+  P* __restrict__ p;
+
+  __device__ __forceinline__ void Vector(int i) const {
+    if constexpr (std::is_same_v<G, P>) {
+      device::Copy8(g + i, p + i);
+    } else {
+      float x[kVecElements];
+      device::Load8(g + i, x);
+      device::Store8(p + i, x);
+    }
+  }
+  __device__ __forceinline__ void Scalar(int i, int) const {
+    if constexpr (std::is_same_v<G, P>) {
+      p[i] = g[i];
+    } else {
+      p[i] = device::FromFloat<P>(device::ToFloat(g[i]));
+    }
+  }
+};
+
+template <typename P, typename Table>
+__global__ void __launch_bounds__(kBlockThreads)
+    ProjectKernel(const __grid_constant__ Table table, const __grid_constant__ PassArgs args) {
+  const ChunkDesc c = table.chunks[blockIdx.x];
+  const TensorDesc t = table.tensors[c.tensor];
+  const std::int64_t offset = ChunkOffset(c);
+  const int len = ChunkLength(t, c);
+  P* p = static_cast<P*>(t.p) + offset;
+  const int tid = static_cast<int>(threadIdx.x);
+  device::WithGradType(t.gt, t.g, [&](auto* g_base) {
+    using G = std::remove_pointer_t<decltype(g_base)>;
+    G* g = g_base + offset;
+    const bool vector = device::Aligned16(g, p);
+    if (args.flag != 0) {
+      ProjectVisitor<G, P, true> v{g, p, args.coeff};
+      VisitChunk(tid, kBlockThreads, len, vector, v);
+    } else {
+      ProjectVisitor<G, P, false> v{g, p, args.coeff};
+      VisitChunk(tid, kBlockThreads, len, vector, v);
+    }
+  });
+}
+
+template <typename P, typename Table>
+__global__ void __launch_bounds__(kBlockThreads)
+    SnapshotKernel(const __grid_constant__ Table table, const __grid_constant__ PassArgs args) {
+  const ChunkDesc c = table.chunks[blockIdx.x];
+  const TensorDesc t = table.tensors[c.tensor];
+  const std::int64_t offset = ChunkOffset(c);
+  const int len = ChunkLength(t, c);
+  P* p = static_cast<P*>(t.p) + offset;
+  device::WithGradType(t.gt, t.g, [&](auto* g_base) {
+    using G = std::remove_pointer_t<decltype(g_base)>;
+    const G* g = g_base + offset;
+    SnapshotVisitor<G, P> v{g, p};
+    VisitChunk(static_cast<int>(threadIdx.x), kBlockThreads, len, device::Aligned16(g, p), v);
+  });
+}
+
+template <typename P, template <typename, typename> class Launch>
+cudaError_t Dispatch(const InlineTable* table, const DeviceTable& device_table, const PassArgs& args, int num_chunks,
+                     cudaStream_t stream) {
+  if (table != nullptr) {
+    Launch<P, InlineTable>::Run(*table, args, num_chunks, stream);
+  } else {
+    Launch<P, DeviceTable>::Run(device_table, args, num_chunks, stream);
+  }
+  return cudaGetLastError();
+}
+
+template <typename P, typename Table>
+struct ProjectLaunch {
+  static void Run(const Table& table, const PassArgs& args, int num_chunks, cudaStream_t stream) {
+    ProjectKernel<P, Table><<<num_chunks, kBlockThreads, 0, stream>>>(table, args);
+  }
+};
+
+template <typename P, typename Table>
+struct SnapshotLaunch {
+  static void Run(const Table& table, const PassArgs& args, int num_chunks, cudaStream_t stream) {
+    SnapshotKernel<P, Table><<<num_chunks, kBlockThreads, 0, stream>>>(table, args);
+  }
+};
+
+}  // namespace
+
+cudaError_t LaunchProjectSnapshot(ElemType pt, const InlineTable* table, const DeviceTable& device_table,
+                                  const PassArgs& args, int num_chunks, cudaStream_t stream) {
+  if (pt == ElemType::kBF16) {
+    return Dispatch<device::Bf16, ProjectLaunch>(table, device_table, args, num_chunks, stream);
+  }
+  return Dispatch<float, ProjectLaunch>(table, device_table, args, num_chunks, stream);
+}
+
+cudaError_t LaunchSnapshot(ElemType pt, const InlineTable* table, const DeviceTable& device_table, const PassArgs& args,
+                           int num_chunks, cudaStream_t stream) {
+  if (pt == ElemType::kBF16) {
+    return Dispatch<device::Bf16, SnapshotLaunch>(table, device_table, args, num_chunks, stream);
+  }
+  return Dispatch<float, SnapshotLaunch>(table, device_table, args, num_chunks, stream);
+}
+
+}  // namespace gac::agent::cuda::kernels

@@ -1,0 +1,134 @@
+// The statistics pass: per-chunk fp32 partials (dot, |g|^2, |p|^2), then a
+// small kernel that sums them in fp64, per segment too, and counts the
+// chunks whose partials are not finite.
+//
+// Numerics: a thread accumulates its elements of a chunk in 4 fp32 lanes per
+// sum (element j of a vector step goes to lane j % 4: at most 16 terms per
+// lane and chunk), the lanes are added pairwise, then the block's threads in
+// a fixed tree; chunks are summed in fp64. Same order at every run: the
+// result depends only on the data and the chunk layout.
+#include "cuda/device_util.cuh"
+#include "cuda/kernels.h"
+
+namespace gac::agent::cuda::kernels {
+namespace {
+
+using device::BlockSum;
+
+constexpr int kLanes = 4;
+constexpr int kFinalizeThreads = 512;
+
+template <typename G, typename P, bool kWithP>
+struct StatsVisitor {
+  const G* __restrict__ g;
+  const P* __restrict__ p;
+  float dot[kLanes];
+  float gg[kLanes];
+  float pp[kLanes];
+
+  __device__ __forceinline__ void Add(float x, float y, int lane) {
+    gg[lane] = fmaf(x, x, gg[lane]);
+    if constexpr (kWithP) {
+      dot[lane] = fmaf(x, y, dot[lane]);
+      pp[lane] = fmaf(y, y, pp[lane]);
+    }
+  }
+  __device__ __forceinline__ void Vector(int i) {
+    float x[kVecElements];
+    float y[kVecElements] = {};
+    device::Load8(g + i, x);
+    if constexpr (kWithP) device::Load8(p + i, y);
+    GAC_UNROLL
+    for (int j = 0; j < kVecElements; ++j) Add(x[j], y[j], j % kLanes);
+  }
+  __device__ __forceinline__ void Scalar(int i, int lane) {
+    Add(device::ToFloat(g[i]), kWithP ? device::ToFloat(p[i]) : 0.0f, lane % kLanes);
+  }
+};
+
+// (lane 0 + lane 2) + (lane 1 + lane 3).
+__device__ __forceinline__ float SumLanes(const float (&l)[kLanes]) { return (l[0] + l[2]) + (l[1] + l[3]); }
+
+template <typename G, typename P, bool kWithP>
+__device__ __forceinline__ void ChunkStats(const G* g, const P* p, int len, float (&out)[3]) {
+  StatsVisitor<G, P, kWithP> v{g, p, {}, {}, {}};
+  // p is not read without kWithP, so only g's alignment matters then.
+  const void* other = kWithP ? static_cast<const void*>(p) : static_cast<const void*>(g);
+  VisitChunk(static_cast<int>(threadIdx.x), kBlockThreads, len, device::Aligned16(g, other), v);
+  out[0] = SumLanes(v.dot);
+  out[1] = SumLanes(v.gg);
+  out[2] = SumLanes(v.pp);
+}
+
+template <typename P, typename Table>
+__global__ void __launch_bounds__(kBlockThreads)
+    StatsKernel(const __grid_constant__ Table table, const __grid_constant__ PassArgs args) {
+  const ChunkDesc c = table.chunks[blockIdx.x];
+  const TensorDesc t = table.tensors[c.tensor];
+  const std::int64_t offset = ChunkOffset(c);
+  const int len = ChunkLength(t, c);
+  const P* p = static_cast<const P*>(t.p) + offset;
+  float sums[3];
+  device::WithGradType(t.gt, t.g, [&](auto* g_base) {
+    using G = std::remove_pointer_t<decltype(g_base)>;
+    const G* g = g_base + offset;
+    if (args.flag != 0) {
+      ChunkStats<G, P, true>(g, p, len, sums);
+    } else {
+      ChunkStats<G, P, false>(g, p, len, sums);
+    }
+  });
+  BlockSum<kBlockThreads>(sums);
+  if (threadIdx.x == 0) args.partials[blockIdx.x] = ChunkPartial{sums[0], sums[1], sums[2], t.segment};
+}
+
+// Block b sums the chunks of segment b - 1 (block 0: all chunks) in fp64;
+// block 0 also counts the non-finite partials.
+__global__ void __launch_bounds__(kFinalizeThreads)
+    FinalizeKernel(const ChunkPartial* __restrict__ partials, int num_chunks, int num_segments,
+                   double* __restrict__ out) {
+  const int segment = static_cast<int>(blockIdx.x) - 1;
+  double sums[4] = {0.0, 0.0, 0.0, 0.0};
+  for (int c = static_cast<int>(threadIdx.x); c < num_chunks; c += kFinalizeThreads) {
+    const ChunkPartial q = partials[c];
+    if (segment >= 0 && q.segment != segment) continue;
+    sums[0] += q.dot;
+    sums[1] += q.gg;
+    sums[2] += q.pp;
+    sums[3] += isfinite(q.dot) && isfinite(q.gg) && isfinite(q.pp) ? 0.0 : 1.0;
+  }
+  BlockSum<kFinalizeThreads>(sums);
+  if (threadIdx.x != 0) return;
+  const std::size_t first = segment < 0 ? kResultDot : ResultSegment(segment);
+  out[first + 0] = sums[0];
+  out[first + 1] = sums[1];
+  out[first + 2] = sums[2];
+  if (segment < 0) out[ResultNonFinite(num_segments)] = sums[3];
+}
+
+template <typename P>
+cudaError_t LaunchStatsFor(const InlineTable* table, const DeviceTable& device_table, const PassArgs& args,
+                           int num_chunks, cudaStream_t stream) {
+  if (table != nullptr) {
+    StatsKernel<P, InlineTable><<<num_chunks, kBlockThreads, 0, stream>>>(*table, args);
+  } else {
+    StatsKernel<P, DeviceTable><<<num_chunks, kBlockThreads, 0, stream>>>(device_table, args);
+  }
+  return cudaGetLastError();
+}
+
+}  // namespace
+
+cudaError_t LaunchStats(ElemType pt, const InlineTable* table, const DeviceTable& device_table, const PassArgs& args,
+                        int num_chunks, cudaStream_t stream) {
+  if (pt == ElemType::kBF16) return LaunchStatsFor<device::Bf16>(table, device_table, args, num_chunks, stream);
+  return LaunchStatsFor<float>(table, device_table, args, num_chunks, stream);
+}
+
+cudaError_t LaunchFinalize(const ChunkPartial* partials, int num_chunks, int num_segments, double* out,
+                           cudaStream_t stream) {
+  FinalizeKernel<<<1 + num_segments, kFinalizeThreads, 0, stream>>>(partials, num_chunks, num_segments, out);
+  return cudaGetLastError();
+}
+
+}  // namespace gac::agent::cuda::kernels

@@ -1,0 +1,48 @@
+// DevicePasses: the hook between the agent core (agent.cc), which gathers the
+// gradients, decides and reports, and the passes over gradients that live on
+// a GPU. The CUDA implementation (cuda/torch_cuda_passes.cc) needs a CUDA
+// build of LibTorch for the current stream and is compiled only then
+// (GAC_AGENT_TORCH_CUDA); without it the agent reports CUDA gradients as
+// Unimplemented. Used from the training thread only.
+#ifndef GAC_AGENT_SRC_DEVICE_PASSES_H_
+#define GAC_AGENT_SRC_DEVICE_PASSES_H_
+
+#include <c10/core/Device.h>
+
+#include <memory>
+#include <vector>
+
+#include "cuda/multi_tensor.h"
+#include "gac/agent/reducer.h"
+#include "gac/controller/status.h"
+
+namespace gac::agent {
+
+class DevicePasses {
+ public:
+  virtual ~DevicePasses() = default;
+
+  // Sums the statistics of `tensors` (dot, |g|^2, |p|^2 with with_p, else
+  // |g|^2 only) on the device, per segment (= parameter group) too, and
+  // writes them to out[0, cuda::ResultSize(num_groups)) on the host. When
+  // `reducer` can reduce device memory the sums are all-reduced there first
+  // and *all_reduced is set; otherwise they are local and the caller reduces.
+  // Waits for the device only for the copy of the sums.
+  virtual Status Statistics(const std::vector<cuda::TensorRef>& tensors, bool with_p, Reducer* reducer, double* out,
+                            bool* all_reduced) = 0;
+
+  // Enqueues, over the tensors of the last Statistics(): with `project`,
+  // g <- g - coeff * p and p <- (snapshot_projected ? new g : old g);
+  // otherwise p <- g. Does not wait.
+  virtual Status Apply(bool project, float coeff, bool snapshot_projected) = 0;
+};
+
+#ifdef GAC_AGENT_TORCH_CUDA
+// Passes for gradients on `device` (a CUDA device), snapshots of bf16 or fp32,
+// statistics per group for num_groups groups.
+StatusOr<std::unique_ptr<DevicePasses>> CreateCudaPasses(c10::Device device, bool bf16_snapshot, int num_groups);
+#endif
+
+}  // namespace gac::agent
+
+#endif  // GAC_AGENT_SRC_DEVICE_PASSES_H_

@@ -197,6 +197,55 @@ TEST(AgentStep, FirstStepHasNoCosineAndSnapshotsTheGradient) {
   EXPECT_EQ(agent->snapshot_bytes(), 4096 * 4);
 }
 
+// Snapshots from 2 MiB on are mapped separately (huge pages on Linux): around
+// that size, and across Reset() (which frees and maps again), the agent must
+// still agree with the fp64 reference.
+TEST(AgentStep, LargeSnapshotsAgreeWithTheReference) {
+  const std::int64_t kMiB = 1 << 20;
+  // fp32 snapshot bytes: just below 2 MiB (after the slice padding), exactly
+  // 2 MiB, 5 MiB + 4 bytes; bf16: exactly 2 MiB.
+  const std::vector<std::pair<std::int64_t, SnapshotDtype>> cases = {
+      {kMiB / 2 - 64, SnapshotDtype::kFloat32},
+      {kMiB / 2, SnapshotDtype::kFloat32},
+      {5 * kMiB / 4 + 1, SnapshotDtype::kFloat32},
+      {kMiB, SnapshotDtype::kBFloat16}};
+  for (const auto& [numel, snap] : cases) {
+    SCOPED_TRACE("numel " + std::to_string(numel));
+    at::manual_seed(7);
+    at::Tensor param = at::zeros({numel}).set_requires_grad(true);
+    at::Tensor ref_param = at::zeros({numel}).set_requires_grad(true);
+    AgentOptions o;
+    o.snapshot_dtype = snap;
+    o.num_threads = 2;
+    auto agent = MakeAgent(o);
+    RefOptions ro;
+    ro.snapshot_bf16 = snap == SnapshotDtype::kBFloat16;
+    ReferenceGac reference(ro);
+    at::Tensor state = at::randn({numel}, at::kDouble);
+    for (int step = 1; step <= 12; ++step) {
+      if (step == 7) {  // a fresh plan and snapshot; the reference starts over too
+        agent->Reset();
+        reference = ReferenceGac(ro);
+      }
+      state = kSchedule[step % 10] * state + at::randn({numel}, at::kDouble);
+      param.mutable_grad() = state.to(at::kFloat);
+      ref_param.mutable_grad() = state.to(at::kFloat);
+      StatusOr<StepReport> r = agent->Step(step, {param});
+      ASSERT_TRUE(r.ok()) << r.status().ToString();
+      const auto want = reference.Step({ref_param});
+      ASSERT_EQ(RegimeName(r->decision.regime), want.regime) << "step " << step;
+      ASSERT_EQ(r->decision.cosine.has_value(), want.cosine.has_value());
+      if (want.cosine) {
+        EXPECT_NEAR(*r->decision.cosine, *want.cosine, 1e-6);
+      }
+      EXPECT_LE(MaxRelDiff(param.grad(), ref_param.grad()), 1e-6) << "step " << step;
+    }
+    // One slice, padded to a multiple of 32 elements.
+    const std::int64_t elem = snap == SnapshotDtype::kBFloat16 ? 2 : 4;
+    EXPECT_EQ(agent->snapshot_bytes(), (numel + 31) / 32 * 32 * elem);
+  }
+}
+
 TEST(AgentStep, MonitorModeNeverChangesTheUpdate) {
   One m;
   AgentOptions o;

@@ -14,7 +14,7 @@ StatusOr<std::unique_ptr<NcclReducer>> NcclReducer::Create(ncclComm_t comm, cuda
     return Status::InvalidArgument("NCCL communicator is not valid");
   }
   void* buf = nullptr;
-  cudaError_t err = cudaMalloc(&buf, kMaxValues * sizeof(double));
+  cudaError_t err = cudaMalloc(&buf, kInitialValues * sizeof(double));
   if (err != cudaSuccess) {
     return Status::Unavailable(std::string("cudaMalloc for the NCCL reducer failed: ") + cudaGetErrorString(err));
   }
@@ -33,7 +33,17 @@ NcclReducer::~NcclReducer() {
 }
 
 Status NcclReducer::AllReduceSum(double* values, std::size_t n) {
-  if (n > kMaxValues) return Status::InvalidArgument("NcclReducer sums at most 8 values");
+  if (n > capacity_) {
+    // Every call ends with a wait on stream_, so the old buffer is idle.
+    void* buf = nullptr;
+    cudaError_t err = cudaMalloc(&buf, n * sizeof(double));
+    if (err != cudaSuccess) {
+      return Status::Unavailable(std::string("cudaMalloc for the NCCL reducer failed: ") + cudaGetErrorString(err));
+    }
+    cudaFree(device_buf_);
+    device_buf_ = static_cast<double*>(buf);
+    capacity_ = n;
+  }
   const std::size_t bytes = n * sizeof(double);
   cudaError_t err = cudaMemcpyAsync(device_buf_, values, bytes, cudaMemcpyHostToDevice, stream_);
   if (err != cudaSuccess) return Status::Unavailable(std::string("cudaMemcpyAsync: ") + cudaGetErrorString(err));

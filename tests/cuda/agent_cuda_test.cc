@@ -236,6 +236,8 @@ TEST(CudaAgentTest, RunsOnTheCurrentStream) {
   at::Tensor p = at::zeros({1 << 20}, at::TensorOptions().device(at::kCUDA)).set_requires_grad(true);
   const at::Tensor g1 = at::randn({1 << 20}, at::TensorOptions().device(at::kCUDA));
   const at::Tensor noise = at::randn({1 << 20}, at::TensorOptions().device(at::kCUDA));
+  // Made on the default stream; the pool stream below does not wait for it.
+  c10::cuda::getCurrentCUDAStream().synchronize();
   AgentOptions o;
   o.thresholds.c_low = 1e-3;
   o.thresholds.c_high = 0.999;

@@ -112,19 +112,6 @@ void Store(ElemType t, std::uint8_t* base, std::int64_t i, float v) {
     std::memcpy(base + 2 * i, &h, 2);
   }
 }
-// v as it reads back after a store as t.
-float RoundTo(ElemType t, float v) {
-  std::uint8_t buf[4];
-  Store(t, buf, 0, v);
-  return Load(t, buf, 0);
-}
-double Ulp(ElemType t) {
-  switch (t) {
-    case ElemType::kBF16: return std::ldexp(1.0, -7);
-    case ElemType::kF16: return std::ldexp(1.0, -10);
-    default: return std::ldexp(1.0, -23);
-  }
-}
 const char* Name(ElemType t) {
   switch (t) {
     case ElemType::kBF16: return "bf16";
@@ -380,15 +367,12 @@ class CudaPassesTest : public ::testing::Test {
         }
         continue;
       }
-      double scale = 1e-30;
       for (std::int64_t i = 0; i < s.n; ++i) {
-        const double x = w.G(w.host_g(), t, i), y = w.P(w.host_p(), t, i);
-        scale = std::max(scale, std::fabs(x - static_cast<double>(coeff) * y));
-      }
-      for (std::int64_t i = 0; i < s.n; ++i) {
-        const double x = w.G(w.host_g(), t, i), y = w.P(w.host_p(), t, i);
-        const double want = RoundTo(s.gt, static_cast<float>(x - static_cast<double>(coeff) * y));
-        ASSERT_LE(std::fabs(w.G(g, t, i) - want), scale * Ulp(s.gt)) << "tensor " << t << " element " << i;
+        const float x = static_cast<float>(w.G(w.host_g(), t, i));
+        const float y = static_cast<float>(w.P(w.host_p(), t, i));
+        // The kernel's arithmetic exactly: one fused multiply-add in fp32,
+        // then a round-to-nearest-even store as the gradient's type.
+        ASSERT_EQ(w.GBits(g, t, i), Encode(s.gt, std::fmaf(-coeff, y, x))) << "tensor " << t << " element " << i;
         const std::uint32_t want_p =
             snapshot_projected ? Encode(w.pt(), w.G(g, t, i)) : Encode(w.pt(), static_cast<float>(x));
         ASSERT_EQ(w.PBits(p, t, i), want_p) << "tensor " << t << " element " << i;
@@ -687,7 +671,9 @@ TEST_F(CudaPassesTest, TensorBeyond32BitIndexing) {
   ASSERT_NE(g.get(), nullptr);
   ASSERT_NE(p.get(), nullptr);
   // Every g element 0x3F3F (0.74609375), every p element 0x4040 (3.0); then
-  // g[2^31] = -1 and g[n - 1] = 2. All partial sums are exact in fp32.
+  // g[2^31] = -1 and g[n - 1] = 2. The partials are exact in fp32 but for the
+  // last, shorter chunk (relative error near 1e-14 of the total, far below the
+  // 1e-12 asserted).
   ASSERT_EQ(cudaMemset(g.get(), 0x3F, bytes), cudaSuccess);
   ASSERT_EQ(cudaMemset(p.get(), 0x40, bytes), cudaSuccess);
   const std::int64_t beyond = std::int64_t{1} << 31;

@@ -133,7 +133,10 @@ Status MultiTensorPasses::SetTensors(const TensorRef* refs, std::size_t count, c
   Status st = Follow(stream);
   if (!st.ok()) return st;
   StatusOr<ChunkTable::Change> change = table_.Update(refs, count);
-  if (!change.ok()) return change.status();
+  if (!change.ok()) {
+    have_tensors_ = false;  // no pass may run on the previous list by mistake
+    return change.status();
+  }
   if (*change == ChunkTable::Change::kNone) {
     have_tensors_ = true;
     return Status::Ok();

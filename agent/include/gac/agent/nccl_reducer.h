@@ -1,6 +1,7 @@
 // NcclReducer: a Reducer over a raw NCCL communicator, on the trainer's
 // stream. Host values are staged through a small device buffer (allocated
-// once), summed with one ncclAllReduce, and copied back; the call returns
+// once, grown when a call needs more: 3 values plus 3 per parameter group),
+// summed with one ncclAllReduce, and copied back; the call returns
 // after the stream has completed the copy. Device values (DeviceReducer, the
 // agent's path for CUDA gradients) are summed in place on the trainer's
 // stream, ordered after and before the caller's stream, without a wait.
@@ -32,16 +33,17 @@ class NcclReducer final : public DeviceReducer {
   int rank() const override { return rank_; }
   int world_size() const override { return world_size_; }
 
-  static constexpr std::size_t kMaxValues = 8;
-
  private:
   NcclReducer(ncclComm_t comm, cudaStream_t stream, double* device_buf, cudaEvent_t order, int rank,
               int world_size)
       : comm_(comm), stream_(stream), device_buf_(device_buf), order_(order), rank_(rank), world_size_(world_size) {}
 
+  static constexpr std::size_t kInitialValues = 8;
+
   ncclComm_t comm_;
   cudaStream_t stream_;
   double* device_buf_;
+  std::size_t capacity_ = kInitialValues;  // doubles in device_buf_
   cudaEvent_t order_;  // orders the caller's stream and stream_ (device path)
   int rank_;
   int world_size_;

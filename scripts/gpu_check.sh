@@ -6,7 +6,8 @@
 #
 # OUT_DIR (default ./gpu-out) receives env.txt, configure.log, build.log,
 # resources.txt, one log (and gtest XML) per test binary, cuda_bench.txt,
-# sanitizer logs and summary.txt. STEPS (default: build test bench sanitize)
+# sanitizer logs, the GRPO runs (grpo_*.log/csv) and summary.txt. STEPS
+# (default: build test bench grpo sanitize)
 # selects what runs, e.g. `scripts/gpu_check.sh out bench` after a build.
 # Environment: GAC_GPU_BUILD_DIR (default build-gpu), JOBS (default nproc),
 # GAC_BENCH_ARGS (extra cuda_bench arguments, e.g. --quick).
@@ -18,7 +19,7 @@ set -u -o pipefail
 
 out=${1:-./gpu-out}
 shift || true
-steps=${*:-build test bench sanitize}
+steps=${*:-build test bench grpo sanitize}
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
 repo=$(cd "$(dirname "$0")/.." && pwd)
@@ -62,7 +63,7 @@ log "$(grep -E '^(torch|gpu)' "$out/env.txt" | tr '\n' ';')"
 if want build; then
   prefix=$(python3 -c 'import torch; print(torch.utils.cmake_prefix_path)') || { log "python3 cannot import torch"; exit 1; }
   abi=$(python3 -c 'import torch; print(int(torch.compiled_with_cxx11_abi()))')
-  args=(-S "$repo" -B "$build" -DCMAKE_BUILD_TYPE=Release -DGAC_WITH_SERVER=OFF -DGAC_BUILD_EXAMPLES=OFF
+  args=(-S "$repo" -B "$build" -DCMAKE_BUILD_TYPE=Release -DGAC_WITH_SERVER=OFF -DGAC_BUILD_EXAMPLES=ON
         -DCMAKE_PREFIX_PATH="$prefix")
   command -v ninja > /dev/null && args+=(-G Ninja)
   if [ "$abi" = 0 ]; then
@@ -127,6 +128,32 @@ if want bench; then
     [ $rc -ne 0 ] && status=1
   else
     log "cuda_bench: not built"
+  fi
+fi
+
+if want grpo; then
+  # The example trainer on the GPU: its smoke run (every component, GAC acting
+  # in the agent on CUDA gradients), then synchronous and s = 16 GRPO with GAC
+  # (the experiment's configuration, seed 1; thresholds of docs/RESULTS.md).
+  bin="$build/examples/grpo/gac_grpo"
+  if [ -x "$bin" ]; then
+    timeout 300 "$bin" --smoke --device cuda --agent local > "$out/grpo_smoke.log" 2>&1
+    rc=$?
+    log "gac_grpo --smoke --device cuda: exit $rc"
+    [ $rc -ne 0 ] && status=1
+    common=(--device cuda --steps 400 --sft-steps 600 --lr 1e-3 --prompts 32 --group 8 --hidden 128 --every 100
+            --seed 1 --c-low 0.584 --c-high 0.857643)
+    for run in "sync --staleness 0 --agent monitor" "stale --staleness 16 --agent monitor" \
+               "gac --staleness 16 --agent local"; do
+      name=${run%% *}
+      # shellcheck disable=SC2086
+      timeout 900 "$bin" "${common[@]}" ${run#* } --csv "$out/grpo_$name.csv" > "$out/grpo_$name.log" 2>&1
+      rc=$?
+      log "gac_grpo $name (cuda): exit $rc; $(grep -o 'heldout_acc=[0-9.]* steps_per_s=[0-9.]*' "$out/grpo_$name.log")"
+      [ $rc -ne 0 ] && status=1
+    done
+  else
+    log "gac_grpo: not built"
   fi
 fi
 

@@ -55,11 +55,12 @@ int AdditionTask::AnswerDigit(const Problem& p, int k) {
   return k == 0 ? sum / 100 : k == 1 ? (sum / 10) % 10 : sum % 10;
 }
 
-Policy Policy::Init(int hidden) {
+Policy Policy::Init(int hidden, at::Device device) {
   Policy p;
   auto layer = [&](std::int64_t in, std::int64_t out, double gain) {
-    p.params.push_back((at::randn({in, out}) * (gain / std::sqrt(static_cast<double>(in)))).set_requires_grad(true));
-    p.params.push_back(at::zeros({out}).set_requires_grad(true));
+    p.params.push_back(
+        (at::randn({in, out}) * (gain / std::sqrt(static_cast<double>(in)))).to(device).set_requires_grad(true));
+    p.params.push_back(at::zeros({out}, at::TensorOptions().device(device)).set_requires_grad(true));
   };
   layer(kInput, hidden, 1.0);
   layer(hidden, hidden, 1.0);
@@ -89,24 +90,28 @@ at::Tensor Policy::Logits(const at::Tensor& x) const {
 Rollouts Generate(const Policy& behaviour, const std::vector<Problem>& prompts, int group) {
   at::NoGradGuard no_grad;
   const int n = static_cast<int>(prompts.size()) * group;
+  const at::Device device = behaviour.device();
   Rollouts r;
   r.prompts = static_cast<int>(prompts.size());
   r.group = group;
-  r.inputs = at::zeros({kAnswerDigits * n, kInput});
-  r.actions = at::empty({kAnswerDigits * n}, at::kLong);
-  r.behaviour_logp = at::empty({kAnswerDigits * n});
+  at::Tensor inputs = at::zeros({kAnswerDigits * n, kInput});  // filled here, on the CPU
+  std::vector<at::Tensor> actions, behaviour_logp;  // per position, on the device
   std::vector<std::int64_t> tokens(static_cast<std::size_t>(n) * kAnswerDigits);
-  float* x = r.inputs.data_ptr<float>();
+  float* x = inputs.data_ptr<float>();
   for (int k = 0; k < kAnswerDigits; ++k) {
     FillPosition(x + static_cast<std::int64_t>(k) * n * kInput, prompts, group, k, tokens, kAnswerDigits);
-    const at::Tensor xk = r.inputs.narrow(0, static_cast<std::int64_t>(k) * n, n);
+    const at::Tensor xk = inputs.narrow(0, static_cast<std::int64_t>(k) * n, n).to(device);
     const at::Tensor logp = at::log_softmax(behaviour.Logits(xk), 1);
     const at::Tensor a = at::multinomial(logp.exp(), 1);  // (n, 1)
-    r.actions.narrow(0, static_cast<std::int64_t>(k) * n, n).copy_(a.view({n}));
-    r.behaviour_logp.narrow(0, static_cast<std::int64_t>(k) * n, n).copy_(logp.gather(1, a).view({n}));
-    const std::int64_t* ap = a.data_ptr<std::int64_t>();
+    actions.push_back(a.view({n}));
+    behaviour_logp.push_back(logp.gather(1, a).view({n}));
+    const at::Tensor a_host = a.cpu().contiguous();  // the next position's inputs need these tokens
+    const std::int64_t* ap = a_host.data_ptr<std::int64_t>();
     for (int i = 0; i < n; ++i) tokens[static_cast<std::size_t>(i) * kAnswerDigits + k] = ap[i];
   }
+  r.inputs = inputs.to(device);
+  r.actions = at::cat(actions);
+  r.behaviour_logp = at::cat(behaviour_logp);
   r.rewards = at::empty({n});
   float* rew = r.rewards.data_ptr<float>();
   int exact = 0;
@@ -126,7 +131,7 @@ Rollouts Generate(const Policy& behaviour, const std::vector<Problem>& prompts, 
   const at::Tensor mean = grouped.mean(1, /*keepdim=*/true);
   const at::Tensor std = grouped.std(1, /*unbiased=*/false, /*keepdim=*/true);
   const at::Tensor adv = ((grouped - mean) / (std + 1e-6)).view({n});
-  r.advantages = adv.repeat({kAnswerDigits});  // token k of sequence i sits at k * n + i
+  r.advantages = adv.repeat({kAnswerDigits}).to(device);  // token k of sequence i sits at k * n + i
   return r;
 }
 
@@ -152,7 +157,8 @@ double SupervisedWarmup(Policy& policy, const AdditionTask& task, int steps, int
                    kAnswerDigits);
     }
     for (auto& p : policy.params) p.mutable_grad() = at::Tensor();
-    const at::Tensor loss = at::nll_loss(at::log_softmax(policy.Logits(x), 1), targets);
+    const at::Tensor loss =
+        at::nll_loss(at::log_softmax(policy.Logits(x.to(policy.device())), 1), targets.to(policy.device()));
     loss.backward();
     optimizer.Step(policy.params);
     last = loss.item<double>();
@@ -168,7 +174,7 @@ double Evaluate(const Policy& policy, const std::vector<Problem>& problems) {
   for (int k = 0; k < kAnswerDigits; ++k) {
     at::Tensor x = at::zeros({n, kInput});
     FillPosition(x.data_ptr<float>(), problems, 1, k, tokens, kAnswerDigits);
-    const at::Tensor a = policy.Logits(x).argmax(1).contiguous();
+    const at::Tensor a = policy.Logits(x.to(policy.device())).argmax(1).cpu().contiguous();
     const std::int64_t* ap = a.data_ptr<std::int64_t>();
     for (int i = 0; i < n; ++i) tokens[static_cast<std::size_t>(i) * kAnswerDigits + k] = ap[i];
   }
@@ -206,10 +212,10 @@ namespace {
 // while their mean stays <= tau (the mean of the k smallest grows with k).
 at::Tensor M2Mask(const at::Tensor& sq_log_ratio, double tau) {
   const std::int64_t n = sq_log_ratio.numel();
-  at::Tensor mask = at::ones({n});
+  at::Tensor mask = at::ones_like(sq_log_ratio);
   if (n == 0 || sq_log_ratio.mean().item<double>() <= tau) return mask;
   const auto sorted = at::sort(sq_log_ratio, /*dim=*/0, /*descending=*/false);
-  const at::Tensor values = std::get<0>(sorted).to(at::kDouble).contiguous();
+  const at::Tensor values = std::get<0>(sorted).to(at::kDouble).cpu().contiguous();
   const at::Tensor order = std::get<1>(sorted).contiguous();
   const double* v = values.data_ptr<double>();
   double sum = 0.0;
@@ -287,7 +293,7 @@ LossResult ComputeLoss(const Policy& policy, const Policy& reference, const Roll
   const at::Tensor pg_loss = pg.mean();
 
   const at::Tensor entropy = -(logp_all.exp() * logp_all).sum(1).mean();
-  at::Tensor kl = at::zeros({});
+  at::Tensor kl = at::zeros({}, logp.options());
   if (options.kl_coef > 0.0) {
     at::Tensor ref_logp;
     {

@@ -50,11 +50,16 @@ class AdditionTask {
 };
 
 // The policy's parameters: W1, b1, W2, b2, W3, b3 (requires_grad on the
-// learner's copy; snapshots are plain tensors).
+// learner's copy; snapshots are plain tensors), all on one device. Rollouts,
+// losses and the optimizer run on that device; prompts, rewards and
+// advantages are built on the CPU and moved there.
 struct Policy {
   std::vector<at::Tensor> params;
 
-  static Policy Init(int hidden);  // draws from the global ATen generator
+  // Draws from the global ATen generator on the CPU (the same start on every
+  // device), then moves to `device`.
+  static Policy Init(int hidden, at::Device device = at::kCPU);
+  at::Device device() const { return params.front().device(); }
   Policy Snapshot() const;         // detached clone, no grad
   std::int64_t NumParameters() const;
   // Logits (rows, 10) for inputs (rows, kInput).
@@ -64,6 +69,7 @@ struct Policy {
 // A batch of rollouts: `prompts` x `group` sequences of kAnswerDigits tokens.
 struct Rollouts {
   int prompts = 0, group = 0;
+  // On the policy's device.
   at::Tensor inputs;           // (kAnswerDigits * N, kInput), row k * N + i
   at::Tensor actions;          // (kAnswerDigits * N) int64
   at::Tensor behaviour_logp;   // (kAnswerDigits * N) log pi_b(a_t | s_t)

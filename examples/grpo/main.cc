@@ -31,10 +31,12 @@
 
 #include "examples/grpo/grpo.h"
 #include "gac/agent/agent.h"
+#include "gac/controller/calibration.h"
+#ifdef GAC_GRPO_WITH_GACD  // a build with the gRPC parts (GAC_WITH_SERVER)
 #include "gac/agent/remote_controller.h"
 #include "gac/agent/step_record.h"
 #include "gac/agent/telemetry.h"
-#include "gac/controller/calibration.h"
+#endif
 
 namespace {
 
@@ -61,6 +63,7 @@ struct Flags {
   gac::grpo::LossOptions loss;
   gac::agent::Mode mode = gac::agent::Mode::kMonitor;
   std::string csv, calibrate_out, gacd, token, run;
+  std::string device = "auto";
   bool smoke = false;
 };
 
@@ -69,7 +72,7 @@ struct Flags {
                "error: %s\n"
                "usage: gac_grpo [--steps N] [--staleness S] [--loss grpo|m2po|bapo]\n"
                "                [--agent monitor|local|remote] [--c-low X --c-high X] [--alpha-mode paper|exact]\n"
-               "                [--seed N]\n"
+               "                [--seed N] [--device auto|cpu|cuda]\n"
                "                [--lr X] [--prompts B] [--group G] [--hidden H] [--clip-grad X]\n"
                "                [--weight-decay X] [--kl-coef X] [--entropy-coef X] [--m2-tau X]\n"
                "                [--clip-eps X] [--eval-every N] [--every N] [--csv FILE]\n"
@@ -96,6 +99,11 @@ Flags Parse(int argc, char** argv) {
     if (a == "--gacd") { f.gacd = v; continue; }
     if (a == "--token") { f.token = v; continue; }
     if (a == "--run") { f.run = v; continue; }
+    if (a == "--device") {
+      if (v != "auto" && v != "cpu" && v != "cuda") Usage("unknown device " + v + " (auto, cpu or cuda)");
+      f.device = v;
+      continue;
+    }
     if (a == "--loss") {
       if (!gac::grpo::ParseLoss(v, &f.loss.kind)) Usage("unknown loss " + v);
       continue;
@@ -150,6 +158,9 @@ Flags Parse(int argc, char** argv) {
     if (f.staleness == 0) f.staleness = 2;
   }
   if (f.mode == gac::agent::Mode::kRemote && f.gacd.empty()) Usage("--agent remote needs --gacd");
+#ifndef GAC_GRPO_WITH_GACD
+  if (!f.gacd.empty()) Usage("--gacd: this build has no gRPC parts (configure with GAC_WITH_SERVER=ON)");
+#endif
   if (f.run.empty()) {
     f.run = std::string("grpo-") + gac::grpo::LossName(f.loss.kind) + "-" + gac::agent::ModeName(f.mode) + "-s" +
             std::to_string(f.staleness) + "-seed" + std::to_string(f.seed);
@@ -165,8 +176,13 @@ int main(int argc, char** argv) {
   at::manual_seed(static_cast<std::uint64_t>(flags.seed));
   std::mt19937_64 rng(static_cast<std::uint64_t>(flags.seed) * 0x9e3779b97f4a7c15ull + 1);
 
+  // CPU by default; CUDA when this LibTorch has it and a GPU is visible.
+  const bool cuda = flags.device == "cuda" || (flags.device == "auto" && at::hasCUDA());
+  if (cuda && !at::hasCUDA()) Usage("--device cuda: this LibTorch build has no CUDA, or no GPU is visible");
+  const at::Device device = cuda ? at::Device(at::kCUDA) : at::Device(at::kCPU);
+
   const gac::grpo::AdditionTask task;
-  gac::grpo::Policy policy = gac::grpo::Policy::Init(flags.hidden);
+  gac::grpo::Policy policy = gac::grpo::Policy::Init(flags.hidden, device);
   if (flags.sft_steps > 0) {
     const double ce = gac::grpo::SupervisedWarmup(policy, task, flags.sft_steps, flags.sft_batch, flags.sft_lr, rng);
     std::printf("supervised warm-up: %d steps, cross-entropy %.4f, held-out accuracy %.4f\n", flags.sft_steps, ce,
@@ -180,6 +196,7 @@ int main(int argc, char** argv) {
   options.alpha_mode = flags.alpha_mode;
   options.mode = flags.mode;
   options.num_threads = 1;
+#ifdef GAC_GRPO_WITH_GACD
   std::unique_ptr<gac::agent::Telemetry> telemetry;
   if (!flags.gacd.empty()) {
     gac::agent::TelemetryOptions t;
@@ -205,6 +222,7 @@ int main(int argc, char** argv) {
     }
     options.decision_source = std::move(*remote);
   }
+#endif
   auto agent_or = gac::agent::Agent::Create(options);
   if (!agent_or.ok()) Usage("agent: " + agent_or.status().ToString());
   auto agent = std::move(*agent_or);
@@ -217,11 +235,13 @@ int main(int argc, char** argv) {
                  "step,staleness,reward,exact,heldout_acc,loss,pg_loss,kl,entropy,cosine,regime,alpha,grad_norm,"
                  "stepped,clip_frac,m2,abs_log_ratio,bapo_lo,bapo_hi\n");
   }
-  std::printf("gac_grpo: run %s, loss %s, agent %s, staleness %d, %d steps, %d prompts x %d samples, "
-              "%lld parameters, lr %g, c_low %.4g, c_high %.4g\n",
+  std::printf("gac_grpo: run %s, loss %s, agent %s, device %s, staleness %d, %d steps, %d prompts x %d samples, "
+              "%lld parameters, lr %g, c_low %.4g, c_high %.4g, alpha %s\n",
               flags.run.c_str(), gac::grpo::LossName(flags.loss.kind), gac::agent::ModeName(flags.mode),
+              device.str().c_str(),
               flags.staleness, flags.steps, flags.prompts, flags.group,
-              static_cast<long long>(policy.NumParameters()), flags.lr, flags.c_low, flags.c_high);
+              static_cast<long long>(policy.NumParameters()), flags.lr, flags.c_low, flags.c_high,
+              gac::AlphaModeName(flags.alpha_mode));
   std::printf("%6s %7s %7s %8s %9s %8s %7s %8s\n", "step", "reward", "heldout", "entropy", "c_t", "regime", "alpha",
               "|g|");
 
@@ -268,6 +288,7 @@ int main(int argc, char** argv) {
       reward_tail += batch.mean_reward;
       ++reward_tail_n;
     }
+#ifdef GAC_GRPO_WITH_GACD
     if (telemetry) {
       telemetry->Enqueue(gac::agent::MakeStepRecord(
           *report, {flags.run, 0, 1}, agent->options().mode,
@@ -275,6 +296,7 @@ int main(int argc, char** argv) {
            {"heldout_acc", last_heldout}},
           behind));
     }
+#endif
     if (csv != nullptr) {
       char cos_text[32] = "";
       if (d.cosine) std::snprintf(cos_text, sizeof cos_text, "%.6f", *d.cosine);
@@ -319,6 +341,7 @@ int main(int argc, char** argv) {
     std::printf("calibration: q0.9 %.4f, max %.4f over %zu steps -> c_low %.4g, c_high %.4g\n", stats.q90, stats.max,
                 stats.count, t->c_low, t->c_high);
   }
+#ifdef GAC_GRPO_WITH_GACD
   if (telemetry) {
     const bool flushed = telemetry->Flush(std::chrono::seconds(30));
     const auto c = telemetry->counters();
@@ -329,5 +352,6 @@ int main(int argc, char** argv) {
     telemetry->Close(std::chrono::seconds(5));
     if (!flushed) return 1;
   }
+#endif
   return 0;
 }

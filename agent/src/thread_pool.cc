@@ -1,6 +1,22 @@
 #include "thread_pool.h"
 
 namespace gac::agent {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Spins until done() or kSpin has passed; returns done().
+template <typename Done>
+bool SpinFor(Done done) {
+  const Clock::time_point until = Clock::now() + ThreadPool::kSpin;
+  for (int i = 0;; ++i) {
+    if (done()) return true;
+    if ((i & 63) == 63 && Clock::now() >= until) return done();
+    CpuRelax();
+  }
+}
+
+}  // namespace
 
 ThreadPool::ThreadPool(int num_threads) {
   for (int i = 1; i < num_threads; ++i) workers_.emplace_back([this] { WorkerLoop(); });
@@ -9,7 +25,7 @@ ThreadPool::ThreadPool(int num_threads) {
 ThreadPool::~ThreadPool() {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    stop_ = true;
+    stop_.store(true);
   }
   wake_.notify_all();
   for (auto& t : workers_) t.join();
@@ -22,40 +38,47 @@ void ThreadPool::RunTasks() {
   }
 }
 
-void ThreadPool::ParallelFor(std::int64_t n, const std::function<void(std::int64_t)>& fn) {
-  if (n <= 0) return;
-  if (workers_.empty() || n == 1) {
+void ThreadPool::ParallelFor(std::int64_t n, const std::function<void(std::int64_t)>& fn,
+                             const std::function<void()>* first) {
+  if (n <= 0 || workers_.empty() || n == 1) {
+    if (first != nullptr) (*first)();
     for (std::int64_t i = 0; i < n; ++i) fn(i);
     return;
   }
+  fn_ = &fn;
+  n_ = n;
+  next_.store(0, std::memory_order_relaxed);
+  active_.store(static_cast<int>(workers_.size()), std::memory_order_relaxed);
   {
     std::lock_guard<std::mutex> lock(mu_);
-    fn_ = &fn;
-    n_ = n;
-    next_.store(0, std::memory_order_relaxed);
-    active_ = static_cast<int>(workers_.size());
-    ++generation_;
+    generation_.fetch_add(1, std::memory_order_release);  // publishes fn_, n_, next_, active_
   }
   wake_.notify_all();
+  if (first != nullptr) (*first)();
   RunTasks();
-  std::unique_lock<std::mutex> lock(mu_);
-  done_.wait(lock, [this] { return active_ == 0; });
+  const auto all_done = [this] { return active_.load(std::memory_order_acquire) == 0; };
+  if (!SpinFor(all_done)) {
+    std::unique_lock<std::mutex> lock(mu_);
+    done_.wait(lock, all_done);
+  }
   fn_ = nullptr;
 }
 
 void ThreadPool::WorkerLoop() {
   std::uint64_t seen = 0;
   for (;;) {
-    {
+    const auto new_loop = [&] { return generation_.load(std::memory_order_acquire) != seen; };
+    const auto ready = [&] { return stop_.load(std::memory_order_relaxed) || new_loop(); };
+    if (!SpinFor(ready)) {
       std::unique_lock<std::mutex> lock(mu_);
-      wake_.wait(lock, [&] { return stop_ || generation_ != seen; });
-      if (stop_) return;
-      seen = generation_;
+      wake_.wait(lock, ready);
     }
+    if (stop_.load(std::memory_order_relaxed)) return;
+    seen = generation_.load(std::memory_order_acquire);
     RunTasks();
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (--active_ == 0) done_.notify_one();
+    if (active_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+      std::lock_guard<std::mutex> lock(mu_);  // the caller checks active_ under mu_ before it sleeps
+      done_.notify_one();
     }
   }
 }

@@ -355,6 +355,63 @@ TEST(AgentStep, UnsupportedDtypeIsRejectedWithoutSideEffects) {
   EXPECT_TRUE(at::equal(a.grad(), before));
 }
 
+// With two threads the statistics tasks run while the gradients are still
+// being gathered. An error late in the gather must stop them cleanly: no
+// hang, no change to any gradient or to the snapshot, and the next good step
+// agrees with a one-thread agent.
+TEST(AgentStep, ErrorLateInAParallelGatherLeavesEverythingUntouched) {
+  at::manual_seed(11);
+  std::vector<at::Tensor> p1, p2;
+  for (int i = 0; i < 300; ++i) {  // 300 x 4,096 elements: a parallel plan
+    p1.push_back(at::zeros({4096}).set_requires_grad(true));
+    p2.push_back(at::zeros({4096}).set_requires_grad(true));
+  }
+  AgentOptions o1, o2;
+  o1.num_threads = 1;
+  o2.num_threads = 2;
+  o1.thresholds = o2.thresholds = {0.05, 0.9};
+  auto a1 = MakeAgent(o1), a2 = MakeAgent(o2);
+  at::Tensor direction = at::randn({300, 4096});
+  const auto set_grads = [&](double a) {
+    direction = a * direction + at::randn({300, 4096});
+    for (int i = 0; i < 300; ++i) {
+      p1[i].mutable_grad() = direction[i].clone();
+      p2[i].mutable_grad() = direction[i].clone();
+    }
+  };
+  std::int64_t step = 0;
+  for (int round = 0; round < 6; ++round) {
+    set_grads(0.3);
+    auto r1 = a1->Step(++step, p1), r2 = a2->Step(step, p2);
+    ASSERT_TRUE(r1.ok() && r2.ok());
+    ASSERT_EQ(r1->decision.regime, r2->decision.regime);
+
+    // A bad gradient near the end, then a parameter set that changed there.
+    set_grads(0.3);
+    std::vector<at::Tensor> before;
+    for (const auto& p : p2) before.push_back(p.grad().clone());
+    const at::Tensor good = p2[290].grad();
+    p2[290].mutable_grad() = good.to(at::kDouble);
+    auto bad = a2->Step(++step, p2);
+    ASSERT_EQ(bad.status().code(), StatusCode::kInvalidArgument) << bad.status().ToString();
+    p2[290].mutable_grad() = good;
+    std::vector<at::Tensor> swapped = p2;
+    swapped[299] = at::zeros({4096}).set_requires_grad(true);
+    swapped[299].mutable_grad() = at::randn({4096});
+    EXPECT_EQ(a2->Step(++step, swapped).status().code(), StatusCode::kFailedPrecondition);
+    for (int i = 0; i < 300; ++i) ASSERT_TRUE(at::equal(p2[i].grad(), before[i])) << "parameter " << i;
+
+    // The same gradients, now valid, on both agents: same decision and update.
+    r1 = a1->Step(++step, p1);
+    r2 = a2->Step(step, p2);
+    ASSERT_TRUE(r1.ok() && r2.ok()) << r2.status().ToString();
+    ASSERT_EQ(r1->decision.regime, r2->decision.regime);
+    ASSERT_TRUE(r1->decision.cosine.has_value());
+    EXPECT_EQ(*r1->decision.cosine, *r2->decision.cosine);  // same partials, same order: same bits
+    for (int i = 0; i < 300; ++i) ASSERT_TRUE(at::equal(p1[i].grad(), p2[i].grad())) << "parameter " << i;
+  }
+}
+
 TEST(AgentStep, ResultsDoNotDependOnThreadCount) {
   at::manual_seed(3);
   std::vector<at::Tensor> grads1, grads2;

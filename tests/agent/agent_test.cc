@@ -399,6 +399,15 @@ TEST(AgentStep, ErrorLateInAParallelGatherLeavesEverythingUntouched) {
     swapped[299] = at::zeros({4096}).set_requires_grad(true);
     swapped[299].mutable_grad() = at::randn({4096});
     EXPECT_EQ(a2->Step(++step, swapped).status().code(), StatusCode::kFailedPrecondition);
+    // Errors early and late: the first in parameter order is the one
+    // reported, as with one thread.
+    p2[10].mutable_grad() = p2[10].grad().to(at::kDouble);
+    p2[280].mutable_grad() = at::zeros({2, 2048});
+    auto both = a2->Step(++step, p2);
+    ASSERT_EQ(both.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(both.status().message().find("parameter 10 "), std::string::npos) << both.status().message();
+    p2[10].mutable_grad() = before[10].clone();
+    p2[280].mutable_grad() = before[280].clone();
     for (int i = 0; i < 300; ++i) ASSERT_TRUE(at::equal(p2[i].grad(), before[i])) << "parameter " << i;
 
     // The same gradients, now valid, on both agents: same decision and update.

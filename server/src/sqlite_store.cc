@@ -398,8 +398,9 @@ class SqliteStore final : public Store {
   // Reads the scalars (and layers when asked) of `record`, whose step and rank
   // are set. REQUIRES: read_mu_ held.
   Status ReadDetails(std::int64_t run_id, bool include_layers, v1::StepRecord* record);
-  // Reads the step rows of a prepared, bound statement. REQUIRES: read_mu_ held.
-  Status ReadSteps(sqlite3_stmt* stmt, std::int64_t run_id, const std::string& run,
+  // Reads the step rows of a prepared statement whose binding returned
+  // bind_rc (an error there is reported, as in StepOnce). REQUIRES: read_mu_ held.
+  Status ReadSteps(sqlite3_stmt* stmt, int bind_rc, std::int64_t run_id, const std::string& run,
                    bool include_layers, std::uint32_t reserve, std::vector<v1::StepRecord>* out);
 
   const std::string path_;
@@ -799,16 +800,23 @@ StatusOr<std::uint64_t> SqliteStore::DeleteIdleRuns(std::int64_t cutoff_ns) {
 // snapshot. Ends (COMMIT; nothing to write) when it goes out of scope.
 class ReadTransaction {
  public:
-  explicit ReadTransaction(sqlite3_stmt* commit) : commit_(commit) {}
+  // Runs `begin` now and, if that succeeded (rc() == SQLITE_DONE), `commit`
+  // at the end of the scope.
+  ReadTransaction(sqlite3_stmt* begin, sqlite3_stmt* commit) : commit_(commit), rc_(sqlite3_step(begin)) {
+    sqlite3_reset(begin);
+  }
   ~ReadTransaction() {
+    if (rc_ != SQLITE_DONE) return;
     sqlite3_step(commit_);
     sqlite3_reset(commit_);
   }
   ReadTransaction(const ReadTransaction&) = delete;
   ReadTransaction& operator=(const ReadTransaction&) = delete;
+  int rc() const { return rc_; }
 
  private:
   sqlite3_stmt* const commit_;
+  const int rc_;
 };
 
 Status SqliteStore::FindRunForRead(const std::string& run, std::int64_t* run_id) {
@@ -857,11 +865,12 @@ Status SqliteStore::ReadDetails(std::int64_t run_id, bool include_layers, v1::St
   return Status();
 }
 
-Status SqliteStore::ReadSteps(sqlite3_stmt* stmt, std::int64_t run_id, const std::string& run,
+Status SqliteStore::ReadSteps(sqlite3_stmt* stmt, int bind_rc, std::int64_t run_id, const std::string& run,
                               bool include_layers, std::uint32_t reserve,
                               std::vector<v1::StepRecord>* out) {
   {
     ScopedReset reset(stmt);
+    if (bind_rc != SQLITE_OK) return StepError(read_db_.get(), bind_rc, "binding a step query");
     out->reserve(std::min<std::uint32_t>(reserve, 4096));
     int rc;
     while ((rc = sqlite3_step(stmt)) == SQLITE_ROW) {
@@ -882,12 +891,10 @@ StatusOr<std::vector<v1::StepRecord>> SqliteStore::GetSteps(const StepQuery& que
   std::vector<v1::StepRecord> out;
   if (query.limit == 0 || query.start_step >= query.end_step) return out;
   std::lock_guard<std::mutex> lock(read_mu_);
-  sqlite3* db = read_db_.get();
-  Status s = StepOnce(db, r_.begin.get(), SQLITE_OK, "BEGIN");
-  if (!s.ok()) return s;
-  ReadTransaction txn(r_.commit.get());
+  ReadTransaction txn(r_.begin.get(), r_.commit.get());
+  if (txn.rc() != SQLITE_DONE) return StepError(read_db_.get(), txn.rc(), "BEGIN");
   std::int64_t run_id = -1;
-  s = FindRunForRead(query.run, &run_id);
+  Status s = FindRunForRead(query.run, &run_id);
   if (!s.ok()) return s;
   if (run_id < 0) return out;
 
@@ -903,11 +910,7 @@ StatusOr<std::vector<v1::StepRecord>> SqliteStore::GetSteps(const StepQuery& que
   Binder binder(stmt);
   binder.Int(run_id).Int(low).Int(query.end_step).Int(after_step).Int(after_rank).Int(query.limit);
   if (query.rank.has_value()) binder.Int(*query.rank);
-  if (binder.rc() != SQLITE_OK) {
-    sqlite3_reset(stmt);
-    return StepError(db, binder.rc(), "binding a step query");
-  }
-  s = ReadSteps(stmt, run_id, query.run, query.include_layers, query.limit, &out);
+  s = ReadSteps(stmt, binder.rc(), run_id, query.run, query.include_layers, query.limit, &out);
   if (!s.ok()) return s;
   return out;
 }
@@ -917,22 +920,16 @@ StatusOr<std::vector<v1::StepRecord>> SqliteStore::GetRecentSteps(const std::str
                                                                   std::uint32_t window) {
   std::vector<v1::StepRecord> out;
   std::lock_guard<std::mutex> lock(read_mu_);
-  sqlite3* db = read_db_.get();
-  Status s = StepOnce(db, r_.begin.get(), SQLITE_OK, "BEGIN");
-  if (!s.ok()) return s;
-  ReadTransaction txn(r_.commit.get());
+  ReadTransaction txn(r_.begin.get(), r_.commit.get());
+  if (txn.rc() != SQLITE_DONE) return StepError(read_db_.get(), txn.rc(), "BEGIN");
   std::int64_t run_id = -1;
-  s = FindRunForRead(run, &run_id);
+  Status s = FindRunForRead(run, &run_id);
   if (!s.ok()) return s;
   if (run_id < 0) return out;
   sqlite3_stmt* stmt = r_.recent.get();
   // LIMIT -1 is no limit.
-  int rc = Binder(stmt).Int(run_id).Int(rank).Int(window == 0 ? -1 : std::int64_t{window}).rc();
-  if (rc != SQLITE_OK) {
-    sqlite3_reset(stmt);
-    return StepError(db, rc, "binding a step query");
-  }
-  s = ReadSteps(stmt, run_id, run, /*include_layers=*/false, window, &out);
+  const int rc = Binder(stmt).Int(run_id).Int(rank).Int(window == 0 ? -1 : std::int64_t{window}).rc();
+  s = ReadSteps(stmt, rc, run_id, run, /*include_layers=*/false, window, &out);
   if (!s.ok()) return s;
   std::reverse(out.begin(), out.end());
   return out;

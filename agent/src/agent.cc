@@ -473,12 +473,6 @@ StatusOr<StepReport> Agent::Step(std::int64_t step, const std::vector<at::Tensor
 
   // Statistics. Both ways add the per-chunk partials in chunk order, so the
   // sums do not depend on the thread count or the gather blocks.
-  const auto for_each_task = [&](auto&& task_fn) {
-    pool_->ParallelFor(plan.num_tasks(), [&](std::int64_t task) {
-      const std::int64_t first = plan.task_first_chunk[task];
-      task_fn(first, plan.task_first_chunk[task + 1] - first);
-    });
-  };
   double sums[3] = {0.0, 0.0, 0.0};
   if (serial || plan.device_passes != nullptr) {
     Status st = gather(nullptr);
@@ -627,7 +621,10 @@ StatusOr<StepReport> Agent::Step(std::int64_t step, const std::vector<at::Tensor
     } else if (serial) {
       apply(0, num_spans);
     } else {
-      for_each_task(apply);
+      pool_->ParallelFor(plan.num_tasks(), [&](std::int64_t task) {
+        const std::int64_t first = plan.task_first_chunk[task];
+        apply(first, plan.task_first_chunk[task + 1] - first);
+      });
     }
     for (const Plan::Strided& st : plan.strided) {
       at::Tensor g = *st.grad;  // shares storage with the parameter's gradient

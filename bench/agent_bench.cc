@@ -587,10 +587,13 @@ class PackedSnapshot {
 // line of g and p eight tensors ahead, and g's last line when it is on another
 // page) and no per-tensor work: what the memory system gives for this layout,
 // e.g. 2,000 separate 4 KiB tensors, without the agent's gather and wake-up.
-// Blocks of 32 tensors are claimed dynamically. Returns the seconds of one run.
+// Blocks of up to 32 tensors and about 1 Mi elements are claimed dynamically.
+// Returns the seconds of one run.
 double TimeLayoutRead(const std::vector<at::Tensor>& g, const PackedSnapshot& p, int threads, CacheFlusher& flusher) {
-  constexpr std::int64_t kBlock = 32, kAhead = 8;
+  constexpr std::int64_t kAhead = 8;
   const std::int64_t n = static_cast<std::int64_t>(g.size());
+  const std::int64_t per = n > 0 ? std::max<std::int64_t>(g[0].numel(), 1) : 1;
+  const std::int64_t block = std::clamp<std::int64_t>((std::int64_t{1} << 20) / per, 1, 32);
   std::vector<const float*> gp;
   for (const at::Tensor& t : g) gp.push_back(t.data_ptr<float>());
   const auto prefetch = [&](std::int64_t i) {
@@ -607,8 +610,8 @@ double TimeLayoutRead(const std::vector<at::Tensor>& g, const PackedSnapshot& p,
   flusher.Flush();
   std::atomic<std::int64_t> next{0};
   const double t = RunTeam(threads, [&](int rank) {
-    for (std::int64_t b = next.fetch_add(kBlock); b < n; b = next.fetch_add(kBlock)) {
-      const std::int64_t e = std::min(n, b + kBlock);
+    for (std::int64_t b = next.fetch_add(block); b < n; b = next.fetch_add(block)) {
+      const std::int64_t e = std::min(n, b + block);
       for (std::int64_t i = b; i < std::min(e, b + kAhead); ++i) prefetch(i);
       for (std::int64_t i = b; i < e; ++i) {
         if (i + kAhead < e) prefetch(i + kAhead);

@@ -49,11 +49,16 @@
 #include <thread>
 #include <vector>
 
+#include "bench_util.h"
 #include "gac/agent/agent.h"
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
+using gac::bench::CpuModel;
+using gac::bench::FlagValue;
+using gac::bench::Median;
+using gac::bench::Seconds;
 using gac::Regime;
 using gac::agent::Agent;
 using gac::agent::AgentOptions;
@@ -62,15 +67,6 @@ using gac::agent::SnapshotDtype;
 
 constexpr double kGB = 1e9;
 constexpr double kMiB = 1024.0 * 1024.0;
-
-double Seconds(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
-
-double Median(std::vector<double> v) {
-  if (v.empty()) return std::nan("");
-  std::sort(v.begin(), v.end());
-  const std::size_t m = v.size() / 2;
-  return v.size() % 2 != 0 ? v[m] : 0.5 * (v[m - 1] + v[m]);
-}
 
 // ---------------------------------------------------------------------------
 // Command line.
@@ -110,22 +106,15 @@ Args ParseArgs(int argc, char** argv) {
   Args args;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    const char* next = i + 1 < argc ? argv[i + 1] : nullptr;
+    const char* value = nullptr;
     if (a == "--quick") {
       args.quick = true;
-    } else if (a == "--threads") {
-      args.threads = ParsePositive(argv[0], "--threads", next);
-      ++i;
-    } else if (a.rfind("--threads=", 0) == 0) {
-      args.threads = ParsePositive(argv[0], "--threads", a.c_str() + 10);
-    } else if (a == "--reps") {
-      args.reps = ParsePositive(argv[0], "--reps", next);
-      ++i;
-    } else if (a.rfind("--reps=", 0) == 0) {
-      args.reps = ParsePositive(argv[0], "--reps", a.c_str() + 7);
-    } else if (a == "--only" || a.rfind("--only=", 0) == 0) {
-      const char* list = a == "--only" ? next : a.c_str() + 7;
-      if (a == "--only") ++i;
+    } else if (FlagValue(argc, argv, &i, "--threads", &value)) {
+      args.threads = ParsePositive(argv[0], "--threads", value);
+    } else if (FlagValue(argc, argv, &i, "--reps", &value)) {
+      args.reps = ParsePositive(argv[0], "--reps", value);
+    } else if (FlagValue(argc, argv, &i, "--only", &value)) {
+      const char* list = value;
       if (list == nullptr) Usage(argv[0], 2);
       args.a = args.b = args.overhead = false;
       std::string item;
@@ -161,18 +150,6 @@ Args ParseArgs(int argc, char** argv) {
 
 // ---------------------------------------------------------------------------
 // Machine and process facts.
-
-std::string CpuModel() {
-  std::ifstream in("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind("model name", 0) == 0) {
-      const auto colon = line.find(':');
-      if (colon != std::string::npos) return line.substr(line.find_first_not_of(" \t", colon + 1));
-    }
-  }
-  return "unknown";
-}
 
 double CurrentRssMiB() {
   std::ifstream in("/proc/self/statm");

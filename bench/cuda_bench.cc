@@ -47,12 +47,15 @@
 #include <string>
 #include <vector>
 
+#include "bench_util.h"
 #include "cuda/cuda_passes.h"
 #include "gac/agent/agent.h"
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
+using gac::bench::Median;
+using gac::bench::Seconds;
 using gac::agent::Agent;
 using gac::agent::AgentOptions;
 using gac::agent::Mode;
@@ -61,14 +64,6 @@ namespace cuda = gac::agent::cuda;
 
 constexpr double kGB = 1e9;
 
-double Seconds(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
-
-double Median(std::vector<double> v) {
-  if (v.empty()) return std::nan("");
-  std::sort(v.begin(), v.end());
-  const std::size_t m = v.size() / 2;
-  return v.size() % 2 != 0 ? v[m] : 0.5 * (v[m - 1] + v[m]);
-}
 
 [[noreturn]] void Fail(const std::string& what) {
   std::fprintf(stderr, "cuda_bench: %s\n", what.c_str());

@@ -64,6 +64,7 @@
 #include <thread>
 #include <vector>
 
+#include "bench_util.h"
 #include "gac/server/config.h"
 #include "gac/server/metrics.h"
 #include "gac/server/server.h"
@@ -75,6 +76,10 @@ namespace {
 
 namespace v1 = gac::v1;
 using Clock = std::chrono::steady_clock;
+using gac::bench::CpuModel;
+using gac::bench::FlagValue;
+using gac::bench::Median;
+using gac::bench::Seconds;
 using gac::server::GacServer;
 using gac::server::ServerConfig;
 
@@ -97,14 +102,6 @@ constexpr std::size_t kMetricsSeries = 10'000;
 constexpr char kDecideMethod[] = "/gac.v1.ControlService/Decide";
 constexpr char kEchoMethod[] = "/bench.Echo/Echo";
 
-double Seconds(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
-
-double Median(std::vector<double> v) {
-  if (v.empty()) return std::nan("");
-  std::sort(v.begin(), v.end());
-  const std::size_t m = v.size() / 2;
-  return v.size() % 2 != 0 ? v[m] : 0.5 * (v[m - 1] + v[m]);
-}
 
 // The q-quantile (nearest rank) of sorted `v`.
 double Quantile(const std::vector<double>& v, double q) {
@@ -203,24 +200,17 @@ Args ParseArgs(int argc, char** argv) {
   Args args;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    const char* next = i + 1 < argc ? argv[i + 1] : nullptr;
-    auto value = [&](const char* flag) -> const char* {
-      const std::string prefix = std::string(flag) + "=";
-      if (a.rfind(prefix, 0) == 0) return argv[i] + prefix.size();
-      ++i;
-      return next;
-    };
-    auto is = [&](const char* flag) { return a == flag || a.rfind(std::string(flag) + "=", 0) == 0; };
+    const char* value = nullptr;
     if (a == "--quick") {
       args.quick = true;
     } else if (a == "--json") {
       args.json = true;
-    } else if (is("--seconds")) {
-      args.seconds = ParseSeconds(argv[0], value("--seconds"));
-    } else if (is("--streams")) {
-      args.streams = ParseList(argv[0], "--streams", value("--streams"));
-    } else if (is("--clients")) {
-      args.clients = ParseList(argv[0], "--clients", value("--clients"));
+    } else if (FlagValue(argc, argv, &i, "--seconds", &value)) {
+      args.seconds = ParseSeconds(argv[0], value);
+    } else if (FlagValue(argc, argv, &i, "--streams", &value)) {
+      args.streams = ParseList(argv[0], "--streams", value);
+    } else if (FlagValue(argc, argv, &i, "--clients", &value)) {
+      args.clients = ParseList(argv[0], "--clients", value);
     } else if (a == "--help" || a == "-h") {
       Usage(argv[0], 0);
     } else {
@@ -1175,18 +1165,6 @@ void BenchMetrics(const Args& args, const std::string& scratch, Report* report) 
   report->Json("metrics_series", static_cast<double>(series));
   report->Json("metrics_render_ms", render);
   report->Json("metrics_scrape_ms", scrape);
-}
-
-std::string CpuModel() {
-  std::ifstream in("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind("model name", 0) == 0) {
-      const auto colon = line.find(':');
-      if (colon != std::string::npos) return line.substr(colon + 2);
-    }
-  }
-  return "unknown";
 }
 
 }  // namespace

@@ -569,14 +569,20 @@ class PackedSnapshot {
 double TimeLayoutRead(const std::vector<at::Tensor>& g, const PackedSnapshot& p, int threads, CacheFlusher& flusher) {
   constexpr std::int64_t kAhead = 8;
   const std::int64_t n = static_cast<std::int64_t>(g.size());
-  const std::int64_t per = n > 0 ? std::max<std::int64_t>(g[0].numel(), 1) : 1;
+  const std::int64_t per = n > 0 ? std::max<std::int64_t>(g[0].numel(), 1) : 1;  // tensors of one size
   const std::int64_t block = std::clamp<std::int64_t>((std::int64_t{1} << 20) / per, 1, 32);
+  // Pointers and lengths collected before the flush: the timed loop touches
+  // no tensor metadata.
   std::vector<const float*> gp;
-  for (const at::Tensor& t : g) gp.push_back(t.data_ptr<float>());
+  std::vector<std::int64_t> len;
+  for (const at::Tensor& t : g) {
+    gp.push_back(t.data_ptr<float>());
+    len.push_back(t.numel());
+  }
   const auto prefetch = [&](std::int64_t i) {
     const auto k = static_cast<std::size_t>(i);
     const char* first = reinterpret_cast<const char*>(gp[k]);
-    const char* last = first + g[k].numel() * 4 - 1;
+    const char* last = first + len[k] * 4 - 1;
     __builtin_prefetch(first);
     if (((reinterpret_cast<std::uintptr_t>(first) ^ reinterpret_cast<std::uintptr_t>(last)) >> 12) != 0) {
       __builtin_prefetch(last);
@@ -593,7 +599,7 @@ double TimeLayoutRead(const std::vector<at::Tensor>& g, const PackedSnapshot& p,
       for (std::int64_t i = b; i < e; ++i) {
         if (i + kAhead < e) prefetch(i + kAhead);
         const auto k = static_cast<std::size_t>(i);
-        sums[static_cast<std::size_t>(rank)] += SumTwo(gp[k], p.slice(k), g[k].numel());
+        sums[static_cast<std::size_t>(rank)] += SumTwo(gp[k], p.slice(k), len[k]);
       }
     }
   });

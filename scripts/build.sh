@@ -4,5 +4,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build_dir=${GAC_BUILD_DIR:-build}
-cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release "$@" >/dev/null
+launcher=()
+# A compiler cache, when one is installed, makes rebuilds of unchanged
+# sources instant (GAC_CCACHE=0 turns it off).
+if [ "${GAC_CCACHE:-1}" != 0 ] && command -v ccache >/dev/null; then
+  launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+fi
+cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release "${launcher[@]}" "$@" >/dev/null
 cmake --build "$build_dir" -j "${GAC_JOBS:-$(nproc)}"

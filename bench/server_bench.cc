@@ -27,9 +27,13 @@
 //    same way with a payload of the same bytes. Both go through one
 //    grpc::GenericStub with identical channel arguments, so the client side
 //    is the same code; measurement rounds alternate between the two.
+//    Between the two, gacd's SQLite store alone (Store::Apply from one
+//    thread, one batch per transaction, no gRPC) shows where the time goes.
 // 3. /metrics. A Metrics with per-layer series on is filled to >= 10,000
 //    series; Render() is timed (median), and so is a plain HTTP GET of the
-//    same data from an in-process gacd's exporter.
+//    same data from an in-process gacd's exporter. ObserveStep, the
+//    exporter's cost per ingested record, is timed against the time a row
+//    may take at the ingest target.
 //
 // This is a benchmark, not a test: it asserts nothing about timing. It exits
 // non-zero when rows are lost, an RPC fails, or a measurement is invalid.
@@ -64,7 +68,7 @@
 #include <thread>
 #include <vector>
 
-#include "bench_util.h"
+#include "bench/bench_util.h"
 #include "gac/server/config.h"
 #include "gac/server/metrics.h"
 #include "gac/server/server.h"
@@ -750,6 +754,48 @@ double RawSqliteRate(const std::string& path, const std::string& sync, int batch
   return rate;
 }
 
+// The store alone: gacd's SQLite store written through Store::Apply by one
+// thread, one batch of the gacd runs' rows per transaction, without gRPC, the
+// writer or the metrics. Between gacd and the raw baseline, it shows where
+// the time goes.
+double StoreApplyRate(const std::string& path, const std::string& sync, double warmup, double seconds) {
+  gac::server::SqliteOptions options;
+  options.synchronous = sync;
+  auto store = gac::server::OpenSqliteStore(path, options);
+  if (!store.ok()) Fail("store: " + store.status().ToString());
+  const std::vector<std::string> layers = LayerNames(kLayers);
+  v1::IngestRequest batch;
+  std::int64_t step = 0, rows = 0, rows0 = -1;
+  const auto start = Clock::now();
+  Clock::time_point t0;
+  double rate = 0;
+  for (;;) {
+    const auto now = Clock::now();
+    if (rows0 < 0 && Seconds(start, now) >= warmup) {
+      t0 = now;
+      rows0 = rows;
+    }
+    if (rows0 >= 0 && Seconds(t0, now) >= seconds) {
+      rate = static_cast<double>(rows - rows0) / Seconds(t0, now);
+      break;
+    }
+    batch.Clear();
+    for (int i = 0; i < kRecordsPerBatch; ++i) FillRecord(batch.add_records(), "bench-store", 0, 1, step++, layers);
+    std::vector<gac::server::WriteOp> ops(1);
+    ops[0].steps = &batch;
+    ops[0].received_ns = WallNs();
+    const gac::Status st = (*store)->Apply(&ops);
+    if (!st.ok() || ops[0].stored != static_cast<std::uint32_t>(kRecordsPerBatch)) {
+      Fail("store Apply: " + st.ToString());
+    }
+    rows += kRowsPerBatch;
+  }
+  store->reset();
+  std::error_code ec;
+  for (const char* suffix : {"", "-wal", "-shm"}) std::filesystem::remove(path + suffix, ec);
+  return rate;
+}
+
 void BenchIngest(const Args& args, const std::string& scratch, Report* report) {
   const double warmup = args.quick ? 0.2 : 1.0;
   std::printf("1. ingest: %d layers per step record, %d records per batch (%lld rows), up to %d batches\n"
@@ -779,6 +825,10 @@ void BenchIngest(const Args& args, const std::string& scratch, Report* report) {
     const double raw_after = RawSqliteRate(raw_db, upper, 1, raw_warmup, raw_seconds);
     const double raw = 0.5 * (raw_before + raw_after);
     const double big = 0.5 * (big_before + big_after);
+    const double store = StoreApplyRate(scratch + "/store.db", upper, raw_warmup, raw_seconds);
+    std::printf("   sync=%-6s Store::Apply alone, 1 batch per transaction, no gRPC: %s = %.2f x raw\n", sync.c_str(),
+                Rate(store).c_str(), store / raw);
+    report->Json("ingest_store_apply_" + sync + "_rows_per_s", store);
     std::printf("   sync=%-6s raw SQLite, 1 batch (%lld rows) per transaction: %s (before %s, after %s)\n", sync.c_str(),
                 static_cast<long long>(kRowsPerBatch), Rate(raw).c_str(), Rate(raw_before).c_str(),
                 Rate(raw_after).c_str());
@@ -1155,13 +1205,41 @@ void BenchMetrics(const Args& args, const std::string& scratch, Report* report) 
   std::printf("   Render(): %zu series, %zu bytes, median %.2f ms (min %.2f, max %.2f)\n", series, text.size(), render,
               *std::min_element(render_ms.begin(), render_ms.end()),
               *std::max_element(render_ms.begin(), render_ms.end()));
-  std::printf("   HTTP GET /metrics: %zu series, %zu bytes, median %.2f ms (min %.2f, max %.2f)\n\n", scraped_series,
+  std::printf("   HTTP GET /metrics: %zu series, %zu bytes, median %.2f ms (min %.2f, max %.2f)\n", scraped_series,
               body.size(), scrape, *std::min_element(scrape_ms.begin(), scrape_ms.end()),
               *std::max_element(scrape_ms.begin(), scrape_ms.end()));
   report->Add({Format("/metrics Render(), %zu series", series), Format("%.2f ms", render), "", "", "<= 50 ms",
                render <= kMetricsTargetMs});
   report->Add({Format("/metrics HTTP scrape, %zu series", scraped_series), Format("%.2f ms", scrape), "", "",
                "<= 50 ms", scrape <= kMetricsTargetMs});
+  // The exporter's cost on the ingest path: ObserveStep per record, against
+  // the time one record may take at the ingest target.
+  const double budget_ns = 1e9 / kIngestTarget;
+  const auto observe_ns = [&](int layers_per_record, bool per_layer) {
+    gac::server::MetricsOptions o;
+    o.per_layer = per_layer;
+    o.max_layers_per_run = 64;
+    gac::server::Metrics m(o);
+    std::vector<v1::StepRecord> records(100);
+    for (int i = 0; i < 100; ++i) {
+      FillRecord(&records[static_cast<std::size_t>(i)], Format("bench-observe-%03d", i), 0, 1, 1,
+                 LayerNames(layers_per_record));
+      (*records[static_cast<std::size_t>(i)].mutable_scalars())["reward"] = 0.5;
+    }
+    const int calls = args.quick ? 2000 : 200000;
+    const auto now = std::chrono::system_clock::now();
+    for (const auto& r : records) m.ObserveStep(r, now);  // creates the series
+    const auto t0 = Clock::now();
+    for (int i = 0; i < calls; ++i) m.ObserveStep(records[static_cast<std::size_t>(i % 100)], now);
+    return 1e9 * Seconds(t0, Clock::now()) / calls;
+  };
+  const double plain_ns = observe_ns(0, false);
+  const double layered_ns = observe_ns(64, true);
+  std::printf("   ObserveStep per record: %.0f ns without layers, %.0f ns with 64 per-layer series\n"
+              "   (%.1f %% and %.1f %% of the %.0f ns a row may take at the ingest target)\n\n",
+              plain_ns, layered_ns, 100 * plain_ns / budget_ns, 100 * layered_ns / budget_ns, budget_ns);
+  report->Json("metrics_observe_step_ns", plain_ns);
+  report->Json("metrics_observe_step_64_layers_ns", layered_ns);
   report->Json("metrics_series", static_cast<double>(series));
   report->Json("metrics_render_ms", render);
   report->Json("metrics_scrape_ms", scrape);

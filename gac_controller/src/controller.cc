@@ -22,8 +22,17 @@ const char* AlphaModeName(AlphaMode mode) {
   return mode == AlphaMode::kExact ? "exact" : "paper";
 }
 
+const char* ModeName(Mode mode) {
+  switch (mode) {
+    case Mode::kMonitor: return "monitor";
+    case Mode::kLocal: return "local";
+    case Mode::kRemote: return "remote";
+  }
+  return "unknown";
+}
+
 StatusOr<Regime> ParseRegime(const char* name) {
-  for (Regime r : {Regime::kSafe, Regime::kProject, Regime::kSkip, Regime::kInvalid}) {
+  for (Regime r : kAllRegimes) {
     if (name != nullptr && std::strcmp(name, RegimeName(r)) == 0) return r;
   }
   return Status::InvalidArgument(std::string("unknown regime '") + (name ? name : "") +
@@ -36,6 +45,14 @@ StatusOr<AlphaMode> ParseAlphaMode(const char* name) {
   }
   return Status::InvalidArgument(std::string("unknown alpha mode '") + (name ? name : "") +
                                  "' (expected paper or exact)");
+}
+
+StatusOr<Mode> ParseMode(const char* name) {
+  for (Mode m : {Mode::kMonitor, Mode::kLocal, Mode::kRemote}) {
+    if (name != nullptr && std::strcmp(name, ModeName(m)) == 0) return m;
+  }
+  return Status::InvalidArgument(std::string("unknown mode '") + (name ? name : "") +
+                                 "' (expected monitor, local or remote)");
 }
 
 Status ValidateThresholds(const Thresholds& t) {

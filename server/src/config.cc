@@ -7,6 +7,7 @@
 #include <map>
 #include <sstream>
 
+#include "gac/proto/convert.h"
 #include "gac/server/validate.h"
 
 namespace gac::server {
@@ -109,26 +110,16 @@ const std::map<std::string, Setter>& Setters() {
        }},
       {"alpha-mode",
        [](ServerConfig& c, const std::string& v) {
-         if (v == "paper") {
-           c.default_thresholds.set_alpha_mode(v1::ALPHA_MODE_PAPER);
-         } else if (v == "exact") {
-           c.default_thresholds.set_alpha_mode(v1::ALPHA_MODE_EXACT);
-         } else {
-           return Status::InvalidArgument("expected paper or exact, got '" + v + "'");
-         }
+         StatusOr<AlphaMode> mode = ParseAlphaMode(v.c_str());
+         if (!mode.ok()) return mode.status();
+         c.default_thresholds.set_alpha_mode(proto::ToProto(*mode));
          return Status::Ok();
        }},
       {"mode",
        [](ServerConfig& c, const std::string& v) {
-         if (v == "monitor") {
-           c.default_mode = v1::CONTROL_MODE_MONITOR;
-         } else if (v == "local") {
-           c.default_mode = v1::CONTROL_MODE_LOCAL;
-         } else if (v == "remote") {
-           c.default_mode = v1::CONTROL_MODE_REMOTE;
-         } else {
-           return Status::InvalidArgument("expected monitor, local or remote, got '" + v + "'");
-         }
+         StatusOr<Mode> mode = ParseMode(v.c_str());
+         if (!mode.ok()) return mode.status();
+         c.default_mode = proto::ToProto(*mode);
          return Status::Ok();
        }},
   };
@@ -254,7 +245,7 @@ Status ValidateConfig(const ServerConfig& c) {
     return Status::InvalidArgument("--insecure is allowed only on a loopback --listen address, got '" +
                                    c.listen + "'");
   }
-  StatusOr<Thresholds> t = ThresholdsFromProto(c.default_thresholds);
+  StatusOr<Thresholds> t = proto::ThresholdsFromProto(c.default_thresholds);
   if (!t.ok()) return Status::InvalidArgument("default thresholds: " + t.status().message());
   if (c.max_message_bytes < 1024) return Status::InvalidArgument("--max-message-bytes must be >= 1024");
   if (c.max_queue_rows == 0) return Status::InvalidArgument("--max-queue-rows must be > 0");
@@ -264,12 +255,18 @@ Status ValidateConfig(const ServerConfig& c) {
   return Status::Ok();
 }
 
-StatusOr<ServerConfig> ParseFlags(int argc, const char* const* argv) {
+std::string ServerConfig::DatabasePath() const { return db.empty() ? data_dir + "/gacd.db" : db; }
+
+StatusOr<Flags> ParseFlags(int argc, const char* const* argv) {
   std::vector<std::pair<std::string, std::string>> flags;
   std::string config_file;
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
-    if (arg == "--help" || arg == "-h") return Status::NotFound(Usage());
+    if (arg == "--help" || arg == "-h") {
+      Flags help;
+      help.help = true;
+      return help;
+    }
     if (arg.rfind("--", 0) != 0) return Status::InvalidArgument("unexpected argument '" + arg + "' (see --help)");
     arg = arg.substr(2);
     std::string key = arg, value;
@@ -297,7 +294,9 @@ StatusOr<ServerConfig> ParseFlags(int argc, const char* const* argv) {
   }
   Status st = ValidateConfig(config);
   if (!st.ok()) return st;
-  return config;
+  Flags parsed;
+  parsed.config = std::move(config);
+  return parsed;
 }
 
 }  // namespace gac::server

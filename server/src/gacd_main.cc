@@ -8,15 +8,16 @@
 
 int main(int argc, char** argv) {
   using gac::server::GacServer;
-  auto config = gac::server::ParseFlags(argc, argv);
-  if (!config.ok()) {
-    if (config.status().code() == gac::StatusCode::kNotFound) {  // --help
-      std::fputs(config.status().message().c_str(), stdout);
-      return 0;
-    }
-    std::fprintf(stderr, "gacd: %s\n", config.status().message().c_str());
+  auto flags = gac::server::ParseFlags(argc, argv);
+  if (!flags.ok()) {
+    std::fprintf(stderr, "gacd: %s\n", flags.status().message().c_str());
     return 2;
   }
+  if (flags->help) {
+    std::fputs(gac::server::Usage().c_str(), stdout);
+    return 0;
+  }
+  const gac::server::ServerConfig* config = &flags->config;
   // Every thread inherits the blocked set; the main thread takes the signals
   // synchronously with sigwait.
   sigset_t signals;
@@ -30,7 +31,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "gacd: cannot start: %s\n", server.status().ToString().c_str());
     return 1;
   }
-  const std::string store = config->db.empty() ? config->data_dir + "/gacd.db" : config->db;
+  const std::string store = config->DatabasePath();
   std::fprintf(stderr, "gacd: serving gRPC on %s%s, store %s%s\n", (*server)->address().c_str(),
                config->tls_cert.empty() ? "" : " (TLS)", store.c_str(),
                config->insecure ? ", INSECURE: no authentication" : "");

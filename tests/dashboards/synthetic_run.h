@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "gac/controller/controller.h"
+#include "gac/proto/convert.h"
 #include "gac/server/validate.h"
 #include "gac/v1/control.pb.h"
 #include "gac/v1/telemetry.pb.h"
@@ -102,7 +103,7 @@ class SyntheticRun {
       if (remote->has_cosine_after()) r.set_cosine_after(Clamp1(remote->cosine_after()));
       r.set_alpha(remote->alpha());
     } else {
-      r.set_regime(server::RegimeToProto(local.regime));
+      r.set_regime(proto::ToProto(local.regime));
       if (local.cosine) r.set_cosine(Clamp1(*local.cosine));
       if (local.cosine_after) r.set_cosine_after(Clamp1(*local.cosine_after));
       r.set_alpha(local.alpha);

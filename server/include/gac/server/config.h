@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "gac/controller/status.h"
+#include "gac/status.h"
 #include "gac/v1/control.pb.h"
 
 namespace gac::server {
@@ -39,14 +39,21 @@ struct ServerConfig {
   std::string ready_file;                         // written with the bound ports once serving
 
   ServerConfig();
+
+  // The SQLite file: `db`, or <data_dir>/gacd.db when it is empty.
+  std::string DatabasePath() const;
+};
+
+struct Flags {
+  bool help = false;    // --help / -h was given: print Usage(); config is not set
+  ServerConfig config;  // the validated configuration otherwise
 };
 
 // Parses argv (argv[0] skipped). Returns InvalidArgument with the offending
 // flag for unknown flags, bad values, and inconsistent settings (TLS half
 // given, neither a token file nor --insecure, --insecure on a non-loopback
-// address, thresholds out of range). "--help" gives NotFound with the usage
-// text as message.
-StatusOr<ServerConfig> ParseFlags(int argc, const char* const* argv);
+// address, thresholds out of range).
+StatusOr<Flags> ParseFlags(int argc, const char* const* argv);
 
 // Checks a complete configuration (called by ParseFlags).
 Status ValidateConfig(const ServerConfig& config);

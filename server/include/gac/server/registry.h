@@ -6,14 +6,14 @@
 #ifndef GAC_SERVER_REGISTRY_H_
 #define GAC_SERVER_REGISTRY_H_
 
-#include <shared_mutex>
 #include <string>
 #include <unordered_map>
 #include <utility>
 #include <vector>
 
 #include "gac/controller/controller.h"
-#include "gac/controller/status.h"
+#include "gac/mutex.h"
+#include "gac/status.h"
 #include "gac/v1/control.pb.h"
 
 namespace gac::server {
@@ -52,8 +52,8 @@ class RunRegistry {
   static Entry MakeEntry(const v1::RunConfig& config);
 
   const Entry defaults_;
-  mutable std::shared_mutex mu_;
-  std::unordered_map<std::string, Entry> runs_;  // guarded by mu_
+  mutable SharedMutex mu_;
+  std::unordered_map<std::string, Entry> runs_ GAC_GUARDED_BY(mu_);
 };
 
 }  // namespace gac::server

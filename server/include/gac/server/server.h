@@ -12,7 +12,7 @@
 #include <memory>
 #include <string>
 
-#include "gac/controller/status.h"
+#include "gac/status.h"
 #include "gac/server/config.h"
 #include "gac/server/store.h"
 
@@ -24,9 +24,10 @@ class GacServer {
  public:
   // Opens the store (unless one is given: tests pass NewMemoryStore()),
   // loads the run settings, and starts serving. Errors: bad TLS or token
-  // files (InvalidArgument / NotFound), a database that cannot be opened
-  // (DataLoss / FailedPrecondition), an address that cannot be bound
-  // (Unavailable).
+  // files (InvalidArgument, or the errno's code: NotFound, PermissionDenied),
+  // a data directory or database that cannot be created or opened (the
+  // errno's code; DataLoss for a damaged file, FailedPrecondition for a newer
+  // schema), an address that cannot be bound (Unavailable).
   static StatusOr<std::unique_ptr<GacServer>> Start(const ServerConfig& config,
                                                     std::unique_ptr<Store> store = nullptr);
   ~GacServer();  // Shutdown(0)

@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-#include "gac/controller/status.h"
+#include "gac/status.h"
 #include "gac/v1/control.pb.h"
 #include "gac/v1/query.pb.h"
 #include "gac/v1/telemetry.pb.h"
@@ -110,8 +110,9 @@ struct SqliteOptions {
 
 // Opens (creating if needed) the database at `path`, enables WAL, and brings
 // the schema to the current version (migrating older versions; a newer
-// version than this build knows is FailedPrecondition). IOError when the file
-// cannot be opened or is not a database.
+// version than this build knows is FailedPrecondition). A file that cannot be
+// opened gets its errno's code (NotFound for a missing directory,
+// PermissionDenied...); a file that is not a database, or is damaged, DataLoss.
 StatusOr<std::unique_ptr<Store>> OpenSqliteStore(const std::string& path,
                                                  const SqliteOptions& options = {});
 

@@ -1,0 +1,49 @@
+# Resolves GAC_WITH_PYTHON (ON, OFF or AUTO) into GAC_HAVE_PYTHON: the gac
+# Python package (python/) is built when Python 3's headers and pybind11 are
+# found (AUTO), or must be (ON). The interpreter is Debian's /usr/bin/python3
+# unless Python3_EXECUTABLE says otherwise: its torch is the LibTorch that
+# libtorch-dev ships, which the agent's module must share.
+#
+# Also finds libtorch_python (GAC_TORCH_PYTHON_LIBRARY) for the agent's
+# module when the agent is built, and checks that the interpreter's torch
+# loads the same libtorch_cpu as the one CMake links.
+set(GAC_HAVE_PYTHON OFF)
+set(GAC_HAVE_PYTHON_AGENT OFF)
+if(NOT GAC_WITH_PYTHON STREQUAL "OFF")
+  if(NOT DEFINED Python3_EXECUTABLE AND EXISTS /usr/bin/python3)
+    set(Python3_EXECUTABLE /usr/bin/python3)
+  endif()
+  find_package(Python3 QUIET COMPONENTS Interpreter Development.Module)
+  if(Python3_FOUND)
+    set(PYBIND11_FINDPYTHON ON)
+    find_package(pybind11 CONFIG QUIET)
+  endif()
+  if(Python3_FOUND AND pybind11_FOUND)
+    set(GAC_HAVE_PYTHON ON)
+  elseif(GAC_WITH_PYTHON STREQUAL "ON")
+    message(FATAL_ERROR "GAC_WITH_PYTHON=ON needs Python 3 headers and pybind11 (Debian: python3-dev pybind11-dev)")
+  endif()
+endif()
+
+if(GAC_HAVE_PYTHON AND GAC_WITH_TORCH)
+  find_library(GAC_TORCH_PYTHON_LIBRARY torch_python HINTS ${TORCH_INSTALL_PREFIX}/lib)
+  execute_process(
+    COMMAND ${Python3_EXECUTABLE} -c
+      "import os, torch; print(os.path.realpath(os.path.join(os.path.dirname(torch.__file__), 'lib', 'libtorch_cpu.so')))"
+    OUTPUT_VARIABLE _gac_py_torch_cpu OUTPUT_STRIP_TRAILING_WHITESPACE
+    RESULT_VARIABLE _gac_py_torch_rc ERROR_QUIET)
+  find_library(_gac_torch_cpu torch_cpu HINTS ${TORCH_INSTALL_PREFIX}/lib)
+  get_filename_component(_gac_torch_cpu_real "${_gac_torch_cpu}" REALPATH)
+  if(NOT GAC_TORCH_PYTHON_LIBRARY)
+    message(WARNING "libtorch_python not found: the gac Python package is built without gac.Agent")
+  elseif(NOT _gac_py_torch_rc EQUAL 0)
+    message(WARNING "${Python3_EXECUTABLE} cannot import torch (Debian: python3-torch): "
+                    "the gac Python package is built without gac.Agent")
+  elseif(NOT _gac_py_torch_cpu STREQUAL _gac_torch_cpu_real)
+    message(WARNING "${Python3_EXECUTABLE}'s torch loads ${_gac_py_torch_cpu}, CMake's LibTorch is "
+                    "${_gac_torch_cpu_real}: the gac Python package is built without gac.Agent "
+                    "(the module must share the interpreter's LibTorch)")
+  else()
+    set(GAC_HAVE_PYTHON_AGENT ON)
+  endif()
+endif()

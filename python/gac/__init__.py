@@ -1,0 +1,107 @@
+"""gac: Gradient Alignment Control for asynchronous RL, in PyTorch trainers.
+
+The three lines a training loop needs (docs/PYTHON.md has the rest)::
+
+    report = agent.step(step, model.parameters())   # after backward, before clipping
+    if report.step_optimizer:
+        optimizer.step()
+    telemetry.send(report, scalars={"reward": reward})
+
+Everything runs in gac's C++ libraries: :class:`Agent` (``gac._agent``, over
+the interpreter's own LibTorch) reads and projects the gradients in place,
+:class:`Telemetry` and :class:`RemoteController` (``gac._transport``) talk
+to gacd, and :class:`Controller` and the calibration helpers
+(``gac._controller``) need neither torch nor gRPC. ``import gac`` loads only
+the last; torch and the transport are loaded on first use of a name that
+needs them.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from gac._controller import (
+    AlignmentStats,
+    CalibrationStats,
+    CalibrationWindow,
+    Controller,
+    Decision,
+    DecisionSource,
+    GroupStats,
+    StepReport,
+    calibration_stats,
+    cosine_after_projection,
+    suggest_thresholds,
+)
+from gac._errors import (
+    DeadlineExceededError,
+    FailedPreconditionError,
+    GacError,
+    InvalidArgumentError,
+    NotFoundError,
+    PermissionDeniedError,
+    StatusCode,
+    UnavailableError,
+    UnimplementedError,
+)
+
+if TYPE_CHECKING:
+    from gac._agent import Agent
+    from gac._transport import RemoteController, SpoolRecovery, Telemetry, TelemetryCounters
+
+__version__ = "0.1.0"
+
+# Names loaded on first use, and the module (and what it needs) that has them.
+_LAZY = {
+    "Agent": ("gac._agent", "torch and a build with the agent (GAC_WITH_TORCH)"),
+    "Telemetry": ("gac._transport", "a build with gRPC (GAC_WITH_GRPC)"),
+    "RemoteController": ("gac._transport", "a build with gRPC (GAC_WITH_GRPC)"),
+    "TelemetryCounters": ("gac._transport", "a build with gRPC (GAC_WITH_GRPC)"),
+    "SpoolRecovery": ("gac._transport", "a build with gRPC (GAC_WITH_GRPC)"),
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _LAZY:
+        raise AttributeError(f"module 'gac' has no attribute {name!r}")
+    module, needs = _LAZY[name]
+    try:
+        value = getattr(importlib.import_module(module), name)
+    except ImportError as e:
+        raise ImportError(f"gac.{name} needs {needs}: {e}") from e
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
+
+
+__all__ = [
+    "Agent",
+    "AlignmentStats",
+    "CalibrationStats",
+    "CalibrationWindow",
+    "Controller",
+    "Decision",
+    "DecisionSource",
+    "DeadlineExceededError",
+    "FailedPreconditionError",
+    "GacError",
+    "GroupStats",
+    "InvalidArgumentError",
+    "NotFoundError",
+    "PermissionDeniedError",
+    "RemoteController",
+    "SpoolRecovery",
+    "StatusCode",
+    "StepReport",
+    "Telemetry",
+    "TelemetryCounters",
+    "UnavailableError",
+    "UnimplementedError",
+    "calibration_stats",
+    "cosine_after_projection",
+    "suggest_thresholds",
+]

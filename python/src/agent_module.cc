@@ -1,0 +1,316 @@
+// gac._agent: gac::agent::Agent for PyTorch trainers. The module links the
+// LibTorch that the interpreter's torch loaded (Debian: both are
+// libtorch1.13) and its Python bindings (libtorch_python), so parameters
+// cross as the torch.Tensor objects' own at::Tensor (no copy: the agent
+// reads and projects the very gradients autograd wrote), a
+// torch.distributed ProcessGroup is the c10d object itself, and a step runs
+// with the GIL released.
+#include <ATen/ATen.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+#include <torch/csrc/autograd/python_variable.h>
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#include <torch/csrc/utils/pybind.h>
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "gac/agent/agent.h"
+#include "gac/agent/process_group_reducer.h"
+#include "python/src/parameter_list.h"
+#include "python/src/support.h"
+
+namespace py = pybind11;
+using namespace pybind11::literals;
+
+namespace gac::python {
+namespace {
+
+using agent::Agent;
+using agent::AgentOptions;
+using agent::ProcessGroupReducer;
+using agent::ReferencePolicy;
+using agent::SnapshotDtype;
+
+SnapshotDtype SnapshotDtypeFrom(const py::object& dtype) {
+  // torch.float32 prints as "torch.float32"; plain names are accepted too.
+  std::string name = py::str(dtype);
+  if (name.rfind("torch.", 0) == 0) name = name.substr(6);
+  if (name == "float32" || name == "float") return SnapshotDtype::kFloat32;
+  if (name == "bfloat16") return SnapshotDtype::kBFloat16;
+  RaiseInvalidArgument("snapshot_dtype must be torch.float32 or torch.bfloat16, got " + std::string(py::str(dtype)));
+}
+
+const char* SnapshotDtypeName(SnapshotDtype d) { return d == SnapshotDtype::kFloat32 ? "float32" : "bfloat16"; }
+
+ReferencePolicy ReferenceFrom(const std::string& name) {
+  if (name == "raw_gradient") return ReferencePolicy::kRawGradient;
+  if (name == "applied_update") return ReferencePolicy::kAppliedUpdate;
+  RaiseInvalidArgument("reference must be 'raw_gradient' or 'applied_update', got '" + name + "'");
+}
+
+// The c10d object behind a torch.distributed ProcessGroup (Gloo, NCCL, ...),
+// summed on the CPU for Gloo and on the current CUDA device for NCCL.
+std::shared_ptr<agent::Reducer> ReducerFrom(const py::object& group) {
+  py::module_ dist = py::module_::import("torch.distributed");
+  if (!py::isinstance(group, dist.attr("ProcessGroup"))) {
+    throw py::type_error("process_group must be a torch.distributed ProcessGroup (e.g. dist.group.WORLD or "
+                         "dist.new_group(...)), got a " +
+                         py::str(py::type::of(group).attr("__name__")).cast<std::string>());
+  }
+  auto* raw = group.cast<c10d::ProcessGroup*>();
+  c10::intrusive_ptr<c10d::ProcessGroup> pg = c10::intrusive_ptr<c10d::ProcessGroup>::unsafe_reclaim_from_nonowning(raw);
+  c10::Device device(c10::kCPU);
+  if (raw->getBackendName() == "nccl") {
+    device = c10::Device(c10::kCUDA, py::module_::import("torch.cuda").attr("current_device")().cast<c10::DeviceIndex>());
+  }
+  return std::make_shared<ProcessGroupReducer>(std::move(pg), device);
+}
+
+// gac.Agent. Holds the options the C++ agent is made from; parameter groups
+// given as tensors are turned into indices of the parameter list on the
+// first step after creation or reset() (the C++ agent takes indices), which
+// re-creates the C++ agent when they changed.
+class PyAgent {
+ public:
+  PyAgent(double c_low, double c_high, const std::string& mode, const std::string& alpha_mode,
+          const py::object& snapshot_dtype, const std::string& reference, const py::object& groups,
+          const py::object& process_group, const py::object& decision_source, int num_threads,
+          std::int64_t chunk_elements) {
+    options_.thresholds = Thresholds{c_low, c_high};
+    options_.alpha_mode = AlphaModeFromName(alpha_mode);
+    options_.mode = ModeFromName(mode);
+    options_.snapshot_dtype = SnapshotDtypeFrom(snapshot_dtype);
+    options_.reference = ReferenceFrom(reference);
+    options_.num_threads = num_threads;
+    options_.chunk_elements = chunk_elements;
+    if (!decision_source.is_none()) {
+      if (!py::isinstance<DecisionSource>(decision_source)) {
+        throw py::type_error("decision_source must be a gac.RemoteController or a gac.DecisionSource subclass, got a " +
+                             py::str(py::type::of(decision_source).attr("__name__")).cast<std::string>());
+      }
+      // The Python object is kept too: a Python subclass lives as long as the agent.
+      decision_source_ = decision_source;
+      options_.decision_source = decision_source.cast<std::shared_ptr<DecisionSource>>();
+    }
+    if (!process_group.is_none()) {
+      options_.reducer = ReducerFrom(process_group);
+      process_group_ = process_group;
+    }
+    SetGroups(groups);
+    agent_ = ValueOrRaise(Agent::Create(options_));
+  }
+
+  py::object Step(std::int64_t step, py::handle params) {
+    const std::vector<at::Tensor>& tensors = params_.Convert(params);
+    if (!planned_ && !groups_.empty()) ResolveGroups(tensors);
+    StatusOr<StepReport> report = [&] {
+      py::gil_scoped_release release;
+      return agent_->Step(step, tensors);
+    }();
+    if (!report.ok()) RaiseStep(report.status());
+    planned_ = true;
+    return py::cast(PyStepReport{std::move(*report), agent_->options().mode});
+  }
+
+  // Times Agent::Step alone, in C++, on the parameters of the last step():
+  // for benchmarks that compare it with step() from Python in one process.
+  std::pair<double, py::object> TimeCppStep(std::int64_t step) {
+    if (!planned_) RaiseStatus(Status::FailedPrecondition("call step() once before _time_cpp_step()"));
+    const std::vector<at::Tensor>& tensors = params_.tensors();
+    double seconds = 0.0;
+    StatusOr<StepReport> report = [&] {
+      py::gil_scoped_release release;
+      const auto t0 = std::chrono::steady_clock::now();
+      StatusOr<StepReport> r = agent_->Step(step, tensors);
+      seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      return r;
+    }();
+    if (!report.ok()) RaiseStep(report.status());
+    return {seconds, py::cast(PyStepReport{std::move(*report), agent_->options().mode})};
+  }
+
+  void Reset() {
+    agent_->Reset();
+    params_.Clear();
+    planned_ = false;
+  }
+
+  std::string mode() const { return ModeName(agent_->options().mode); }
+  void set_mode(const std::string& name) {
+    const Mode mode = ModeFromName(name);
+    ThrowIfError(agent_->set_mode(mode));
+    options_.mode = mode;
+  }
+  std::uint64_t fallbacks() const { return fallbacks_before_ + agent_->fallbacks(); }
+  const Agent& agent() const { return *agent_; }
+  const AgentOptions& options() const { return options_; }
+  py::object decision_source() const { return decision_source_; }
+  py::object process_group() const { return process_group_; }
+
+ private:
+  struct Group {
+    std::string name;
+    std::vector<py::object> tensors;
+  };
+
+  // Checks `groups` ({name: iterable of tensors}): names non-empty, every
+  // element a tensor, no tensor in two groups.
+  void SetGroups(const py::object& groups) {
+    if (groups.is_none()) return;
+    if (!py::isinstance<py::dict>(groups)) {
+      throw py::type_error("groups must be a dict {name: [parameters]}, got a " +
+                           py::str(py::type::of(groups).attr("__name__")).cast<std::string>());
+    }
+    std::unordered_map<const void*, std::string> seen;
+    for (auto item : groups.cast<py::dict>()) {
+      if (!py::isinstance<py::str>(item.first)) throw py::type_error("group names must be str");
+      Group g{item.first.cast<std::string>(), {}};
+      if (g.name.empty()) RaiseInvalidArgument("group names must not be empty");
+      if (THPVariable_Check(item.second.ptr())) {
+        throw py::type_error("group '" + g.name + "' is a single tensor; give a list of parameters");
+      }
+      for (py::handle t : py::iter(item.second)) {
+        if (!THPVariable_Check(t.ptr())) {
+          throw py::type_error("group '" + g.name + "' holds a " +
+                               py::str(py::type::of(t).attr("__name__")).cast<std::string>() + ", expected tensors");
+        }
+        const void* impl = THPVariable_Unpack(t.ptr()).unsafeGetTensorImpl();
+        auto [it, fresh] = seen.emplace(impl, g.name);
+        if (!fresh) RaiseInvalidArgument("a parameter is in groups '" + it->second + "' and '" + g.name + "'");
+        g.tensors.push_back(py::reinterpret_borrow<py::object>(t));
+      }
+      groups_.push_back(std::move(g));
+    }
+  }
+
+  // The groups as indices of `tensors`; re-creates the C++ agent when they
+  // differ from those it has (it has no plan yet, so nothing is lost but
+  // the fallback count, which is carried over).
+  void ResolveGroups(const std::vector<at::Tensor>& tensors) {
+    std::unordered_map<const void*, int> index;
+    for (std::size_t i = 0; i < tensors.size(); ++i) index.emplace(tensors[i].unsafeGetTensorImpl(), static_cast<int>(i));
+    std::vector<AgentOptions::ParameterGroup> resolved;
+    for (const Group& g : groups_) {
+      AgentOptions::ParameterGroup pg{g.name, {}};
+      for (std::size_t k = 0; k < g.tensors.size(); ++k) {
+        auto it = index.find(THPVariable_Unpack(g.tensors[k].ptr()).unsafeGetTensorImpl());
+        if (it == index.end()) {
+          RaiseInvalidArgument("group '" + g.name + "': its parameter " + std::to_string(k) +
+                               " is not among the parameters passed to step()");
+        }
+        pg.parameters.push_back(it->second);
+      }
+      resolved.push_back(std::move(pg));
+    }
+    bool same = resolved.size() == agent_->options().groups.size();
+    for (std::size_t g = 0; same && g < resolved.size(); ++g) {
+      same = resolved[g].parameters == agent_->options().groups[g].parameters;
+    }
+    if (same) return;
+    AgentOptions options = options_;
+    options.mode = agent_->options().mode;
+    options.groups = std::move(resolved);
+    std::unique_ptr<Agent> fresh = ValueOrRaise(Agent::Create(std::move(options)));
+    fallbacks_before_ += agent_->fallbacks();
+    agent_ = std::move(fresh);
+  }
+
+  // A failed step: "call Reset()" is reset() here.
+  [[noreturn]] static void RaiseStep(const Status& status) {
+    if (!status.IsFailedPrecondition()) RaiseStatus(status);
+    std::string message = status.message();
+    for (std::size_t at = message.find("Reset()"); at != std::string::npos; at = message.find("Reset()", at)) {
+      message.replace(at, 7, "agent.reset()");
+    }
+    RaiseStatus(Status(status.code(), message));
+  }
+
+  AgentOptions options_;  // as given; groups as indices live in agent_'s options
+  std::vector<Group> groups_;
+  std::unique_ptr<Agent> agent_;
+  ParameterList params_;
+  bool planned_ = false;  // a step succeeded since creation or reset()
+  std::uint64_t fallbacks_before_ = 0;  // of agents replaced by ResolveGroups
+  py::object decision_source_ = py::none();
+  py::object process_group_ = py::none();
+};
+
+void BindAgent(py::module_& m) {
+  py::class_<PyAgent>(
+      m, "Agent",
+      "Gradient Alignment Control in the training loop. Call step() once per optimizer step, after backward\n"
+      "(and gradient accumulation and the data-parallel all-reduce), before clip_grad_norm_ and the optimizer:\n"
+      "\n"
+      "    report = agent.step(step, model.parameters())\n"
+      "    if report.step_optimizer:\n"
+      "        optimizer.step()\n"
+      "\n"
+      "step() reads every gradient once for c_t = cos(g_t, g_{t-1}) and, in local and remote modes, projects the\n"
+      "gradients in place when c_low < |c_t| < c_high and tells the trainer to skip the update above c_high.\n"
+      "Memory: one snapshot of the gradients (fp32, or bf16 on request), allocated at the first step.\n"
+      "Used from one thread; the GIL is released while a step runs.")
+      .def(py::init<double, double, const std::string&, const std::string&, const py::object&, const std::string&,
+                    const py::object&, const py::object&, const py::object&, int, std::int64_t>(),
+           "c_low"_a = 0.05, "c_high"_a = 0.3, py::kw_only(), "mode"_a = "local", "alpha_mode"_a = "paper",
+           "snapshot_dtype"_a = "float32", "reference"_a = "raw_gradient", "groups"_a = py::none(),
+           "process_group"_a = py::none(), "decision_source"_a = py::none(), "num_threads"_a = 0,
+           "chunk_elements"_a = std::int64_t{1} << 16,
+           "c_low, c_high: thresholds, 0 < c_low < c_high <= 1 (else ValueError).\n"
+           "mode: 'local' (decide and apply in-process), 'monitor' (measure only, never change the update) or\n"
+           "'remote' (decision_source decides; on a miss the local decision is used and counted).\n"
+           "alpha_mode: 'paper' (alpha = c_low/|c|) or 'exact' (the projected cosine is exactly c_low).\n"
+           "snapshot_dtype: torch.float32 or torch.bfloat16, the previous gradient's storage.\n"
+           "reference: 'raw_gradient' (the paper's c_t) or 'applied_update' (compare with the last update).\n"
+           "groups: {name: [parameters]} for a per-group breakdown in report.groups (one more read of them).\n"
+           "process_group: a torch.distributed ProcessGroup over which sharded gradients' sums are all-reduced;\n"
+           "every rank then reaches the same decision. decision_source: a gac.RemoteController or a\n"
+           "gac.DecisionSource subclass (required for mode='remote'). num_threads: threads of the passes (0: the\n"
+           "hardware's, at most 8). chunk_elements: elements per work item.")
+      .def("step", &PyAgent::Step, "step"_a, "params"_a,
+           "One GAC step over the gradients of `params` (model.parameters() or a list; the same tensors in the\n"
+           "same order at every step; a list is converted once and reused). `step` must increase. Parameters\n"
+           "without a gradient are left out. Gradients: float32, bfloat16 or float16, all on one device.\n"
+           "Raises ValueError for bad gradients or a non-increasing step, FailedPreconditionError when the\n"
+           "parameters changed (call reset()), UnavailableError when the all-reduce failed; on an error nothing\n"
+           "is modified.")
+      .def("reset", &PyAgent::Reset,
+           "Forgets the parameters and the snapshot: the next step has no reference and may use new parameters.")
+      .def_property("mode", &PyAgent::mode, &PyAgent::set_mode,
+                    "'local', 'monitor' or 'remote'; may be switched between steps ('remote' needs a decision_source).")
+      .def_property_readonly("fallbacks", &PyAgent::fallbacks,
+                             "Remote decisions replaced by the local one since creation.")
+      .def_property_readonly("c_low", [](const PyAgent& a) { return a.options().thresholds.c_low; })
+      .def_property_readonly("c_high", [](const PyAgent& a) { return a.options().thresholds.c_high; })
+      .def_property_readonly("alpha_mode", [](const PyAgent& a) { return AlphaModeName(a.options().alpha_mode); })
+      .def_property_readonly("snapshot_dtype", [](const PyAgent& a) { return SnapshotDtypeName(a.options().snapshot_dtype); })
+      .def_property_readonly("decision_source", &PyAgent::decision_source)
+      .def_property_readonly("process_group", &PyAgent::process_group)
+      .def_property_readonly("snapshot_bytes", [](const PyAgent& a) { return a.agent().snapshot_bytes(); },
+                             "Bytes held by the snapshot (0 before the first step).")
+      .def_property_readonly("num_threads", [](const PyAgent& a) { return a.agent().options().num_threads; })
+      .def_property_readonly("kernel_isa", [](const PyAgent& a) { return std::string(a.agent().kernel_isa()); },
+                             "The CPU kernels in use: 'avx512', 'avx2' or 'baseline'.")
+      .def("_time_cpp_step", &PyAgent::TimeCppStep, "step"_a,
+           "Benchmarks only: (seconds, report) of Agent::Step timed in C++ on the parameters of the last step().")
+      .def("__repr__", [](const PyAgent& a) {
+        return "Agent(c_low=" + py::repr(py::float_(a.options().thresholds.c_low)).cast<std::string>() +
+               ", c_high=" + py::repr(py::float_(a.options().thresholds.c_high)).cast<std::string>() + ", mode='" +
+               a.mode() + "', alpha_mode='" + AlphaModeName(a.options().alpha_mode) + "')";
+      });
+}
+
+}  // namespace
+}  // namespace gac::python
+
+PYBIND11_MODULE(_agent, m) {
+  m.doc() = "The in-process GAC agent over the interpreter's LibTorch.";
+  py::module_::import("torch");
+  py::module_::import("gac._controller");
+  gac::python::BindAgent(m);
+}

@@ -1,0 +1,338 @@
+// gac._controller: the GAC decision from three scalars, the calibration
+// helpers, the step report and the decision-source interface, over
+// gac::controller. Needs neither torch nor gRPC; the other modules import it
+// for the types they share (Decision, StepReport, DecisionSource).
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <cmath>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "gac/controller/calibration.h"
+#include "gac/controller/controller.h"
+#include "gac/controller/decision_source.h"
+#include "gac/controller/step_report.h"
+#include "python/src/support.h"
+
+namespace py = pybind11;
+using namespace pybind11::literals;
+
+namespace gac::python {
+namespace {
+
+// Lets a Python subclass of gac.DecisionSource decide for an agent in remote
+// mode. The agent calls it with the GIL released, from its training thread;
+// an exception or a wrong return type is an error, on which the agent falls
+// back to its local decision.
+class PyDecisionSource : public DecisionSource {
+ public:
+  StatusOr<Decision> Decide(std::int64_t step, const AlignmentStats& stats) override {
+    py::gil_scoped_acquire gil;
+    try {
+      py::function decide = py::get_override(static_cast<const DecisionSource*>(this), "decide");
+      if (!decide) return Status::Unimplemented("the DecisionSource subclass does not define decide()");
+      py::object result = decide(step, stats);
+      if (!py::isinstance<Decision>(result)) {
+        return Status::InvalidArgument("decide() returned " + std::string(py::str(py::type::of(result).attr("__name__"))) +
+                                       ", not a gac.Decision");
+      }
+      return result.cast<Decision>();
+    } catch (py::error_already_set& e) {
+      // The exception's type and message, without the traceback.
+      return Status::Unavailable("decide() raised " + py::str(e.type().attr("__name__")).cast<std::string>() + ": " +
+                                 py::str(e.value()).cast<std::string>());
+    }
+  }
+};
+
+Decision MakeDecision(const std::string& regime_name, std::optional<double> cosine, std::optional<double> cosine_after,
+                      double alpha, double projection_coeff, double grad_norm, double ref_norm) {
+  StatusOr<Regime> regime = ParseRegime(regime_name.c_str());
+  if (!regime.ok()) {
+    RaiseInvalidArgument("regime must be 'safe', 'project', 'skip' or 'invalid', got '" + regime_name + "'");
+  }
+  if (!(alpha >= 0.0 && alpha <= 1.0)) RaiseInvalidArgument("alpha must be in [0, 1], got " + std::to_string(alpha));
+  if (!std::isfinite(projection_coeff)) RaiseInvalidArgument("projection_coeff must be finite");
+  if (*regime != Regime::kProject && projection_coeff != 0.0) {
+    RaiseInvalidArgument("projection_coeff must be 0 unless the regime is 'project'");
+  }
+  Decision d;
+  d.regime = *regime;
+  d.cosine = cosine;
+  d.cosine_after = cosine_after;
+  d.alpha = alpha;
+  d.projection_coeff = projection_coeff;
+  d.grad_norm = grad_norm;
+  d.ref_norm = ref_norm;
+  d.apply_update = *regime == Regime::kSafe || *regime == Regime::kProject;
+  return d;
+}
+
+py::dict DecisionDict(const Decision& d) {
+  return py::dict("regime"_a = RegimeName(d.regime), "cosine"_a = d.cosine, "cosine_after"_a = d.cosine_after,
+                  "alpha"_a = d.alpha, "projection_coeff"_a = d.projection_coeff, "grad_norm"_a = d.grad_norm,
+                  "ref_norm"_a = d.ref_norm, "apply_update"_a = d.apply_update);
+}
+
+std::string OptionalText(const std::optional<double>& v) { return v ? py::repr(py::float_(*v)).cast<std::string>() : "None"; }
+
+py::dict GroupsDict(const StepReport& r) {
+  py::dict groups;
+  for (const GroupStats& g : r.groups) groups[py::str(g.name)] = g;
+  return groups;
+}
+
+void BindDecision(py::module_& m) {
+  py::class_<Decision>(m, "Decision",
+                       "What the controller decided for one step: the regime, the cosine c_t, the gain alpha on the\n"
+                       "gradient's component along the previous one and the norms. Build one only in a\n"
+                       "gac.DecisionSource subclass; the controller and the agent return them.")
+      .def(py::init(&MakeDecision), "regime"_a, py::kw_only(), "cosine"_a = py::none(), "cosine_after"_a = py::none(),
+           "alpha"_a = 1.0, "projection_coeff"_a = 0.0, "grad_norm"_a = 0.0, "ref_norm"_a = 0.0,
+           "A decision; apply_update follows from the regime (False for 'skip' and 'invalid').")
+      .def_property_readonly("regime", [](const Decision& d) { return RegimeName(d.regime); },
+                             "'safe', 'project', 'skip' or 'invalid'.")
+      .def_property_readonly("cosine", [](const Decision& d) { return d.cosine; },
+                             "c_t = <g,p> / (|g| |p| + 1e-8); None without a reference or with non-finite sums.")
+      .def_property_readonly("cosine_after", [](const Decision& d) { return d.cosine_after; },
+                             "The cosine of the applied update with p; None for skip, invalid and no reference.")
+      .def_readonly("alpha", &Decision::alpha, "Gain on the parallel component (1 = untouched).")
+      .def_readonly("projection_coeff", &Decision::projection_coeff,
+                    "g' = g - projection_coeff * p; (1 - alpha) <g,p> / |p|^2 when projecting, else 0.")
+      .def_readonly("grad_norm", &Decision::grad_norm, "|g|.")
+      .def_readonly("ref_norm", &Decision::ref_norm, "|p|, the previous gradient's norm.")
+      .def_readonly("apply_update", &Decision::apply_update, "False for 'skip' and 'invalid': do not step the optimizer.")
+      .def("to_dict", &DecisionDict, "The fields as a dict.")
+      .def("__repr__", [](const Decision& d) {
+        return "Decision(regime='" + std::string(RegimeName(d.regime)) + "', cosine=" + OptionalText(d.cosine) +
+               ", alpha=" + py::repr(py::float_(d.alpha)).cast<std::string>() + ")";
+      });
+
+  py::class_<AlignmentStats>(m, "AlignmentStats",
+                             "The three sums a decision is made from, over every trainable parameter (after the\n"
+                             "all-reduce when gradients are sharded).")
+      .def(py::init([](double dot, double grad_sq, double ref_sq, bool has_reference) {
+             return AlignmentStats{dot, grad_sq, ref_sq, has_reference};
+           }),
+           "dot"_a, "grad_sq"_a, "ref_sq"_a, "has_reference"_a = true)
+      .def_readonly("dot", &AlignmentStats::dot, "<g, p>.")
+      .def_readonly("grad_sq", &AlignmentStats::gg, "|g|^2.")
+      .def_readonly("ref_sq", &AlignmentStats::pp, "|p|^2.")
+      .def_readonly("has_reference", &AlignmentStats::has_reference, "False on the first step and after a reset.")
+      .def("__repr__", [](const AlignmentStats& s) {
+        return "AlignmentStats(dot=" + py::repr(py::float_(s.dot)).cast<std::string>() +
+               ", grad_sq=" + py::repr(py::float_(s.gg)).cast<std::string>() +
+               ", ref_sq=" + py::repr(py::float_(s.pp)).cast<std::string>() +
+               ", has_reference=" + (s.has_reference ? "True" : "False") + ")";
+      });
+}
+
+void BindController(py::module_& m) {
+  py::class_<Controller>(m, "Controller",
+                         "The GAC decision from three scalars, without torch: c = dot / (sqrt(grad_sq * ref_sq) + 1e-8);\n"
+                         "|c| <= c_low: safe; c_low < |c| < c_high: project with gain alpha; |c| >= c_high: skip;\n"
+                         "non-finite sums: invalid. alpha = c_low/|c| ('paper') or the gain that brings the cosine\n"
+                         "to exactly c_low ('exact'). Immutable; safe to share between threads.")
+      .def(py::init([](double c_low, double c_high, const std::string& alpha_mode) {
+             return ValueOrRaise(Controller::Create(Thresholds{c_low, c_high}, AlphaModeFromName(alpha_mode)));
+           }),
+           "c_low"_a = 0.05, "c_high"_a = 0.3, "alpha_mode"_a = "paper",
+           "Raises InvalidArgumentError (a ValueError) unless 0 < c_low < c_high <= 1.")
+      .def(
+          "decide",
+          [](const Controller& c, double dot, double grad_sq, double ref_sq, bool has_reference) {
+            return c.Decide(AlignmentStats{dot, grad_sq, ref_sq, has_reference});
+          },
+          "dot"_a, "grad_sq"_a, "ref_sq"_a, "has_reference"_a = true,
+          "The decision for <g,p>, |g|^2 and |p|^2. has_reference=False (or ref_sq == 0) means there is no\n"
+          "previous gradient: 'safe' with no cosine.")
+      .def("alpha", &Controller::Alpha, "cosine"_a, "alpha for a cosine in the projection band, per alpha_mode.")
+      .def_property_readonly("c_low", [](const Controller& c) { return c.thresholds().c_low; })
+      .def_property_readonly("c_high", [](const Controller& c) { return c.thresholds().c_high; })
+      .def_property_readonly("alpha_mode", [](const Controller& c) { return AlphaModeName(c.mode()); })
+      .def("__repr__", [](const Controller& c) {
+        return "Controller(c_low=" + py::repr(py::float_(c.thresholds().c_low)).cast<std::string>() +
+               ", c_high=" + py::repr(py::float_(c.thresholds().c_high)).cast<std::string>() + ", alpha_mode='" +
+               AlphaModeName(c.mode()) + "')";
+      });
+
+  m.def("cosine_after_projection", &CosineAfterProjection, "cosine"_a, "alpha"_a,
+        "The cosine with p of g' = g - (1 - alpha) <g,p>/|p|^2 p, from the cosine of g and p and alpha.");
+}
+
+void BindCalibration(py::module_& m) {
+  py::class_<CalibrationStats>(m, "CalibrationStats",
+                               "Statistics of |c_t| over a window of steps (non-finite values not counted).")
+      .def_readonly("count", &CalibrationStats::count, "Finite values in the window.")
+      .def_readonly("q90", &CalibrationStats::q90, "0.9 quantile of |c| (linear interpolation, numpy's default).")
+      .def_readonly("max", &CalibrationStats::max, "Largest |c|.")
+      .def_readonly("mean", &CalibrationStats::mean, "Mean |c|.")
+      .def_readonly("frac_le_c_low", &CalibrationStats::frac_le_c_low, "Fraction of values with |c| <= c_low.")
+      .def("__repr__", [](const CalibrationStats& s) {
+        return "CalibrationStats(count=" + std::to_string(s.count) +
+               ", q90=" + py::repr(py::float_(s.q90)).cast<std::string>() +
+               ", max=" + py::repr(py::float_(s.max)).cast<std::string>() + ")";
+      });
+
+  m.def(
+      "calibration_stats",
+      [](const std::vector<std::optional<double>>& values, double c_low) {
+        if (!std::isfinite(c_low)) RaiseInvalidArgument("c_low must be finite");
+        std::vector<double> v;
+        v.reserve(values.size());
+        for (const std::optional<double>& x : values) v.push_back(x ? *x : NAN);
+        return ComputeCalibration(v, c_low);
+      },
+      "values"_a, "c_low"_a = 0.05,
+      "Statistics of |c| for cosines of a synchronous run (None and non-finite values are skipped).");
+
+  m.def(
+      "suggest_thresholds",
+      [](const CalibrationStats& stats, int min_count) {
+        if (min_count < 0) RaiseInvalidArgument("min_count must be >= 0, got " + std::to_string(min_count));
+        const Thresholds t = ValueOrRaise(SuggestThresholds(stats, static_cast<std::size_t>(min_count)));
+        return std::make_pair(t.c_low, t.c_high);
+      },
+      "stats"_a, "min_count"_a = 20,
+      "(c_low, c_high) from on-policy statistics: c_low = q90 rounded up to 3 significant digits (at least\n"
+      "1e-3), c_high = max(3 * max, 2 * c_low) capped at 1. FailedPreconditionError with fewer than\n"
+      "min_count values.");
+
+  py::class_<CalibrationWindow>(m, "CalibrationWindow",
+                                "The last `capacity` |c_t| of a run, after `skip_first` warm-up steps. Not\n"
+                                "synchronised: one writer.")
+      .def(py::init([](std::int64_t capacity, std::int64_t skip_first) {
+             if (capacity < 1) RaiseInvalidArgument("capacity must be >= 1, got " + std::to_string(capacity));
+             if (skip_first < 0) RaiseInvalidArgument("skip_first must be >= 0, got " + std::to_string(skip_first));
+             return CalibrationWindow(static_cast<std::size_t>(capacity), static_cast<std::size_t>(skip_first));
+           }),
+           "capacity"_a, "skip_first"_a = 0)
+      .def(
+          "add", [](CalibrationWindow& w, std::optional<double> cosine) { w.Add(cosine ? *cosine : NAN); },
+          "cosine"_a, "Adds one c_t (e.g. report.cosine); None and non-finite values are seen but not kept.")
+      .def("stats", &CalibrationWindow::Stats, "c_low"_a = 0.05, "Statistics of the values kept.")
+      .def_property_readonly("seen", &CalibrationWindow::seen, "Values added, warm-up and non-finite ones included.")
+      .def_property_readonly("size", &CalibrationWindow::size, "Values kept.");
+}
+
+void BindStepReport(py::module_& m) {
+  py::class_<GroupStats>(m, "GroupStats", "One parameter group's sums for a step (Agent(groups=...)).")
+      .def_readonly("name", &GroupStats::name)
+      .def_readonly("dot", &GroupStats::dot, "<g, p> over the group.")
+      .def_readonly("grad_sq", &GroupStats::gg, "|g|^2 over the group.")
+      .def_readonly("ref_sq", &GroupStats::pp, "|p|^2 over the group.")
+      .def_property_readonly("cosine", &GroupStats::cosine,
+                             "The group's cosine; None without a reference, with a zero norm or non-finite sums.")
+      .def_property_readonly("grad_norm", [](const GroupStats& g) { return std::sqrt(g.gg); })
+      .def_property_readonly("ref_norm", [](const GroupStats& g) { return std::sqrt(g.pp); })
+      .def("__repr__", [](const GroupStats& g) {
+        return "GroupStats(name='" + g.name + "', cosine=" + OptionalText(g.cosine()) + ")";
+      });
+
+  using R = PyStepReport;
+  py::class_<R>(m, "StepReport",
+                "What one agent.step() measured and decided. Call optimizer.step() only when step_optimizer is\n"
+                "True; hand the report to Telemetry.send() to stream it to gacd.")
+      .def_property_readonly("step", [](const R& r) { return r.report.step; })
+      .def_property_readonly("mode", [](const R& r) { return ModeName(r.mode); },
+                             "The agent's mode for this step: 'local', 'monitor' or 'remote'.")
+      .def_property_readonly("decision", [](const R& r) { return r.report.decision; },
+                             "The decision used (remote mode: gacd's, or the local one on a fallback).")
+      .def_property_readonly("regime", [](const R& r) { return RegimeName(r.report.decision.regime); },
+                             "'safe', 'project', 'skip' or 'invalid' (monitor mode: what local mode would do).")
+      .def_property_readonly("cosine", [](const R& r) { return r.report.decision.cosine; },
+                             "c_t; None on the first step, after a reset and with non-finite gradients.")
+      .def_property_readonly("cosine_after", [](const R& r) { return r.report.decision.cosine_after; })
+      .def_property_readonly("alpha", [](const R& r) { return r.report.decision.alpha; })
+      .def_property_readonly("projection_coeff", [](const R& r) { return r.report.decision.projection_coeff; })
+      .def_property_readonly("grad_norm", [](const R& r) { return r.report.decision.grad_norm; },
+                             "|g| before projection (all ranks).")
+      .def_property_readonly("ref_norm", [](const R& r) { return r.report.decision.ref_norm; })
+      .def_property_readonly("step_optimizer", [](const R& r) { return r.report.step_optimizer; },
+                             "Call optimizer.step()? Always True in monitor mode.")
+      .def_property_readonly("gradient_modified", [](const R& r) { return r.report.gradient_modified; },
+                             "True when the gradients were projected in place.")
+      .def_property_readonly("fallback", [](const R& r) { return r.report.fallback; },
+                             "Remote mode: the decision source failed here or on another rank; the local decision was used.")
+      .def_property_readonly("remote_error",
+                             [](const R& r) -> std::optional<std::string> {
+                               if (r.report.remote_error.empty()) return std::nullopt;
+                               return r.report.remote_error;
+                             },
+                             "Why the remote decision was not used, or None.")
+      .def_property_readonly("elements", [](const R& r) { return r.report.elements; },
+                             "Gradient elements read on this rank.")
+      .def_property_readonly("tensors", [](const R& r) { return r.report.tensors; },
+                             "Parameters with a gradient this step.")
+      .def_property_readonly("strided_tensors", [](const R& r) { return r.report.strided_tensors; },
+                             "Gradients that took the slower strided path (not dense).")
+      .def_property_readonly("stats_seconds", [](const R& r) { return r.report.stats_seconds; },
+                             "Statistics pass, all-reduce and local decision.")
+      .def_property_readonly("decide_seconds", [](const R& r) { return r.report.decide_seconds; },
+                             "Remote decision (remote mode).")
+      .def_property_readonly("apply_seconds", [](const R& r) { return r.report.apply_seconds; },
+                             "Projection and snapshot pass.")
+      .def_property_readonly("seconds",
+                             [](const R& r) {
+                               return r.report.stats_seconds + r.report.decide_seconds + r.report.apply_seconds;
+                             },
+                             "The agent's time in this step, in seconds.")
+      .def_property_readonly("groups", [](const R& r) { return GroupsDict(r.report); },
+                             "Per parameter group, by name, in the order given.")
+      .def(
+          "to_dict",
+          [](const R& r) {
+            py::dict d("step"_a = r.report.step, "mode"_a = ModeName(r.mode),
+                       "regime"_a = RegimeName(r.report.decision.regime), "cosine"_a = r.report.decision.cosine,
+                       "cosine_after"_a = r.report.decision.cosine_after, "alpha"_a = r.report.decision.alpha,
+                       "grad_norm"_a = r.report.decision.grad_norm, "ref_norm"_a = r.report.decision.ref_norm,
+                       "step_optimizer"_a = r.report.step_optimizer,
+                       "gradient_modified"_a = r.report.gradient_modified, "fallback"_a = r.report.fallback,
+                       "seconds"_a = r.report.stats_seconds + r.report.decide_seconds + r.report.apply_seconds);
+            for (const GroupStats& g : r.report.groups) d[py::str("cosine/" + g.name)] = g.cosine();
+            return d;
+          },
+          "Flat fields for a logger (wandb, TensorBoard): per-group cosines as 'cosine/<name>'.")
+      .def("__repr__", [](const R& r) {
+        return "StepReport(step=" + std::to_string(r.report.step) + ", regime='" +
+               RegimeName(r.report.decision.regime) + "', cosine=" + OptionalText(r.report.decision.cosine) +
+               ", alpha=" + py::repr(py::float_(r.report.decision.alpha)).cast<std::string>() +
+               ", step_optimizer=" + (r.report.step_optimizer ? "True" : "False") + ")";
+      });
+}
+
+void BindDecisionSource(py::module_& m) {
+  py::class_<DecisionSource, PyDecisionSource, std::shared_ptr<DecisionSource>>(
+      m, "DecisionSource",
+      "Where an agent in remote mode gets its decision: gac.RemoteController (gacd), or a subclass that\n"
+      "defines decide(step, stats) -> gac.Decision. The agent calls it on its training thread; an exception or\n"
+      "a wrong return value makes the agent use its local decision and count a fallback.")
+      .def(py::init<>())
+      .def(
+          "decide",
+          [](DecisionSource& source, std::int64_t step, const AlignmentStats& stats) {
+            StatusOr<Decision> d = [&] {
+              py::gil_scoped_release release;
+              return source.Decide(step, stats);
+            }();
+            return ValueOrRaise(std::move(d));
+          },
+          "step"_a, "stats"_a, "The decision for the step's (all-reduced) sums.");
+}
+
+}  // namespace
+}  // namespace gac::python
+
+PYBIND11_MODULE(_controller, m) {
+  m.doc() = "The GAC decision, calibration, step reports and decision sources (no torch, no gRPC).";
+  py::module_::import("gac._errors");
+  gac::python::BindDecision(m);
+  gac::python::BindController(m);
+  gac::python::BindCalibration(m);
+  gac::python::BindStepReport(m);
+  gac::python::BindDecisionSource(m);
+}

@@ -1,0 +1,109 @@
+"""Fixtures of the Python tests: real gacd processes on OS-chosen loopback
+ports, and what gacd stored, read back through its gRPC QueryService (the
+gacd_steps helper). ctest sets GAC_GACD and GAC_GACD_STEPS to the built
+binaries and PYTHONPATH to the staged package."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+from typing import Dict, Iterator, List, Optional
+
+import pytest
+
+GACD = os.environ.get("GAC_GACD", "")
+GACD_STEPS = os.environ.get("GAC_GACD_STEPS", "")
+SOURCE_DIR = Path(os.environ.get("GAC_SOURCE_DIR", Path(__file__).resolve().parents[2]))
+
+needs_gacd = pytest.mark.skipif(not (GACD and GACD_STEPS), reason="built without gacd (GAC_WITH_SERVER=OFF)")
+
+
+class Gacd:
+    """A gacd process with an SQLite store in `data_dir`, listening on
+    127.0.0.1 (port 0 on the first start: the OS chooses; the same port on
+    restarts, so that clients reconnect)."""
+
+    def __init__(self, data_dir: Path, extra_args: Optional[List[str]] = None) -> None:
+        self.data_dir = data_dir
+        self.extra_args = extra_args or []
+        self.proc: Optional[subprocess.Popen[bytes]] = None
+        self.port = 0
+        self.starts = 0
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def start(self, timeout: float = 30.0) -> None:
+        ready = self.data_dir / "ready"
+        if ready.exists():
+            ready.unlink()
+        self.starts += 1
+        log = open(self.data_dir / f"gacd-{self.starts}.log", "wb")
+        self.proc = subprocess.Popen(
+            [GACD, "--insecure", f"--listen=127.0.0.1:{self.port}", "--metrics-listen=",
+             f"--data-dir={self.data_dir}", f"--ready-file={ready}", *self.extra_args],
+            stdout=log, stderr=subprocess.STDOUT)
+        log.close()
+        deadline = time.monotonic() + timeout
+        while not ready.exists():
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"gacd exited with {self.proc.returncode}: {self.log()}")
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"gacd not ready after {timeout} s: {self.log()}")
+            time.sleep(0.01)
+        for line in ready.read_text().splitlines():
+            if line.startswith("grpc="):
+                self.port = int(line.rsplit(":", 1)[1])
+
+    def kill(self) -> None:
+        """SIGKILL, as a crash."""
+        assert self.proc is not None
+        self.proc.kill()
+        self.proc.wait()
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+    def pause(self) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGCONT)
+
+    def log(self) -> str:
+        return "".join(p.read_text(errors="replace") for p in sorted(self.data_dir.glob("gacd-*.log")))
+
+    def steps(self, run: str) -> List[Dict[str, object]]:
+        """Every stored step record of `run`, as protobuf's JSON mapping."""
+        out = subprocess.run([GACD_STEPS, self.address, run], capture_output=True, text=True, timeout=60)
+        if out.returncode != 0:
+            raise RuntimeError(f"gacd_steps failed: {out.stderr}")
+        return [json.loads(line) for line in out.stdout.splitlines()]
+
+
+@pytest.fixture
+def gacd(tmp_path: Path) -> Iterator[Gacd]:
+    if not (GACD and GACD_STEPS):
+        pytest.skip("built without gacd (GAC_WITH_SERVER=OFF)")
+    server = Gacd(tmp_path / "gacd")
+    server.data_dir.mkdir()
+    server.start()
+    try:
+        yield server
+    finally:
+        if server.proc is not None and server.proc.poll() is None:
+            server.resume()
+        server.stop()

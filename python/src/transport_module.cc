@@ -271,6 +271,7 @@ void BindRemoteController(py::module_& m) {
           [](RemoteController& rc, double c_low, double c_high, const std::string& alpha_mode,
              const std::string& reason) {
             const AlphaMode mode = AlphaModeFromName(alpha_mode);
+            ThrowIfError(ValidateThresholds(Thresholds{c_low, c_high}));
             Status st = [&] {
               py::gil_scoped_release release;
               return rc.SetRunThresholds(Thresholds{c_low, c_high}, mode, reason);

@@ -76,8 +76,14 @@ class Gacd:
                 self.proc.wait()
 
     def pause(self) -> None:
+        """SIGSTOP, returning once every thread of gacd is stopped."""
         assert self.proc is not None
         self.proc.send_signal(signal.SIGSTOP)
+        tasks = Path(f"/proc/{self.proc.pid}/task")
+        deadline = time.monotonic() + 10
+        while not all(_state(t) == "T" for t in tasks.iterdir()):
+            assert time.monotonic() < deadline, "gacd did not stop"
+            time.sleep(0.001)
 
     def resume(self) -> None:
         assert self.proc is not None
@@ -92,6 +98,14 @@ class Gacd:
         if out.returncode != 0:
             raise RuntimeError(f"gacd_steps failed: {out.stderr}")
         return [json.loads(line) for line in out.stdout.splitlines()]
+
+
+def _state(task: Path) -> str:
+    """A thread's state letter from /proc/PID/task/TID/stat ("T": stopped)."""
+    try:
+        return (task / "stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return "T"  # the thread ended
 
 
 @pytest.fixture

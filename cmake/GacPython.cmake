@@ -9,6 +9,8 @@
 # loads the same libtorch_cpu as the one CMake links.
 set(GAC_HAVE_PYTHON OFF)
 set(GAC_HAVE_PYTHON_AGENT OFF)
+# Where the package is staged (modules and Python files): build/python/gac.
+set(GAC_PYTHON_STAGE ${PROJECT_BINARY_DIR}/python)
 if(NOT GAC_WITH_PYTHON STREQUAL "OFF")
   if(NOT DEFINED Python3_EXECUTABLE AND EXISTS /usr/bin/python3)
     set(Python3_EXECUTABLE /usr/bin/python3)

@@ -12,3 +12,7 @@ if [ "${GAC_CCACHE:-1}" != 0 ] && command -v ccache >/dev/null; then
 fi
 cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release "${launcher[@]}" "$@" >/dev/null
 cmake --build "$build_dir" -j "${GAC_JOBS:-$(nproc)}"
+# The Python package, when built: Debian's python3 imports it from this build.
+if [ "${GAC_PYTHON_PATH:-1}" != 0 ] && [ -f "$build_dir/python/gac/__init__.py" ]; then
+  bash scripts/python_path.sh "$build_dir"
+fi

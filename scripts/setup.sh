@@ -10,6 +10,10 @@ packages=(
   prometheus-cpp-dev libsqlite3-dev prometheus openssl
   libgtest-dev libgmock-dev
   python3-yaml python3-matplotlib
+  # The gac Python package: headers and pybind11 to build it, Debian's torch
+  # (the same LibTorch as libtorch-dev) to run it, pytest and mypy for its
+  # tests, venv and wheel for the documented pip install into a venv.
+  python3-dev pybind11-dev python3-torch python3-pytest python3-mypy python3-venv python3-wheel
   # LibTorch's BLAS: Debian's libtorch links the reference BLAS unless this
   # optimised one is installed (the example trainer runs about 5x faster).
   libopenblas0-pthread

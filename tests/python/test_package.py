@@ -1,0 +1,171 @@
+"""The package as shipped: its stubs (.pyi) say what the modules have, with
+the same parameter names; mypy --strict accepts the example and the
+benchmark against them; one LibTorch is loaded (the interpreter's own); and
+the documented install into a virtual environment made with
+--system-site-packages works."""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Dict, List, Optional, Set, Tuple
+
+import pytest
+
+import gac
+from conftest import SOURCE_DIR
+
+PACKAGE = Path(gac.__file__).resolve().parent
+MODULES = ["gac._controller", "gac._transport", "gac._agent"]
+
+
+def stub_signature(fn: ast.FunctionDef) -> Tuple[List[str], List[str]]:
+    """(positional parameter names without self, keyword-only names)."""
+    names = [a.arg for a in fn.args.posonlyargs + fn.args.args]
+    if names and names[0] == "self":
+        names = names[1:]
+    return names, [a.arg for a in fn.args.kwonlyargs]
+
+
+def runtime_signature(doc: str, name: str) -> Optional[Tuple[List[str], List[str]]]:
+    """The same from pybind11's docstring, "name(self: T, a: int, *, b: float = 1.0) -> R"."""
+    line = doc.splitlines()[0] if doc else ""
+    m = re.match(rf"{re.escape(name)}\((.*)\) -> ", line)
+    if not m:
+        return None
+    params, depth, cur = [], 0, ""
+    for ch in m.group(1):
+        if ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth -= 1
+        if ch == "," and depth == 0:
+            params.append(cur.strip())
+            cur = ""
+        else:
+            cur += ch
+    if cur.strip():
+        params.append(cur.strip())
+    positional: List[str] = []
+    keyword: List[str] = []
+    target = positional
+    for p in params:
+        if p == "*":
+            target = keyword
+            continue
+        target.append(p.split(":")[0].strip())
+    if positional and positional[0] == "self":
+        positional = positional[1:]
+    return positional, keyword
+
+
+def stub_members(cls: ast.ClassDef) -> Dict[str, ast.FunctionDef]:
+    return {n.name: n for n in cls.body if isinstance(n, ast.FunctionDef)}
+
+
+RUNTIME_ONLY = {"__repr__", "__module__", "__doc__", "__dict__", "__weakref__"}
+
+
+@pytest.mark.parametrize("module_name", MODULES)
+def test_stubs_match_the_modules(module_name: str) -> None:
+    module = importlib.import_module(module_name)
+    tree = ast.parse((PACKAGE / (module_name.split(".")[1] + ".pyi")).read_text())
+    stub_names: Set[str] = set()
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef):
+            stub_names.add(node.name)
+            cls = getattr(module, node.name, None)
+            assert isinstance(cls, type), f"{module_name}.{node.name} is in the stub only"
+            members = stub_members(node)
+            runtime = {k for k in vars(cls) if not (k.startswith("__") and k not in ("__init__", "__enter__",
+                                                                                       "__exit__"))}
+            runtime -= RUNTIME_ONLY
+            if type(vars(cls).get("__init__")).__name__ == "wrapper_descriptor":
+                runtime.discard("__init__")  # no constructor: pybind11's slot that refuses
+            assert set(members) == runtime, f"{node.name}: stub {sorted(members)} vs runtime {sorted(runtime)}"
+            for name, fn in members.items():
+                value = vars(cls)[name]
+                is_property = any(isinstance(d, ast.Name) and d.id == "property" for d in fn.decorator_list)
+                is_setter = any(isinstance(d, ast.Attribute) and d.attr == "setter" for d in fn.decorator_list)
+                if is_property or is_setter:
+                    assert isinstance(value, property), f"{node.name}.{name} is not a property"
+                    if is_setter:
+                        assert value.fset is not None, f"{node.name}.{name} has no setter"
+                    continue
+                assert not isinstance(value, property), f"{node.name}.{name} is a property"
+                sig = runtime_signature(getattr(value, "__doc__", "") or "", name)
+                if sig is not None and name not in ("__exit__",):
+                    assert stub_signature(fn) == sig, f"{node.name}.{name}: stub {stub_signature(fn)} vs {sig}"
+        elif isinstance(node, ast.FunctionDef):
+            stub_names.add(node.name)
+            fn_rt = getattr(module, node.name, None)
+            assert fn_rt is not None, f"{module_name}.{node.name} is in the stub only"
+            assert stub_signature(node) == runtime_signature(fn_rt.__doc__ or "", node.name), node.name
+    public = {k for k in vars(module) if not k.startswith("_")}
+    assert public <= stub_names | {"annotations"}, f"not in the stub: {sorted(public - stub_names)}"
+
+
+def test_the_package_exports_what_it_says() -> None:
+    for name in gac.__all__:
+        assert getattr(gac, name) is not None, name
+    pyproject = (PACKAGE.parent / "pyproject.toml").read_text()
+    assert f'version = "{gac.__version__}"' in pyproject
+    assert (PACKAGE / "py.typed").exists()
+
+
+def test_mypy_accepts_the_example_and_the_benchmark(tmp_path: Path) -> None:
+    files = [SOURCE_DIR / "examples" / "python" / "grpo.py", SOURCE_DIR / "bench" / "python_agent_bench.py"]
+    # torch's own sources are not analysed (minutes); its names are Any.
+    config = tmp_path / "mypy.ini"
+    config.write_text("[mypy]\nstrict = True\n[mypy-torch.*]\nfollow_imports = skip\nfollow_imports_for_stubs = True\n")
+    env = dict(os.environ, MYPYPATH=str(PACKAGE.parent))
+    out = subprocess.run([sys.executable, "-m", "mypy", "--config-file", str(config), "--cache-dir",
+                          str(tmp_path / "cache"), *map(str, files)], capture_output=True, text=True, env=env,
+                         timeout=600)
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_one_libtorch_is_loaded_the_interpreters_own() -> None:
+    import torch
+
+    import gac._agent  # noqa: F401 - loads the module and what it links
+
+    maps = Path("/proc/self/maps").read_text().splitlines()
+    loaded: Dict[str, Set[str]] = {}
+    for line in maps:
+        path = line.split()[-1] if len(line.split()) >= 6 else ""
+        for lib in ("libtorch_cpu.so", "libtorch_python.so", "libc10.so"):
+            if f"/{lib}" in path:
+                loaded.setdefault(lib, set()).add(os.path.realpath(path))
+    torch_lib = Path(torch.__file__).resolve().parent / "lib"
+    for lib in ("libtorch_cpu.so", "libtorch_python.so", "libc10.so"):
+        assert loaded.get(lib) == {os.path.realpath(torch_lib / lib)}, (lib, loaded.get(lib))
+
+
+def test_install_into_a_venv_with_system_site_packages(tmp_path: Path) -> None:
+    # The documented install: a venv that sees Debian's torch, then pip from
+    # the staged package, offline.
+    staged = PACKAGE.parent
+    src = tmp_path / "src"
+    shutil.copytree(staged, src, ignore=shutil.ignore_patterns("__pycache__", "build", "*.egg-info"))
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True, timeout=300)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    pip = subprocess.run([str(venv / "bin" / "pip"), "install", "--quiet", "--no-build-isolation", "--no-index",
+                          str(src)], capture_output=True, text=True, env=env, timeout=600, cwd=tmp_path)
+    assert pip.returncode == 0, pip.stdout + pip.stderr
+    code = ("import gac, torch\n"
+            "p = torch.nn.Parameter(torch.zeros(4)); p.grad = torch.ones(4)\n"
+            "print(gac.__file__); print(gac.Agent().step(1, [p]).regime); print(gac.Telemetry.__name__)\n")
+    out = subprocess.run([str(venv / "bin" / "python"), "-c", code], capture_output=True, text=True, env=env,
+                         cwd=tmp_path, timeout=300)
+    assert out.returncode == 0, out.stderr
+    file, regime, telemetry = out.stdout.split()
+    assert file.startswith(str(venv)) and regime == "safe" and telemetry == "Telemetry"

@@ -11,7 +11,16 @@ set(GAC_HAVE_PYTHON OFF)
 set(GAC_HAVE_PYTHON_AGENT OFF)
 # Where the package is staged (modules and Python files): build/python/gac.
 set(GAC_PYTHON_STAGE ${PROJECT_BINARY_DIR}/python)
-if(NOT GAC_WITH_PYTHON STREQUAL "OFF")
+# The interpreter is not built with sanitizers: a module that is cannot be
+# imported into it, so AUTO leaves the package out of sanitizer builds.
+set(_gac_python_wanted ON)
+if(GAC_WITH_PYTHON STREQUAL "OFF")
+  set(_gac_python_wanted OFF)
+elseif(GAC_WITH_PYTHON STREQUAL "AUTO" AND "${CMAKE_CXX_FLAGS}" MATCHES "-fsanitize=")
+  message(STATUS "GAC_WITH_PYTHON=AUTO: no Python package in a sanitizer build")
+  set(_gac_python_wanted OFF)
+endif()
+if(_gac_python_wanted)
   if(NOT DEFINED Python3_EXECUTABLE AND EXISTS /usr/bin/python3)
     set(Python3_EXECUTABLE /usr/bin/python3)
   endif()

@@ -11,6 +11,7 @@
 #include <memory>
 #include <ostream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cli/src/flags.h"
@@ -20,6 +21,7 @@
 #include "gac/controller/controller.h"
 #include "gac/status.h"
 #include "gac/v1/control.pb.h"
+#include "gac/v1/query.pb.h"
 #include "gac/v1/telemetry.pb.h"
 
 namespace gac::cli {
@@ -86,6 +88,13 @@ std::string ModeText(v1::ControlMode mode);
 std::string AlphaModeText(v1::AlphaMode mode);
 // "c_low 0.05, c_high 0.3, alpha paper, mode local".
 std::string SettingsText(const v1::RunConfig& config);
+// "92.5 %".
+std::string Percent(double fraction);
+// Why a run summary's calibration has no suggested thresholds, in the
+// words of the rule (gac/controller/calibration.h).
+std::string NoSuggestionReason(const v1::CalibrationSummary& calibration);
+// --from and --to (inclusive) as [*from, *end), *end 0 for no limit.
+Status StepRangeFlags(const ParsedFlags& flags, std::int64_t* from, std::int64_t* end);
 
 }  // namespace gac::cli
 

@@ -1,8 +1,5 @@
 // gacctl config get|set|history and calibrate.
-#include <sstream>
-
 #include "cli/src/commands.h"
-#include "gac/controller/calibration.h"
 #include "gac/proto/convert.h"
 
 namespace gac::cli {
@@ -138,7 +135,8 @@ CommandSpec ConfigSetCommand() {
       "--expected-version N it applies only at version N. Otherwise gacd refuses with\n"
       "ABORTED and nothing changes. gacd validates the thresholds (0 < c_low < c_high <= 1)\n"
       "and its error is shown as it is. gacd answers once the change and its audit record\n"
-      "are durable; agents in remote mode use it from their next Decide.\n";
+      "are durable; agents in remote mode use it from their next Decide. The token needs\n"
+      "admin rights on RUN, and read rights too when settings are left out.\n";
   c.flags = {{"c-low", "X", "|c_t| at or below: safe (default: unchanged)"},
              {"c-high", "X", "|c_t| at or above: skip (default: unchanged)"}};
   for (FlagSpec& f : ChangeFlags()) c.flags.push_back(std::move(f));
@@ -249,14 +247,6 @@ struct CalibrateOptions {
   SettingsChange change;  // run = the target
 };
 
-std::string Percent(double fraction) {
-  std::ostringstream s;
-  s.setf(std::ios::fixed);
-  s.precision(1);
-  s << fraction * 100.0 << " %";
-  return s.str();
-}
-
 Status Calibrate(Context& ctx, CalibrateOptions o) {
   StatusOr<v1::RunSummary> summary = ctx.client().GetRunSummary(o.run, o.window);
   if (!summary.ok()) return summary.status();
@@ -274,15 +264,7 @@ Status Calibrate(Context& ctx, CalibrateOptions o) {
         << "  |c_t| <= c_low  " << Percent(cal.fraction_le_c_low()) << " (the run's c_low "
         << FormatExact(config.thresholds().c_low()) << ")\n";
   }
-  if (!cal.has_suggested()) {
-    // gacd left the suggestion out: the rule says why.
-    CalibrationStats stats;
-    stats.count = cal.count();
-    stats.q90 = cal.q90();
-    stats.max = cal.max();
-    StatusOr<Thresholds> why = SuggestThresholds(stats);
-    return why.ok() ? Status::FailedPrecondition("gacd suggested no thresholds") : why.status();
-  }
+  if (!cal.has_suggested()) return Status::FailedPrecondition(NoSuggestionReason(cal));
   const double lo = cal.suggested().c_low();
   const double hi = cal.suggested().c_high();
   out << "suggested         c_low " << FormatExact(lo) << ", c_high " << FormatExact(hi) << "\n";

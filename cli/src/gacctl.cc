@@ -9,7 +9,6 @@
 
 #include "cli/src/commands.h"
 #include "gac/file_util.h"
-#include "gac/proto/convert.h"
 
 #ifndef GAC_VERSION
 #define GAC_VERSION "unknown"
@@ -174,59 +173,6 @@ bool TakesValue(const std::vector<FlagSpec>& specs, const std::string& arg) {
 }
 
 }  // namespace
-
-GacdClient& Context::client() {
-  if (!client_) client_ = std::make_unique<GacdClient>(connection_);
-  return *client_;
-}
-
-std::int64_t Context::NowNs() const {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(env_.now().time_since_epoch()).count();
-}
-
-void Context::Progress(const std::string& line) {
-  if (!env_.progress) return;
-  err_ << "\r" << line << "\033[K" << std::flush;
-  progress_shown_ = true;
-}
-
-void Context::EndProgress() {
-  if (!progress_shown_) return;
-  err_ << "\r\033[K" << std::flush;
-  progress_shown_ = false;
-}
-
-Status Interrupted() { return Status::Cancelled("interrupted"); }
-
-StatusOr<Format> FormatFlag(const ParsedFlags& flags) {
-  const std::string* f = flags.Get("format");
-  if (f == nullptr) return Format::kTable;
-  StatusOr<Format> format = ParseFormat(*f);
-  if (!format.ok()) return Status::InvalidArgument("--format: " + format.status().message());
-  return format;
-}
-
-std::string RegimeText(v1::Regime regime) {
-  StatusOr<Regime> r = proto::FromProto(regime);
-  return r.ok() ? RegimeName(*r) : "unspecified";
-}
-
-std::string ModeText(v1::ControlMode mode) {
-  if (mode == v1::CONTROL_MODE_UNSPECIFIED) return ModeName(Mode::kMonitor);
-  StatusOr<Mode> m = proto::FromProto(mode);
-  return m.ok() ? ModeName(*m) : "unknown";
-}
-
-std::string AlphaModeText(v1::AlphaMode mode) {
-  StatusOr<AlphaMode> m = proto::FromProto(mode);
-  return m.ok() ? AlphaModeName(*m) : "unknown";
-}
-
-std::string SettingsText(const v1::RunConfig& config) {
-  return "c_low " + FormatExact(config.thresholds().c_low()) + ", c_high " +
-         FormatExact(config.thresholds().c_high()) + ", alpha " + AlphaModeText(config.thresholds().alpha_mode()) +
-         ", mode " + ModeText(config.mode());
-}
 
 std::vector<std::string> CommandNames() {
   std::vector<std::string> names;

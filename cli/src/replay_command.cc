@@ -243,15 +243,7 @@ CommandSpec ReplayCommand() {
       if (!m.ok()) return Status::InvalidArgument("--alpha-mode: " + m.status().message());
       o.alpha = *m;
     }
-    auto from = OptionalInt(flags, "from", 0, INT64_MAX - 1);
-    if (!from.ok()) return from.status();
-    auto to = OptionalInt(flags, "to", 0, INT64_MAX - 1);
-    if (!to.ok()) return to.status();
-    o.from = from->value_or(0);
-    if (*to) {
-      if (**to < o.from) return Status::InvalidArgument("--to " + std::to_string(**to) + " is below --from " + std::to_string(o.from));
-      o.end = **to + 1;
-    }
+    GAC_RETURN_IF_ERROR(StepRangeFlags(flags, &o.from, &o.end));
     auto diffs = OptionalInt(flags, "max-diffs", 0, INT64_MAX);
     if (!diffs.ok()) return diffs.status();
     if (*diffs && (o.grid || o.per_step)) return Status::InvalidArgument("--max-diffs applies only to the summary");

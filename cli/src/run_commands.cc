@@ -1,10 +1,7 @@
 // gacctl runs, show and health.
 #include <algorithm>
 #include <map>
-#include <sstream>
-
 #include "cli/src/commands.h"
-#include "gac/controller/calibration.h"
 
 namespace gac::cli {
 namespace {
@@ -107,14 +104,6 @@ class KeyValues {
   std::vector<std::pair<std::string, std::string>> lines_;
 };
 
-std::string Percent(double fraction) {
-  std::ostringstream s;
-  s.setf(std::ios::fixed);
-  s.precision(1);
-  s << fraction * 100.0 << " %";
-  return s.str();
-}
-
 std::string ScalarsText(const v1::StepRecord& r) {
   std::map<std::string, double> sorted(r.scalars().begin(), r.scalars().end());
   std::string text;
@@ -168,12 +157,7 @@ Status ShowRun(Context& ctx, const std::string& run, std::uint32_t window) {
     kv.Add("  suggested", "c_low " + FormatExact(cal.suggested().c_low()) + ", c_high " +
                               FormatExact(cal.suggested().c_high()) + " (gacctl calibrate " + info.run() + ")");
   } else {
-    CalibrationStats stats;
-    stats.count = cal.count();
-    stats.q90 = cal.q90();
-    stats.max = cal.max();
-    StatusOr<Thresholds> why = SuggestThresholds(stats);
-    kv.Add("  suggested", "none: " + (why.ok() ? std::string("gacd made no suggestion") : why.status().message()));
+    kv.Add("  suggested", "none: " + NoSuggestionReason(cal));
   }
   if (summary->has_latest()) {
     const v1::StepRecord& r = summary->latest();

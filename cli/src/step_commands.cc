@@ -207,21 +207,6 @@ StatusOr<std::vector<std::string>> ParseNames(const std::string& text) {
   return names;
 }
 
-// --from and --to (inclusive) into [from, end).
-Status StepRange(const ParsedFlags& flags, std::int64_t* from, std::int64_t* end) {
-  auto f = OptionalInt(flags, "from", 0, INT64_MAX - 1);
-  if (!f.ok()) return f.status();
-  auto t = OptionalInt(flags, "to", 0, INT64_MAX - 1);
-  if (!t.ok()) return t.status();
-  *from = f->value_or(0);
-  *end = 0;
-  if (*t) {
-    if (**t < *from) return Status::InvalidArgument("--to " + std::to_string(**t) + " is below --from " + std::to_string(*from));
-    *end = **t + 1;
-  }
-  return Status::Ok();
-}
-
 CommandSpec StepsCommand() {
   CommandSpec c;
   c.name = "steps";
@@ -258,7 +243,7 @@ CommandSpec StepsCommand() {
   c.prepare = [](const ParsedFlags& flags, const std::vector<std::string>& args) -> StatusOr<Action> {
     StepsOptions o;
     o.run = args[0];
-    GAC_RETURN_IF_ERROR(StepRange(flags, &o.from, &o.end));
+    GAC_RETURN_IF_ERROR(StepRangeFlags(flags, &o.from, &o.end));
     auto rank = OptionalInt(flags, "rank", 0, UINT32_MAX);
     if (!rank.ok()) return rank.status();
     if (*rank) o.rank = static_cast<std::uint32_t>(**rank);

@@ -244,9 +244,13 @@ class Gacctl : public ::testing::Test {
 
   void SetUp() override { ASSERT_TRUE(setup_error_.empty()) << setup_error_; }
 
+ public:
+  static const ScratchDir* dir() { return dir_; }
   static std::map<std::string, std::string> Env(const std::string& token = kAdminToken) {
     return {{"GAC_ADDRESS", gacd_->address()}, {"GAC_TOKEN", token}};
   }
+
+ protected:
   // gacctl against the suite's gacd (address and token from the environment).
   static Result Ctl(const std::vector<std::string>& args, const std::string& token = kAdminToken) {
     return RunCommand(*dir_, Argv(args), Env(token));
@@ -541,8 +545,21 @@ std::map<std::string, double> JsonScalars(const Row& row) {
 
 // ---- goldens of each format ----
 
+using GoldenCases = std::vector<std::pair<std::string, std::vector<std::string>>>;
+
+// Runs each (golden file, arguments) case against the suite's gacd and
+// compares what it printed, through `mask`, with the golden file.
+void ExpectGoldens(const GoldenCases& cases, std::string (*mask)(const std::string&) = nullptr) {
+  for (const auto& [name, args] : cases) {
+    const Result r = RunCommand(*Gacctl::dir(), Argv(args), Gacctl::Env());
+    ASSERT_EQ(r.rc, 0) << name << ": " << r.err;
+    EXPECT_EQ(r.err, "") << name;
+    ExpectGolden(name, mask != nullptr ? mask(r.out) : r.out);
+  }
+}
+
 TEST_F(Gacctl, GoldenSteps) {
-  for (const auto& [name, args] : std::vector<std::pair<std::string, std::vector<std::string>>>{
+  ExpectGoldens({
            {"steps_table.txt", {"steps", "exp-golden"}},
            {"steps_csv.txt", {"steps", "exp-golden", "--format", "csv"}},
            {"steps_jsonl.txt", {"steps", "exp-golden", "--format=jsonl", "--from", "3", "--to", "5"}},
@@ -552,16 +569,11 @@ TEST_F(Gacctl, GoldenSteps) {
            {"layers_jsonl.txt", {"steps", "exp-golden", "--layers", "--format", "jsonl", "--from", "12"}},
            {"tail_table.txt", {"tail", "exp-golden", "-n", "6", "--rank", "1"}},
            {"tail_csv.txt", {"tail", "exp-golden", "--lines=3", "--format", "csv"}},
-       }) {
-    const Result r = Ctl(args);
-    ASSERT_EQ(r.rc, 0) << name << ": " << r.err;
-    EXPECT_EQ(r.err, "") << name;
-    ExpectGolden(name, r.out);
-  }
+  });
 }
 
 TEST_F(Gacctl, GoldenReplayAndCalibration) {
-  for (const auto& [name, args] : std::vector<std::pair<std::string, std::vector<std::string>>>{
+  ExpectGoldens({
            {"replay_recorded.txt", {"replay", "exp-golden", "--c-low", "0.05", "--c-high", "0.3"}},
            {"replay_other.txt", {"replay", "exp-golden", "--c-low", "0.1", "--c-high", "0.4", "--alpha-mode", "exact",
                                  "--max-diffs", "2"}},
@@ -572,29 +584,18 @@ TEST_F(Gacctl, GoldenReplayAndCalibration) {
            {"replay_steps_jsonl.txt",
             {"replay", "exp-golden", "--c-low", "0.1", "--c-high", "0.4", "--steps", "--format", "jsonl"}},
            {"calibrate.txt", {"calibrate", "exp-sync", "--window", "150"}},
-       }) {
-    const Result r = Ctl(args);
-    ASSERT_EQ(r.rc, 0) << name << ": " << r.err;
-    EXPECT_EQ(r.err, "") << name;
-    ExpectGolden(name, r.out);
-  }
+  });
 }
 
 TEST_F(Gacctl, GoldenRunsShowAndSettings) {
   // Times of gacd's own clock (when it received a record or a change) are
   // masked, with the column widths they give.
-  for (const auto& [name, args] : std::vector<std::pair<std::string, std::vector<std::string>>>{
-           {"runs_table.txt", {"runs"}},
-           {"show.txt", {"show", "exp-golden"}},
-           {"show_window.txt", {"show", "exp-spike", "--window", "100"}},
-           {"config_get.txt", {"config", "get", "exp-hist"}},
-           {"config_history_table.txt", {"config", "history", "exp-hist"}},
-       }) {
-    const Result r = Ctl(args);
-    ASSERT_EQ(r.rc, 0) << name << ": " << r.err;
-    EXPECT_EQ(r.err, "") << name;
-    ExpectGolden(name, Masked(r.out));
-  }
+  ExpectGoldens({{"runs_table.txt", {"runs"}},
+                 {"show.txt", {"show", "exp-golden"}},
+                 {"show_window.txt", {"show", "exp-spike", "--window", "100"}},
+                 {"config_get.txt", {"config", "get", "exp-hist"}},
+                 {"config_history_table.txt", {"config", "history", "exp-hist"}}},
+                Masked);
   // CSV and JSON Lines: the columns of gacd's times are replaced.
   auto mask_column = [](const std::string& csv, const std::string& column) {
     auto rows = ParseCsv(csv);

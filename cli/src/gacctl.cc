@@ -4,7 +4,7 @@
 #include "gac/cli/gacctl.h"
 
 #include <algorithm>
-#include <sstream>
+#include <optional>
 #include <utility>
 
 #include "cli/src/commands.h"
@@ -62,16 +62,19 @@ std::string GlobalHelp() {
   return text;
 }
 
+// "  steps RUN     export a run's step records..."
+std::string SummaryLine(const CommandSpec& c) {
+  std::string left = "  " + c.name + (c.args.empty() ? "" : " " + c.args);
+  if (left.size() < 30) left.append(30 - left.size(), ' ');
+  else left += "  ";
+  return left + c.summary + "\n";
+}
+
 std::string TopHelp(const std::vector<CommandSpec>& commands) {
   std::string text =
       "gacctl: the command line of gacd, gac's telemetry and control server\n\n"
       "usage: gacctl COMMAND [ARGS] [flags]\n\ncommands:\n";
-  for (const CommandSpec& c : commands) {
-    std::string left = "  " + c.name + (c.args.empty() ? "" : " " + c.args);
-    if (left.size() < 30) left.append(30 - left.size(), ' ');
-    else left += "  ";
-    text += left + c.summary + "\n";
-  }
+  for (const CommandSpec& c : commands) text += SummaryLine(c);
   text += "\n" + GlobalHelp() + "\n'gacctl COMMAND --help' describes a command, its flags and its output.\n";
   return text;
 }
@@ -180,103 +183,89 @@ std::vector<std::string> CommandNames() {
   return names;
 }
 
-int RunGacctl(const std::vector<std::string>& args, const Environment& env, std::ostream& out, std::ostream& err) {
-  const std::vector<CommandSpec> commands = AllCommands();
-  const std::vector<FlagSpec> globals = GlobalFlags();
+namespace {
 
-  // The command words come first among the arguments that are not flags;
-  // global flags may come before them.
-  std::vector<std::string> rest;
-  std::vector<std::string> words;
+std::string ConfigOverview(const std::vector<CommandSpec>& commands) {
+  std::string text = "gacctl config: a run's settings\n\n";
+  for (const CommandSpec& c : commands) {
+    if (c.name.rfind("config ", 0) == 0) text += SummaryLine(c);
+  }
+  return text;
+}
+
+// What the words before a command's flags say: the command and what
+// follows it, or an exit status when they settle it alone (help, version,
+// a usage error).
+struct CommandLine {
+  const CommandSpec* spec = nullptr;
+  std::vector<std::string> rest;  // global flags before the command, then all after it
+  std::optional<int> done;
+};
+
+CommandLine ReadCommand(const std::vector<std::string>& args, const std::vector<CommandSpec>& commands,
+                        const std::vector<FlagSpec>& globals, std::ostream& out, std::ostream& err) {
+  CommandLine line;
+  auto done = [&line](int rc) {
+    line.done = rc;
+    return line;
+  };
+  // The command word comes first among the arguments that are not flags;
+  // only global flags may come before it.
+  std::string name;
   std::size_t i = 0;
   bool help = false;
-  for (; i < args.size() && words.empty(); ++i) {
+  for (; i < args.size() && name.empty(); ++i) {
     const std::string& a = args[i];
     if (a == "--help" || a == "-h") {
       help = true;
     } else if (a == "--version") {
       out << "gacctl " << GAC_VERSION << "\n";
-      return kExitOk;
+      return done(kExitOk);
     } else if (a.size() > 1 && a[0] == '-') {
       if (!IsGlobal(globals, a)) {
-        return UsageError(err, "", "'" + a + "' before the command: a command's own flags go after it");
+        return done(UsageError(err, "", "'" + a + "' before the command: a command's own flags go after it"));
       }
-      rest.push_back(a);
-      if (TakesValue(globals, a) && i + 1 < args.size()) rest.push_back(args[++i]);
+      line.rest.push_back(a);
+      if (TakesValue(globals, a) && i + 1 < args.size()) line.rest.push_back(args[++i]);
     } else {
-      words.push_back(a);
+      name = a;
     }
   }
-  if (words.empty()) {
-    if (help) {
-      out << TopHelp(commands);
-      return kExitOk;
-    }
-    err << TopHelp(commands);
-    return kExitUsage;
+  if (name.empty()) {
+    (help ? out : err) << TopHelp(commands);
+    return done(help ? kExitOk : kExitUsage);
   }
-  if (words[0] == "help") {
-    // gacctl help [COMMAND [SUBCOMMAND]]
-    std::string name;
+  if (name == "help") {  // gacctl help [COMMAND [SUBCOMMAND]]
+    name.clear();
     for (; i < args.size(); ++i) name += (name.empty() ? "" : " ") + args[i];
-    if (name.empty()) {
-      out << TopHelp(commands);
-      return kExitOk;
+    if (name.empty() || name == "config") {
+      out << (name.empty() ? TopHelp(commands) : ConfigOverview(commands));
+      return done(kExitOk);
     }
-    for (const CommandSpec& c : commands) {
-      if (c.name == name) {
-        out << CommandHelp(c);
-        return kExitOk;
-      }
+    help = true;
+  } else if (name == "config") {
+    const bool sub = i < args.size() && !args[i].empty() && args[i][0] != '-';
+    if (!sub && (help || (i < args.size() && (args[i] == "--help" || args[i] == "-h")))) {
+      out << ConfigOverview(commands);
+      return done(kExitOk);
     }
-    return UsageError(err, "", "unknown command '" + name + "'");
-  }
-  std::string name = words[0];
-  if (name == "config") {
-    if (i >= args.size() || args[i].empty() || args[i][0] == '-') {
-      if (help || (i < args.size() && (args[i] == "--help" || args[i] == "-h"))) {
-        out << "gacctl config: a run's settings\n\n";
-        for (const CommandSpec& c : commands) {
-          if (c.name.rfind("config ", 0) == 0) out << "  gacctl " << c.name << " " << c.args << "   " << c.summary << "\n";
-        }
-        return kExitOk;
-      }
-      return UsageError(err, "config", "expected get, set or history");
-    }
+    if (!sub) return done(UsageError(err, "config", "expected get, set or history"));
     name += " " + args[i++];
   }
-  const CommandSpec* spec = nullptr;
   for (const CommandSpec& c : commands) {
-    if (c.name == name) spec = &c;
+    if (c.name == name) line.spec = &c;
   }
-  if (spec == nullptr) return UsageError(err, "", "unknown command '" + name + "'");
+  if (line.spec == nullptr) return done(UsageError(err, "", "unknown command '" + name + "'"));
   if (help) {
-    out << CommandHelp(*spec);
-    return kExitOk;
+    out << CommandHelp(*line.spec);
+    return done(kExitOk);
   }
-  rest.insert(rest.end(), args.begin() + static_cast<std::ptrdiff_t>(i), args.end());
+  line.rest.insert(line.rest.end(), args.begin() + static_cast<std::ptrdiff_t>(i), args.end());
+  return line;
+}
 
-  std::vector<FlagSpec> specs = spec->flags;
-  specs.insert(specs.end(), globals.begin(), globals.end());
-  StatusOr<ParsedFlags> flags = ParseFlags(rest, specs);
-  if (!flags.ok()) return UsageError(err, spec->name, flags.status().message());
-  if (flags->Has("help")) {
-    out << CommandHelp(*spec);
-    return kExitOk;
-  }
-  const std::vector<std::string>& positional = flags->positional();
-  if (positional.size() < spec->positionals) return UsageError(err, spec->name, "expected " + spec->args);
-  if (positional.size() > spec->positionals) {
-    return UsageError(err, spec->name, "unexpected argument '" + positional[spec->positionals] + "'");
-  }
-  StatusOr<ConnectionOptions> connection = ConnectionFromFlags(*flags, env);
-  if (!connection.ok()) return UsageError(err, spec->name, connection.status().message());
-  StatusOr<Action> action = spec->prepare(*flags, positional);
-  if (!action.ok()) return UsageError(err, spec->name, action.status().message());
-
-  Context ctx(env, out, err, std::move(*connection));
-  const Status st = (*action)(ctx);
-  ctx.EndProgress();
+// The exit status of a finished action, with its one-line error.
+int Finish(const Status& st, const Context& ctx, std::ostream& out, std::ostream& err) {
   out.flush();
   if (!st.ok()) {
     if (st.IsCancelled() && ctx.interrupted()) {
@@ -291,6 +280,39 @@ int RunGacctl(const std::vector<std::string>& args, const Environment& env, std:
     return kExitFailed;
   }
   return kExitOk;
+}
+
+}  // namespace
+
+int RunGacctl(const std::vector<std::string>& args, const Environment& env, std::ostream& out, std::ostream& err) {
+  const std::vector<CommandSpec> commands = AllCommands();
+  const std::vector<FlagSpec> globals = GlobalFlags();
+  const CommandLine line = ReadCommand(args, commands, globals, out, err);
+  if (line.done) return *line.done;
+  const CommandSpec& spec = *line.spec;
+
+  std::vector<FlagSpec> specs = spec.flags;
+  specs.insert(specs.end(), globals.begin(), globals.end());
+  StatusOr<ParsedFlags> flags = ParseFlags(line.rest, specs);
+  if (!flags.ok()) return UsageError(err, spec.name, flags.status().message());
+  if (flags->Has("help")) {
+    out << CommandHelp(spec);
+    return kExitOk;
+  }
+  const std::vector<std::string>& positional = flags->positional();
+  if (positional.size() < spec.positionals) return UsageError(err, spec.name, "expected " + spec.args);
+  if (positional.size() > spec.positionals) {
+    return UsageError(err, spec.name, "unexpected argument '" + positional[spec.positionals] + "'");
+  }
+  StatusOr<ConnectionOptions> connection = ConnectionFromFlags(*flags, env);
+  if (!connection.ok()) return UsageError(err, spec.name, connection.status().message());
+  StatusOr<Action> action = spec.prepare(*flags, positional);
+  if (!action.ok()) return UsageError(err, spec.name, action.status().message());
+
+  Context ctx(env, out, err, std::move(*connection));
+  const Status st = (*action)(ctx);
+  ctx.EndProgress();
+  return Finish(st, ctx, out, err);
 }
 
 }  // namespace gac::cli

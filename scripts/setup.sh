@@ -10,6 +10,8 @@ packages=(
   prometheus-cpp-dev libsqlite3-dev prometheus openssl
   libgtest-dev libgmock-dev
   python3-yaml python3-matplotlib
+  # gacctl's CSV export is checked by loading it with pandas (tests/cli).
+  python3-pandas
   # LibTorch's BLAS: Debian's libtorch links the reference BLAS unless this
   # optimised one is installed (the example trainer runs about 5x faster).
   libopenblas0-pthread

@@ -1,8 +1,11 @@
 // Conformance suite of the Store implementations: every StoreTest runs on
-// the in-memory store and on SQLite (a fresh database in a fresh temporary
-// directory per test). Then SQLite-only tests (persistence, schema versions,
-// WAL, errors, rollback) and a random workload applied to both stores, whose
-// query answers must be equal.
+// the in-memory store, on SQLite (a fresh database in a fresh temporary
+// directory per test) and on PostgreSQL (a fresh database of a server the
+// test starts; skipped when PostgreSQL is not installed). Then SQLite-only
+// tests (persistence, schema versions, WAL, errors, rollback) and a random
+// workload applied to the stores, whose query answers must be equal.
+// PostgreSQL-only tests (concurrent writers, replicas, outages) are in
+// postgres_store_test.cc.
 //
 // Expected values are written out from the contract in gac/server/store.h,
 // never read back from one implementation to test the other, except in the
@@ -35,6 +38,8 @@
 #include <tuple>
 #include <utility>
 #include <vector>
+
+#include "tests/common/postgres_cluster.h"
 
 namespace gac::server {
 namespace {
@@ -208,18 +213,40 @@ std::vector<std::pair<std::int64_t, std::uint32_t>> Keys(const std::vector<v1::S
 // The conformance suite, on both implementations
 // ---------------------------------------------------------------------------
 
-enum class Impl { kMemory, kSqlite };
+enum class Impl { kMemory, kSqlite, kPostgres };
 
-void PrintTo(Impl impl, std::ostream* os) { *os << (impl == Impl::kMemory ? "Memory" : "Sqlite"); }
+const char* ImplName(Impl impl) {
+  switch (impl) {
+    case Impl::kMemory:
+      return "Memory";
+    case Impl::kSqlite:
+      return "Sqlite";
+    case Impl::kPostgres:
+      return "Postgres";
+  }
+  return "?";
+}
 
+void PrintTo(Impl impl, std::ostream* os) { *os << ImplName(impl); }
+
+// PostgreSQL: a fresh database of the test process's server (started by the
+// test, tests/common/postgres_cluster.h) per test.
 class StoreTest : public ::testing::TestWithParam<Impl> {
  protected:
   void SetUp() override {
     if (GetParam() == Impl::kMemory) {
       store_ = NewMemoryStore();
-    } else {
+    } else if (GetParam() == Impl::kSqlite) {
       dir_ = std::make_unique<TempDir>();
       store_ = OpenOrDie(dir_->File("gacd.db"));
+    } else {
+      GAC_SHARED_POSTGRES_OR_SKIP(cluster);
+      std::string error;
+      const std::string uri = cluster->NewDatabase(&error);
+      ASSERT_FALSE(uri.empty()) << error;
+      StatusOr<std::unique_ptr<Store>> store = OpenPostgresStore(uri);
+      ASSERT_TRUE(store.ok()) << store.status().ToString();
+      store_ = std::move(store).value();
     }
     ASSERT_NE(store_, nullptr);
   }
@@ -232,10 +259,8 @@ class StoreTest : public ::testing::TestWithParam<Impl> {
   std::unique_ptr<Store> store_;
 };
 
-INSTANTIATE_TEST_SUITE_P(Impls, StoreTest, ::testing::Values(Impl::kMemory, Impl::kSqlite),
-                         [](const ::testing::TestParamInfo<Impl>& info) {
-                           return info.param == Impl::kMemory ? "Memory" : "Sqlite";
-                         });
+INSTANTIATE_TEST_SUITE_P(Impls, StoreTest, ::testing::Values(Impl::kMemory, Impl::kSqlite, Impl::kPostgres),
+                         [](const ::testing::TestParamInfo<Impl>& info) { return ImplName(info.param); });
 
 TEST_P(StoreTest, EmptyStoreAnswersEmpty) {
   StatusOr<std::vector<v1::RunInfo>> runs = store_->ListRuns("", 100);

@@ -731,6 +731,8 @@ StatusOr<std::unique_ptr<Store>> PostgresStore::Open(const std::string& uri, con
   if (parsed == nullptr) {
     std::string message = error != nullptr ? OneLine(error) : "cannot parse";
     PQfreemem(error);
+    // libpq quotes the URI, password and all.
+    for (std::size_t at; (at = message.find(uri)) != std::string::npos;) message.replace(at, uri.size(), "...");
     return Status::InvalidArgument("bad PostgreSQL URI " + DescribePostgresUri(uri) + ": " + message);
   }
   PQconninfoFree(parsed);

@@ -52,7 +52,7 @@ struct WriteOp {
   // the run first; `stored_config` then holds the stored settings (version 0
   // when none).
   bool config_conflict = false;
-  v1::RunConfig stored_config;
+  v1::RunConfig stored_config{};
 };
 
 // Selects step records for GetSteps. Ordered by (step, rank).

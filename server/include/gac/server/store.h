@@ -153,7 +153,7 @@ struct PostgresOptions {
   // After a failed connection attempt, calls fail at once (UNAVAILABLE) for
   // this long before the next attempt, so that an unreachable database costs
   // each call nothing.
-  std::chrono::milliseconds reconnect_interval{500};
+  std::chrono::milliseconds reconnect_interval{250};
 };
 
 // True when `store` names a PostgreSQL database: a postgresql:// or

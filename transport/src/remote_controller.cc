@@ -22,19 +22,38 @@ struct RemoteController::Impl {
   std::vector<Replica> replicas;
   std::atomic<std::size_t> preferred{0};  // the replica that answered last
 
-  // Calls `call(replica, ctx)` on the preferred replica and, while the
-  // answer is UNAVAILABLE (down, draining) and `deadline` has not passed, on
-  // the next ones; the one that answers becomes preferred.
+  // Calls `call(replica, ctx)` on the replicas in turn, connected ones
+  // first from the preferred one on, while the answer is UNAVAILABLE (down,
+  // draining) and `deadline` has not passed; the one that answers becomes
+  // preferred. A replica that missed the deadline is asked last next time.
   template <typename Call>
   grpc::Status WithFailover(std::chrono::system_clock::time_point deadline, const Call& call) {
     const std::size_t first = preferred.load(std::memory_order_relaxed);
-    grpc::Status st;
+    std::vector<std::size_t> order, later;
     for (std::size_t i = 0; i < replicas.size(); ++i) {
       const std::size_t k = (first + i) % replicas.size();
+      // GetState(true) also starts connecting an idle channel.
+      (replicas[k].channel->GetState(true) == GRPC_CHANNEL_READY ? order : later).push_back(k);
+    }
+    const bool none_connected = order.empty();
+    order.insert(order.end(), later.begin(), later.end());
+    if (none_connected) {
+      // None is connected. A channel whose calls only fail fast is polled by
+      // no thread, and its reconnection attempts cannot complete: poll for a
+      // moment, so that a replica that came back is found.
+      replicas[order.front()].channel->WaitForConnected(std::chrono::system_clock::now() +
+                                                        std::chrono::milliseconds(1));
+    }
+    grpc::Status st;
+    for (std::size_t k : order) {
       grpc::ClientContext ctx;
       ctx.set_deadline(deadline);
       if (!options.token.empty()) ctx.AddMetadata("authorization", "Bearer " + options.token);
       st = call(replicas[k], &ctx);
+      if (st.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED && replicas.size() > 1) {
+        preferred.store((k + 1) % replicas.size(), std::memory_order_relaxed);
+        return st;
+      }
       if (st.error_code() != grpc::StatusCode::UNAVAILABLE) {
         if (k != first) preferred.store(k, std::memory_order_relaxed);
         return st;

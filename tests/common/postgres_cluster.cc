@@ -159,8 +159,9 @@ std::unique_ptr<PostgresCluster> PostgresCluster::Start(std::string* error) {
   }
 
   // The template: initdb once per machine, user and version, under a lock.
+  // "-v1": the initdb options below; change it with them.
   const std::string template_dir = TempRoot() + "/gac-pg-template-" + ServerVersion(c->bindir_) + "-uid" +
-                                   std::to_string(c->uid_);
+                                   std::to_string(c->uid_) + "-v1";
   {
     const std::string lock_path = template_dir + ".lock";
     const int lock = open(lock_path.c_str(), O_RDWR | O_CREAT, 0644);
@@ -224,10 +225,44 @@ std::unique_ptr<PostgresCluster> PostgresCluster::Start(std::string* error) {
     c->port_ = FreePort();
     if (c->port_ == 0) continue;
     std::string start_error;
-    if (c->Restart(&start_error)) return c;
+    if (c->Restart(&start_error)) {
+      c->StartWatchdog();
+      return c;
+    }
     *error = start_error;
   }
   return nullptr;
+}
+
+void PostgresCluster::StartWatchdog() {
+  // A process that outlives a test killed by its timeout (or a crash) and
+  // then stops the server and removes the scratch directory: it waits for
+  // the end of a pipe whose write end only this process holds (close-on-exec,
+  // so gacd processes the tests start do not hold it too).
+  int fds[2];
+  if (pipe2(fds, O_CLOEXEC) != 0) return;
+  const std::string script = "read _; \"$0\" -D \"$1\" stop -m immediate -w >/dev/null 2>&1; rm -rf \"$2\"";
+  const std::string pg_ctl = bindir_ + "/pg_ctl";
+  const pid_t pid = fork();
+  if (pid == 0) {
+    dup2(fds[0], 0);  // the duplicate is not close-on-exec
+    const int null_fd = open("/dev/null", O_WRONLY);
+    if (null_fd >= 0) {
+      dup2(null_fd, 1);
+      dup2(null_fd, 2);
+    }
+    setsid();  // not in the test's process group: a kill of the group spares it
+    if (switch_user_ && (setgroups(0, nullptr) != 0 || setgid(gid_) != 0 || setuid(uid_) != 0)) _exit(126);
+    execl("/bin/sh", "sh", "-c", script.c_str(), pg_ctl.c_str(), data_.c_str(), scratch_.c_str(),
+          static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  close(fds[0]);
+  if (pid > 0) {
+    watchdog_fd_ = fds[1];
+  } else {
+    close(fds[1]);
+  }
 }
 
 PostgresCluster* PostgresCluster::Shared(std::string* error) {
@@ -249,6 +284,7 @@ PostgresCluster::~PostgresCluster() {
   }
   std::error_code ec;
   if (!scratch_.empty()) std::filesystem::remove_all(scratch_, ec);
+  if (watchdog_fd_ >= 0) close(watchdog_fd_);  // the watchdog finds nothing left to do
 }
 
 bool PostgresCluster::PgCtl(const std::vector<std::string>& args, std::string* error) {

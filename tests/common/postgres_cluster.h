@@ -7,7 +7,9 @@
 //
 // The data directory is copied from a template made by initdb once per
 // machine and PostgreSQL version (under $TMPDIR, built under a lock), which
-// saves initdb's second or two per test process.
+// saves initdb's second or two per test process. A watchdog process stops
+// the server and removes the directory when the test process ends without
+// doing so (a test killed at its timeout).
 //
 // Tests skip, with the reason logged, only when the PostgreSQL binaries are
 // not installed; any other failure to start is a test failure.
@@ -66,6 +68,7 @@ class PostgresCluster {
  private:
   PostgresCluster() = default;
   bool PgCtl(const std::vector<std::string>& args, std::string* error);
+  void StartWatchdog();
 
   std::string bindir_, scratch_, data_, log_;
   int port_ = 0;
@@ -73,6 +76,7 @@ class PostgresCluster {
   int databases_ = 0;
   unsigned uid_ = 0, gid_ = 0;  // who runs the server (the caller unless root)
   bool switch_user_ = false;
+  int watchdog_fd_ = -1;  // its end stops the server (StartWatchdog)
 };
 
 }  // namespace gac::testing

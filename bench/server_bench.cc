@@ -922,6 +922,13 @@ class PgConnection {
   PgConnection(const PgConnection&) = delete;
   PgConnection& operator=(const PgConnection&) = delete;
 
+  // Runs `sql`; false (and no failure) when the database refuses it.
+  bool TryExec(const std::string& sql) {
+    PGresult* r = PQexec(conn_, sql.c_str());
+    const bool ok = PQresultStatus(r) == PGRES_COMMAND_OK || PQresultStatus(r) == PGRES_TUPLES_OK;
+    PQclear(r);
+    return ok;
+  }
   void Exec(const std::string& sql) {
     PGresult* r = PQexec(conn_, sql.c_str());
     const ExecStatusType st = PQresultStatus(r);
@@ -1352,6 +1359,30 @@ LatencySummary Summarise(LoopResult r) {
   return {Quantile(r.latencies_us, 0.50), Quantile(r.latencies_us, 0.99), r.calls / r.seconds, r.latencies_us.size()};
 }
 
+// `clients` closed-loop callers of `method` at `address` and as many of the
+// baseline's, each group on a connection of its own, in `rounds` rounds
+// that alternate which goes first (so that drift hits both), each after its
+// own warm-up. Returns the summaries of the two.
+std::pair<LatencySummary, LatencySummary> MeasurePair(const std::string& address, const char* method,
+                                                      const std::string& baseline_address, const char* baseline_method,
+                                                      int clients, int rounds, double warmup, double seconds) {
+  ClosedLoop a(Connect(address), method, clients);
+  ClosedLoop b(Connect(baseline_address), baseline_method, clients);
+  LoopResult ra, rb;
+  for (int r = 0; r < rounds; ++r) {
+    if (r % 2 == 0) {
+      b.Run(warmup, seconds / rounds, &rb);
+      a.Run(warmup, seconds / rounds, &ra);
+    } else {
+      a.Run(warmup, seconds / rounds, &ra);
+      b.Run(warmup, seconds / rounds, &rb);
+    }
+  }
+  std::pair<LatencySummary, LatencySummary> out{Summarise(std::move(ra)), Summarise(std::move(rb))};
+  if (out.first.samples == 0 || out.second.samples == 0) Fail("no call completed in a measurement window");
+  return out;
+}
+
 void BenchDecide(const Args& args, const std::string& scratch, Report* report) {
   const int rounds = args.quick ? 1 : 2;
   const double warmup = args.quick ? 0.1 : 0.3;
@@ -1386,21 +1417,8 @@ void BenchDecide(const Args& args, const std::string& scratch, Report* report) {
   std::printf("   payload %zu bytes (a serialized DecideRequest) both ways for the echo\n", DecideRequestBytes(0).size());
 
   for (int clients : args.clients) {
-    ClosedLoop decide(Connect(gacd->address()), kDecideMethod, clients);
-    ClosedLoop echo(Connect(echo_address), kEchoMethod, clients);
-    LoopResult d, e;
-    for (int r = 0; r < rounds; ++r) {
-      if (r % 2 == 0) {
-        echo.Run(warmup, args.seconds / rounds, &e);
-        decide.Run(warmup, args.seconds / rounds, &d);
-      } else {
-        decide.Run(warmup, args.seconds / rounds, &d);
-        echo.Run(warmup, args.seconds / rounds, &e);
-      }
-    }
-    const LatencySummary ds = Summarise(std::move(d));
-    const LatencySummary es = Summarise(std::move(e));
-    if (ds.samples == 0 || es.samples == 0) Fail("no Decide or echo call completed in the window");
+    const auto [ds, es] =
+        MeasurePair(gacd->address(), kDecideMethod, echo_address, kEchoMethod, clients, rounds, warmup, args.seconds);
     const double ratio = ds.p99_us / es.p99_us;
     std::printf("   C=%-3d Decide p50 %7.1f us  p99 %7.1f us  %8.0f rpc/s | echo p50 %7.1f us  p99 %7.1f us"
                 "  %8.0f rpc/s | p99 ratio %.2f, p50 ratio %.2f\n",
@@ -1436,6 +1454,10 @@ void BenchDecideStores(const Args& args, const std::string& scratch, Report* rep
               rounds, args.seconds / rounds, warmup);
   std::fflush(stdout);
   Schemas schemas(args.store);
+  // The ingest before leaves dirty buffers that a checkpoint would write
+  // during the measurement, on the CPUs and disk both gacd share: write them
+  // now (needs a superuser or pg_checkpoint; skipped otherwise).
+  if (!schemas.admin().TryExec("CHECKPOINT")) std::printf("   (no CHECKPOINT: not allowed for this role)\n");
   ServerConfig sqlite_config = BaseConfig();
   sqlite_config.data_dir = scratch + "/gacd-decide";
   auto on_sqlite = StartGacd(sqlite_config);
@@ -1450,21 +1472,8 @@ void BenchDecideStores(const Args& args, const std::string& scratch, Report* rep
     }
   }
   for (int clients : args.clients) {
-    ClosedLoop pg(Connect(on_postgres->address()), kDecideMethod, clients);
-    ClosedLoop lite(Connect(on_sqlite->address()), kDecideMethod, clients);
-    LoopResult p, l;
-    for (int r = 0; r < rounds; ++r) {
-      if (r % 2 == 0) {
-        lite.Run(warmup, args.seconds / rounds, &l);
-        pg.Run(warmup, args.seconds / rounds, &p);
-      } else {
-        pg.Run(warmup, args.seconds / rounds, &p);
-        lite.Run(warmup, args.seconds / rounds, &l);
-      }
-    }
-    const LatencySummary ps = Summarise(std::move(p));
-    const LatencySummary ls = Summarise(std::move(l));
-    if (ps.samples == 0 || ls.samples == 0) Fail("no Decide call completed in the window");
+    const auto [ps, ls] = MeasurePair(on_postgres->address(), kDecideMethod, on_sqlite->address(), kDecideMethod,
+                                      clients, rounds, warmup, args.seconds);
     const double ratio = ps.p99_us / ls.p99_us;
     std::printf("   C=%-3d PostgreSQL store: Decide p50 %7.1f us  p99 %7.1f us  %8.0f rpc/s | SQLite store: p50 %7.1f us"
                 "  p99 %7.1f us  %8.0f rpc/s | p99 ratio %.2f\n",

@@ -62,6 +62,15 @@ void SettingsSync::Run() {
   bool failing = false;
   auto backoff = std::chrono::milliseconds(100);
   auto next_reload = Clock::now();
+  // After a failure: say so once, reload once the store answers, back off.
+  const auto failed = [&](const Status& status) {
+    if (!failing) std::fprintf(stderr, "gacd: settings of other replicas: %s (retrying)\n", status.ToString().c_str());
+    failing = true;
+    reload = true;
+    const bool go_on = Sleep(backoff);
+    backoff = std::min(backoff * 2, kMaxBackoff);
+    return go_on;
+  };
   while (!stopping()) {
     const auto now = Clock::now();
     const auto until_reload = std::chrono::duration_cast<std::chrono::milliseconds>(next_reload - now);
@@ -70,27 +79,14 @@ void SettingsSync::Run() {
     StatusOr<std::vector<std::pair<std::string, v1::RunConfig>>> changes = store_->WaitForConfigChanges(wait);
     if (changes.status().code() == StatusCode::kUnimplemented) return;  // one process per store
     if (!changes.ok()) {
-      if (!failing) {
-        std::fprintf(stderr, "gacd: settings of other replicas: %s (retrying)\n",
-                     changes.status().ToString().c_str());
-      }
-      failing = true;
-      reload = true;
-      if (!Sleep(backoff)) return;
-      backoff = std::min(backoff * 2, kMaxBackoff);
+      if (!failed(changes.status())) return;
       continue;
     }
     Install(*changes);
     if (reload || Clock::now() >= next_reload) {
       StatusOr<std::vector<std::pair<std::string, v1::RunConfig>>> all = store_->LoadRunConfigs();
       if (!all.ok()) {
-        if (!failing) {
-          std::fprintf(stderr, "gacd: settings of other replicas: %s (retrying)\n", all.status().ToString().c_str());
-        }
-        failing = true;
-        reload = true;
-        if (!Sleep(backoff)) return;
-        backoff = std::min(backoff * 2, kMaxBackoff);
+        if (!failed(all.status())) return;
         continue;
       }
       Install(*all);

@@ -32,8 +32,9 @@ std::string TempRoot() {
   return tmp != nullptr && *tmp != '\0' ? tmp : "/tmp";
 }
 
-// A free loopback TCP port (free now; the server binds it a moment later).
-int FreePort() {
+}  // namespace
+
+int FreeLoopbackPort() {
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
   if (fd < 0) return 0;
   sockaddr_in addr{};
@@ -48,6 +49,8 @@ int FreePort() {
   close(fd);
   return port;
 }
+
+namespace {
 
 std::string ReadAll(const std::string& path) {
   std::ifstream in(path);
@@ -222,7 +225,7 @@ std::unique_ptr<PostgresCluster> PostgresCluster::Start(std::string* error) {
   // A free port; another process may take it between the probe and the
   // server's bind, so a few tries.
   for (int attempt = 0; attempt < 5; ++attempt) {
-    c->port_ = FreePort();
+    c->port_ = FreeLoopbackPort();
     if (c->port_ == 0) continue;
     std::string start_error;
     if (c->Restart(&start_error)) {

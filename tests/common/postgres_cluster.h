@@ -24,6 +24,10 @@
 
 namespace gac::testing {
 
+// A loopback TCP port that is free now (0 when none could be found); the
+// caller binds it a moment later, so another process may take it meanwhile.
+int FreeLoopbackPort();
+
 class PostgresCluster {
  public:
   static constexpr const char* kUser = "gac";
@@ -93,6 +97,17 @@ class PostgresCluster {
     std::string gac_pg_error;                                                                              \
     var = ::gac::testing::PostgresCluster::Shared(&gac_pg_error);                                          \
     ASSERT_NE(var, nullptr) << "cannot start PostgreSQL: " << gac_pg_error;                               \
+  } while (false)
+
+// As GAC_SHARED_POSTGRES_OR_SKIP, and `uri` (a std::string) names a new
+// empty database of it.
+#define GAC_NEW_POSTGRES_DATABASE_OR_SKIP(cluster, uri)                              \
+  GAC_SHARED_POSTGRES_OR_SKIP(cluster);                                              \
+  std::string uri;                                                                   \
+  do {                                                                               \
+    std::string gac_pg_db_error;                                                     \
+    uri = cluster->NewDatabase(&gac_pg_db_error);                                    \
+    ASSERT_FALSE(uri.empty()) << "cannot create a database: " << gac_pg_db_error;    \
   } while (false)
 
 #endif  // GAC_TESTS_COMMON_POSTGRES_CLUSTER_H_

@@ -117,21 +117,27 @@ def matches(selector, labels):
     return bool(selector) and all(labels.get(k) == v for k, v in selector.items())
 
 
-def check_k8s(repo):
-    k8s = f"{repo}/deploy/k8s"
+def kustomize_objects(k8s, where):
+    """The objects of a kustomization's resources, by (kind, name)."""
     kust = load(f"{k8s}/kustomization.yaml")
     objects = {}
     for res in kust.get("resources", []):
         path = f"{k8s}/{res}"
         if not os.path.exists(path):
-            problem(f"kustomization.yaml: resource {res} does not exist")
+            problem(f"{where}kustomization.yaml: resource {res} does not exist")
             continue
         for doc in load_all(path):
             kind, name = doc.get("kind"), doc.get("metadata", {}).get("name")
             if not doc.get("apiVersion") or not kind or not name:
-                problem(f"{res}: object without apiVersion, kind or metadata.name")
+                problem(f"{where}{res}: object without apiVersion, kind or metadata.name")
                 continue
             objects[(kind, name)] = doc
+    return objects
+
+
+def check_k8s(repo):
+    k8s = f"{repo}/deploy/k8s"
+    objects = kustomize_objects(k8s, "")
     dep = objects.get(("Deployment", "gacd"))
     svc = objects.get(("Service", "gacd"))
     sm = objects.get(("ServiceMonitor", "gacd"))
@@ -314,20 +320,7 @@ def check_store_uri(uri, what):
 
 
 def check_k8s_postgresql(repo):
-    k8s = f"{repo}/deploy/k8s-postgresql"
-    kust = load(f"{k8s}/kustomization.yaml")
-    objects = {}
-    for res in kust.get("resources", []):
-        path = f"{k8s}/{res}"
-        if not os.path.exists(path):
-            problem(f"k8s-postgresql/kustomization.yaml: resource {res} does not exist")
-            continue
-        for doc in load_all(path):
-            kind, name = doc.get("kind"), doc.get("metadata", {}).get("name")
-            if not doc.get("apiVersion") or not kind or not name:
-                problem(f"k8s-postgresql/{res}: object without apiVersion, kind or metadata.name")
-                continue
-            objects[(kind, name)] = doc
+    objects = kustomize_objects(f"{repo}/deploy/k8s-postgresql", "k8s-postgresql/")
     dep = objects.get(("Deployment", "gacd"))
     pdb = objects.get(("PodDisruptionBudget", "gacd"))
     svc = objects.get(("Service", "gacd"))

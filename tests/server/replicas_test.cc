@@ -6,12 +6,8 @@
 // -9 of the replica an agent streams to, twenty times during a run, bad
 // configuration at start-up, and a database that goes away while serving.
 
-#include <arpa/inet.h>
 #include <gtest/gtest.h>
-#include <netinet/in.h>
 #include <signal.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -38,23 +34,6 @@ namespace {
 
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
-
-// A loopback port that is free now, so that a replica can be restarted on
-// the port its agents know.
-int FreePort() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof addr;
-  int port = 0;
-  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0 &&
-      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
-    port = ntohs(addr.sin_port);
-  }
-  close(fd);
-  return port;
-}
 
 // The sum of every sample of `name` whose labels include all of `labels`
 // (k="v" pairs) in a Prometheus text exposition.
@@ -108,11 +87,9 @@ class Replica {
 class Replicas : public ::testing::Test {
  protected:
   void SetUp() override {
-    GAC_SHARED_POSTGRES_OR_SKIP(cluster);
+    GAC_NEW_POSTGRES_DATABASE_OR_SKIP(cluster, uri);
     cluster_ = cluster;
-    std::string error;
-    uri_ = cluster_->NewDatabase(&error);
-    ASSERT_FALSE(uri_.empty()) << error;
+    uri_ = uri;
     tokens_ = WriteTestTokens(dir_);
   }
 
@@ -120,7 +97,7 @@ class Replicas : public ::testing::Test {
   void StartReplicas(int n, bool fixed_ports = false) {
     for (int i = 0; i < n; ++i) {
       replicas_.push_back(std::make_unique<Replica>(dir_, "r" + std::to_string(i), uri_, tokens_,
-                                                    fixed_ports ? FreePort() : 0));
+                                                    fixed_ports ? FreeLoopbackPort() : 0));
       ASSERT_TRUE(replicas_.back()->Start());
     }
   }

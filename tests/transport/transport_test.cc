@@ -75,6 +75,16 @@ TelemetryOptions Options(const std::string& address, const ScratchDir& dir) {
   return o;
 }
 
+RemoteControllerOptions RemoteOptions(const std::string& address, const std::string& run,
+                                      std::chrono::milliseconds deadline) {
+  RemoteControllerOptions o;
+  o.address = address;
+  o.token = testing::kWriterToken;
+  o.run = run;
+  o.deadline = deadline;
+  return o;
+}
+
 std::vector<std::int64_t> Range(std::int64_t n) {
   std::vector<std::int64_t> v(static_cast<std::size_t>(n));
   for (std::int64_t i = 0; i < n; ++i) v[static_cast<std::size_t>(i)] = i;
@@ -239,12 +249,7 @@ TEST(StalledGacd, TrainerDoesNotWaitAndRemoteDecisionFallsBackOnTime) {
   ASSERT_TRUE(gacd.Start());
   auto t = Telemetry::Start(Options(gacd.address(), dir));
   ASSERT_TRUE(t.ok());
-  RemoteControllerOptions ro;
-  ro.address = gacd.address();
-  ro.token = testing::kWriterToken;
-  ro.run = "exp-stall";
-  ro.deadline = 50ms;
-  auto remote = RemoteController::Create(ro);
+  auto remote = RemoteController::Create(RemoteOptions(gacd.address(), "exp-stall", 50ms));
   ASSERT_TRUE(remote.ok());
   const AlignmentStats stats{0.1, 1.0, 1.0, true};
   auto d = (*remote)->Decide(0, stats);
@@ -360,12 +365,7 @@ TEST(RemoteController, AnswersFromAnotherReplicaWithinOneCall) {
   Gacd a(dir_a), b(dir_b);
   ASSERT_TRUE(a.Start());
   ASSERT_TRUE(b.Start());
-  RemoteControllerOptions ro;
-  ro.address = a.address() + "," + b.address();
-  ro.token = testing::kWriterToken;
-  ro.run = "exp-failover";
-  ro.deadline = 500ms;
-  auto remote = RemoteController::Create(ro);
+  auto remote = RemoteController::Create(RemoteOptions(a.address() + "," + b.address(), "exp-failover", 500ms));
   ASSERT_TRUE(remote.ok());
   const AlignmentStats stats{0.1, 1.0, 1.0, true};
   ASSERT_TRUE((*remote)->Decide(0, stats).ok());

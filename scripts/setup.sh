@@ -8,6 +8,8 @@ packages=(
   libtorch-dev libgloo-dev
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   prometheus-cpp-dev libsqlite3-dev prometheus openssl
+  # The PostgreSQL store (libpq) and the PostgreSQL 15 server its tests start.
+  libpq-dev postgresql
   libgtest-dev libgmock-dev
   python3-yaml python3-matplotlib
   # gacctl's CSV export is checked by loading it with pandas (tests/cli).

@@ -5,6 +5,7 @@
 #include <pthread.h>
 
 #include "gac/server/server.h"
+#include "gac/server/store.h"
 
 int main(int argc, char** argv) {
   using gac::server::GacServer;
@@ -28,10 +29,13 @@ int main(int argc, char** argv) {
 
   auto server = GacServer::Start(*config);
   if (!server.ok()) {
+    // Whatever stops the start is configuration (files, addresses, the
+    // store and its database): exit 2, which systemd does not restart.
     std::fprintf(stderr, "gacd: cannot start: %s\n", server.status().ToString().c_str());
-    return 1;
+    return 2;
   }
-  const std::string store = config->DatabasePath();
+  const std::string store =
+      gac::server::IsPostgresUri(config->store) ? gac::server::DescribePostgresUri(config->store) : config->DatabasePath();
   std::fprintf(stderr, "gacd: serving gRPC on %s%s, store %s%s\n", (*server)->address().c_str(),
                config->tls_cert.empty() ? "" : " (TLS)", store.c_str(),
                config->insecure ? ", INSECURE: no authentication" : "");

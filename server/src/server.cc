@@ -14,6 +14,7 @@
 #include "gac/mutex.h"
 #include "gac/server/metrics.h"
 #include "server/src/core.h"
+#include "server/src/settings_sync.h"
 #include "server/src/services/services.h"
 
 namespace gac::server {
@@ -31,6 +32,7 @@ struct GacServer::Impl {
   int metrics_port = 0;
 
   std::thread housekeeping;
+  std::unique_ptr<SettingsSync> settings_sync;
   Mutex mu;
   CondVar cv;
   bool shutting_down GAC_GUARDED_BY(mu) = false;
@@ -71,6 +73,11 @@ StatusOr<std::unique_ptr<GacServer>> GacServer::Start(const ServerConfig& config
     StatusOr<Authenticator> auth = Authenticator::FromFile(config.token_file);
     if (!auth.ok()) return auth.status();
     core.auth = std::move(*auth);
+  }
+  if (store == nullptr && IsPostgresUri(config.store)) {
+    auto opened = OpenPostgresStore(config.store);
+    if (!opened.ok()) return opened.status();
+    store = std::move(*opened);
   }
   if (store == nullptr) {
     if (config.db == ":memory:") {
@@ -157,6 +164,9 @@ StatusOr<std::unique_ptr<GacServer>> GacServer::Start(const ServerConfig& config
   for (const auto& [run, cfg] : *configs) core.metrics->ObserveConfig(run, cfg, std::chrono::system_clock::now());
   Impl* raw = impl.get();
   impl->housekeeping = std::thread([raw] { raw->Housekeeping(); });
+  // Settings changed through other replicas sharing the store.
+  impl->settings_sync = std::make_unique<SettingsSync>(core.store.get(), core.registry.get(), core.metrics.get());
+  impl->settings_sync->Start();
 
   if (!config.ready_file.empty()) {
     const std::string tmp = config.ready_file + ".tmp";
@@ -194,6 +204,7 @@ void GacServer::Shutdown(std::chrono::milliseconds drain) {
   s.server->Shutdown(std::chrono::system_clock::now());
   s.server->Wait();
   s.core.executor->Stop();
+  if (s.settings_sync) s.settings_sync->Stop();
   s.core.writer->Stop();  // commits everything queued
   if (s.housekeeping.joinable()) s.housekeeping.join();
   exposer_stop.join();

@@ -22,12 +22,16 @@ class Metrics;
 
 class GacServer {
  public:
-  // Opens the store (unless one is given: tests pass NewMemoryStore()),
-  // loads the run settings, and starts serving. Errors: bad TLS or token
-  // files (InvalidArgument, or the errno's code: NotFound, PermissionDenied),
-  // a data directory or database that cannot be created or opened (the
-  // errno's code; DataLoss for a damaged file, FailedPrecondition for a newer
-  // schema), an address that cannot be bound (Unavailable).
+  // Opens the store (unless one is given: tests pass NewMemoryStore()):
+  // SQLite, or PostgreSQL for a postgresql:// config.store; loads the run
+  // settings, and starts serving (with a PostgreSQL store, also listening
+  // for settings changes made through other replicas). Errors: bad TLS or
+  // token files (InvalidArgument, or the errno's code: NotFound,
+  // PermissionDenied), a data directory or database that cannot be created
+  // or opened (the errno's code; DataLoss for a damaged file,
+  // FailedPrecondition for a newer schema; for PostgreSQL Unavailable,
+  // Unauthenticated, NotFound as OpenPostgresStore), an address that cannot
+  // be bound (Unavailable).
   static StatusOr<std::unique_ptr<GacServer>> Start(const ServerConfig& config,
                                                     std::unique_ptr<Store> store = nullptr);
   ~GacServer();  // Shutdown(0)

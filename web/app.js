@@ -446,7 +446,7 @@
         title,
         width: chartWidth(),
         height,
-        cursor: { sync: { key: 'gacd-' + this.gen }, drag: { x: true, y: false } },
+        cursor: { sync: { key: 'gacd-' + this.gen }, drag: { x: true, y: false }, y: false },
         scales: { x: { time: false } },
         axes: [{ label: 'step' }, { size: 60 }],
         series: [{ label: 'step' }, ...series],

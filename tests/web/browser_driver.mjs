@@ -9,12 +9,15 @@
 //
 // Commands ({"cmd": ..., ...}; answers {"ok": true, ...} or {"ok": false, "error": ...}):
 //   open {url}                        navigate and wait for the load event
+//   reload                            load the page again
 //   wait {expr, timeout_ms}           until the page expression is truthy; its value
 //   eval {expr}                       the page expression's value
 //   text {selector}                   textContent (trimmed) of the first match
 //   fill {selector, value} / select {selector, value} / click {selector}
+//   hover {selector, x, y}            the mouse at fractions x, y of the element's box
 //   screenshot {path, full_page}
-//   events                            console errors, page errors, blocked and failed requests
+//   session {key, value}              sessionStorage entry set before every later page load
+//   events / reset_events             console errors, page errors, blocked and failed requests
 //   quit
 import { mkdtempSync, rmSync } from 'node:fs';
 import { createRequire } from 'node:module';
@@ -60,6 +63,11 @@ async function run(c) {
       await page.goto(c.url, { waitUntil: 'load' });
       return { ms: Date.now() - started };
     }
+    case 'reload': {
+      const started = Date.now();
+      await page.reload({ waitUntil: 'load' });
+      return { ms: Date.now() - started };
+    }
     case 'wait': {
       // Polled with evaluate: the page's Content-Security-Policy forbids the
       // eval that waitForFunction's string predicates use.
@@ -85,11 +93,22 @@ async function run(c) {
     case 'click':
       await page.locator(c.selector).first().click();
       return {};
+    case 'hover': {
+      const box = await page.locator(c.selector).first().boundingBox();
+      await page.mouse.move(box.x + c.x * box.width, box.y + c.y * box.height);
+      return {};
+    }
     case 'screenshot':
       await page.screenshot({ path: c.path, fullPage: Boolean(c.full_page) });
       return {};
+    case 'session':
+      await context.addInitScript(([key, value]) => sessionStorage.setItem(key, value), [c.key, c.value]);
+      return {};
     case 'events':
       return { events };
+    case 'reset_events':
+      for (const list of Object.values(events)) list.length = 0;
+      return {};
     default:
       throw new Error(`unknown command ${c.cmd}`);
   }

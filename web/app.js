@@ -359,9 +359,6 @@
       this.liveLoop();
       this.heatmapLoop();
       await this.loadHistory(head.info);
-      if (!this.alive()) return;
-      this.updateLatest();
-      this.summaryLoop();
     }
 
     applyInfo(info, serverNs) {
@@ -414,6 +411,8 @@
       }
       if (!this.alive()) return;
       this.buildCharts();
+      this.updateLatest();
+      this.summaryLoop();
       progress();
       const older = ranges.slice(1);
       const blocks = new Array(older.length);
@@ -477,8 +476,11 @@
         threshold('-c_high', '#cf222e'),
       ], {
         bands: [{ series: [3, 4], fill: 'rgba(212,167,44,0.12)' }, { series: [5, 6], fill: 'rgba(212,167,44,0.12)' }],
+        hooks: {
+          setScale: [(u, key) => key === 'x' && this.onZoom(u)],
+          draw: [() => this.markFirstChart()],
+        },
       }), this.cosineData(), $('#chart-cosine'));
-      this.markFirstChart();
 
       const regimeBars = uPlot.paths.bars({
         size: [1, Infinity, 1],
@@ -501,9 +503,12 @@
       window.addEventListener('resize', this.onResize = () => this.resize());
     }
 
-    // Time to the first chart with the run's history: since the page's
-    // navigation for the page's first view, else since the view was opened.
+    // Time until the first chart has been drawn with the run's latest steps:
+    // since the page's navigation for the page's first view, else since the
+    // view was opened.
     markFirstChart() {
+      if (this.firstDrawn) return;
+      this.firstDrawn = true;
       document.body.dataset.firstChartMs = (performance.now() - this.openedAt).toFixed(1);
       document.body.dataset.firstChartSteps = String(this.cols.length);
     }

@@ -1,6 +1,7 @@
 #include "tests/common/test_util.h"
 
 #include <arpa/inet.h>
+#include <google/protobuf/util/json_util.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -326,6 +327,20 @@ std::optional<HttpReply> HttpFetch(const std::string& host_port, const std::stri
   }
   reply.body = resp.substr(end + 4);
   return reply;
+}
+
+google::protobuf::Value ParseJson(const std::string& text) {
+  google::protobuf::Value v;
+  const auto st = google::protobuf::util::JsonStringToMessage(text, &v);
+  EXPECT_TRUE(st.ok()) << st.message() << " in " << text.substr(0, 500);
+  return v;
+}
+
+const google::protobuf::Value& JsonMember(const google::protobuf::Value& v, const std::string& key) {
+  static const google::protobuf::Value kMissing;
+  if (v.kind_case() != google::protobuf::Value::kStructValue) return kMissing;
+  auto it = v.struct_value().fields().find(key);
+  return it == v.struct_value().fields().end() ? kMissing : it->second;
 }
 
 std::optional<std::string> HttpGet(const std::string& host_port, const std::string& path) {

@@ -5,6 +5,7 @@
 #ifndef GAC_TESTS_COMMON_TEST_UTIL_H_
 #define GAC_TESTS_COMMON_TEST_UTIL_H_
 
+#include <google/protobuf/struct.pb.h>
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
@@ -143,6 +144,13 @@ struct HttpReply {
 // the end of the connection.
 std::optional<HttpReply> HttpFetch(const std::string& host_port, const std::string& method, const std::string& path,
                                    const std::vector<std::string>& headers = {}, const std::string& body = "");
+
+// `text` read by protobuf's JSON parser (a reader independent of gacd's own
+// JSON writer); text that does not parse fails the test.
+google::protobuf::Value ParseJson(const std::string& text);
+// The member `key` of a JSON object; an empty Value (KIND_NOT_SET) when `v`
+// is not an object or has no such member.
+const google::protobuf::Value& JsonMember(const google::protobuf::Value& v, const std::string& key);
 
 // Plain HTTP GET; returns the body of a 200 answer, or nullopt.
 std::optional<std::string> HttpGet(const std::string& host_port, const std::string& path);

@@ -4,8 +4,6 @@
 // unknown runs, page limits, settings changes, concurrent ingest), and the
 // page's files against web/ and web/node_modules.
 
-#include <google/protobuf/struct.pb.h>
-#include <google/protobuf/util/json_util.h>
 #include <gtest/gtest.h>
 #include <zlib.h>
 
@@ -28,20 +26,6 @@ using google::protobuf::Value;
 
 const std::string kSourceDir = GAC_SOURCE_DIR;
 constexpr std::size_t kMaxMessageBytes = 65536;
-
-Value Json(const std::string& text) {
-  Value v;
-  const auto st = google::protobuf::util::JsonStringToMessage(text, &v);
-  EXPECT_TRUE(st.ok()) << st.message() << " in " << text.substr(0, 500);
-  return v;
-}
-
-const Value& At(const Value& v, const std::string& key) {
-  static const Value kMissing;
-  if (v.kind_case() != Value::kStructValue) return kMissing;
-  auto it = v.struct_value().fields().find(key);
-  return it == v.struct_value().fields().end() ? kMissing : it->second;
-}
 
 const ListValue& List(const Value& v) { return v.list_value(); }
 
@@ -75,54 +59,54 @@ void ExpectOptional(const Value& j, bool has, double value, const std::string& w
 // A record of the JSON API against the same record read over gRPC.
 void ExpectStep(const Value& j, const v1::StepRecord& r, bool layers) {
   const std::string where = r.run() + " step " + std::to_string(r.step()) + " rank " + std::to_string(r.rank());
-  EXPECT_EQ(At(j, "run").string_value(), r.run()) << where;
-  EXPECT_EQ(At(j, "rank").number_value(), r.rank()) << where;
-  EXPECT_EQ(At(j, "world_size").number_value(), r.world_size()) << where;
-  EXPECT_EQ(At(j, "step").number_value(), static_cast<double>(r.step())) << where;
-  ExpectOptional(At(j, "cosine"), r.has_cosine(), r.cosine(), where + " cosine");
-  EXPECT_EQ(At(j, "grad_norm").number_value(), r.grad_norm()) << where;
-  EXPECT_EQ(At(j, "ref_norm").number_value(), r.ref_norm()) << where;
-  EXPECT_EQ(At(j, "regime").string_value(), RegimeName(*proto::FromProto(r.regime()))) << where;
-  EXPECT_EQ(At(j, "alpha").number_value(), r.alpha()) << where;
-  ExpectOptional(At(j, "cosine_after"), r.has_cosine_after(), r.cosine_after(), where + " cosine_after");
-  ExpectOptional(At(j, "staleness"), r.has_staleness(), static_cast<double>(r.staleness()), where + " staleness");
-  const auto& scalars = At(j, "scalars").struct_value().fields();
+  EXPECT_EQ(JsonMember(j, "run").string_value(), r.run()) << where;
+  EXPECT_EQ(JsonMember(j, "rank").number_value(), r.rank()) << where;
+  EXPECT_EQ(JsonMember(j, "world_size").number_value(), r.world_size()) << where;
+  EXPECT_EQ(JsonMember(j, "step").number_value(), static_cast<double>(r.step())) << where;
+  ExpectOptional(JsonMember(j, "cosine"), r.has_cosine(), r.cosine(), where + " cosine");
+  EXPECT_EQ(JsonMember(j, "grad_norm").number_value(), r.grad_norm()) << where;
+  EXPECT_EQ(JsonMember(j, "ref_norm").number_value(), r.ref_norm()) << where;
+  EXPECT_EQ(JsonMember(j, "regime").string_value(), RegimeName(*proto::FromProto(r.regime()))) << where;
+  EXPECT_EQ(JsonMember(j, "alpha").number_value(), r.alpha()) << where;
+  ExpectOptional(JsonMember(j, "cosine_after"), r.has_cosine_after(), r.cosine_after(), where + " cosine_after");
+  ExpectOptional(JsonMember(j, "staleness"), r.has_staleness(), static_cast<double>(r.staleness()), where + " staleness");
+  const auto& scalars = JsonMember(j, "scalars").struct_value().fields();
   EXPECT_EQ(scalars.size(), r.scalars().size()) << where;
   for (const auto& [name, value] : r.scalars()) {
     ASSERT_TRUE(scalars.count(name)) << where << " " << name;
     EXPECT_EQ(scalars.at(name).number_value(), value) << where << " " << name;
   }
   if (layers) {
-    const ListValue& l = List(At(j, "layers"));
+    const ListValue& l = List(JsonMember(j, "layers"));
     ASSERT_EQ(l.values_size(), r.layers_size()) << where;
     for (int i = 0; i < r.layers_size(); ++i) {
-      EXPECT_EQ(At(l.values(i), "name").string_value(), r.layers(i).name()) << where;
-      ExpectOptional(At(l.values(i), "cosine"), r.layers(i).has_cosine(), r.layers(i).cosine(), where + " layer");
-      EXPECT_EQ(At(l.values(i), "grad_norm").number_value(), r.layers(i).grad_norm()) << where;
-      EXPECT_EQ(At(l.values(i), "ref_norm").number_value(), r.layers(i).ref_norm()) << where;
+      EXPECT_EQ(JsonMember(l.values(i), "name").string_value(), r.layers(i).name()) << where;
+      ExpectOptional(JsonMember(l.values(i), "cosine"), r.layers(i).has_cosine(), r.layers(i).cosine(), where + " layer");
+      EXPECT_EQ(JsonMember(l.values(i), "grad_norm").number_value(), r.layers(i).grad_norm()) << where;
+      EXPECT_EQ(JsonMember(l.values(i), "ref_norm").number_value(), r.layers(i).ref_norm()) << where;
     }
   } else {
-    EXPECT_EQ(At(j, "layers").kind_case(), Value::KIND_NOT_SET) << where;
+    EXPECT_EQ(JsonMember(j, "layers").kind_case(), Value::KIND_NOT_SET) << where;
   }
-  EXPECT_EQ(At(j, "wall_time_ns").string_value(), std::to_string(r.wall_time_ns())) << where;
-  EXPECT_EQ(At(j, "agent_overhead_seconds").number_value(), r.agent_overhead_seconds()) << where;
-  EXPECT_EQ(At(j, "mode").string_value(), ModeName(*proto::FromProto(r.mode()))) << where;
-  EXPECT_EQ(At(j, "fallback").bool_value(), r.fallback()) << where;
+  EXPECT_EQ(JsonMember(j, "wall_time_ns").string_value(), std::to_string(r.wall_time_ns())) << where;
+  EXPECT_EQ(JsonMember(j, "agent_overhead_seconds").number_value(), r.agent_overhead_seconds()) << where;
+  EXPECT_EQ(JsonMember(j, "mode").string_value(), ModeName(*proto::FromProto(r.mode()))) << where;
+  EXPECT_EQ(JsonMember(j, "fallback").bool_value(), r.fallback()) << where;
 }
 
 void ExpectRunInfo(const Value& j, const v1::RunInfo& info) {
-  EXPECT_EQ(At(j, "run").string_value(), info.run());
-  EXPECT_EQ(At(j, "first_step").number_value(), static_cast<double>(info.first_step()));
-  EXPECT_EQ(At(j, "last_step").number_value(), static_cast<double>(info.last_step()));
-  EXPECT_EQ(At(j, "step_records").number_value(), static_cast<double>(info.step_records()));
-  EXPECT_EQ(At(j, "first_seen_ns").string_value(), std::to_string(info.first_seen_ns()));
-  EXPECT_EQ(At(j, "last_seen_ns").string_value(), std::to_string(info.last_seen_ns()));
-  EXPECT_EQ(At(j, "world_size").number_value(), info.world_size());
-  const Value& c = At(j, "config");
-  EXPECT_EQ(At(At(c, "thresholds"), "c_low").number_value(), info.config().thresholds().c_low());
-  EXPECT_EQ(At(At(c, "thresholds"), "c_high").number_value(), info.config().thresholds().c_high());
-  EXPECT_EQ(At(c, "version").number_value(), static_cast<double>(info.config().version()));
-  EXPECT_EQ(At(c, "mode").string_value(), ModeName(*proto::FromProto(info.config().mode())));
+  EXPECT_EQ(JsonMember(j, "run").string_value(), info.run());
+  EXPECT_EQ(JsonMember(j, "first_step").number_value(), static_cast<double>(info.first_step()));
+  EXPECT_EQ(JsonMember(j, "last_step").number_value(), static_cast<double>(info.last_step()));
+  EXPECT_EQ(JsonMember(j, "step_records").number_value(), static_cast<double>(info.step_records()));
+  EXPECT_EQ(JsonMember(j, "first_seen_ns").string_value(), std::to_string(info.first_seen_ns()));
+  EXPECT_EQ(JsonMember(j, "last_seen_ns").string_value(), std::to_string(info.last_seen_ns()));
+  EXPECT_EQ(JsonMember(j, "world_size").number_value(), info.world_size());
+  const Value& c = JsonMember(j, "config");
+  EXPECT_EQ(JsonMember(JsonMember(c, "thresholds"), "c_low").number_value(), info.config().thresholds().c_low());
+  EXPECT_EQ(JsonMember(JsonMember(c, "thresholds"), "c_high").number_value(), info.config().thresholds().c_high());
+  EXPECT_EQ(JsonMember(c, "version").number_value(), static_cast<double>(info.config().version()));
+  EXPECT_EQ(JsonMember(c, "mode").string_value(), ModeName(*proto::FromProto(info.config().mode())));
 }
 
 std::string Bearer(const char* token) { return std::string("Authorization: Bearer ") + token; }
@@ -178,7 +162,7 @@ class HttpApiTest : public ::testing::Test {
     ASSERT_TRUE(reply.has_value()) << what;
     EXPECT_EQ(reply->status, status) << what << ": " << reply->body;
     EXPECT_EQ(reply->Header("content-type"), "application/json") << what;
-    EXPECT_EQ(At(Json(reply->body), "code").string_value(), code) << what << ": " << reply->body;
+    EXPECT_EQ(JsonMember(ParseJson(reply->body), "code").string_value(), code) << what << ": " << reply->body;
   }
   static Client Grpc(const char* token = kAdminToken) { return Client(gacd_->address(), token); }
 
@@ -197,29 +181,29 @@ TEST_F(HttpApiTest, ListRunsMatchesGrpcWithTheSameScopesAndPages) {
   ASSERT_TRUE(reply.has_value());
   ASSERT_EQ(reply->status, 200) << reply->body;
   EXPECT_EQ(reply->Header("cache-control"), "no-store");
-  const Value v = Json(reply->body);
-  ASSERT_EQ(List(At(v, "runs")).values_size(), 2);
-  for (int i = 0; i < 2; ++i) ExpectRunInfo(List(At(v, "runs")).values(i), all.runs(i));
-  EXPECT_EQ(At(v, "next_page_token").string_value(), "");
-  EXPECT_FALSE(At(v, "server_time_ns").string_value().empty());
+  const Value v = ParseJson(reply->body);
+  ASSERT_EQ(List(JsonMember(v, "runs")).values_size(), 2);
+  for (int i = 0; i < 2; ++i) ExpectRunInfo(List(JsonMember(v, "runs")).values(i), all.runs(i));
+  EXPECT_EQ(JsonMember(v, "next_page_token").string_value(), "");
+  EXPECT_FALSE(JsonMember(v, "server_time_ns").string_value().empty());
 
   // Pages of one, with gRPC's page tokens.
   v1::ListRunsRequest first;
   first.set_page_size(1);
   v1::ListRunsResponse grpc_page;
   ASSERT_TRUE(Grpc(kReaderToken).ListRuns(first, &grpc_page).ok());
-  const Value p1 = Json(Get("/api/v1/runs?limit=1")->body);
-  ASSERT_EQ(List(At(p1, "runs")).values_size(), 1);
-  EXPECT_EQ(At(p1, "next_page_token").string_value(), grpc_page.next_page_token());
-  const Value p2 = Json(Get("/api/v1/runs?limit=1&page_token=" + grpc_page.next_page_token())->body);
-  ASSERT_EQ(List(At(p2, "runs")).values_size(), 1);
-  ExpectRunInfo(List(At(p2, "runs")).values(0), all.runs(1));
+  const Value p1 = ParseJson(Get("/api/v1/runs?limit=1")->body);
+  ASSERT_EQ(List(JsonMember(p1, "runs")).values_size(), 1);
+  EXPECT_EQ(JsonMember(p1, "next_page_token").string_value(), grpc_page.next_page_token());
+  const Value p2 = ParseJson(Get("/api/v1/runs?limit=1&page_token=" + grpc_page.next_page_token())->body);
+  ASSERT_EQ(List(JsonMember(p2, "runs")).values_size(), 1);
+  ExpectRunInfo(List(JsonMember(p2, "runs")).values(0), all.runs(1));
 
   // A token lists only the runs it may read; a write-only token none.
-  const Value scoped = Json(Get("/api/v1/runs", kOtherToken)->body);
-  ASSERT_EQ(List(At(scoped, "runs")).values_size(), 1);
-  EXPECT_EQ(At(List(At(scoped, "runs")).values(0), "run").string_value(), "other-run");
-  EXPECT_EQ(List(At(Json(Get("/api/v1/runs", kWriterToken)->body), "runs")).values_size(), 0);
+  const Value scoped = ParseJson(Get("/api/v1/runs", kOtherToken)->body);
+  ASSERT_EQ(List(JsonMember(scoped, "runs")).values_size(), 1);
+  EXPECT_EQ(JsonMember(List(JsonMember(scoped, "runs")).values(0), "run").string_value(), "other-run");
+  EXPECT_EQ(List(JsonMember(ParseJson(Get("/api/v1/runs", kWriterToken)->body), "runs")).values_size(), 0);
 }
 
 TEST_F(HttpApiTest, SummaryMatchesGrpc) {
@@ -233,23 +217,23 @@ TEST_F(HttpApiTest, SummaryMatchesGrpc) {
       auto reply = Get(path + (window ? "?window=" + std::to_string(window) : ""));
       ASSERT_TRUE(reply.has_value());
       ASSERT_EQ(reply->status, 200) << reply->body;
-      const Value v = Json(reply->body);
-      ExpectRunInfo(At(v, "info"), s.info());
+      const Value v = ParseJson(reply->body);
+      ExpectRunInfo(JsonMember(v, "info"), s.info());
       std::uint64_t total = 0;
       for (const auto& [regime, count] : s.steps_by_regime()) {
-        EXPECT_EQ(At(At(v, "steps_by_regime"), regime).number_value(), static_cast<double>(count)) << regime;
+        EXPECT_EQ(JsonMember(JsonMember(v, "steps_by_regime"), regime).number_value(), static_cast<double>(count)) << regime;
         total += count;
       }
       EXPECT_EQ(total, window ? window : 300u);
-      const Value& cal = At(v, "calibration");
-      EXPECT_EQ(At(cal, "count").number_value(), static_cast<double>(s.calibration().count()));
-      EXPECT_EQ(At(cal, "q90").number_value(), s.calibration().q90());
-      EXPECT_EQ(At(cal, "max").number_value(), s.calibration().max());
-      EXPECT_EQ(At(cal, "mean").number_value(), s.calibration().mean());
-      EXPECT_EQ(At(cal, "fraction_le_c_low").number_value(), s.calibration().fraction_le_c_low());
+      const Value& cal = JsonMember(v, "calibration");
+      EXPECT_EQ(JsonMember(cal, "count").number_value(), static_cast<double>(s.calibration().count()));
+      EXPECT_EQ(JsonMember(cal, "q90").number_value(), s.calibration().q90());
+      EXPECT_EQ(JsonMember(cal, "max").number_value(), s.calibration().max());
+      EXPECT_EQ(JsonMember(cal, "mean").number_value(), s.calibration().mean());
+      EXPECT_EQ(JsonMember(cal, "fraction_le_c_low").number_value(), s.calibration().fraction_le_c_low());
       ASSERT_TRUE(s.calibration().has_suggested());
-      EXPECT_EQ(At(At(cal, "suggested"), "c_low").number_value(), s.calibration().suggested().c_low());
-      ExpectStep(At(v, "latest"), s.latest(), false);
+      EXPECT_EQ(JsonMember(JsonMember(cal, "suggested"), "c_low").number_value(), s.calibration().suggested().c_low());
+      ExpectStep(JsonMember(v, "latest"), s.latest(), false);
     }
   }
 }
@@ -265,15 +249,15 @@ TEST_F(HttpApiTest, StepsMatchGrpcPageByPage) {
     auto reply = Get("/api/v1/runs/exp-web/a/steps?layers=1&limit=97" + (token.empty() ? "" : "&page_token=" + token));
     ASSERT_TRUE(reply.has_value());
     ASSERT_EQ(reply->status, 200) << reply->body;
-    const Value v = Json(reply->body);
-    EXPECT_EQ(At(v, "run").string_value(), "exp-web/a");
-    const ListValue& steps = List(At(v, "steps"));
+    const Value v = ParseJson(reply->body);
+    EXPECT_EQ(JsonMember(v, "run").string_value(), "exp-web/a");
+    const ListValue& steps = List(JsonMember(v, "steps"));
     ASSERT_LE(steps.values_size(), 97);
     for (const Value& s : steps.values()) {
       ASSERT_LT(seen, grpc_steps.size());
       ExpectStep(s, grpc_steps[seen++], true);
     }
-    token = At(v, "next_page_token").string_value();
+    token = JsonMember(v, "next_page_token").string_value();
     ++pages;
   } while (!token.empty() && pages < 100);
   EXPECT_EQ(seen, grpc_steps.size());
@@ -288,10 +272,10 @@ TEST_F(HttpApiTest, StepsMatchGrpcPageByPage) {
   v1::GetStepsResponse page;
   ASSERT_TRUE(Grpc(kReaderToken).GetSteps(req, &page).ok());
   ASSERT_EQ(page.steps_size(), 45);
-  const Value v = Json(Get("/api/v1/runs/exp-web/a/steps?from=95&to=140&rank=1")->body);
-  ASSERT_EQ(List(At(v, "steps")).values_size(), 45);
-  for (int i = 0; i < 45; ++i) ExpectStep(List(At(v, "steps")).values(i), page.steps(i), false);
-  EXPECT_EQ(At(v, "next_page_token").string_value(), "");
+  const Value v = ParseJson(Get("/api/v1/runs/exp-web/a/steps?from=95&to=140&rank=1")->body);
+  ASSERT_EQ(List(JsonMember(v, "steps")).values_size(), 45);
+  for (int i = 0; i < 45; ++i) ExpectStep(List(JsonMember(v, "steps")).values(i), page.steps(i), false);
+  EXPECT_EQ(JsonMember(v, "next_page_token").string_value(), "");
 }
 
 TEST_F(HttpApiTest, ReadsNeedTheReadRightOnTheRun) {
@@ -339,7 +323,7 @@ TEST_F(HttpApiTest, BadParametersUnknownRunsAndEndpoints) {
   for (const Case& c : cases) {
     auto reply = Get(c.path, kAdminToken);
     ExpectError(reply, c.status, c.code, c.path);
-    EXPECT_NE(At(Json(reply->body), "message").string_value().find(c.message), std::string::npos)
+    EXPECT_NE(JsonMember(ParseJson(reply->body), "message").string_value().find(c.message), std::string::npos)
         << c.path << ": " << reply->body;
   }
   // A known resource, another method.
@@ -364,10 +348,10 @@ TEST_F(HttpApiTest, ConfigReadsAndChangesAsSetRunConfigDoes) {
   ASSERT_TRUE(Grpc().GetRunConfig("exp-cfg", &defaults).ok());
   auto got = Get("/api/v1/runs/exp-cfg/config");
   ASSERT_EQ(got->status, 200) << got->body;
-  const Value d = Json(got->body);
-  EXPECT_EQ(At(d, "run").string_value(), "exp-cfg");
-  EXPECT_EQ(At(At(At(d, "config"), "thresholds"), "c_low").number_value(), defaults.thresholds().c_low());
-  EXPECT_EQ(At(At(d, "config"), "version").number_value(), 0);
+  const Value d = ParseJson(got->body);
+  EXPECT_EQ(JsonMember(d, "run").string_value(), "exp-cfg");
+  EXPECT_EQ(JsonMember(JsonMember(JsonMember(d, "config"), "thresholds"), "c_low").number_value(), defaults.thresholds().c_low());
+  EXPECT_EQ(JsonMember(JsonMember(d, "config"), "version").number_value(), 0);
 
   // Who may change it.
   const std::string body = R"({"thresholds": {"c_low": 0.08, "c_high": 0.35, "alpha_mode": "exact"},
@@ -388,7 +372,7 @@ TEST_F(HttpApiTest, ConfigReadsAndChangesAsSetRunConfigDoes) {
   ASSERT_EQ(grpc_refusal.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   auto refused = Put("/api/v1/runs/exp-cfg/config", R"({"thresholds": {"c_low": 0.5, "c_high": 0.4}, "mode": "local"})");
   ExpectError(refused, 400, "INVALID_ARGUMENT", "c_low above c_high");
-  EXPECT_EQ(At(Json(refused->body), "message").string_value(), grpc_refusal.error_message());
+  EXPECT_EQ(JsonMember(ParseJson(refused->body), "message").string_value(), grpc_refusal.error_message());
   ExpectError(Put("/api/v1/runs/exp-cfg/config", "{not json"), 400, "INVALID_ARGUMENT", "not JSON");
   ExpectError(Put("/api/v1/runs/exp-cfg/config", std::string(kMaxMessageBytes + 1, ' ')), 413, "RESOURCE_EXHAUSTED",
               "a body above --max-message-bytes");
@@ -396,10 +380,10 @@ TEST_F(HttpApiTest, ConfigReadsAndChangesAsSetRunConfigDoes) {
   // The change, then one from a stale version.
   auto changed = Put("/api/v1/runs/exp-cfg/config", body);
   ASSERT_EQ(changed->status, 200) << changed->body;
-  const Value c = At(Json(changed->body), "config");  // a copy
-  EXPECT_EQ(At(c, "version").number_value(), 1);
-  EXPECT_EQ(At(c, "updated_by").string_value(), "admin");
-  EXPECT_EQ(At(c, "mode").string_value(), "remote");
+  const Value c = JsonMember(ParseJson(changed->body), "config");  // a copy
+  EXPECT_EQ(JsonMember(c, "version").number_value(), 1);
+  EXPECT_EQ(JsonMember(c, "updated_by").string_value(), "admin");
+  EXPECT_EQ(JsonMember(c, "mode").string_value(), "remote");
   // expected_version 0 applies always; another version than the current one is refused.
   const std::string stale = R"({"thresholds": {"c_low": 0.09, "c_high": 0.35}, "mode": "remote", "expected_version": 7})";
   ExpectError(Put("/api/v1/runs/exp-cfg/config", stale), 409, "ABORTED", "stale expected_version");
@@ -419,8 +403,8 @@ TEST_F(HttpApiTest, ConfigReadsAndChangesAsSetRunConfigDoes) {
   ASSERT_EQ(changes.changes_size(), 1);
   EXPECT_EQ(changes.changes(0).reason(), "from the page");
   EXPECT_EQ(changes.changes(0).after().updated_by(), "admin");
-  const Value read_back = Json(Get("/api/v1/runs/exp-cfg/config")->body);
-  EXPECT_EQ(At(At(At(read_back, "config"), "thresholds"), "alpha_mode").string_value(), "exact");
+  const Value read_back = ParseJson(Get("/api/v1/runs/exp-cfg/config")->body);
+  EXPECT_EQ(JsonMember(JsonMember(JsonMember(read_back, "config"), "thresholds"), "alpha_mode").string_value(), "exact");
 }
 
 TEST_F(HttpApiTest, ReadsWhileARunIsIngested) {
@@ -467,19 +451,19 @@ TEST_F(HttpApiTest, ReadsWhileARunIsIngested) {
     ASSERT_TRUE(reply.has_value());
     if (reply->status == 404) continue;  // the first batch is not committed yet
     ASSERT_EQ(reply->status, 200) << reply->body;
-    const Value page = Json(reply->body);
-    const ListValue& steps = List(At(page, "steps"));
+    const Value page = ParseJson(reply->body);
+    const ListValue& steps = List(JsonMember(page, "steps"));
     // A committed prefix, in order, each record whole.
     for (int i = 0; i < steps.values_size(); ++i) {
-      ASSERT_EQ(At(steps.values(i), "step").number_value(), i);
-      ASSERT_EQ(List(At(steps.values(i), "layers")).values_size(), 20);
+      ASSERT_EQ(JsonMember(steps.values(i), "step").number_value(), i);
+      ASSERT_EQ(List(JsonMember(steps.values(i), "layers")).values_size(), 20);
     }
     ASSERT_GE(steps.values_size() - 1, seen_last);
     seen_last = steps.values_size() - 1;
     auto summary = Get("/api/v1/runs/exp-live");
     ASSERT_TRUE(summary.has_value());
     ASSERT_EQ(summary->status, 200) << summary->body;
-    EXPECT_GE(At(At(Json(summary->body), "info"), "last_step").number_value(), seen_last);
+    EXPECT_GE(JsonMember(JsonMember(ParseJson(summary->body), "info"), "last_step").number_value(), seen_last);
     ++reads;
     if (ingesting) ++reads_during_ingest;
   }

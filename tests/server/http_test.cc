@@ -3,8 +3,6 @@
 // of paths, query strings and PUT bodies, and the JSON shapes of the
 // responses against the protos they encode.
 
-#include <google/protobuf/struct.pb.h>
-#include <google/protobuf/util/json_util.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -17,26 +15,14 @@
 #include "gac/server/queries.h"
 #include "server/src/http/api.h"
 #include "server/src/http/json.h"
+#include "tests/common/test_util.h"
 
 namespace gac::server {
 namespace {
 
-using google::protobuf::Struct;
 using google::protobuf::Value;
-
-Value Parse(const std::string& json) {
-  Value v;
-  const auto st = google::protobuf::util::JsonStringToMessage(json, &v);
-  EXPECT_TRUE(st.ok()) << st.message() << " in " << json;
-  return v;
-}
-
-const Value& At(const Value& v, const std::string& key) {
-  static const Value kMissing;
-  if (v.kind_case() != Value::kStructValue) return kMissing;
-  auto it = v.struct_value().fields().find(key);
-  return it == v.struct_value().fields().end() ? kMissing : it->second;
-}
+using gac::testing::JsonMember;
+using gac::testing::ParseJson;
 
 std::string Written(const std::string& s) {
   std::string out;
@@ -57,7 +43,7 @@ TEST(JsonWriter, StringsReadBackExactlyAndInvalidUtf8BecomesReplacement) {
       "two bytes \xc3\xa9, three \xe2\x82\xac, four \xf0\x9f\x98\x80",
   };
   for (const std::string& s : cases) {
-    const Value v = Parse(Written(s));
+    const Value v = ParseJson(Written(s));
     ASSERT_EQ(v.kind_case(), Value::kStringValue) << s;
     EXPECT_EQ(v.string_value(), s);
   }
@@ -70,7 +56,7 @@ TEST(JsonWriter, StringsReadBackExactlyAndInvalidUtf8BecomesReplacement) {
       {"beyond \xf4\x90\x80\x80", "beyond " + replacement + replacement + replacement + replacement},
       {"\xff", replacement},
   };
-  for (const auto& [in, expected] : invalid) EXPECT_EQ(Parse(Written(in)).string_value(), expected) << in;
+  for (const auto& [in, expected] : invalid) EXPECT_EQ(ParseJson(Written(in)).string_value(), expected) << in;
 }
 
 TEST(JsonWriter, DoublesRoundTripAndNonFiniteIsNull) {
@@ -90,7 +76,7 @@ TEST(JsonWriter, DoublesRoundTripAndNonFiniteIsNull) {
     const double back = std::strtod(out.c_str(), &end);
     EXPECT_EQ(*end, '\0') << out;
     EXPECT_EQ(std::memcmp(&back, &d, sizeof d), 0) << out;
-    EXPECT_EQ(Parse(out).kind_case(), Value::kNumberValue) << out;
+    EXPECT_EQ(ParseJson(out).kind_case(), Value::kNumberValue) << out;
   }
   for (double d : {std::nan(""), std::numeric_limits<double>::infinity(), -std::numeric_limits<double>::infinity()}) {
     std::string out;
@@ -122,9 +108,9 @@ TEST(JsonWriter, NestingIntegersAndStringIntegers) {
   w.EndObject();
   EXPECT_EQ(out, "{\"a\":[-9223372036854775808,18446744073709551615,{},[],true,null],"
                  "\"ns\":\"1795484153874470674\",\"empty\":{}}");
-  const Value v = Parse(out);
-  EXPECT_EQ(At(v, "a").list_value().values_size(), 6);
-  EXPECT_EQ(At(v, "ns").string_value(), "1795484153874470674");
+  const Value v = ParseJson(out);
+  EXPECT_EQ(JsonMember(v, "a").list_value().values_size(), 6);
+  EXPECT_EQ(JsonMember(v, "ns").string_value(), "1795484153874470674");
 }
 
 // ------------------------------------------------------------ routes and parameters
@@ -319,45 +305,45 @@ TEST(HttpApiEncoding, StepsPagesCarryEveryFieldOfTheRecord) {
   bare.set_regime(v1::REGIME_SAFE);
   *page.add_steps() = bare;
   page.set_next_page_token(EncodeStepToken(7, 0));
-  const Value v = Parse(EncodeStepsPage("team/exp", page, true));
-  EXPECT_EQ(At(v, "run").string_value(), "team/exp");
-  EXPECT_EQ(At(v, "next_page_token").string_value(), "s7.0");
-  const auto& steps = At(v, "steps").list_value();
+  const Value v = ParseJson(EncodeStepsPage("team/exp", page, true));
+  EXPECT_EQ(JsonMember(v, "run").string_value(), "team/exp");
+  EXPECT_EQ(JsonMember(v, "next_page_token").string_value(), "s7.0");
+  const auto& steps = JsonMember(v, "steps").list_value();
   ASSERT_EQ(steps.values_size(), 2);
   const Value& s = steps.values(0);
-  EXPECT_EQ(At(s, "run").string_value(), "team/exp");
-  EXPECT_EQ(At(s, "rank").number_value(), 1);
-  EXPECT_EQ(At(s, "world_size").number_value(), 2);
-  EXPECT_EQ(At(s, "step").number_value(), 123456789012.0);
-  EXPECT_EQ(At(s, "cosine").number_value(), -0.25);
-  EXPECT_EQ(At(s, "grad_norm").number_value(), 1.5);
-  EXPECT_EQ(At(s, "ref_norm").number_value(), 2.0);
-  EXPECT_EQ(At(s, "regime").string_value(), "project");
-  EXPECT_EQ(At(s, "alpha").number_value(), 0.2);
-  EXPECT_EQ(At(s, "cosine_after").number_value(), 0.05);
-  EXPECT_EQ(At(s, "staleness").number_value(), 16);
-  EXPECT_EQ(At(At(s, "scalars"), "reward").number_value(), 0.75);
-  EXPECT_EQ(At(At(s, "scalars"), "odd \"name\"").number_value(), -1);
-  const auto& layers = At(s, "layers").list_value();
+  EXPECT_EQ(JsonMember(s, "run").string_value(), "team/exp");
+  EXPECT_EQ(JsonMember(s, "rank").number_value(), 1);
+  EXPECT_EQ(JsonMember(s, "world_size").number_value(), 2);
+  EXPECT_EQ(JsonMember(s, "step").number_value(), 123456789012.0);
+  EXPECT_EQ(JsonMember(s, "cosine").number_value(), -0.25);
+  EXPECT_EQ(JsonMember(s, "grad_norm").number_value(), 1.5);
+  EXPECT_EQ(JsonMember(s, "ref_norm").number_value(), 2.0);
+  EXPECT_EQ(JsonMember(s, "regime").string_value(), "project");
+  EXPECT_EQ(JsonMember(s, "alpha").number_value(), 0.2);
+  EXPECT_EQ(JsonMember(s, "cosine_after").number_value(), 0.05);
+  EXPECT_EQ(JsonMember(s, "staleness").number_value(), 16);
+  EXPECT_EQ(JsonMember(JsonMember(s, "scalars"), "reward").number_value(), 0.75);
+  EXPECT_EQ(JsonMember(JsonMember(s, "scalars"), "odd \"name\"").number_value(), -1);
+  const auto& layers = JsonMember(s, "layers").list_value();
   ASSERT_EQ(layers.values_size(), 2);
-  EXPECT_EQ(At(layers.values(0), "name").string_value(), "layers.0.attn");
-  EXPECT_EQ(At(layers.values(0), "cosine").number_value(), 0.5);
-  EXPECT_EQ(At(layers.values(0), "grad_norm").number_value(), 0.25);
-  EXPECT_EQ(At(layers.values(0), "ref_norm").number_value(), 0.125);
-  EXPECT_EQ(At(layers.values(1), "cosine").kind_case(), Value::kNullValue);
-  EXPECT_EQ(At(s, "wall_time_ns").string_value(), "1795484153874470674");
-  EXPECT_EQ(At(s, "agent_overhead_seconds").number_value(), 2.5e-5);
-  EXPECT_EQ(At(s, "mode").string_value(), "remote");
-  EXPECT_TRUE(At(s, "fallback").bool_value());
+  EXPECT_EQ(JsonMember(layers.values(0), "name").string_value(), "layers.0.attn");
+  EXPECT_EQ(JsonMember(layers.values(0), "cosine").number_value(), 0.5);
+  EXPECT_EQ(JsonMember(layers.values(0), "grad_norm").number_value(), 0.25);
+  EXPECT_EQ(JsonMember(layers.values(0), "ref_norm").number_value(), 0.125);
+  EXPECT_EQ(JsonMember(layers.values(1), "cosine").kind_case(), Value::kNullValue);
+  EXPECT_EQ(JsonMember(s, "wall_time_ns").string_value(), "1795484153874470674");
+  EXPECT_EQ(JsonMember(s, "agent_overhead_seconds").number_value(), 2.5e-5);
+  EXPECT_EQ(JsonMember(s, "mode").string_value(), "remote");
+  EXPECT_TRUE(JsonMember(s, "fallback").bool_value());
   const Value& b = steps.values(1);
-  EXPECT_EQ(At(b, "cosine").kind_case(), Value::kNullValue);
-  EXPECT_EQ(At(b, "cosine_after").kind_case(), Value::kNullValue);
-  EXPECT_EQ(At(b, "staleness").kind_case(), Value::kNullValue);
-  EXPECT_EQ(At(b, "mode").string_value(), "monitor");
-  EXPECT_EQ(At(b, "layers").list_value().values_size(), 0);  // asked for: on every record
+  EXPECT_EQ(JsonMember(b, "cosine").kind_case(), Value::kNullValue);
+  EXPECT_EQ(JsonMember(b, "cosine_after").kind_case(), Value::kNullValue);
+  EXPECT_EQ(JsonMember(b, "staleness").kind_case(), Value::kNullValue);
+  EXPECT_EQ(JsonMember(b, "mode").string_value(), "monitor");
+  EXPECT_EQ(JsonMember(b, "layers").list_value().values_size(), 0);  // asked for: on every record
   // Not asked for: no record has a "layers" member.
-  const Value plain = Parse(EncodeStepsPage("team/exp", page, false));
-  EXPECT_EQ(At(At(plain, "steps").list_value().values(0), "layers").kind_case(), Value::KIND_NOT_SET);
+  const Value plain = ParseJson(EncodeStepsPage("team/exp", page, false));
+  EXPECT_EQ(JsonMember(JsonMember(plain, "steps").list_value().values(0), "layers").kind_case(), Value::KIND_NOT_SET);
 }
 
 TEST(HttpApiEncoding, SummaryRunsConfigAndErrors) {
@@ -387,42 +373,42 @@ TEST(HttpApiEncoding, SummaryRunsConfigAndErrors) {
     steps.push_back(r);
   }
   const v1::RunSummary summary = SummarizeRun(info, config, steps);
-  const Value v = Parse(EncodeSummary(summary, 42));
-  EXPECT_EQ(At(v, "server_time_ns").string_value(), "42");
-  const Value& i = At(v, "info");
-  EXPECT_EQ(At(i, "run").string_value(), "exp");
-  EXPECT_EQ(At(i, "last_step").number_value(), 99);
-  EXPECT_EQ(At(i, "step_records").number_value(), 194);
-  EXPECT_EQ(At(i, "last_seen_ns").string_value(), "1795484153874470674");
-  const Value& c = At(i, "config");
-  EXPECT_EQ(At(At(c, "thresholds"), "c_low").number_value(), 0.08);
-  EXPECT_EQ(At(At(c, "thresholds"), "alpha_mode").string_value(), "exact");
-  EXPECT_EQ(At(c, "mode").string_value(), "remote");
-  EXPECT_EQ(At(c, "version").number_value(), 4);
-  EXPECT_EQ(At(c, "updated_by").string_value(), "admin");
-  EXPECT_EQ(At(At(v, "steps_by_regime"), "safe").number_value(), 8);
-  EXPECT_EQ(At(At(v, "steps_by_regime"), "skip").number_value(), 4);
-  EXPECT_EQ(At(At(v, "steps_by_regime"), "project").number_value(), 0);
-  const Value& cal = At(v, "calibration");
-  EXPECT_EQ(At(cal, "count").number_value(), summary.calibration().count());
-  EXPECT_EQ(At(cal, "q90").number_value(), summary.calibration().q90());
-  EXPECT_EQ(At(cal, "fraction_le_c_low").number_value(), summary.calibration().fraction_le_c_low());
-  EXPECT_EQ(At(At(v, "latest"), "step").number_value(), 11);
+  const Value v = ParseJson(EncodeSummary(summary, 42));
+  EXPECT_EQ(JsonMember(v, "server_time_ns").string_value(), "42");
+  const Value& i = JsonMember(v, "info");
+  EXPECT_EQ(JsonMember(i, "run").string_value(), "exp");
+  EXPECT_EQ(JsonMember(i, "last_step").number_value(), 99);
+  EXPECT_EQ(JsonMember(i, "step_records").number_value(), 194);
+  EXPECT_EQ(JsonMember(i, "last_seen_ns").string_value(), "1795484153874470674");
+  const Value& c = JsonMember(i, "config");
+  EXPECT_EQ(JsonMember(JsonMember(c, "thresholds"), "c_low").number_value(), 0.08);
+  EXPECT_EQ(JsonMember(JsonMember(c, "thresholds"), "alpha_mode").string_value(), "exact");
+  EXPECT_EQ(JsonMember(c, "mode").string_value(), "remote");
+  EXPECT_EQ(JsonMember(c, "version").number_value(), 4);
+  EXPECT_EQ(JsonMember(c, "updated_by").string_value(), "admin");
+  EXPECT_EQ(JsonMember(JsonMember(v, "steps_by_regime"), "safe").number_value(), 8);
+  EXPECT_EQ(JsonMember(JsonMember(v, "steps_by_regime"), "skip").number_value(), 4);
+  EXPECT_EQ(JsonMember(JsonMember(v, "steps_by_regime"), "project").number_value(), 0);
+  const Value& cal = JsonMember(v, "calibration");
+  EXPECT_EQ(JsonMember(cal, "count").number_value(), summary.calibration().count());
+  EXPECT_EQ(JsonMember(cal, "q90").number_value(), summary.calibration().q90());
+  EXPECT_EQ(JsonMember(cal, "fraction_le_c_low").number_value(), summary.calibration().fraction_le_c_low());
+  EXPECT_EQ(JsonMember(JsonMember(v, "latest"), "step").number_value(), 11);
 
   v1::ListRunsResponse runs;
   *runs.add_runs() = info;
   runs.set_next_page_token("rexp");
-  const Value r = Parse(EncodeRunsPage(runs, 5));
-  EXPECT_EQ(At(r, "runs").list_value().values_size(), 1);
-  EXPECT_EQ(At(r, "next_page_token").string_value(), "rexp");
+  const Value r = ParseJson(EncodeRunsPage(runs, 5));
+  EXPECT_EQ(JsonMember(r, "runs").list_value().values_size(), 1);
+  EXPECT_EQ(JsonMember(r, "next_page_token").string_value(), "rexp");
 
-  const Value cfg = Parse(EncodeRunConfig("exp", config));
-  EXPECT_EQ(At(cfg, "run").string_value(), "exp");
-  EXPECT_EQ(At(At(At(cfg, "config"), "thresholds"), "c_high").number_value(), 0.35);
+  const Value cfg = ParseJson(EncodeRunConfig("exp", config));
+  EXPECT_EQ(JsonMember(cfg, "run").string_value(), "exp");
+  EXPECT_EQ(JsonMember(JsonMember(JsonMember(cfg, "config"), "thresholds"), "c_high").number_value(), 0.35);
 
-  const Value e = Parse(EncodeError(Status::NotFound("unknown run 'x\"'")));
-  EXPECT_EQ(At(e, "code").string_value(), "NOT_FOUND");
-  EXPECT_EQ(At(e, "message").string_value(), "unknown run 'x\"'");
+  const Value e = ParseJson(EncodeError(Status::NotFound("unknown run 'x\"'")));
+  EXPECT_EQ(JsonMember(e, "code").string_value(), "NOT_FOUND");
+  EXPECT_EQ(JsonMember(e, "message").string_value(), "unknown run 'x\"'");
 }
 
 }  // namespace

@@ -12,8 +12,6 @@
 // 100,000-step run with 50 layers (not asserted).
 
 #include <fcntl.h>
-#include <google/protobuf/struct.pb.h>
-#include <google/protobuf/util/json_util.h>
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
@@ -25,9 +23,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
-#include <regex>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "server/src/http/json.h"
@@ -48,20 +46,6 @@ const std::string kNode = NODE_BINARY;
 const std::string kChromium = CHROMIUM_BINARY;
 const std::string kSyntheticRun = SYNTHETIC_RUN_BINARY;
 const std::string kScreenshots = SCREENSHOT_DIR;
-
-Value Json(const std::string& text) {
-  Value v;
-  const auto st = google::protobuf::util::JsonStringToMessage(text, &v);
-  EXPECT_TRUE(st.ok()) << st.message() << " in " << text.substr(0, 500);
-  return v;
-}
-
-const Value& At(const Value& v, const std::string& key) {
-  static const Value kMissing;
-  if (v.kind_case() != Value::kStructValue) return kMissing;
-  auto it = v.struct_value().fields().find(key);
-  return it == v.struct_value().fields().end() ? kMissing : it->second;
-}
 
 // The number a page shows ("12,345", "0.0513", "–" for none).
 double Shown(const std::string& text) {
@@ -147,9 +131,9 @@ class Browser {
       if (nl != std::string::npos) {
         const std::string answer = buffer_.substr(0, nl);
         buffer_.erase(0, nl + 1);
-        Value v = Json(answer);
-        if (!At(v, "ok").bool_value()) {
-          ADD_FAILURE() << "browser: " << members << ": " << At(v, "error").string_value();
+        Value v = ParseJson(answer);
+        if (!JsonMember(v, "ok").bool_value()) {
+          ADD_FAILURE() << "browser: " << members << ": " << JsonMember(v, "error").string_value();
         }
         return v;
       }
@@ -166,15 +150,15 @@ class Browser {
     }
   }
 
-  Value Eval(const std::string& expr) { return At(Call("\"cmd\":\"eval\",\"expr\":" + JsonQuote(expr)), "value"); }
+  Value Eval(const std::string& expr) { return JsonMember(Call("\"cmd\":\"eval\",\"expr\":" + JsonQuote(expr)), "value"); }
   // Waits until `expr` is truthy in the page; returns its value.
   Value Wait(const std::string& expr, int timeout_ms = 20000) {
-    return At(Call("\"cmd\":\"wait\",\"expr\":" + JsonQuote(expr) + ",\"timeout_ms\":" + std::to_string(timeout_ms),
+    return JsonMember(Call("\"cmd\":\"wait\",\"expr\":" + JsonQuote(expr) + ",\"timeout_ms\":" + std::to_string(timeout_ms),
                    timeout_ms / 1000 + 30),
               "value");
   }
   std::string Text(const std::string& selector) {
-    return At(Call("\"cmd\":\"text\",\"selector\":" + JsonQuote(selector)), "value").string_value();
+    return JsonMember(Call("\"cmd\":\"text\",\"selector\":" + JsonQuote(selector)), "value").string_value();
   }
   void Open(const std::string& url) { Call("\"cmd\":\"open\",\"url\":" + JsonQuote(url)); }
   void Fill(const std::string& selector, const std::string& value) {
@@ -231,10 +215,10 @@ v1::RunSummary Summary(Client& c, const std::string& run) {
 // provoked on purpose, and the URL it asked), in any number; no page error,
 // no blocked request, no failed request but those a navigation cancelled.
 void ExpectCleanEvents(Browser& browser, const std::vector<std::pair<int, std::string>>& expected) {
-  const Value events = At(browser.Call("\"cmd\":\"events\""), "events");
-  for (const Value& e : At(events, "console_errors").list_value().values()) {
-    const std::string text = At(e, "text").string_value();
-    const std::string url = At(e, "url").string_value();
+  const Value events = JsonMember(browser.Call("\"cmd\":\"events\""), "events");
+  for (const Value& e : JsonMember(events, "console_errors").list_value().values()) {
+    const std::string text = JsonMember(e, "text").string_value();
+    const std::string url = JsonMember(e, "url").string_value();
     bool known = false;
     for (const auto& [status, path] : expected) {
       known = known || (text.find("status of " + std::to_string(status)) != std::string::npos &&
@@ -242,10 +226,10 @@ void ExpectCleanEvents(Browser& browser, const std::vector<std::pair<int, std::s
     }
     EXPECT_TRUE(known) << "console error: " << text << " at " << url;
   }
-  EXPECT_EQ(At(events, "page_errors").list_value().values_size(), 0) << events.DebugString();
-  EXPECT_EQ(At(events, "blocked").list_value().values_size(), 0) << events.DebugString();
-  for (const Value& f : At(events, "failed").list_value().values()) {
-    EXPECT_EQ(At(f, "error").string_value(), "net::ERR_ABORTED") << At(f, "url").string_value();
+  EXPECT_EQ(JsonMember(events, "page_errors").list_value().values_size(), 0) << events.DebugString();
+  EXPECT_EQ(JsonMember(events, "blocked").list_value().values_size(), 0) << events.DebugString();
+  for (const Value& f : JsonMember(events, "failed").list_value().values()) {
+    EXPECT_EQ(JsonMember(f, "error").string_value(), "net::ERR_ABORTED") << JsonMember(f, "url").string_value();
   }
 }
 
@@ -293,8 +277,8 @@ TEST_F(WebPageTest, ShowsTheStoreLiveAndEditsThresholds) {
   browser_.Open(origin_ + "/vendor/uPlot.LICENSE.txt");
   EXPECT_EQ(browser_.Eval("fetch('http://127.0.0.2:9/x.js').then(() => 'loaded', () => 'refused')").string_value(),
             "refused");
-  const Value blocked = At(browser_.Call("\"cmd\":\"events\""), "events");
-  ASSERT_EQ(At(blocked, "blocked").list_value().values_size(), 1);
+  const Value blocked = JsonMember(browser_.Call("\"cmd\":\"events\""), "events");
+  ASSERT_EQ(JsonMember(blocked, "blocked").list_value().values_size(), 1);
   browser_.Call("\"cmd\":\"reset_events\"");
 
   // Without a token the page says so; then a read-only token through its form.
@@ -312,27 +296,27 @@ TEST_F(WebPageTest, ShowsTheStoreLiveAndEditsThresholds) {
       "f: Object.fromEntries([...tr.querySelectorAll('[data-field]')].map(td => [td.dataset.field, td.textContent]))}))");
   ASSERT_EQ(rows.list_value().values_size(), 2);
   for (const Value& row : rows.list_value().values()) {
-    const std::string run = At(row, "run").string_value();
-    const Value& f = At(row, "f");
+    const std::string run = JsonMember(row, "run").string_value();
+    const Value& f = JsonMember(row, "f");
     const v1::RunSummary s = Summary(reader, run);
     SCOPED_TRACE(run);
-    EXPECT_EQ(Shown(At(f, "last-step").string_value()), s.info().last_step());
-    EXPECT_NEAR(Shown(At(f, "cosine").string_value()), s.latest().cosine(), 5.001e-5);
+    EXPECT_EQ(Shown(JsonMember(f, "last-step").string_value()), s.info().last_step());
+    EXPECT_NEAR(Shown(JsonMember(f, "cosine").string_value()), s.latest().cosine(), 5.001e-5);
     for (const char* regime : {"safe", "project", "skip", "invalid"}) {
-      EXPECT_EQ(Shown(At(f, std::string("count-") + regime).string_value()), s.steps_by_regime().at(regime)) << regime;
+      EXPECT_EQ(Shown(JsonMember(f, std::string("count-") + regime).string_value()), s.steps_by_regime().at(regime)) << regime;
     }
-    EXPECT_EQ(At(f, "thresholds").string_value(), "0.05 / 0.3");
-    EXPECT_EQ(Shown(At(f, "staleness").string_value()), s.latest().staleness());
-    EXPECT_EQ(At(f, "mode").string_value(), "local");
+    EXPECT_EQ(JsonMember(f, "thresholds").string_value(), "0.05 / 0.3");
+    EXPECT_EQ(Shown(JsonMember(f, "staleness").string_value()), s.latest().staleness());
+    EXPECT_EQ(JsonMember(f, "mode").string_value(), "local");
     // Highlighted: above c_low (amber), at c_high and above (red).
     const double c = std::abs(s.latest().cosine());
-    EXPECT_EQ(At(row, "cls").string_value(), c >= 0.3 ? "skipping" : c > 0.05 ? "aligned" : "");
+    EXPECT_EQ(JsonMember(row, "cls").string_value(), c >= 0.3 ? "skipping" : c > 0.05 ? "aligned" : "");
   }
   // In run id order: the quiet run plain, the spiking one red.
-  EXPECT_EQ(At(rows.list_value().values(0), "run").string_value(), "exp-quiet");
-  EXPECT_EQ(At(rows.list_value().values(0), "cls").string_value(), "");
-  EXPECT_EQ(At(rows.list_value().values(1), "run").string_value(), "exp-spike");
-  EXPECT_EQ(At(rows.list_value().values(1), "cls").string_value(), "skipping");
+  EXPECT_EQ(JsonMember(rows.list_value().values(0), "run").string_value(), "exp-quiet");
+  EXPECT_EQ(JsonMember(rows.list_value().values(0), "cls").string_value(), "");
+  EXPECT_EQ(JsonMember(rows.list_value().values(1), "run").string_value(), "exp-spike");
+  EXPECT_EQ(JsonMember(rows.list_value().values(1), "cls").string_value(), "skipping");
   browser_.Screenshot(kScreenshots + "/runs.png", false);
 
   // The run view, opened from the list, against the store.
@@ -376,20 +360,33 @@ TEST_F(WebPageTest, ShowsTheStoreLiveAndEditsThresholds) {
   EXPECT_EQ(browser_.Eval("window.gacNoReload").string_value(), "still the same document");
   expect_run_view(229);
 
-  // Thresholds: a read-only token is refused with the server's message.
-  v1::SetRunConfigRequest change;
-  change.set_run("exp-spike");
-  change.mutable_thresholds()->set_c_low(0.08);
-  change.mutable_thresholds()->set_c_high(0.35);
-  change.set_mode(v1::CONTROL_MODE_LOCAL);
-  v1::RunConfig unused;
-  const grpc::Status denied = reader.SetRunConfig(change, &unused);
+  // Thresholds through the page's form: the message it shows once gacd
+  // answered, and its class ("message ok" or "message error").
+  const auto save = [&](const std::string& c_low, const std::string& c_high, const std::string& reason) {
+    browser_.Fill("#cfg-c-low", c_low);
+    browser_.Fill("#cfg-c-high", c_high);
+    browser_.Fill("#cfg-reason", reason);
+    browser_.Click("#cfg-save");
+    const std::string cls = browser_.Wait(
+        "document.querySelector('#cfg-message').className !== 'message' && "
+        "document.querySelector('#cfg-message').className").string_value();
+    return std::make_pair(cls, browser_.Text("#cfg-message"));
+  };
+  // What gRPC's SetRunConfig says to `client` for the same change.
+  const auto refusal = [&](Client& client, double c_low, double c_high) {
+    v1::SetRunConfigRequest change;
+    change.set_run("exp-spike");
+    change.mutable_thresholds()->set_c_low(c_low);
+    change.mutable_thresholds()->set_c_high(c_high);
+    change.set_mode(v1::CONTROL_MODE_LOCAL);
+    v1::RunConfig unused;
+    return client.SetRunConfig(change, &unused);
+  };
+
+  // A read-only token is refused with the server's message.
+  const grpc::Status denied = refusal(reader, 0.08, 0.35);
   ASSERT_EQ(denied.error_code(), grpc::StatusCode::PERMISSION_DENIED);
-  browser_.Fill("#cfg-c-low", "0.08");
-  browser_.Fill("#cfg-c-high", "0.35");
-  browser_.Click("#cfg-save");
-  browser_.Wait("document.querySelector('#cfg-message').className === 'message error'");
-  EXPECT_EQ(browser_.Text("#cfg-message"), denied.error_message());
+  EXPECT_EQ(save("0.08", "0.35", ""), std::make_pair(std::string("message error"), denied.error_message()));
 
   // An admin token (through the form): a bad pair is refused with the
   // server's validation message, a good one is stored.
@@ -397,21 +394,11 @@ TEST_F(WebPageTest, ShowsTheStoreLiveAndEditsThresholds) {
   browser_.Fill("#token-input", kAdminToken);
   browser_.Click("#token-panel button[type=submit]");
   browser_.Wait("document.body.dataset.firstChartMs");
-  change.mutable_thresholds()->set_c_low(0.5);
-  change.mutable_thresholds()->set_c_high(0.4);
-  const grpc::Status invalid = admin.SetRunConfig(change, &unused);
+  const grpc::Status invalid = refusal(admin, 0.5, 0.4);
   ASSERT_EQ(invalid.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
-  browser_.Fill("#cfg-c-low", "0.5");
-  browser_.Fill("#cfg-c-high", "0.4");
-  browser_.Click("#cfg-save");
-  browser_.Wait("document.querySelector('#cfg-message').className === 'message error'");
-  EXPECT_EQ(browser_.Text("#cfg-message"), invalid.error_message());
-  browser_.Fill("#cfg-c-low", "0.08");
-  browser_.Fill("#cfg-c-high", "0.35");
-  browser_.Fill("#cfg-reason", "tightened from the page");
-  browser_.Click("#cfg-save");
-  browser_.Wait("document.querySelector('#cfg-message').className === 'message ok'");
-  EXPECT_EQ(browser_.Text("#cfg-message"), "saved: version 1");
+  EXPECT_EQ(save("0.5", "0.4", ""), std::make_pair(std::string("message error"), invalid.error_message()));
+  EXPECT_EQ(save("0.08", "0.35", "tightened from the page"),
+            std::make_pair(std::string("message ok"), std::string("saved: version 1")));
   ASSERT_TRUE(reader.GetRunConfig("exp-spike", &config).ok());
   EXPECT_EQ(config.version(), 1u);
   EXPECT_EQ(config.thresholds().c_low(), 0.08);

@@ -27,11 +27,11 @@ constexpr const char* kPagePolicy =
     "default-src 'self'; img-src 'self' data:; style-src 'self' 'unsafe-inline'; "
     "connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'none'";
 
-// gzip (RFC 1952) of `input`; empty when zlib fails.
-std::string Gzip(std::string_view input) {
+// gzip (RFC 1952) of `input` at zlib's `level`; empty when zlib fails.
+std::string Gzip(std::string_view input, int level) {
   z_stream zs{};
   // 15 window bits + 16: a gzip header and trailer instead of zlib's.
-  if (deflateInit2(&zs, Z_BEST_COMPRESSION, Z_DEFLATED, 15 + 16, 9, Z_DEFAULT_STRATEGY) != Z_OK) return {};
+  if (deflateInit2(&zs, level, Z_DEFLATED, 15 + 16, 9, Z_DEFAULT_STRATEGY) != Z_OK) return {};
   std::string out(deflateBound(&zs, static_cast<uLong>(input.size())), '\0');
   zs.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(input.data()));
   zs.avail_in = static_cast<uInt>(input.size());
@@ -114,7 +114,7 @@ int HttpServer::Impl::ServeMetrics(mg_connection* conn, bool head_only) {
   std::string body = prometheus::TextSerializer().Serialize(families);
   Headers headers;
   if (AcceptsGzip(conn)) {
-    if (std::string z = Gzip(body); !z.empty()) {
+    if (std::string z = Gzip(body, Z_DEFAULT_COMPRESSION); !z.empty()) {
       body = std::move(z);
       headers.emplace_back("Content-Encoding", "gzip");
     }
@@ -203,7 +203,8 @@ StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const HttpServerOptions&
   std::size_t count = 0;
   const WebAsset* assets = WebAssets(&count);
   for (std::size_t i = 0; i < count; ++i) {
-    std::string z = Gzip(std::string_view(reinterpret_cast<const char*>(assets[i].data), assets[i].size));
+    std::string z = Gzip(std::string_view(reinterpret_cast<const char*>(assets[i].data), assets[i].size),
+                         Z_BEST_COMPRESSION);
     s.gzipped.push_back(z.size() * 10 < assets[i].size * 9 ? std::move(z) : std::string());
   }
 

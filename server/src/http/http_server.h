@@ -49,9 +49,8 @@ class HttpServer {
   // The port actually bound.
   int port() const { return port_; }
 
-  struct Impl;
-
  private:
+  struct Impl;
   explicit HttpServer(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
   int port_ = 0;

@@ -144,11 +144,6 @@ void JsonWriter::Null() {
   out_->append("null");
 }
 
-void JsonWriter::Raw(std::string_view text) {
-  Separate();
-  out_->append(text);
-}
-
 std::string JsonQuote(std::string_view value) {
   std::string out;
   AppendQuoted(&out, value);

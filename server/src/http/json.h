@@ -41,9 +41,6 @@ class JsonWriter {
   void Bool(bool value);
   void Null();
 
-  // Appends `text`, which must be one complete JSON value, as the next value.
-  void Raw(std::string_view text);
-
  private:
   void Open(char c);
   void Close(char c);

@@ -790,7 +790,7 @@
         width: chartWidth(),
         height: Math.max(160, names.length * rowPx + 60),
         legend: { show: false },
-        cursor: { sync: { key: 'gacd-' + this.gen }, drag: { x: true, y: false }, points: { show: false } },
+        cursor: { sync: { key: 'gacd-' + this.gen }, drag: { x: true, y: false }, points: { show: false }, y: false },
         scales: { x: { time: false }, y: { range: [0, names.length] } },
         axes: [
           { label: 'step' },
@@ -804,12 +804,16 @@
         series: [{ label: 'step' }, ...series],
         hooks: { setCursor: [(u) => this.heatmapHover(u)] },
       }, data, $('#heatmap'));
+      // The readout names a layer only under the mouse (other charts move
+      // this cursor too, but only along the steps).
+      this.heatmap.over.addEventListener('mouseenter', () => { this.overHeatmap = true; });
+      this.heatmap.over.addEventListener('mouseleave', () => { this.overHeatmap = false; });
     }
 
     heatmapHover(u) {
       const out = $('#heatmap-hover');
       const i = u.cursor.idx;
-      if (i === null || i === undefined || u.cursor.top < 0) {
+      if (!this.overHeatmap || i === null || i === undefined || u.cursor.top < 0) {
         out.textContent = '\u00a0';
         return;
       }

@@ -11,6 +11,7 @@
   const REGIMES = ['safe', 'project', 'skip', 'invalid'];
   const REGIME_COLORS = { safe: '#2da44e', project: '#d4a72c', skip: '#cf222e', invalid: '#8250df' };
   const PAGE = 10000;              // records per request: the API's largest page
+  const FIRST_BLOCK = 5000;        // the latest steps of a run, drawn before its older history
   const PARALLEL = 3;              // requests in flight while loading a run
   const POLL_MS = 1000;            // new steps of a run, while it is shown
   const HEATMAP_STEPS = 300;       // steps in the heat map when not zoomed
@@ -390,13 +391,15 @@
       return records;
     }
 
-    // The latest PAGE steps first (the charts are drawn from them), then
-    // the older history in blocks loaded side by side, each added in front
-    // of what is shown once the blocks after it are in.
+    // The latest FIRST_BLOCK steps first (the charts are drawn from them),
+    // then the older history in blocks of PAGE loaded side by side, each
+    // added in front of what is shown once the blocks after it are in.
     async loadHistory(info) {
       const ranges = [];
-      for (let to = info.last_step + 1; to > info.first_step; to -= PAGE) {
-        ranges.push([Math.max(info.first_step, to - PAGE), to]);
+      for (let to = info.last_step + 1, size = FIRST_BLOCK; to > info.first_step; size = PAGE) {
+        const from = Math.max(info.first_step, to - size);
+        ranges.push([from, to]);
+        to = from;
       }
       const total = info.last_step - info.first_step + 1;
       const status = $('#history-status');

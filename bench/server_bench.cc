@@ -50,11 +50,8 @@
 //
 // This is a benchmark, not a test: it asserts nothing about timing. It exits
 // non-zero when rows are lost, an RPC fails, or a measurement is invalid.
-#include <arpa/inet.h>
-#include <netinet/in.h>
 #include <sqlite3.h>
 #include <sys/resource.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <grpcpp/generic/async_generic_service.h>
@@ -1496,32 +1493,12 @@ void BenchDecideStores(const Args& args, const std::string& scratch, Report* rep
 // ---------------------------------------------------------------------------
 // 3. /metrics.
 
-// Plain HTTP/1.0 GET of 127.0.0.1:port/metrics; returns the body.
+// GET 127.0.0.1:port/metrics; returns the body.
 std::string HttpGetMetrics(int port) {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) Fail("socket: " + std::string(std::strerror(errno)));
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<std::uint16_t>(port));
-  inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
-  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
-    close(fd);
-    Fail("connect to /metrics: " + std::string(std::strerror(errno)));
-  }
-  const std::string req = "GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
-  if (write(fd, req.data(), req.size()) != static_cast<ssize_t>(req.size())) {
-    close(fd);
-    Fail("write to /metrics failed");
-  }
-  std::string resp;
-  char buf[1 << 16];
-  for (ssize_t n; (n = read(fd, buf, sizeof buf)) > 0;) resp.append(buf, static_cast<std::size_t>(n));
-  close(fd);
-  const auto body = resp.find("\r\n\r\n");
-  if (resp.rfind("HTTP/1.", 0) != 0 || resp.find(" 200 ") > resp.find("\r\n") || body == std::string::npos) {
-    Fail("GET /metrics: unexpected response: " + resp.substr(0, 200));
-  }
-  return resp.substr(body + 4);
+  std::string body;
+  const std::string error = gac::bench::HttpGet(port, "/metrics", &body);
+  if (!error.empty()) Fail("GET /metrics: " + error);
+  return body;
 }
 
 // Feeds `runs` runs with `layers` layers (rank 0) into `metrics`.

@@ -178,7 +178,7 @@ std::string Usage() {
 
   --config FILE             "key = value" lines with the flag names below
   --listen HOST:PORT        gRPC address (default 127.0.0.1:7070; port 0 = any)
-  --metrics-listen HOST:PORT  Prometheus /metrics address (default 127.0.0.1:9464; "" = off)
+  --metrics-listen HOST:PORT  HTTP address: /metrics, the JSON API and the page (default 127.0.0.1:9464; "" = off)
   --data-dir DIR            data directory (default ./gacd-data)
   --db PATH                 SQLite file (default DATA_DIR/gacd.db; ":memory:" = not persisted)
   --store sqlite|postgresql://USER@HOST:PORT/DB  the store (default sqlite, at --db); several

@@ -2,6 +2,7 @@
 
 #include <csignal>
 #include <cstdio>
+#include <string>
 #include <pthread.h>
 
 #include "gac/server/server.h"
@@ -40,9 +41,10 @@ int main(int argc, char** argv) {
                config->tls_cert.empty() ? "" : " (TLS)", store.c_str(),
                config->insecure ? ", INSECURE: no authentication" : "");
   if ((*server)->metrics_port() != 0) {
-    std::fprintf(stderr, "gacd: Prometheus metrics on http://%s:%d/metrics\n",
-                 config->metrics_listen.substr(0, config->metrics_listen.rfind(':')).c_str(),
-                 (*server)->metrics_port());
+    const std::string http = "http://" + config->metrics_listen.substr(0, config->metrics_listen.rfind(':')) + ":" +
+                             std::to_string((*server)->metrics_port());
+    std::fprintf(stderr, "gacd: Prometheus metrics on %s/metrics, the page on %s/, the JSON API under %s/api/v1\n",
+                 http.c_str(), http.c_str(), http.c_str());
   }
   int sig = 0;
   sigwait(&signals, &sig);

@@ -19,7 +19,7 @@ namespace gac::server {
 
 struct ServerConfig {
   std::string listen = "127.0.0.1:7070";          // gRPC address; port 0 = OS-chosen
-  std::string metrics_listen = "127.0.0.1:9464";  // /metrics address; "" = no exporter
+  std::string metrics_listen = "127.0.0.1:9464";  // HTTP port: /metrics, JSON API, page; "" = none
   std::string data_dir = "gacd-data";             // created if missing
   std::string db;                                 // "" = <data_dir>/gacd.db; ":memory:" = in-memory store
   std::string store;                              // "" or "sqlite" = SQLite at DatabasePath(); or a

@@ -1,6 +1,6 @@
 // gacd as a library: the gRPC services (ingest, control, admin, query,
-// health), the writer, the registry and the Prometheus exposer, started
-// together from a ServerConfig. gacd_main.cc is a thin wrapper; tests start
+// health), the writer, the registry and the HTTP port (/metrics, the JSON
+// API and gacd's page), started together from a ServerConfig. gacd_main.cc is a thin wrapper; tests start
 // it in-process on OS-chosen ports.
 //
 // Thread safety: Shutdown may be called from any thread, once or more.
@@ -49,7 +49,7 @@ class GacServer {
   // "127.0.0.1:PORT" of the gRPC listener, with the port actually bound.
   const std::string& address() const;
   int port() const;
-  // Port of /metrics, or 0 when the exporter is off.
+  // Port of the HTTP server (/metrics, /api/v1, the page), or 0 when it is off.
   int metrics_port() const;
   Metrics& metrics();
   Store& store();

@@ -8,6 +8,12 @@
 // answer that no controller would give (gac/proto/convert.h: DecodeDecision)
 // is an error too: a broken or hostile gacd cannot change the update.
 //
+// With several gacd replicas sharing one store (`address` a comma-separated
+// list), a call that a replica answers with UNAVAILABLE (down, draining) is
+// sent to the next within the same deadline, and the replica that answers is
+// asked first from then on. A DNS name that resolves to several replicas
+// works as well (channel.h).
+//
 // Thread safety: Decide may be called from any thread.
 
 #ifndef GAC_TRANSPORT_REMOTE_CONTROLLER_H_
@@ -22,7 +28,7 @@
 namespace gac::transport {
 
 struct RemoteControllerOptions {
-  std::string address;                     // gacd host:port
+  std::string address;                     // gacd host:port, or a comma-separated list of replicas
   std::string token;                       // bearer token with write rights on the run
   std::string tls_root_certs;              // PEM roots; "" = plaintext
   std::string run;                         // run id

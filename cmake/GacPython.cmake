@@ -38,11 +38,28 @@ endif()
 
 if(GAC_HAVE_PYTHON AND GAC_WITH_TORCH)
   find_library(GAC_TORCH_PYTHON_LIBRARY torch_python HINTS ${TORCH_INSTALL_PREFIX}/lib)
+  # Also torch's pybind11 ABI tags: pybind11 shares types (a ProcessGroup
+  # passed to gac.Agent) only between modules whose tags match, and the tags
+  # name the compiler; the modules take torch's whatever compiles them.
   execute_process(
     COMMAND ${Python3_EXECUTABLE} -c
-      "import os, torch; print(os.path.realpath(os.path.join(os.path.dirname(torch.__file__), 'lib', 'libtorch_cpu.so')))"
-    OUTPUT_VARIABLE _gac_py_torch_cpu OUTPUT_STRIP_TRAILING_WHITESPACE
+      "import os, torch; print(os.path.realpath(os.path.join(os.path.dirname(torch.__file__), 'lib', 'libtorch_cpu.so'))); c = torch._C; print(c._PYBIND11_COMPILER_TYPE, c._PYBIND11_STDLIB, c._PYBIND11_BUILD_ABI)"
+    OUTPUT_VARIABLE _gac_py_torch_out OUTPUT_STRIP_TRAILING_WHITESPACE
     RESULT_VARIABLE _gac_py_torch_rc ERROR_QUIET)
+  string(REPLACE "\n" ";" _gac_py_torch_lines "${_gac_py_torch_out}")
+  set(_gac_py_torch_cpu "")
+  set(GAC_PYBIND11_ABI_DEFINITIONS)
+  list(LENGTH _gac_py_torch_lines _gac_py_torch_n)
+  if(_gac_py_torch_rc EQUAL 0 AND _gac_py_torch_n EQUAL 2)
+    list(GET _gac_py_torch_lines 0 _gac_py_torch_cpu)
+    list(GET _gac_py_torch_lines 1 _gac_py_tags)
+    string(REPLACE " " ";" _gac_py_tags "${_gac_py_tags}")
+    list(GET _gac_py_tags 0 _gac_tag_compiler)
+    list(GET _gac_py_tags 1 _gac_tag_stdlib)
+    list(GET _gac_py_tags 2 _gac_tag_abi)
+    set(GAC_PYBIND11_ABI_DEFINITIONS PYBIND11_COMPILER_TYPE="${_gac_tag_compiler}"
+        PYBIND11_STDLIB="${_gac_tag_stdlib}" PYBIND11_BUILD_ABI="${_gac_tag_abi}")
+  endif()
   find_library(_gac_torch_cpu torch_cpu HINTS ${TORCH_INSTALL_PREFIX}/lib)
   get_filename_component(_gac_torch_cpu_real "${_gac_torch_cpu}" REALPATH)
   if(NOT GAC_TORCH_PYTHON_LIBRARY)

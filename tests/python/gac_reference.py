@@ -69,8 +69,9 @@ class ReferenceGac:
     ) -> None:
         self.c_low, self.c_high, self.alpha_mode = c_low, c_high, alpha_mode
         self.mode, self.reference, self.snapshot_dtype = mode, reference, snapshot_dtype
-        self.snapshot: Optional[List[torch.Tensor]] = None
+        self.snapshot: Optional[List[Optional[torch.Tensor]]] = None
         self.has_reference = False
+        self._written: List[bool] = []  # parameters whose snapshot the last step wrote
 
     def _stored(self, g: torch.Tensor) -> torch.Tensor:
         # What the snapshot keeps of g: rounded to its dtype.
@@ -108,9 +109,11 @@ class ReferenceGac:
                 continue
             assert p is not None
             out.append(g - coeff * p if project else g.clone())
+        self._written = [False] * len(grads)
         if regime != "invalid":
             applied = self.reference == "applied_update"
             if not applied or step_optimizer:
+                self._written = [g is not None for g in grads]
                 for i, (g, o) in enumerate(zip(grads, out)):
                     if g is not None:
                         dtype = dtypes[i] if dtypes is not None else torch.float32
@@ -118,9 +121,27 @@ class ReferenceGac:
                 self.has_reference = True
         return RefStep(regime, cosine, alpha, coeff, dot, gg, pp, step_optimizer, out)
 
+    def adopt_applied(self, applied: Sequence[Optional[torch.Tensor]]) -> None:
+        """With reference='applied_update', takes as the snapshot what the
+        gradients hold after the step (checked against step()'s own result
+        first): the applied update is, by definition, those values, and
+        adopting them keeps the two roundings of each projection (gac's
+        fp32, this float64) from compounding from step to step."""
+        assert self.reference == "applied_update" and self.snapshot is not None
+        for i, a in enumerate(applied):
+            if a is not None and self._written[i]:
+                self.snapshot[i] = self._stored(a.to(torch.float64))
+
 
 def ulp_tolerance(dtype: torch.dtype) -> float:
     """Relative difference allowed between gac's projected gradient and the
     fp64 reference rounded to `dtype`: one unit in the last place of the
     dtype (both round a value computed at a different precision)."""
     return {torch.float32: 2.0**-22, torch.bfloat16: 2.0**-7, torch.float16: 2.0**-10}[dtype]
+
+
+def subnormal_spacing(dtype: torch.dtype) -> float:
+    """The spacing of the dtype's subnormal numbers: below the smallest
+    normal number, rounding errors are bounded by this, not relatively
+    (fp16's subnormals start at 6.1e-5, in reach of a projected gradient)."""
+    return {torch.float32: 2.0**-149, torch.bfloat16: 2.0**-133, torch.float16: 2.0**-24}[dtype]

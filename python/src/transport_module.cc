@@ -14,8 +14,10 @@
 #include <optional>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "gac/controller/decision_source.h"
+#include "gac/transport/channel.h"
 #include "gac/transport/remote_controller.h"
 #include "gac/transport/step_record.h"
 #include "gac/transport/telemetry.h"
@@ -55,6 +57,15 @@ void CheckScalarName(const std::string& name) {
   if (!ok) RaiseInvalidArgument("scalar names must be 1-256 printable ASCII characters, got '" + name + "'");
 }
 
+// gacd's host:port, or a comma-separated list of replicas sharing one store
+// (transport::SplitGacdAddresses' rules), checked before anything starts.
+void CheckAddress(const std::string& address) {
+  StatusOr<std::vector<std::string>> list = transport::SplitGacdAddresses(address);
+  if (!list.ok()) {
+    RaiseInvalidArgument("address must be host:port or a comma-separated list of them, got '" + address + "'");
+  }
+}
+
 // PEM roots from `tls`: None (plaintext), the PEM text (str or bytes), or
 // the path of a PEM file (str or os.PathLike; a missing file raises
 // FileNotFoundError).
@@ -90,7 +101,7 @@ class PyTelemetry {
   PyTelemetry(const std::string& address, const std::string& run, std::int64_t rank, std::int64_t world_size,
               const py::object& spool_dir, const std::optional<std::string>& token, const py::object& tls,
               std::int64_t queue_capacity, double flush_interval, std::int64_t spool_max_bytes, bool fsync) {
-    if (address.empty()) RaiseInvalidArgument("address must be host:port, got ''");
+    CheckAddress(address);
     CheckRunId(run);
     who_ = RunIdentity{run, CheckRank(rank, world_size), static_cast<std::uint32_t>(world_size)};
     if (queue_capacity < 1) RaiseInvalidArgument("queue_capacity must be >= 1, got " + std::to_string(queue_capacity));
@@ -145,6 +156,7 @@ class PyTelemetry {
   TelemetryCounters counters() const { return telemetry_->counters(); }
   const SpoolRecovery& recovery() const { return telemetry_->recovery(); }
   std::string last_error() const { return telemetry_->last_error(); }
+  std::string address() const { return telemetry_->address(); }
   bool closed() const { return closed_; }
   const RunIdentity& who() const { return who_; }
 
@@ -169,7 +181,8 @@ py::dict CountersDict(const TelemetryCounters& c) {
                   "records_sent"_a = c.records_sent, "records_acknowledged"_a = c.records_acknowledged,
                   "records_spooled"_a = c.records_spooled, "batches_replayed"_a = c.batches_replayed,
                   "records_replayed"_a = c.records_replayed, "records_rejected"_a = c.records_rejected,
-                  "spool_errors"_a = c.spool_errors, "reconnects"_a = c.reconnects, "queue_depth"_a = c.queue_depth,
+                  "spool_errors"_a = c.spool_errors, "reconnects"_a = c.reconnects, "failovers"_a = c.failovers,
+                  "queue_depth"_a = c.queue_depth,
                   "unacknowledged"_a = c.unacknowledged);
 }
 
@@ -188,6 +201,8 @@ void BindTelemetry(py::module_& m) {
                     "Records gacd refused as invalid (dropped; see last_error).")
       .def_readonly("spool_errors", &TelemetryCounters::spool_errors)
       .def_readonly("reconnects", &TelemetryCounters::reconnects)
+      .def_readonly("failovers", &TelemetryCounters::failovers,
+                    "Moves to the next gacd of an address list after a failure.")
       .def_readonly("queue_depth", &TelemetryCounters::queue_depth, "Records waiting in the queue.")
       .def_readonly("unacknowledged", &TelemetryCounters::unacknowledged,
                     "Records sent or spooled, not yet acknowledged.")
@@ -217,7 +232,9 @@ void BindTelemetry(py::module_& m) {
            "address"_a, "run"_a, py::kw_only(), "rank"_a = 0, "world_size"_a = 1, "spool_dir"_a = py::none(),
            "token"_a = py::none(), "tls"_a = py::none(), "queue_capacity"_a = 1 << 16, "flush_interval"_a = 0.05,
            "spool_max_bytes"_a = std::int64_t{256} << 20, "fsync"_a = false,
-           "address: gacd's host:port. run: the run id ([A-Za-z0-9._:/-]). spool_dir: where unacknowledged\n"
+           "address: gacd's host:port, or a comma-separated list of gacd replicas sharing one store (the sender\n"
+           "moves to the next when one fails and resends what it had not acknowledged; each step is stored once).\n"
+           "run: the run id ([A-Za-z0-9._:/-]). spool_dir: where unacknowledged\n"
            "batches wait (None: in memory only, lost with the process). token: a bearer token with write rights\n"
            "on the run. tls: PEM roots (text, bytes or a file path) to verify gacd; None = plaintext.\n"
            "flush_interval: seconds a partial batch waits. fsync: fsync every spooled batch (survives power loss).")
@@ -234,6 +251,8 @@ void BindTelemetry(py::module_& m) {
       .def_property_readonly("recovery", &PyTelemetry::recovery, py::return_value_policy::copy)
       .def_property_readonly("last_error", &PyTelemetry::last_error,
                              "The last stream error ('' if none), e.g. 'UNAVAILABLE: connection refused'.")
+      .def_property_readonly("address", &PyTelemetry::address,
+                             "The gacd address the open stream goes to ('' when none).")
       .def_property_readonly("closed", &PyTelemetry::closed)
       .def_property_readonly("run", [](const PyTelemetry& t) { return t.who().run; })
       .def_property_readonly("rank", [](const PyTelemetry& t) { return t.who().rank; })
@@ -251,7 +270,7 @@ void BindRemoteController(py::module_& m) {
       "Safe to use from several threads.")
       .def(py::init([](const std::string& address, const std::string& run, std::int64_t rank,
                        const std::optional<std::string>& token, const py::object& tls, double deadline) {
-             if (address.empty()) RaiseInvalidArgument("address must be host:port, got ''");
+             CheckAddress(address);
              CheckRunId(run);
              RemoteControllerOptions o;
              o.address = address;
@@ -264,7 +283,9 @@ void BindRemoteController(py::module_& m) {
            }),
            "address"_a, "run"_a, py::kw_only(), "rank"_a = 0, "token"_a = py::none(), "tls"_a = py::none(),
            "deadline"_a = 0.05,
-           "address: gacd's host:port; run: the run id; token: a bearer token with write rights on the run;\n"
+           "address: gacd's host:port, or a comma-separated list of replicas sharing one store (a replica that\n"
+           "answers UNAVAILABLE is passed over within the same deadline); run: the run id; token: a bearer token\n"
+           "with write rights on the run;\n"
            "tls: PEM roots (text, bytes or a file path), None = plaintext; deadline: seconds per decision.")
       .def(
           "set_run_thresholds",

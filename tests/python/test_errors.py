@@ -86,7 +86,8 @@ def telemetry(**kw: Any) -> gac.Telemetry:
 
 
 TELEMETRY_CASES: List[Tuple[Callable[[], Any], Type[BaseException], str]] = [
-    (lambda: telemetry(address=""), ValueError, "address must be host:port"),
+    (lambda: telemetry(address=""), ValueError, "address must be host:port or a comma-separated list"),
+    (lambda: telemetry(address="127.0.0.1:1,"), ValueError, "a comma-separated list of them, got '127.0.0.1:1,'"),
     (lambda: telemetry(run="bad run!"), ValueError, "run must be 1-128 characters of [A-Za-z0-9._:/-]"),
     (lambda: telemetry(run="x" * 129), ValueError, "run must be"),
     (lambda: telemetry(rank=2, world_size=2), ValueError, "rank must be in [0, world_size)"),
@@ -95,7 +96,8 @@ TELEMETRY_CASES: List[Tuple[Callable[[], Any], Type[BaseException], str]] = [
     (lambda: telemetry(flush_interval=0.0), ValueError, "flush_interval must be between 0.001 and 86400 seconds"),
     (lambda: telemetry(spool_max_bytes=0), ValueError, "spool_max_bytes must be >= 1"),
     (lambda: telemetry(tls="/nonexistent/ca.pem"), FileNotFoundError, "/nonexistent/ca.pem"),
-    (lambda: gac.RemoteController("", "r"), ValueError, "address must be host:port"),
+    (lambda: gac.RemoteController("", "r"), ValueError, "address must be host:port or a comma-separated list"),
+    (lambda: gac.RemoteController("127.0.0.1:1, ,127.0.0.1:2", "r"), ValueError, "comma-separated list"),
     (lambda: gac.RemoteController("127.0.0.1:1", "a b"), ValueError, "run must be"),
     (lambda: gac.RemoteController("127.0.0.1:1", "r", deadline=0), ValueError, "deadline must be between"),
     (lambda: gac.RemoteController("127.0.0.1:1", "r", deadline=float("nan")), ValueError, "deadline must be between"),

@@ -7,6 +7,7 @@ and counted."""
 from __future__ import annotations
 
 import math
+import socket
 from pathlib import Path
 from typing import Dict, List, Tuple
 
@@ -202,3 +203,30 @@ def test_remote_controller_decides_like_the_controller(gacd: Gacd) -> None:
         e = local.decide(dot, 1.0, 1.0)
         assert (d.regime, d.apply_update) == (e.regime, e.apply_update)
         assert d.alpha == pytest.approx(e.alpha, rel=1e-12)
+
+
+def closed_port() -> int:
+    """A loopback port nothing listens on (the OS chose it, then it was closed)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_an_address_list_moves_past_a_gacd_that_is_down(gacd: Gacd, tmp_path: Path) -> None:
+    addresses = f"127.0.0.1:{closed_port()}, {gacd.address}"
+    trainer = Trainer(4)
+    rc = gac.RemoteController(addresses, "py-list", deadline=5.0)
+    agent = gac.Agent(0.05, 0.3, mode="remote", decision_source=rc)
+    with gac.Telemetry(addresses, "py-list", spool_dir=tmp_path / "spool") as t:
+        for step in range(1, 51):
+            trainer.backward(step)
+            r = agent.step(step, trainer.params)
+            assert not r.fallback, r.remote_error
+            assert t.send(r)
+        assert t.flush(60), t.last_error
+        assert t.address == gacd.address
+        c = t.counters
+        assert c.failovers >= 1 and c.records_acknowledged == 50
+        assert c.to_dict()["failovers"] == c.failovers
+    assert agent.fallbacks == 0
+    assert sorted(by_step(gacd.steps("py-list"))) == list(range(1, 51))

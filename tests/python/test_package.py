@@ -2,7 +2,8 @@
 the same parameter names; mypy --strict accepts the example and the
 benchmark against them; one LibTorch is loaded (the interpreter's own); and
 the documented install into a virtual environment made with
---system-site-packages works."""
+--system-site-packages works; and the build's path file makes an
+interpreter import the build."""
 
 from __future__ import annotations
 
@@ -169,3 +170,25 @@ def test_install_into_a_venv_with_system_site_packages(tmp_path: Path) -> None:
     assert out.returncode == 0, out.stderr
     file, regime, telemetry = out.stdout.split()
     assert file.startswith(str(venv)) and regime == "safe" and telemetry == "Telemetry"
+
+
+def test_the_builds_path_file_makes_the_interpreter_import_the_build(tmp_path: Path) -> None:
+    # What scripts/build.sh does after a build (scripts/python_path.sh), so
+    # that `/usr/bin/python3 -c "import gac"` works after the README's first
+    # command; aimed here at an isolated venv (no system site packages: the
+    # build's gac.pth of the real interpreter is not seen there) so that only
+    # the file the script writes can make the import work.
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=300)
+    python = str(venv / "bin" / "python")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    probe = [python, "-c", "import gac; print(gac.__file__)"]
+    before = subprocess.run(probe, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=60)
+    assert before.returncode != 0 and "No module named 'gac'" in before.stderr
+    build_dir = PACKAGE.parent.parent
+    script = subprocess.run(["bash", str(SOURCE_DIR / "scripts" / "python_path.sh"), str(build_dir)],
+                            capture_output=True, text=True, env={**env, "GAC_PYTHON": python}, timeout=60)
+    assert script.returncode == 0, script.stderr
+    after = subprocess.run(probe, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=60)
+    assert after.returncode == 0, after.stderr
+    assert Path(after.stdout.strip()).resolve() == PACKAGE / "__init__.py"

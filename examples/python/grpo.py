@@ -157,6 +157,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--alpha-mode", choices=["paper", "exact"], default="paper")
     ap.add_argument("--gacd", help="gacd's host:port: stream every step there")
     ap.add_argument("--token", help="bearer token for gacd")
+    ap.add_argument("--deadline", type=float, default=0.05,
+                    help="seconds gacd has to answer a Decide in remote mode before the local decision is used")
     ap.add_argument("--run", help="run id (default: py-grpo-<mode>-s<staleness>-seed<seed>)")
     ap.add_argument("--spool-dir", help="where unacknowledged telemetry waits")
     ap.add_argument("--seed", type=int, default=1)
@@ -186,7 +188,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     telemetry = gac.Telemetry(args.gacd, run, token=args.token, spool_dir=args.spool_dir) if args.gacd else None
     source = None
     if args.mode == "remote":
-        source = gac.RemoteController(args.gacd, run, token=args.token)
+        source = gac.RemoteController(args.gacd, run, token=args.token, deadline=args.deadline)
         source.set_run_thresholds(args.c_low, args.c_high, args.alpha_mode, reason="examples/python/grpo.py")
     agent = None
     if args.mode != "off":

@@ -33,11 +33,13 @@ def run_example(*args: str) -> Dict[str, Any]:
 @pytest.mark.parametrize("mode", ["local", "remote"])
 def test_example_streams_every_step(gacd: Gacd, mode: str) -> None:
     run = f"py-example-{mode}"
-    summary = run_example("--mode", mode, "--gacd", gacd.address, "--run", run)
-    assert summary["run"] == run and summary["steps"] == 24 and summary["fallbacks"] == 0
+    # A deadline no load on a shared test machine reaches: the test is that
+    # gacd made every decision (a miss is test_remote's subject).
+    summary = run_example("--mode", mode, "--gacd", gacd.address, "--run", run, "--deadline", "10")
+    assert summary["run"] == run and summary["steps"] == 24 and summary["fallbacks"] == 0, summary
     assert sum(summary["regimes"].values()) == 24
     t = summary["telemetry"]
-    assert t["records_acknowledged"] == t["enqueued"] == 24 and t["dropped_queue_full"] == 0
+    assert t["records_acknowledged"] == t["enqueued"] == 24 and t["dropped_queue_full"] == 0, t
     stored = gacd.steps(run)
     assert sorted(int(r["step"]) for r in stored) == list(range(1, 25))
     for r in stored:

@@ -252,7 +252,10 @@ TEST(StalledGacd, TrainerDoesNotWaitAndRemoteDecisionFallsBackOnTime) {
   auto remote = RemoteController::Create(RemoteOptions(gacd.address(), "exp-stall", 50ms));
   ASSERT_TRUE(remote.ok());
   const AlignmentStats stats{0.1, 1.0, 1.0, true};
+  // The first call also connects, which a loaded machine may not do within
+  // the 50 ms deadline; what is tested is the stalled server, below.
   auto d = (*remote)->Decide(0, stats);
+  for (int i = 0; i < 20 && !d.ok(); ++i) d = (*remote)->Decide(0, stats);
   ASSERT_TRUE(d.ok()) << d.status().ToString();
   EXPECT_EQ(d->regime, Regime::kProject);  // |c| = 0.1 between the defaults 0.05 and 0.3
 
@@ -290,7 +293,10 @@ TEST(RemoteController, OutageFailsFastAndRecovers) {
   ro.deadline = 200ms;
   auto remote = RemoteController::Create(ro);
   ASSERT_TRUE(remote.ok());
-  ASSERT_TRUE((*remote)->Decide(0, {0.0, 1, 1, true}).ok());
+  // Connected first (a loaded machine may need more than one deadline for it).
+  bool connected = false;
+  for (int i = 0; i < 20 && !connected; ++i) connected = (*remote)->Decide(0, {0.0, 1, 1, true}).ok();
+  ASSERT_TRUE(connected);
   gacd.Kill();
   auto miss = (*remote)->Decide(1, {0.0, 1, 1, true});
   EXPECT_FALSE(miss.ok());
@@ -303,6 +309,7 @@ TEST(RemoteController, OutageFailsFastAndRecovers) {
   EXPECT_TRUE(recovered);
   RemoteControllerOptions bad = ro;
   bad.token = testing::kReaderToken;  // no write right
+  bad.deadline = 10s;                 // a fresh channel: the refusal, not the connect time, is tested
   auto denied = RemoteController::Create(bad);
   ASSERT_TRUE(denied.ok());
   EXPECT_EQ((*denied)->Decide(0, {0.0, 1, 1, true}).status().code(), StatusCode::kPermissionDenied);

@@ -49,7 +49,7 @@
 #include <thread>
 #include <vector>
 
-#include "bench_util.h"
+#include "bench/bench_util.h"
 #include "gac/agent/agent.h"
 
 namespace {

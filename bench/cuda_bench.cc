@@ -47,8 +47,8 @@
 #include <string>
 #include <vector>
 
-#include "bench_util.h"
-#include "cuda/cuda_passes.h"
+#include "bench/bench_util.h"
+#include "agent/src/cuda/cuda_passes.h"
 #include "gac/agent/agent.h"
 
 namespace {

@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "gac/agent/telemetry.h"
+#include "gac/transport/telemetry.h"
 #include "gac/server/server.h"
 
 namespace {
@@ -64,11 +64,11 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "cannot start gacd: %s\n", server.status().ToString().c_str());
     return 1;
   }
-  gac::agent::TelemetryOptions o;
+  gac::transport::TelemetryOptions o;
   o.address = (*server)->address();
   o.spool_dir = dir + "/spool";
   o.queue_capacity = static_cast<std::size_t>(steps) + 1;
-  auto telemetry = gac::agent::Telemetry::Start(o);
+  auto telemetry = gac::transport::Telemetry::Start(o);
   if (!telemetry.ok()) {
     std::fprintf(stderr, "cannot start telemetry: %s\n", telemetry.status().ToString().c_str());
     return 1;

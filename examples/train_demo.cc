@@ -28,9 +28,9 @@
 #include <string>
 
 #include "gac/agent/agent.h"
-#include "gac/agent/remote_controller.h"
-#include "gac/agent/step_record.h"
-#include "gac/agent/telemetry.h"
+#include "gac/transport/remote_controller.h"
+#include "gac/transport/step_record.h"
+#include "gac/transport/telemetry.h"
 #include "gac/controller/calibration.h"
 
 namespace {
@@ -99,7 +99,7 @@ struct RunResult {
 // One training run. GAC acts (local mode) from step `gac_from` on when
 // `gac_from` > 0; before that, and always when it is 0, it only monitors.
 RunResult Run(const Flags& flags, const std::string& name, int staleness, gac::Thresholds thresholds,
-              int gac_from, gac::agent::Telemetry* telemetry, const std::string& run_id) {
+              int gac_from, gac::transport::Telemetry* telemetry, const std::string& run_id) {
   at::manual_seed(flags.seed);
   const std::int64_t in = 32, hidden = 128, out = 8, n = 8192;
   const at::Tensor teacher = at::randn({in, out});
@@ -114,11 +114,11 @@ RunResult Run(const Flags& flags, const std::string& name, int staleness, gac::T
   options.mode = gac::agent::Mode::kMonitor;
   gac::agent::Mode acting = gac::agent::Mode::kLocal;
   if (flags.remote && gac_from > 0) {
-    gac::agent::RemoteControllerOptions ro;
+    gac::transport::RemoteControllerOptions ro;
     ro.address = flags.gacd;
     ro.token = flags.token;
     ro.run = run_id;
-    auto remote = gac::agent::RemoteController::Create(ro);
+    auto remote = gac::transport::RemoteController::Create(ro);
     // gacd decides with the run's settings there: set them first.
     gac::Status st = remote.ok() ? (*remote)->SetRunThresholds(thresholds, gac::AlphaMode::kPaper,
                                                           "gac_train_demo: calibrated from the synchronous run")
@@ -175,7 +175,7 @@ RunResult Run(const Flags& flags, const std::string& name, int staleness, gac::T
     }
     agent_seconds += report->stats_seconds + report->decide_seconds + report->apply_seconds;
     if (telemetry != nullptr) {
-      telemetry->Enqueue(gac::agent::MakeStepRecord(*report, {run_id, 0, 1}, agent->options().mode,
+      telemetry->Enqueue(gac::transport::MakeStepRecord(*report, {run_id, 0, 1}, agent->options().mode,
                                                     {{"loss", batch_loss.item<double>()}}, staleness));
     }
     const auto& d = report->decision;
@@ -207,12 +207,12 @@ int main(int argc, char** argv) {
   const Flags flags = Parse(argc, argv);
   std::printf("gac_train_demo: %d steps, warm-up %d, learning rate %g\n", flags.steps, flags.warmup,
               flags.lr);
-  std::unique_ptr<gac::agent::Telemetry> telemetry;
+  std::unique_ptr<gac::transport::Telemetry> telemetry;
   if (!flags.gacd.empty()) {
-    gac::agent::TelemetryOptions t;
+    gac::transport::TelemetryOptions t;
     t.address = flags.gacd;
     t.token = flags.token;
-    auto started = gac::agent::Telemetry::Start(t);
+    auto started = gac::transport::Telemetry::Start(t);
     if (!started.ok()) Usage(started.status().ToString().c_str());
     telemetry = std::move(*started);
     std::printf("streaming every step to gacd at %s (runs %s-sync, %s-stale, %s-gac)\n", flags.gacd.c_str(),

@@ -13,7 +13,7 @@
 # GAC_BENCH_ARGS (extra cuda_bench arguments, e.g. --quick).
 #
 # The build uses the installed PyTorch's CMake config
-# (torch.utils.cmake_prefix_path) with -DGAC_WITH_SERVER=OFF; it fails early
+# (torch.utils.cmake_prefix_path) with -DGAC_WITH_GRPC=OFF -DGAC_WITH_SERVER=OFF; it fails early
 # when that PyTorch has no CUDA (the agent would not dispatch to the GPU).
 set -u -o pipefail
 
@@ -63,7 +63,7 @@ log "$(grep -E '^(torch|gpu)' "$out/env.txt" | tr '\n' ';')"
 if want build; then
   prefix=$(python3 -c 'import torch; print(torch.utils.cmake_prefix_path)') || { log "python3 cannot import torch"; exit 1; }
   abi=$(python3 -c 'import torch; print(int(torch.compiled_with_cxx11_abi()))')
-  args=(-S "$repo" -B "$build" -DCMAKE_BUILD_TYPE=Release -DGAC_WITH_SERVER=OFF -DGAC_BUILD_EXAMPLES=ON
+  args=(-S "$repo" -B "$build" -DCMAKE_BUILD_TYPE=Release -DGAC_WITH_GRPC=OFF -DGAC_WITH_SERVER=OFF -DGAC_BUILD_EXAMPLES=ON
         -DCMAKE_PREFIX_PATH="$prefix")
   command -v ninja > /dev/null && args+=(-G Ninja)
   if [ "$abi" = 0 ]; then

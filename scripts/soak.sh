@@ -12,6 +12,6 @@ bash scripts/build.sh -DGAC_BUILD_TESTS=ON >/dev/null
 steps=$(( kills * 250 ))
 echo "soak: ${kills} kill -9 cycles during a ${steps}-step run"
 start=$(date +%s)
-GAC_SOAK_KILLS="${kills}" GAC_SOAK_STEPS="${steps}" "$build_dir/tests/agent_grpc/agent_grpc_test" \
+GAC_SOAK_KILLS="${kills}" GAC_SOAK_STEPS="${steps}" "$build_dir/tests/transport/transport_test" \
   --gtest_filter='Telemetry.KillNineTwentyTimesLosesAndDuplicatesNothing' --gtest_brief=1
 echo "soak: passed in $(( $(date +%s) - start )) s"

@@ -12,9 +12,9 @@
 #include <memory>
 #include <vector>
 
-#include "cuda/multi_tensor.h"
+#include "agent/src/cuda/multi_tensor.h"
 #include "gac/agent/reducer.h"
-#include "gac/controller/status.h"
+#include "gac/status.h"
 
 namespace gac::agent {
 

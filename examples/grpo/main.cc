@@ -48,9 +48,9 @@
 #include "gac/agent/agent.h"
 #include "gac/controller/calibration.h"
 #ifdef GAC_GRPO_WITH_GACD  // a build with the gRPC parts (GAC_WITH_SERVER)
-#include "gac/agent/remote_controller.h"
-#include "gac/agent/step_record.h"
-#include "gac/agent/telemetry.h"
+#include "gac/transport/remote_controller.h"
+#include "gac/transport/step_record.h"
+#include "gac/transport/telemetry.h"
 #endif
 
 namespace {
@@ -304,21 +304,21 @@ int main(int argc, char** argv) {
     options.decision_source = window_source;
   }
 #ifdef GAC_GRPO_WITH_GACD
-  std::unique_ptr<gac::agent::Telemetry> telemetry;
+  std::unique_ptr<gac::transport::Telemetry> telemetry;
   if (!flags.gacd.empty()) {
-    gac::agent::TelemetryOptions t;
+    gac::transport::TelemetryOptions t;
     t.address = flags.gacd;
     t.token = flags.token;
-    auto started = gac::agent::Telemetry::Start(t);
+    auto started = gac::transport::Telemetry::Start(t);
     if (!started.ok()) Usage("telemetry: " + started.status().ToString());
     telemetry = std::move(*started);
   }
   if (flags.mode == gac::agent::Mode::kRemote) {
-    gac::agent::RemoteControllerOptions ro;
+    gac::transport::RemoteControllerOptions ro;
     ro.address = flags.gacd;
     ro.token = flags.token;
     ro.run = flags.run;
-    auto remote = gac::agent::RemoteController::Create(ro);
+    auto remote = gac::transport::RemoteController::Create(ro);
     if (!remote.ok()) Usage("remote controller: " + remote.status().ToString());
     // gacd decides with the run's settings there: set them first.
     const gac::Status st = (*remote)->SetRunThresholds(
@@ -452,7 +452,7 @@ int main(int argc, char** argv) {
         }
 #ifdef GAC_GRPO_WITH_GACD
         if (telemetry) {
-          telemetry->Enqueue(gac::agent::MakeStepRecord(
+          telemetry->Enqueue(gac::transport::MakeStepRecord(
               *report, {flags.run, 0, 1}, agent->options().mode,
               {{"reward", sub.mean_reward}, {"loss", loss.pg_loss}, {"kl", loss.kl}, {"entropy", loss.entropy},
                {"heldout_acc", last_heldout}, {"noise_cos", noise_cos},

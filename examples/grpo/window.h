@@ -22,7 +22,7 @@
 #include <optional>
 #include <vector>
 
-#include "gac/agent/decision_source.h"
+#include "gac/controller/decision_source.h"
 #include "gac/controller/controller.h"
 
 namespace gac::grpo {
@@ -43,7 +43,7 @@ class SignedWindow {
   double sum_ = 0.0;
 };
 
-class WindowedDecisionSource : public gac::agent::DecisionSource {
+class WindowedDecisionSource : public gac::DecisionSource {
  public:
   // REQUIRES: thresholds valid (gac::ValidateThresholds), window >= 1.
   WindowedDecisionSource(Thresholds thresholds, AlphaMode mode, int window);

@@ -22,8 +22,17 @@ const char* AlphaModeName(AlphaMode mode) {
   return mode == AlphaMode::kExact ? "exact" : "paper";
 }
 
+const char* ModeName(Mode mode) {
+  switch (mode) {
+    case Mode::kMonitor: return "monitor";
+    case Mode::kLocal: return "local";
+    case Mode::kRemote: return "remote";
+  }
+  return "unknown";
+}
+
 StatusOr<Regime> ParseRegime(const char* name) {
-  for (Regime r : {Regime::kSafe, Regime::kProject, Regime::kSkip, Regime::kInvalid}) {
+  for (Regime r : kAllRegimes) {
     if (name != nullptr && std::strcmp(name, RegimeName(r)) == 0) return r;
   }
   return Status::InvalidArgument(std::string("unknown regime '") + (name ? name : "") +
@@ -36,6 +45,14 @@ StatusOr<AlphaMode> ParseAlphaMode(const char* name) {
   }
   return Status::InvalidArgument(std::string("unknown alpha mode '") + (name ? name : "") +
                                  "' (expected paper or exact)");
+}
+
+StatusOr<Mode> ParseMode(const char* name) {
+  for (Mode m : {Mode::kMonitor, Mode::kLocal, Mode::kRemote}) {
+    if (name != nullptr && std::strcmp(name, ModeName(m)) == 0) return m;
+  }
+  return Status::InvalidArgument(std::string("unknown mode '") + (name ? name : "") +
+                                 "' (expected monitor, local or remote)");
 }
 
 Status ValidateThresholds(const Thresholds& t) {
@@ -77,6 +94,13 @@ double Controller::Alpha(double cosine) const {
   return lo * std::sqrt(rest) / (a * std::sqrt(1.0 - lo * lo));
 }
 
+Regime Controller::RegimeForCosine(double cosine) const {
+  const double a = std::fabs(cosine);
+  if (a <= thresholds_.c_low) return Regime::kSafe;
+  if (a >= thresholds_.c_high) return Regime::kSkip;
+  return Regime::kProject;
+}
+
 Decision Controller::Decide(const AlignmentStats& s) const {
   Decision d;
   d.grad_norm = std::sqrt(s.gg);
@@ -95,18 +119,16 @@ Decision Controller::Decide(const AlignmentStats& s) const {
   // |g|*|p|, not sqrt(gg*pp): the product of the squares can overflow.
   const double norms = d.grad_norm * d.ref_norm;
   const double c = s.dot / (norms + kCosineEpsilon);
-  const double a = std::fabs(c);
   d.cosine = c;
-  if (a <= thresholds_.c_low) {
+  d.regime = RegimeForCosine(c);
+  if (d.regime == Regime::kSafe) {
     d.cosine_after = c;
     return d;
   }
-  if (a >= thresholds_.c_high) {
-    d.regime = Regime::kSkip;
+  if (d.regime == Regime::kSkip) {
     d.apply_update = false;
     return d;
   }
-  d.regime = Regime::kProject;
   d.alpha = Alpha(c);
   d.projection_coeff = (1.0 - d.alpha) * s.dot / s.pp;
   // The post-projection cosine follows from the exact cosine of g and p.

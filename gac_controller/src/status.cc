@@ -1,4 +1,7 @@
-#include "gac/controller/status.h"
+#include "gac/status.h"
+
+#include <cerrno>
+#include <cstring>
 
 namespace gac {
 
@@ -37,6 +40,50 @@ const std::string& Status::message() const {
 std::string Status::ToString() const {
   if (ok()) return "OK";
   return std::string(StatusCodeName(rep_->code)) + ": " + rep_->message;
+}
+
+Status Status::WithPrefix(const std::string& prefix) const {
+  if (ok()) return *this;
+  return Status(rep_->code, prefix + ": " + rep_->message);
+}
+
+StatusCode ErrnoToStatusCode(int errno_value) {
+  switch (errno_value) {
+    case 0:
+      return StatusCode::kOk;
+    case EINVAL: case ENAMETOOLONG: case E2BIG: case EFAULT: case ENOTTY: case ESPIPE: case ELOOP:
+      return StatusCode::kInvalidArgument;
+    case ETIMEDOUT:
+      return StatusCode::kDeadlineExceeded;
+    case ENOENT: case ENODEV: case ENXIO: case ESRCH:
+      return StatusCode::kNotFound;
+    case EEXIST:
+      return StatusCode::kAlreadyExists;
+    case EPERM: case EACCES: case EROFS:
+      return StatusCode::kPermissionDenied;
+    case ENOTDIR: case EISDIR: case ENOTEMPTY: case EBUSY: case ETXTBSY: case EBADF: case EPIPE:
+    case EADDRINUSE: case ENOTCONN:
+      return StatusCode::kFailedPrecondition;
+    case ENOSPC: case EDQUOT: case EMFILE: case ENFILE: case ENOMEM: case ENOBUFS: case EMLINK: case EFBIG:
+      return StatusCode::kResourceExhausted;
+    case EOVERFLOW: case ERANGE:
+      return StatusCode::kOutOfRange;
+    case ENOSYS: case EOPNOTSUPP: case EXDEV: case EAFNOSUPPORT: case EPROTONOSUPPORT:
+      return StatusCode::kUnimplemented;
+    case EINTR: case EAGAIN: case EIO: case ECONNREFUSED: case ECONNRESET: case ECONNABORTED:
+    case EHOSTUNREACH: case ENETUNREACH: case ENETDOWN: case ENOLCK:
+      return StatusCode::kUnavailable;
+    case EDEADLK: case ESTALE:
+      return StatusCode::kAborted;
+    case ECANCELED:
+      return StatusCode::kCancelled;
+    default:
+      return StatusCode::kUnknown;
+  }
+}
+
+Status ErrnoToStatus(int errno_value, const std::string& message) {
+  return Status(ErrnoToStatusCode(errno_value), message + ": " + std::strerror(errno_value));
 }
 
 }  // namespace gac

@@ -1,8 +1,9 @@
 #include "gac/server/auth.h"
 
-#include <fstream>
 #include <sstream>
 #include <unordered_set>
+
+#include "gac/file_util.h"
 
 namespace gac::server {
 namespace {
@@ -74,12 +75,9 @@ bool Principal::Allows(Right right, std::string_view run) const {
 }
 
 StatusOr<Authenticator> Authenticator::FromFile(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return Status::NotFound("cannot read token file '" + path + "'");
-  std::stringstream text;
-  text << in.rdbuf();
-  if (in.bad()) return Status::IOError("error reading token file '" + path + "'");
-  StatusOr<Authenticator> auth = FromText(text.str());
+  StatusOr<std::string> text = ReadFileToString(path, "token file");
+  if (!text.ok()) return text.status();
+  StatusOr<Authenticator> auth = FromText(*text);
   if (!auth.ok()) {
     return Status(auth.status().code(), "token file '" + path + "': " + auth.status().message());
   }

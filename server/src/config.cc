@@ -7,6 +7,8 @@
 #include <map>
 #include <sstream>
 
+#include "gac/proto/convert.h"
+#include "gac/server/store.h"
 #include "gac/server/validate.h"
 
 namespace gac::server {
@@ -56,6 +58,16 @@ const std::map<std::string, Setter>& Setters() {
       {"metrics-listen", [](ServerConfig& c, const std::string& v) { c.metrics_listen = v; return Status::Ok(); }},
       {"data-dir", [](ServerConfig& c, const std::string& v) { c.data_dir = v; return Status::Ok(); }},
       {"db", [](ServerConfig& c, const std::string& v) { c.db = v; return Status::Ok(); }},
+      {"store",
+       [](ServerConfig& c, const std::string& v) {
+         if (!v.empty() && v != "sqlite" && !IsPostgresUri(v)) {
+           return Status::InvalidArgument("expected sqlite or a postgresql:// URI, got '" +
+                                          (v.find("://") != std::string::npos ? v.substr(0, v.find("://") + 3) + "..." : v) +
+                                          "'");
+         }
+         c.store = v;
+         return Status::Ok();
+       }},
       {"token-file", [](ServerConfig& c, const std::string& v) { c.token_file = v; return Status::Ok(); }},
       {"insecure", [](ServerConfig& c, const std::string& v) { return ParseBool(v, &c.insecure); }},
       {"tls-cert", [](ServerConfig& c, const std::string& v) { c.tls_cert = v; return Status::Ok(); }},
@@ -109,26 +121,16 @@ const std::map<std::string, Setter>& Setters() {
        }},
       {"alpha-mode",
        [](ServerConfig& c, const std::string& v) {
-         if (v == "paper") {
-           c.default_thresholds.set_alpha_mode(v1::ALPHA_MODE_PAPER);
-         } else if (v == "exact") {
-           c.default_thresholds.set_alpha_mode(v1::ALPHA_MODE_EXACT);
-         } else {
-           return Status::InvalidArgument("expected paper or exact, got '" + v + "'");
-         }
+         StatusOr<AlphaMode> mode = ParseAlphaMode(v.c_str());
+         if (!mode.ok()) return mode.status();
+         c.default_thresholds.set_alpha_mode(proto::ToProto(*mode));
          return Status::Ok();
        }},
       {"mode",
        [](ServerConfig& c, const std::string& v) {
-         if (v == "monitor") {
-           c.default_mode = v1::CONTROL_MODE_MONITOR;
-         } else if (v == "local") {
-           c.default_mode = v1::CONTROL_MODE_LOCAL;
-         } else if (v == "remote") {
-           c.default_mode = v1::CONTROL_MODE_REMOTE;
-         } else {
-           return Status::InvalidArgument("expected monitor, local or remote, got '" + v + "'");
-         }
+         StatusOr<Mode> mode = ParseMode(v.c_str());
+         if (!mode.ok()) return mode.status();
+         c.default_mode = proto::ToProto(*mode);
          return Status::Ok();
        }},
   };
@@ -176,9 +178,11 @@ std::string Usage() {
 
   --config FILE             "key = value" lines with the flag names below
   --listen HOST:PORT        gRPC address (default 127.0.0.1:7070; port 0 = any)
-  --metrics-listen HOST:PORT  Prometheus /metrics address (default 127.0.0.1:9464; "" = off)
+  --metrics-listen HOST:PORT  HTTP address: /metrics, the JSON API and the page (default 127.0.0.1:9464; "" = off)
   --data-dir DIR            data directory (default ./gacd-data)
   --db PATH                 SQLite file (default DATA_DIR/gacd.db; ":memory:" = not persisted)
+  --store sqlite|postgresql://USER@HOST:PORT/DB  the store (default sqlite, at --db); several
+                            gacd may share one PostgreSQL database (password: PGPASSWORD or a passfile)
   --token-file FILE         bearer tokens: "name token rights runs" per line
   --insecure                no authentication (loopback addresses only; for local use)
   --tls-cert FILE --tls-key FILE  serve gRPC over TLS
@@ -254,8 +258,11 @@ Status ValidateConfig(const ServerConfig& c) {
     return Status::InvalidArgument("--insecure is allowed only on a loopback --listen address, got '" +
                                    c.listen + "'");
   }
-  StatusOr<Thresholds> t = ThresholdsFromProto(c.default_thresholds);
+  StatusOr<Thresholds> t = proto::ThresholdsFromProto(c.default_thresholds);
   if (!t.ok()) return Status::InvalidArgument("default thresholds: " + t.status().message());
+  if (IsPostgresUri(c.store) && !c.db.empty()) {
+    return Status::InvalidArgument("--db names a SQLite file; it does not go with --store=postgresql://...");
+  }
   if (c.max_message_bytes < 1024) return Status::InvalidArgument("--max-message-bytes must be >= 1024");
   if (c.max_queue_rows == 0) return Status::InvalidArgument("--max-queue-rows must be > 0");
   if (c.max_layers_per_run == 0 && c.per_layer_metrics) {
@@ -264,12 +271,18 @@ Status ValidateConfig(const ServerConfig& c) {
   return Status::Ok();
 }
 
-StatusOr<ServerConfig> ParseFlags(int argc, const char* const* argv) {
+std::string ServerConfig::DatabasePath() const { return db.empty() ? data_dir + "/gacd.db" : db; }
+
+StatusOr<Flags> ParseFlags(int argc, const char* const* argv) {
   std::vector<std::pair<std::string, std::string>> flags;
   std::string config_file;
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
-    if (arg == "--help" || arg == "-h") return Status::NotFound(Usage());
+    if (arg == "--help" || arg == "-h") {
+      Flags help;
+      help.help = true;
+      return help;
+    }
     if (arg.rfind("--", 0) != 0) return Status::InvalidArgument("unexpected argument '" + arg + "' (see --help)");
     arg = arg.substr(2);
     std::string key = arg, value;
@@ -297,7 +310,9 @@ StatusOr<ServerConfig> ParseFlags(int argc, const char* const* argv) {
   }
   Status st = ValidateConfig(config);
   if (!st.ok()) return st;
-  return config;
+  Flags parsed;
+  parsed.config = std::move(config);
+  return parsed;
 }
 
 }  // namespace gac::server

@@ -2,17 +2,17 @@
 
 #include <algorithm>
 #include <array>
-#include <condition_variable>
 #include <cstdint>
 #include <iterator>
 #include <list>
-#include <mutex>
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
 #include <utility>
 #include <vector>
 
+#include "gac/mutex.h"
+#include "gac/proto/convert.h"
 #include "prometheus/counter.h"
 #include "prometheus/family.h"
 #include "prometheus/gauge.h"
@@ -35,25 +35,15 @@ using prometheus::Labels;
 // counted in gac_scalar_series_dropped_total). A record may carry up to 64.
 constexpr std::size_t kMaxScalarNamesPerRun = 32;
 
-// Label values of the regimes that are counted, indexed by RegimeIndex().
-constexpr std::array<const char*, 4> kRegimeNames = {"safe", "project", "skip", "invalid"};
+// Series per regime are indexed by the Regime's value and labelled with its name.
+constexpr std::size_t kNumRegimes = std::size(kAllRegimes);
 constexpr int kNoRegime = -1;
 
-// The index into kRegimeNames, or kNoRegime for REGIME_UNSPECIFIED and
+// The series index of a wire regime, or kNoRegime for REGIME_UNSPECIFIED and
 // unknown values (rejected on ingest; never counted).
 int RegimeIndex(v1::Regime regime) {
-  switch (regime) {
-    case v1::REGIME_SAFE:
-      return 0;
-    case v1::REGIME_PROJECT:
-      return 1;
-    case v1::REGIME_SKIP:
-      return 2;
-    case v1::REGIME_INVALID:
-      return 3;
-    default:
-      return kNoRegime;
-  }
+  StatusOr<Regime> r = proto::FromProto(regime);
+  return r.ok() ? static_cast<int>(*r) : kNoRegime;
 }
 
 double ToSeconds(std::chrono::system_clock::time_point t) {
@@ -99,7 +89,7 @@ struct Metrics::Impl {
     Gauge* step = nullptr;
     Gauge* last_report = nullptr;
     Gauge* agent_overhead = nullptr;
-    std::array<Counter*, kRegimeNames.size()> steps{};  // every regime starts at 0
+    std::array<Counter*, kNumRegimes> steps{};  // every regime starts at 0
     Counter* skipped = nullptr;
     Counter* fallbacks = nullptr;
     // Created by the first record that carries the field (absent is "not
@@ -119,7 +109,7 @@ struct Metrics::Impl {
     std::unordered_set<std::string> layer_names;   // at most options_.max_layers_per_run
     Gauge* c_low = nullptr;                        // set by ObserveConfig
     Gauge* c_high = nullptr;
-    std::array<Counter*, kRegimeNames.size()> decisions{};  // created on first Decide
+    std::array<Counter*, kNumRegimes> decisions{};  // created on first Decide
   };
 
   // A run taken out of runs_ whose series are still registered.
@@ -131,21 +121,21 @@ struct Metrics::Impl {
   // `now`. A new run beyond max_runs detaches the least recently seen run
   // into `evicted`; the caller must pass it to Finish after releasing mu_.
   // Waits (releasing mu_) while the run's old series are being removed.
-  // REQUIRES: `lock` holds mu_.
-  RunState& Touch(std::unique_lock<std::mutex>& lock, const std::string& run,
-                  std::chrono::system_clock::time_point now, std::vector<Detached>* evicted);
-  // Returns the series of (run, rank), created when new. REQUIRES: mu_ held.
-  RankSeries& Rank(const std::string& run, RunState& state, std::uint32_t rank);
-  // The body of ObserveStep. REQUIRES: mu_ held.
-  void ApplyStep(const v1::StepRecord& record, std::chrono::system_clock::time_point now, RunState& state);
-  // Per-layer part of ApplyStep (options_.per_layer). REQUIRES: mu_ held.
-  void ObserveLayers(const v1::StepRecord& record, RunState& state, RankSeries& series);
+  RunState& Touch(const std::string& run, std::chrono::system_clock::time_point now,
+                  std::vector<Detached>* evicted) GAC_REQUIRES(mu_);
+  // Returns the series of (run, rank), created when new.
+  RankSeries& Rank(const std::string& run, RunState& state, std::uint32_t rank) GAC_REQUIRES(mu_);
+  // The body of ObserveStep.
+  void ApplyStep(const v1::StepRecord& record, std::chrono::system_clock::time_point now, RunState& state)
+      GAC_REQUIRES(mu_);
+  // Per-layer part of ApplyStep (options_.per_layer).
+  void ObserveLayers(const v1::StepRecord& record, RunState& state, RankSeries& series) GAC_REQUIRES(mu_);
   // Takes `it` out of runs_ and lru_ and marks the run pending until Finish.
-  // REQUIRES: mu_ held.
-  void Detach(std::unordered_map<std::string, RunState>::iterator it, std::vector<Detached>* out);
+  void Detach(std::unordered_map<std::string, RunState>::iterator it, std::vector<Detached>* out)
+      GAC_REQUIRES(mu_);
   // Removes the series of detached runs from their families and ends their
-  // pending state. REQUIRES: mu_ not held.
-  void Finish(std::vector<Detached>& detached);
+  // pending state.
+  void Finish(std::vector<Detached>& detached) GAC_EXCLUDES(mu_);
   // Removes every series of `state` from its family.
   void RemoveSeries(RunState& state);
 
@@ -197,16 +187,15 @@ struct Metrics::Impl {
   Counter& layer_dropped_total_;
   Counter& scalar_dropped_total_;
 
-  mutable std::mutex mu_;
-  // Guarded by mu_.
-  std::unordered_map<std::string, RunState> runs_;
-  std::list<std::string> lru_;  // run ids, least recently seen first
+  mutable Mutex mu_;
+  std::unordered_map<std::string, RunState> runs_ GAC_GUARDED_BY(mu_);
+  std::list<std::string> lru_ GAC_GUARDED_BY(mu_);  // run ids, least recently seen first
   // Detached runs whose series Finish is removing. Family::Remove is linear
   // in the family's size in prometheus-cpp 1.0.1, so it runs without mu_
   // (ingest of other runs goes on). A pending run is not re-created until
   // then: Family::Add would hand back the series about to be deleted.
-  std::unordered_set<std::string> pending_;
-  std::condition_variable pending_done_;  // signalled when pending_ shrinks
+  std::unordered_set<std::string> pending_ GAC_GUARDED_BY(mu_);
+  CondVar pending_done_;  // signalled when pending_ shrinks
 };
 
 Metrics::Impl::Impl(MetricsOptions options)
@@ -342,12 +331,9 @@ Metrics::Impl::Impl(MetricsOptions options)
       layer_dropped_total_(layer_dropped_.Add({})),
       scalar_dropped_total_(scalar_dropped_.Add({})) {}
 
-Metrics::Impl::RunState& Metrics::Impl::Touch(std::unique_lock<std::mutex>& lock, const std::string& run,
-                                              std::chrono::system_clock::time_point now,
+Metrics::Impl::RunState& Metrics::Impl::Touch(const std::string& run, std::chrono::system_clock::time_point now,
                                               std::vector<Detached>* evicted) {
-  if (!pending_.empty()) {
-    pending_done_.wait(lock, [&] { return pending_.count(run) == 0; });
-  }
+  while (pending_.count(run) != 0) pending_done_.Wait(&mu_);
   auto it = runs_.find(run);
   if (it == runs_.end()) {
     // A limit of 0 is read as 1: the newest run is always exported.
@@ -382,9 +368,9 @@ Metrics::Impl::RankSeries& Metrics::Impl::Rank(const std::string& run, RunState&
   s.agent_overhead = &agent_overhead_.Add(labels);
   s.skipped = &skipped_.Add(labels);
   s.fallbacks = &fallbacks_.Add(labels);
-  for (std::size_t i = 0; i < kRegimeNames.size(); ++i) {
+  for (std::size_t i = 0; i < kNumRegimes; ++i) {
     Labels with_regime = labels;
-    with_regime.emplace("regime", kRegimeNames[i]);
+    with_regime.emplace("regime", RegimeName(kAllRegimes[i]));
     s.steps[i] = &steps_.Add(with_regime);
   }
   return s;
@@ -404,10 +390,10 @@ void Metrics::Impl::Finish(std::vector<Detached>& detached) {
   if (detached.empty()) return;
   for (Detached& d : detached) RemoveSeries(d.second);
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     for (const Detached& d : detached) pending_.erase(d.first);
   }
-  pending_done_.notify_all();
+  pending_done_.SignalAll();
 }
 
 void Metrics::Impl::RemoveSeries(RunState& state) {
@@ -537,8 +523,8 @@ void Metrics::ObserveStep(const v1::StepRecord& record, std::chrono::system_cloc
   Impl& m = *impl_;
   std::vector<Impl::Detached> evicted;
   {
-    std::unique_lock<std::mutex> lock(m.mu_);
-    Impl::RunState& state = m.Touch(lock, record.run(), now, &evicted);
+    MutexLock lock(&m.mu_);
+    Impl::RunState& state = m.Touch(record.run(), now, &evicted);
     m.ApplyStep(record, now, state);
   }
   m.Finish(evicted);
@@ -549,8 +535,8 @@ void Metrics::ObserveConfig(const std::string& run, const v1::RunConfig& config,
   Impl& m = *impl_;
   std::vector<Impl::Detached> evicted;
   {
-    std::unique_lock<std::mutex> lock(m.mu_);
-    Impl::RunState& state = m.Touch(lock, run, now, &evicted);
+    MutexLock lock(&m.mu_);
+    Impl::RunState& state = m.Touch(run, now, &evicted);
     if (state.c_low == nullptr) {
       state.c_low = &m.c_low_.Add({{"run", run}});
       state.c_high = &m.c_high_.Add({{"run", run}});
@@ -587,12 +573,12 @@ void Metrics::ObserveDecide(const std::string& run, v1::Regime regime, double se
   const int index = RegimeIndex(regime);
   std::vector<Impl::Detached> evicted;
   {
-    std::unique_lock<std::mutex> lock(m.mu_);
-    Impl::RunState& state = m.Touch(lock, run, now, &evicted);
+    MutexLock lock(&m.mu_);
+    Impl::RunState& state = m.Touch(run, now, &evicted);
     if (index != kNoRegime) {
       if (state.decisions[0] == nullptr) {
-        for (std::size_t i = 0; i < kRegimeNames.size(); ++i) {
-          state.decisions[i] = &m.decisions_.Add({{"run", run}, {"regime", kRegimeNames[i]}});
+        for (std::size_t i = 0; i < kNumRegimes; ++i) {
+          state.decisions[i] = &m.decisions_.Add({{"run", run}, {"regime", RegimeName(kAllRegimes[i])}});
         }
       }
       state.decisions[static_cast<std::size_t>(index)]->Increment();
@@ -605,7 +591,7 @@ std::size_t Metrics::ExpireIdle(std::chrono::system_clock::time_point now) {
   Impl& m = *impl_;
   std::vector<Impl::Detached> idle;
   {
-    std::lock_guard<std::mutex> lock(m.mu_);
+    MutexLock lock(&m.mu_);
     const auto cutoff = now - m.options_.run_ttl;
     // Scans every run rather than stopping at the first recent one in lru_:
     // lru_ is in call order, and callers' clocks may differ slightly.
@@ -626,7 +612,7 @@ std::string Metrics::Render() const {
 }
 
 std::size_t Metrics::runs_exported() const {
-  std::lock_guard<std::mutex> lock(impl_->mu_);
+  MutexLock lock(&impl_->mu_);
   return impl_->runs_.size();
 }
 

@@ -1,8 +1,6 @@
 #include "gac/server/registry.h"
 
-#include <mutex>
-
-#include "gac/server/validate.h"
+#include "gac/proto/convert.h"
 
 namespace gac::server {
 namespace {
@@ -20,30 +18,28 @@ v1::RunConfig DefaultConfig(const v1::Thresholds& t, v1::ControlMode mode) {
 }  // namespace
 
 RunRegistry::Entry RunRegistry::MakeEntry(const v1::RunConfig& config) {
-  StatusOr<Thresholds> t = ThresholdsFromProto(config.thresholds());
-  StatusOr<AlphaMode> m = AlphaModeFromProto(config.thresholds().alpha_mode());
   // Stored settings were validated when set; fall back to the paper's values
   // rather than crash on a hand-edited database.
-  StatusOr<Controller> c = Controller::Create(t.ok() ? *t : Thresholds{}, m.ok() ? *m : AlphaMode::kPaper);
-  return Entry{config, std::move(*c)};
+  StatusOr<Controller> c = proto::ControllerFromProto(config.thresholds());
+  return Entry{config, c.ok() ? *c : *Controller::Create(Thresholds{})};
 }
 
 RunRegistry::RunRegistry(const v1::Thresholds& default_thresholds, v1::ControlMode default_mode)
     : defaults_(MakeEntry(DefaultConfig(default_thresholds, default_mode))) {}
 
 void RunRegistry::Load(const std::vector<std::pair<std::string, v1::RunConfig>>& configs) {
-  std::unique_lock lock(mu_);
+  WriterMutexLock lock(&mu_);
   for (const auto& [run, config] : configs) runs_.insert_or_assign(run, MakeEntry(config));
 }
 
 v1::RunConfig RunRegistry::Get(const std::string& run) const {
-  std::shared_lock lock(mu_);
+  ReaderMutexLock lock(&mu_);
   auto it = runs_.find(run);
   return it == runs_.end() ? defaults_.config : it->second.config;
 }
 
 Decision RunRegistry::Decide(const std::string& run, const AlignmentStats& stats, v1::RunConfig* used) const {
-  std::shared_lock lock(mu_);
+  ReaderMutexLock lock(&mu_);
   auto it = runs_.find(run);
   const Entry& e = it == runs_.end() ? defaults_ : it->second;
   if (used != nullptr) *used = e.config;
@@ -54,12 +50,10 @@ StatusOr<v1::RunConfig> RunRegistry::Change(const std::string& run, const v1::Th
                                             v1::ControlMode mode, std::uint64_t expected_version,
                                             const std::string& principal, std::int64_t now_ns,
                                             v1::RunConfig* before) {
-  StatusOr<Thresholds> t = ThresholdsFromProto(thresholds);
+  StatusOr<Thresholds> t = proto::ThresholdsFromProto(thresholds);
   if (!t.ok()) return Status::InvalidArgument("thresholds: " + t.status().message());
-  if (mode == v1::CONTROL_MODE_UNSPECIFIED || !v1::ControlMode_IsValid(mode)) {
-    return Status::InvalidArgument("mode must be MONITOR, LOCAL or REMOTE");
-  }
-  std::unique_lock lock(mu_);
+  if (StatusOr<Mode> m = proto::FromProto(mode); !m.ok()) return m.status();
+  WriterMutexLock lock(&mu_);
   auto it = runs_.find(run);
   const v1::RunConfig current = it == runs_.end() ? defaults_.config : it->second.config;
   if (expected_version != 0 && expected_version != current.version()) {
@@ -81,7 +75,7 @@ StatusOr<v1::RunConfig> RunRegistry::Change(const std::string& run, const v1::Th
 }
 
 void RunRegistry::Revert(const std::string& run, const v1::RunConfig& failed, const v1::RunConfig& previous) {
-  std::unique_lock lock(mu_);
+  WriterMutexLock lock(&mu_);
   auto it = runs_.find(run);
   if (it == runs_.end() || it->second.config.version() != failed.version()) return;
   if (previous.version() == 0) {
@@ -89,6 +83,15 @@ void RunRegistry::Revert(const std::string& run, const v1::RunConfig& failed, co
   } else {
     it->second = MakeEntry(previous);
   }
+}
+
+bool RunRegistry::Install(const std::string& run, const v1::RunConfig& config) {
+  if (config.version() == 0) return false;  // never stored: the defaults apply
+  WriterMutexLock lock(&mu_);
+  auto it = runs_.find(run);
+  if (it != runs_.end() && it->second.config.version() >= config.version()) return false;
+  runs_.insert_or_assign(run, MakeEntry(config));
+  return true;
 }
 
 }  // namespace gac::server

@@ -1,5 +1,7 @@
 #include "gac/server/validate.h"
 
+#include "gac/proto/convert.h"
+
 #include <cmath>
 #include <cstdio>
 #include <string>
@@ -44,12 +46,6 @@ Status CheckCosine(const std::string& prefix, const char* field, double v) {
   return Status::Ok();
 }
 
-#define GAC_RETURN_IF_ERROR(expr)   \
-  do {                              \
-    Status _st = (expr);            \
-    if (!_st.ok()) return _st;      \
-  } while (0)
-
 Status ValidateRecordWithPrefix(const v1::StepRecord& r, const Limits& limits, const std::string& p) {
   Status st = ValidateRunId(r.run());
   if (!st.ok()) return Bad(p, st.message());
@@ -65,9 +61,8 @@ Status ValidateRecordWithPrefix(const v1::StepRecord& r, const Limits& limits, c
   if (!std::isfinite(r.alpha()) || r.alpha() < 0 || r.alpha() > 1) {
     return Bad(p, "alpha must be in [0, 1], got " + Num(r.alpha()));
   }
-  if (r.regime() == v1::REGIME_UNSPECIFIED || !v1::Regime_IsValid(r.regime())) {
-    return Bad(p, "regime must be SAFE, PROJECT, SKIP or INVALID");
-  }
+  if (StatusOr<Regime> regime = proto::FromProto(r.regime()); !regime.ok()) return Bad(p, regime.status().message());
+  // UNSPECIFIED is allowed here: older agents do not report their mode.
   if (!v1::ControlMode_IsValid(r.mode())) return Bad(p, "unknown mode " + std::to_string(r.mode()));
   if (r.has_staleness() && r.staleness() < 0) {
     return Bad(p, "staleness must be >= 0, got " + std::to_string(r.staleness()));
@@ -166,41 +161,6 @@ Status ValidateDecideRequest(const v1::DecideRequest& request) {
   if (request.grad_sq() < 0) return Status::InvalidArgument("grad_sq must be >= 0, got " + Num(request.grad_sq()));
   if (request.ref_sq() < 0) return Status::InvalidArgument("ref_sq must be >= 0, got " + Num(request.ref_sq()));
   return Status::Ok();
-}
-
-StatusOr<AlphaMode> AlphaModeFromProto(v1::AlphaMode mode) {
-  switch (mode) {
-    case v1::ALPHA_MODE_UNSPECIFIED:
-    case v1::ALPHA_MODE_PAPER:
-      return AlphaMode::kPaper;
-    case v1::ALPHA_MODE_EXACT:
-      return AlphaMode::kExact;
-    default:
-      return Status::InvalidArgument("unknown alpha_mode " + std::to_string(mode));
-  }
-}
-
-StatusOr<Thresholds> ThresholdsFromProto(const v1::Thresholds& thresholds) {
-  StatusOr<AlphaMode> mode = AlphaModeFromProto(thresholds.alpha_mode());
-  if (!mode.ok()) return mode.status();
-  Thresholds t{thresholds.c_low(), thresholds.c_high()};
-  Status st = ValidateThresholds(t);
-  if (!st.ok()) return st;
-  return t;
-}
-
-v1::Regime RegimeToProto(Regime regime) {
-  switch (regime) {
-    case Regime::kSafe:
-      return v1::REGIME_SAFE;
-    case Regime::kProject:
-      return v1::REGIME_PROJECT;
-    case Regime::kSkip:
-      return v1::REGIME_SKIP;
-    case Regime::kInvalid:
-      return v1::REGIME_INVALID;
-  }
-  return v1::REGIME_UNSPECIFIED;
 }
 
 }  // namespace gac::server

@@ -18,32 +18,31 @@ Writer::~Writer() { Stop(); }
 
 Status Writer::Submit(const WriteOp& op, std::size_t rows, Done done) {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     if (stopping_) return Status::Unavailable("gacd is shutting down");
     if (!queue_.empty() && queued_rows_ + rows > max_queue_rows_) {
-      return Status(StatusCode::kResourceExhausted,
-                    "write queue full (" + std::to_string(queued_rows_) + " rows); retry later");
+      return Status::ResourceExhausted("write queue full (" + std::to_string(queued_rows_) + " rows); retry later");
     }
     queue_.push_back(Item{op, rows, std::move(done)});
     queued_rows_ += rows;
     if (metrics_ != nullptr) metrics_->SetQueueRows(queued_rows_);
   }
-  cv_.notify_one();
+  cv_.Signal();
   return Status::Ok();
 }
 
 void Writer::Stop() {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     if (stopping_ && !thread_.joinable()) return;
     stopping_ = true;
   }
-  cv_.notify_one();
+  cv_.Signal();
   if (thread_.joinable()) thread_.join();
 }
 
 std::size_t Writer::queued_rows() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   return queued_rows_;
 }
 
@@ -52,8 +51,8 @@ void Writer::Run() {
   std::vector<WriteOp> ops;
   for (;;) {
     {
-      std::unique_lock lock(mu_);
-      cv_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+      MutexLock lock(&mu_);
+      while (!stopping_ && queue_.empty()) cv_.Wait(&mu_);
       if (queue_.empty()) return;  // stopping and drained
       std::size_t rows = 0;
       while (!queue_.empty() && (batch.empty() || rows + queue_.front().rows <= max_transaction_rows_)) {
@@ -75,7 +74,7 @@ void Writer::Run() {
     }
     batch.clear();
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(&mu_);
       queued_rows_ -= done_rows;
       if (metrics_ != nullptr) metrics_->SetQueueRows(queued_rows_);
     }

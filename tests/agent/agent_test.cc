@@ -9,8 +9,8 @@
 #include <map>
 #include <tuple>
 
-#include "agent_checks.h"
-#include "reference_gac.h"
+#include "tests/agent/agent_checks.h"
+#include "tests/agent/reference_gac.h"
 
 namespace gac::agent {
 namespace {

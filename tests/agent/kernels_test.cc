@@ -10,7 +10,7 @@
 #include <utility>
 #include <vector>
 
-#include "cpu_kernels.h"
+#include "agent/src/cpu/kernels.h"
 
 namespace gac::agent::cpu {
 namespace {

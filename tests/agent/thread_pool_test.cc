@@ -1,7 +1,7 @@
 // ThreadPool: every task runs once per loop on any mix of spinning and
 // sleeping workers; the caller's `first` work runs before it joins the tasks
 // while the workers already run them.
-#include "thread_pool.h"
+#include "agent/src/cpu/thread_pool.h"
 
 #include <gtest/gtest.h>
 

@@ -9,7 +9,7 @@
 #include <map>
 
 #include "gac/agent/agent.h"
-#include "reference_gac.h"
+#include "tests/agent/reference_gac.h"
 
 namespace gac::agent {
 namespace {

@@ -4,8 +4,11 @@
 // ("The GAC algorithm, exactly"), never from the implementation: boundaries
 // are built so that the cosine is exactly representable, and the projection
 // properties are measured on explicit fp64 vectors.
+#include <cerrno>
 #include <cmath>
 #include <cstddef>
+#include <cstring>
+#include <iterator>
 #include <limits>
 #include <memory>
 #include <optional>
@@ -19,7 +22,7 @@
 #include <gtest/gtest.h>
 
 #include "gac/controller/controller.h"
-#include "gac/controller/status.h"
+#include "gac/status.h"
 
 namespace gac {
 namespace {
@@ -89,14 +92,22 @@ TEST(StatusTest, FactoriesSetCodeAndMessage) {
     StatusCode code;
   };
   const Case cases[] = {
+      {Status::Cancelled("m"), StatusCode::kCancelled},
+      {Status::Unknown("m"), StatusCode::kUnknown},
       {Status::InvalidArgument("m"), StatusCode::kInvalidArgument},
-      {Status::FailedPrecondition("m"), StatusCode::kFailedPrecondition},
+      {Status::DeadlineExceeded("m"), StatusCode::kDeadlineExceeded},
       {Status::NotFound("m"), StatusCode::kNotFound},
+      {Status::AlreadyExists("m"), StatusCode::kAlreadyExists},
+      {Status::PermissionDenied("m"), StatusCode::kPermissionDenied},
+      {Status::ResourceExhausted("m"), StatusCode::kResourceExhausted},
+      {Status::FailedPrecondition("m"), StatusCode::kFailedPrecondition},
+      {Status::Aborted("m"), StatusCode::kAborted},
       {Status::OutOfRange("m"), StatusCode::kOutOfRange},
       {Status::Unimplemented("m"), StatusCode::kUnimplemented},
       {Status::Internal("m"), StatusCode::kInternal},
       {Status::Unavailable("m"), StatusCode::kUnavailable},
-      {Status::IOError("m"), StatusCode::kDataLoss},
+      {Status::DataLoss("m"), StatusCode::kDataLoss},
+      {Status::Unauthenticated("m"), StatusCode::kUnauthenticated},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(StatusCodeName(c.code));
@@ -104,6 +115,65 @@ TEST(StatusTest, FactoriesSetCodeAndMessage) {
     EXPECT_EQ(c.status.code(), c.code);
     EXPECT_EQ(c.status.message(), "m");
   }
+  EXPECT_EQ(std::size(cases), 16u) << "one factory per non-OK code";
+}
+
+TEST(StatusTest, EachPredicateIsTrueForItsCodeOnly) {
+  using Predicate = bool (Status::*)() const;
+  const std::pair<StatusCode, Predicate> predicates[] = {
+      {StatusCode::kCancelled, &Status::IsCancelled},
+      {StatusCode::kUnknown, &Status::IsUnknown},
+      {StatusCode::kInvalidArgument, &Status::IsInvalidArgument},
+      {StatusCode::kDeadlineExceeded, &Status::IsDeadlineExceeded},
+      {StatusCode::kNotFound, &Status::IsNotFound},
+      {StatusCode::kAlreadyExists, &Status::IsAlreadyExists},
+      {StatusCode::kPermissionDenied, &Status::IsPermissionDenied},
+      {StatusCode::kResourceExhausted, &Status::IsResourceExhausted},
+      {StatusCode::kFailedPrecondition, &Status::IsFailedPrecondition},
+      {StatusCode::kAborted, &Status::IsAborted},
+      {StatusCode::kOutOfRange, &Status::IsOutOfRange},
+      {StatusCode::kUnimplemented, &Status::IsUnimplemented},
+      {StatusCode::kInternal, &Status::IsInternal},
+      {StatusCode::kUnavailable, &Status::IsUnavailable},
+      {StatusCode::kDataLoss, &Status::IsDataLoss},
+      {StatusCode::kUnauthenticated, &Status::IsUnauthenticated},
+  };
+  for (int code = 0; code <= 16; ++code) {
+    const Status status(static_cast<StatusCode>(code), "m");
+    for (const auto& [predicate_code, predicate] : predicates) {
+      SCOPED_TRACE(std::string(StatusCodeName(status.code())) + " vs " + StatusCodeName(predicate_code));
+      EXPECT_EQ((status.*predicate)(), static_cast<int>(predicate_code) == code);
+    }
+  }
+}
+
+TEST(StatusTest, ErrnoMapsToTheCodeOfWhatWentWrong) {
+  EXPECT_EQ(ErrnoToStatusCode(0), StatusCode::kOk);
+  EXPECT_EQ(ErrnoToStatusCode(ENOENT), StatusCode::kNotFound);
+  EXPECT_EQ(ErrnoToStatusCode(EACCES), StatusCode::kPermissionDenied);
+  EXPECT_EQ(ErrnoToStatusCode(EROFS), StatusCode::kPermissionDenied);
+  EXPECT_EQ(ErrnoToStatusCode(ENOSPC), StatusCode::kResourceExhausted);
+  EXPECT_EQ(ErrnoToStatusCode(EMFILE), StatusCode::kResourceExhausted);
+  EXPECT_EQ(ErrnoToStatusCode(EEXIST), StatusCode::kAlreadyExists);
+  EXPECT_EQ(ErrnoToStatusCode(ENOTDIR), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(ErrnoToStatusCode(EIO), StatusCode::kUnavailable);
+  EXPECT_EQ(ErrnoToStatusCode(EINTR), StatusCode::kUnavailable);
+  EXPECT_EQ(ErrnoToStatusCode(ETIMEDOUT), StatusCode::kDeadlineExceeded);
+  EXPECT_EQ(ErrnoToStatusCode(EINVAL), StatusCode::kInvalidArgument);
+  EXPECT_EQ(ErrnoToStatusCode(ECANCELED), StatusCode::kCancelled);
+  EXPECT_EQ(ErrnoToStatusCode(ENOSYS), StatusCode::kUnimplemented);
+  // No errno is data loss: a failed call loses nothing by itself.
+  for (int e = 1; e < 200; ++e) EXPECT_NE(ErrnoToStatusCode(e), StatusCode::kDataLoss) << e;
+  const Status st = ErrnoToStatus(ENOENT, "cannot open 'x'");
+  EXPECT_TRUE(st.IsNotFound());
+  EXPECT_EQ(st.message(), std::string("cannot open 'x': ") + std::strerror(ENOENT));
+}
+
+TEST(StatusTest, WithPrefixKeepsTheCode) {
+  EXPECT_EQ(Status::NotFound("run 7").WithPrefix("GetSteps"), Status::NotFound("GetSteps: run 7"));
+  EXPECT_TRUE(Status::Ok().WithPrefix("x").ok());
+  EXPECT_NE(Status::NotFound("a"), Status::NotFound("b"));
+  EXPECT_NE(Status::NotFound("a"), Status::Internal("a"));
 }
 
 TEST(StatusTest, CodesMatchGrpcNumberingAndNames) {
@@ -142,7 +212,8 @@ TEST(StatusTest, CodesMatchGrpcNumberingAndNames) {
 TEST(StatusTest, ToStringFormat) {
   EXPECT_EQ(Status::InvalidArgument("bad c_low").ToString(), "INVALID_ARGUMENT: bad c_low");
   EXPECT_EQ(Status(StatusCode::kUnauthenticated, "no token").ToString(), "UNAUTHENTICATED: no token");
-  EXPECT_EQ(Status::IOError("disk").ToString(), "DATA_LOSS: disk");
+  EXPECT_EQ(Status::DataLoss("torn record").ToString(), "DATA_LOSS: torn record");
+  EXPECT_EQ(Status(StatusCode::kOk, "dropped").ToString(), "OK");
 }
 
 TEST(StatusTest, CopiesAreIndependentValues) {
@@ -659,6 +730,34 @@ TEST(DecideRandomTest, RegimesAgreeWithReference) {
   EXPECT_GT(counts[0], 1000);
   EXPECT_GT(counts[1], 1000);
   EXPECT_GT(counts[2], 1000);
+}
+
+TEST(RegimeForCosineTest, AgreesWithDecideOnTheReportedCosine) {
+  // gacctl replays recorded steps from their reported c_t alone: the regime
+  // of that cosine must be the regime Decide chose, for every threshold pair,
+  // including cosines that sit exactly on a threshold.
+  std::mt19937_64 rng(7);
+  std::uniform_real_distribution<double> cos_dist(-0.6, 0.6);
+  std::uniform_real_distribution<double> log_norm(-3.0, 3.0);
+  const Controller controllers[] = {MakeController(0.05, 0.3), MakeController(0.02, 0.1),
+                                    MakeController(0.1, 1.0, AlphaMode::kExact)};
+  for (const Controller& ctl : controllers) {
+    for (int trial = 0; trial < 5000; ++trial) {
+      const double gn = std::pow(10.0, log_norm(rng));
+      const double pn = std::pow(10.0, log_norm(rng));
+      const double c = cos_dist(rng);
+      const Decision d = ctl.Decide(AlignmentStats{c * gn * pn, gn * gn, pn * pn, true});
+      ASSERT_TRUE(d.cosine.has_value());
+      ASSERT_EQ(ctl.RegimeForCosine(*d.cosine), d.regime) << "c=" << *d.cosine;
+    }
+    const Thresholds& t = ctl.thresholds();
+    EXPECT_EQ(ctl.RegimeForCosine(t.c_low), Regime::kSafe);
+    EXPECT_EQ(ctl.RegimeForCosine(-t.c_low), Regime::kSafe);
+    EXPECT_EQ(ctl.RegimeForCosine(std::nextafter(t.c_low, 1.0)), Regime::kProject);
+    EXPECT_EQ(ctl.RegimeForCosine(std::nextafter(t.c_high, 0.0)), Regime::kProject);
+    EXPECT_EQ(ctl.RegimeForCosine(t.c_high), Regime::kSkip);
+    EXPECT_EQ(ctl.RegimeForCosine(-t.c_high), Regime::kSkip);
+  }
 }
 
 TEST(DecideTest, HugeNormsDoNotOverflowTheCosine) {

@@ -23,8 +23,8 @@
 #include <vector>
 
 #include "gac/agent/agent.h"
-#include "agent_checks.h"
-#include "reference_gac.h"
+#include "tests/agent/agent_checks.h"
+#include "tests/agent/reference_gac.h"
 
 namespace gac::agent {
 namespace {

@@ -13,8 +13,8 @@
 #include <random>
 #include <vector>
 
-#include "cuda/chunk_table.h"
-#include "cuda/multi_tensor.h"
+#include "agent/src/cuda/chunk_table.h"
+#include "agent/src/cuda/multi_tensor.h"
 
 namespace gac::agent::cuda {
 namespace {

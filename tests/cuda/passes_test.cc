@@ -23,7 +23,7 @@
 #include <utility>
 #include <vector>
 
-#include "cuda/cuda_passes.h"
+#include "agent/src/cuda/cuda_passes.h"
 
 namespace gac::agent::cuda {
 namespace {

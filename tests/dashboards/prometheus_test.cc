@@ -41,7 +41,7 @@
 #include <vector>
 
 #include "synthetic_run.h"
-#include "test_util.h"
+#include "tests/common/test_util.h"
 
 namespace gac::testing {
 namespace {

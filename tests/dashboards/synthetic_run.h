@@ -22,6 +22,8 @@
 #include <vector>
 
 #include "gac/controller/controller.h"
+#include "gac/proto/convert.h"
+#include "gac/server/store.h"
 #include "gac/server/validate.h"
 #include "gac/v1/control.pb.h"
 #include "gac/v1/telemetry.pb.h"
@@ -102,7 +104,7 @@ class SyntheticRun {
       if (remote->has_cosine_after()) r.set_cosine_after(Clamp1(remote->cosine_after()));
       r.set_alpha(remote->alpha());
     } else {
-      r.set_regime(server::RegimeToProto(local.regime));
+      r.set_regime(proto::ToProto(local.regime));
       if (local.cosine) r.set_cosine(Clamp1(*local.cosine));
       if (local.cosine_after) r.set_cosine_after(Clamp1(*local.cosine_after));
       r.set_alpha(local.alpha);
@@ -180,6 +182,28 @@ class SyntheticRun {
   double prev_gg_ = 0.0;
   double dip_ = 0.0;
 };
+
+// Writes `steps` steps of a synthetic run straight into `store`, without a
+// gacd, `batch` steps per transaction: for runs too long to stream in a
+// test's time (the page's and the HTTP benchmark's 100,000-step run).
+inline Status StoreSyntheticRun(server::Store& store, const SyntheticRunOptions& options, std::int64_t steps,
+                                std::int64_t batch = 500) {
+  SyntheticRun run(options);
+  std::uint64_t sequence = 0;
+  while (run.next_step() < steps) {
+    v1::IngestRequest request;
+    request.set_sequence(++sequence);
+    for (std::int64_t i = 0; i < batch && run.next_step() < steps; ++i) {
+      for (auto& r : run.NextStep()) *request.add_records() = std::move(r);
+    }
+    server::WriteOp op;
+    op.steps = &request;
+    op.received_ns = request.records(request.records_size() - 1).wall_time_ns();
+    std::vector<server::WriteOp> ops{op};
+    GAC_RETURN_IF_ERROR(store.Apply(&ops));
+  }
+  return Status::Ok();
+}
 
 }  // namespace gac::testing
 

@@ -16,7 +16,7 @@
 
 #include "gac/server/metrics.h"
 #include "gac/server/validate.h"
-#include "test_util.h"
+#include "tests/common/test_util.h"
 
 namespace gac::testing {
 namespace {

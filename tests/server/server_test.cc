@@ -12,8 +12,9 @@
 #include "gac/controller/calibration.h"
 #include "gac/controller/controller.h"
 #include "gac/server/store.h"
+#include "gac/proto/convert.h"
 #include "gac/server/validate.h"
-#include "test_util.h"
+#include "tests/common/test_util.h"
 
 namespace gac::testing {
 namespace {
@@ -99,7 +100,7 @@ TEST_F(InProcess, DecideMatchesTheControllerWithTheRunSettings) {
       v1::DecideResponse resp;
       ASSERT_TRUE(w.Decide(req, &resp).ok());
       const Decision d = ctl->Decide({dot, gg, pp, i > 0});
-      ASSERT_EQ(resp.regime(), server::RegimeToProto(d.regime)) << i;
+      ASSERT_EQ(resp.regime(), proto::ToProto(d.regime)) << i;
       ASSERT_EQ(resp.has_cosine(), d.cosine.has_value());
       if (d.cosine) {
         EXPECT_EQ(resp.cosine(), *d.cosine);
@@ -327,7 +328,18 @@ TEST(InProcessStart, BadConfigurationIsAClearError) {
   c.tls_key = dir.File("nope.key");
   s = GacServer::Start(c);
   ASSERT_FALSE(s.ok());
-  EXPECT_EQ(s.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.status().code(), StatusCode::kNotFound) << s.status().ToString();
+  EXPECT_NE(s.status().message().find("nope.key"), std::string::npos) << s.status().ToString();
+  // A data directory that cannot be created is an I/O failure with its own
+  // code, not DATA_LOSS: nothing was lost.
+  c = TestConfig(dir);
+  WriteFile(dir.File("a-file"), "x");
+  c.db.clear();
+  c.data_dir = dir.File("a-file") + "/data";
+  s = GacServer::Start(c);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.status().code(), StatusCode::kFailedPrecondition) << s.status().ToString();
+  EXPECT_NE(s.status().message().find("data directory"), std::string::npos) << s.status().ToString();
   c = TestConfig(dir);
   WriteFile(dir.File("garbage.db"), std::string(8192, 'x'));
   c.db = dir.File("garbage.db");

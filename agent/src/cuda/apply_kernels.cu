@@ -3,8 +3,8 @@
 // the CPU kernels' semantics: fp32 arithmetic on the loaded values, stores
 // rounded to nearest even, the snapshot of the projected gradient taken from
 // the value as stored in the gradient's type.
-#include "cuda/device_util.cuh"
-#include "cuda/kernels.h"
+#include "agent/src/cuda/device_util.cuh"
+#include "agent/src/cuda/kernels.h"
 
 namespace gac::agent::cuda::kernels {
 namespace {

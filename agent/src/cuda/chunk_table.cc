@@ -1,4 +1,4 @@
-#include "cuda/chunk_table.h"
+#include "agent/src/cuda/chunk_table.h"
 
 #include <algorithm>
 #include <limits>

@@ -10,8 +10,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "cuda/multi_tensor.h"
-#include "gac/controller/status.h"
+#include "agent/src/cuda/multi_tensor.h"
+#include "gac/status.h"
 
 namespace gac::agent::cuda {
 

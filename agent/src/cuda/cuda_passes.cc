@@ -1,4 +1,4 @@
-#include "cuda/cuda_passes.h"
+#include "agent/src/cuda/cuda_passes.h"
 
 #include <cuda_runtime_api.h>
 #ifdef GAC_CUDA_WITH_NCCL
@@ -9,7 +9,7 @@
 #include <cstring>
 #include <string>
 
-#include "cuda/kernels.h"
+#include "agent/src/cuda/kernels.h"
 
 namespace gac::agent::cuda {
 

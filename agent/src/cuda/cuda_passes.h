@@ -24,9 +24,9 @@
 #include <cstdint>
 #include <memory>
 
-#include "cuda/chunk_table.h"
-#include "cuda/multi_tensor.h"
-#include "gac/controller/status.h"
+#include "agent/src/cuda/chunk_table.h"
+#include "agent/src/cuda/multi_tensor.h"
+#include "gac/status.h"
 
 // The same opaque handle types as cuda_runtime_api.h and nccl.h declare.
 typedef struct CUstream_st* cudaStream_t;

@@ -10,7 +10,7 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "cuda/multi_tensor.h"
+#include "agent/src/cuda/multi_tensor.h"
 
 namespace gac::agent::cuda::device {
 

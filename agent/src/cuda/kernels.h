@@ -7,7 +7,7 @@
 
 #include <cuda_runtime_api.h>
 
-#include "cuda/multi_tensor.h"
+#include "agent/src/cuda/multi_tensor.h"
 
 namespace gac::agent::cuda::kernels {
 

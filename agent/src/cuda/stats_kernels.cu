@@ -7,8 +7,8 @@
 // lane and chunk), the lanes are added pairwise, then the block's threads in
 // a fixed tree; chunks are summed in fp64. Same order at every run: the
 // result depends only on the data and the chunk layout.
-#include "cuda/device_util.cuh"
-#include "cuda/kernels.h"
+#include "agent/src/cuda/device_util.cuh"
+#include "agent/src/cuda/kernels.h"
 
 namespace gac::agent::cuda::kernels {
 namespace {

@@ -8,8 +8,8 @@
 #include <string>
 #include <utility>
 
-#include "cuda/cuda_passes.h"
-#include "device_passes.h"
+#include "agent/src/cuda/cuda_passes.h"
+#include "agent/src/device_passes.h"
 #include "gac/agent/device_reducer.h"
 
 namespace gac::agent {

@@ -1,60 +1,255 @@
-// Uses the installed headers and libraries; exits non-zero on a wrong answer.
+// Uses every installed header and library of gac, the way a project outside
+// the tree would; exits non-zero on a wrong answer. argv[1]: a scratch
+// directory. run_install_test.cmake fails when an installed header is not
+// included here.
+#include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <string>
 
+#include "gac/controller/calibration.h"
 #include "gac/controller/controller.h"
+#include "gac/controller/decision_source.h"
+#include "gac/controller/step_report.h"
+#include "gac/file_util.h"
+#include "gac/mutex.h"
+#include "gac/status.h"
+#include "gac/thread_annotations.h"
 #ifdef CONSUMER_WITH_AGENT
 #include <ATen/ATen.h>
+#include <torch/csrc/distributed/c10d/FileStore.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 
 #include "gac/agent/agent.h"
+#include "gac/agent/device_reducer.h"
+#include "gac/agent/process_group_reducer.h"
+#include "gac/agent/reducer.h"
 #endif
-#ifdef CONSUMER_WITH_SERVER
+#ifdef CONSUMER_WITH_NCCL
+#include "gac/agent/nccl_reducer.h"
+#endif
+#ifdef CONSUMER_WITH_GRPC
 #include <grpcpp/grpcpp.h>
 
-#include "gac/agent/telemetry.h"
-#include "gac/server/server.h"
-#include "grpc/health/v1/health.grpc.pb.h"
-#endif
+#include <sstream>
 
-int main() {
-  auto ctl = gac::Controller::Create({0.05, 0.3});
-  if (!ctl.ok()) return 1;
-  const gac::Decision d = ctl->Decide({0.5, 1.0, 1.0, true});  // cosine 0.5: skip
-  if (d.regime != gac::Regime::kSkip) return 2;
-#ifdef CONSUMER_WITH_AGENT
-  auto agent = gac::agent::Agent::Create({});
-  if (!agent.ok()) return 3;
-  at::Tensor w = at::zeros({8}).set_requires_grad(true);
-  w.mutable_grad() = at::ones({8});
-  if (!(*agent)->Step(1, {w}).ok()) return 4;
-  w.mutable_grad() = at::ones({8});
-  auto r = (*agent)->Step(2, {w});
-  if (!r.ok() || !r->decision.cosine || std::fabs(*r->decision.cosine - 1.0) > 1e-6) return 5;
+#include "gac/cli/client.h"
+#include "gac/cli/format.h"
+#include "gac/cli/gacctl.h"
+#include "gac/cli/interrupt.h"
+#include "gac/cli/replay.h"
+#include "gac/proto/convert.h"
+#include "gac/transport/channel.h"
+#include "gac/transport/remote_controller.h"
+#include "gac/transport/spool.h"
+#include "gac/transport/step_record.h"
+#include "gac/transport/telemetry.h"
+#include "gac/v1/control.grpc.pb.h"
+#include "gac/v1/control.pb.h"
+#include "gac/v1/query.grpc.pb.h"
+#include "gac/v1/query.pb.h"
+#include "gac/v1/telemetry.grpc.pb.h"
+#include "gac/v1/telemetry.pb.h"
+#include "grpc/health/v1/health.grpc.pb.h"
+#include "grpc/health/v1/health.pb.h"
 #endif
 #ifdef CONSUMER_WITH_SERVER
-  gac::server::ServerConfig config;
-  config.listen = "127.0.0.1:0";
-  config.metrics_listen = "";
-  config.insecure = true;
-  config.db = ":memory:";
-  auto server = gac::server::GacServer::Start(config);
-  if (!server.ok()) return 6;
-  auto stub = grpc::health::v1::Health::NewStub(
-      grpc::CreateChannel((*server)->address(), grpc::InsecureChannelCredentials()));
-  grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
-  grpc::health::v1::HealthCheckResponse health;
-  if (!stub->Check(&ctx, {}, &health).ok() || health.status() != health.SERVING) return 7;
-  gac::agent::TelemetryOptions topts;
-  topts.address = (*server)->address();
-  auto telemetry = gac::agent::Telemetry::Start(topts);
-  if (!telemetry.ok()) return 8;
-  gac::v1::StepRecord record;
-  record.set_run("consumer");
-  record.set_regime(gac::v1::REGIME_SAFE);
-  record.set_alpha(1.0);
-  if (!(*telemetry)->Enqueue(std::move(record)) || !(*telemetry)->Flush(std::chrono::seconds(30))) return 9;
+#include "gac/server/auth.h"
+#include "gac/server/config.h"
+#include "gac/server/metrics.h"
+#include "gac/server/queries.h"
+#include "gac/server/registry.h"
+#include "gac/server/server.h"
+#include "gac/server/store.h"
+#include "gac/server/validate.h"
+#include "gac/server/writer.h"
 #endif
+
+namespace {
+
+int failures = 0;
+
+void Check(bool ok, const char* what) {
+  if (!ok) {
+    std::fprintf(stderr, "gac consumer: FAILED: %s\n", what);
+    ++failures;
+  }
+}
+
+// gac/mutex.h and gac/thread_annotations.h.
+class Counter {
+ public:
+  void Add() GAC_EXCLUDES(mu_) {
+    gac::MutexLock lock(&mu_);
+    ++n_;
+  }
+  int value() GAC_EXCLUDES(mu_) {
+    gac::MutexLock lock(&mu_);
+    return n_;
+  }
+
+ private:
+  gac::Mutex mu_;
+  int n_ GAC_GUARDED_BY(mu_) = 0;
+};
+
+// gac/controller/decision_source.h: a source that always skips.
+class AlwaysSkip final : public gac::DecisionSource {
+ public:
+  gac::StatusOr<gac::Decision> Decide(std::int64_t, const gac::AlignmentStats& stats) override {
+    gac::Decision d;
+    d.cosine = stats.dot / std::sqrt(stats.gg * stats.pp);
+    d.regime = gac::Regime::kSkip;
+    d.apply_update = false;
+    return d;
+  }
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::string scratch = argc > 1 ? argv[1] : "/tmp";
+  // Controller, calibration, status, files, mutex.
+  auto ctl = gac::Controller::Create({0.05, 0.3});
+  Check(ctl.ok(), "Controller::Create");
+  const gac::Decision d = ctl->Decide({0.5, 1.0, 1.0, true});  // cosine 0.5: skip
+  Check(d.regime == gac::Regime::kSkip, "a cosine of 0.5 skips");
+  gac::CalibrationWindow window(100);
+  for (int i = 0; i < 50; ++i) window.Add(0.01 * (i % 10));
+  Check(gac::SuggestThresholds(window.Stats(0.05)).ok(), "SuggestThresholds");
+  Check(gac::Status::NotFound("x").IsNotFound(), "Status predicates");
+  Check(gac::MakeDirs(scratch + "/consumer-dir/a", "scratch directory").ok(), "MakeDirs");
+  Check(gac::ReadFileToString(scratch + "/consumer-dir/none", "file").status().IsNotFound(), "ReadFileToString");
+  Counter counter;
+  counter.Add();
+  Check(counter.value() == 1, "MutexLock");
+  gac::StepReport report;
+  report.step = 3;
+  report.decision = ctl->Decide({0.1, 1.0, 1.0, true});  // cosine 0.1: project
+  report.groups.push_back(gac::GroupStats{"layer", 0.1, 1.0, 1.0});
+  Check(report.groups[0].cosine().has_value(), "GroupStats::cosine");
+
+#ifdef CONSUMER_WITH_AGENT
+  {
+    gac::agent::AgentOptions options;
+    options.mode = gac::agent::Mode::kRemote;
+    options.decision_source = std::make_shared<AlwaysSkip>();
+    // A Gloo group of one: the reducer sums over a single rank.
+    auto store = c10::make_intrusive<c10d::FileStore>(scratch + "/consumer-gloo", 1);
+    auto pg_options = c10d::ProcessGroupGloo::Options::create(std::chrono::seconds(30));
+    pg_options->devices = {c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1")};
+    auto group = c10::make_intrusive<c10d::ProcessGroupGloo>(store, 0, 1, pg_options);
+    std::shared_ptr<gac::agent::Reducer> reducer = std::make_shared<gac::agent::ProcessGroupReducer>(group);
+    options.reducer = reducer;
+    Check(reducer->world_size() == 1, "ProcessGroupReducer world size");
+    Check(dynamic_cast<gac::agent::DeviceReducer*>(reducer.get()) == nullptr, "a CPU reducer is no DeviceReducer");
+    auto agent = gac::agent::Agent::Create(options);
+    Check(agent.ok(), "Agent::Create");
+    at::Tensor w = at::zeros({8}).set_requires_grad(true);
+    w.mutable_grad() = at::ones({8});
+    Check((*agent)->Step(1, {w}).ok(), "Agent::Step 1");
+    w.mutable_grad() = at::ones({8});
+    auto r = (*agent)->Step(2, {w});
+    Check(r.ok() && r->decision.cosine && std::fabs(*r->decision.cosine - 1.0) < 1e-6, "cosine of equal gradients");
+    Check(r.ok() && r->decision.regime == gac::Regime::kSkip && !r->step_optimizer, "the decision source decides");
+    if (r.ok()) report = *r;
+  }
+#endif
+#ifdef CONSUMER_WITH_NCCL
+  Check(gac::agent::NcclReducer::Create(nullptr, nullptr).status().IsInvalidArgument(),
+        "NcclReducer refuses a null communicator");
+#endif
+#ifdef CONSUMER_WITH_GRPC
+  {
+    const gac::v1::StepRecord record = gac::transport::MakeStepRecord(report, {"consumer", 0, 1}, gac::Mode::kLocal,
+                                                                      {{"reward", 1.0}});
+    Check(record.step() == report.step && record.regime() == gac::proto::ToProto(report.decision.regime),
+          "MakeStepRecord");
+    gac::v1::DecideResponse response;
+    gac::proto::EncodeDecision(d, &response);
+    Check(gac::proto::DecodeDecision(response, {0.5, 1.0, 1.0, true}).ok(), "Encode/DecodeDecision");
+    gac::transport::SpoolRecovery recovery;
+    gac::transport::SpoolOptions spool_options;
+    spool_options.dir = scratch + "/consumer-spool";
+    Check(gac::transport::Spool::Open(spool_options, &recovery).ok(), "Spool::Open");
+    auto channel = gac::transport::MakeGacdChannel("127.0.0.1:1", "", std::chrono::milliseconds(100));
+    Check(channel != nullptr, "MakeGacdChannel");
+    // gac::cli: replay, rows, the client, the command line.
+    gac::cli::Replayer replayer(*gac::Controller::Create({0.1, 0.3}));
+    replayer.Add({0, std::nullopt, gac::Regime::kSafe, 1.0});
+    replayer.Add({1, 0.2, gac::Regime::kSkip, 1.0});
+    Check(replayer.replayed().count(gac::Regime::kProject) == 1 && replayer.differing_count() == 1, "Replayer");
+    Check(gac::cli::ThresholdGrid({0.05}, {0.3}).ok(), "ThresholdGrid");
+    std::ostringstream csv;
+    auto rows = gac::cli::RowWriter::Create(*gac::cli::ParseFormat("csv"), &csv, {{"step", "STEP", true, 0}});
+    rows->Add({gac::cli::Cell::Int(7)});
+    rows->Flush();
+    Check(csv.str() == "step\n7\n", "RowWriter");
+    gac::cli::ConnectionOptions conn;
+    conn.address = "127.0.0.1:1";
+    conn.timeout = std::chrono::milliseconds(500);
+    gac::cli::GacdClient client(conn);
+    Check(client.Health("").status().IsUnavailable(), "GacdClient to nothing");
+    gac::cli::Interrupt interrupt;
+    interrupt.Request();
+    Check(interrupt.WaitFor(std::chrono::milliseconds(1)), "Interrupt");
+    std::ostringstream out, err;
+    Check(gac::cli::RunGacctl({"--version"}, {}, out, err) == gac::cli::kExitOk, "gacctl --version");
+  }
+#endif
+#ifdef CONSUMER_WITH_SERVER
+  {
+    gac::server::ServerConfig config;
+    config.listen = "127.0.0.1:0";
+    config.metrics_listen = "";
+    config.insecure = true;
+    config.db = ":memory:";
+    auto server = gac::server::GacServer::Start(config);
+    Check(server.ok(), "GacServer::Start");
+    if (!server.ok()) return 1;
+    auto stub = grpc::health::v1::Health::NewStub(
+        grpc::CreateChannel((*server)->address(), grpc::InsecureChannelCredentials()));
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    grpc::health::v1::HealthCheckResponse health;
+    Check(stub->Check(&ctx, {}, &health).ok() && health.status() == health.SERVING, "health");
+    gac::transport::TelemetryOptions topts;
+    topts.address = (*server)->address();
+    auto telemetry = gac::transport::Telemetry::Start(topts);
+    Check(telemetry.ok(), "Telemetry::Start");
+    gac::v1::StepRecord record = gac::transport::MakeStepRecord(report, {"consumer", 0, 1}, gac::Mode::kLocal);
+    Check(gac::server::ValidateStepRecord(record, gac::server::Limits{}).ok(), "ValidateStepRecord");
+    Check((*telemetry)->Enqueue(std::move(record)) && (*telemetry)->Flush(std::chrono::seconds(30)), "Flush");
+    gac::transport::RemoteControllerOptions ro;
+    ro.address = (*server)->address();
+    ro.run = "consumer";
+    ro.deadline = std::chrono::seconds(5);
+    auto remote = gac::transport::RemoteController::Create(ro);
+    Check(remote.ok() && (*remote)->Decide(4, {0.5, 1.0, 1.0, true}).ok(), "RemoteController::Decide");
+    const gac::server::RunRegistry registry(gac::proto::ToProto(gac::Thresholds{}, gac::AlphaMode::kPaper),
+                                            gac::v1::CONTROL_MODE_LOCAL);
+    const gac::server::Principal reader{"reader", "", gac::server::kRead, {"consumer*"}};
+    auto runs = gac::server::ListRunsPage((*server)->store(), registry, reader, {});
+    Check(runs.ok() && runs->runs_size() == 1 && runs->runs(0).run() == "consumer", "ListRunsPage");
+    auto summary = gac::server::GetRunSummary((*server)->store(), registry, "consumer", 0);
+    Check(summary.ok() && summary->info().step_records() == 1, "GetRunSummary");
+    Check((*server)->metrics().Render().find("gac_steps_total") != std::string::npos, "Metrics::Render");
+    Check(gac::server::Authenticator::Insecure().insecure(), "Authenticator");
+    auto store = gac::server::NewMemoryStore();
+    gac::server::Writer writer(store.get(), nullptr, 1000);
+    Check(writer.queued_rows() == 0, "Writer");
+    writer.Stop();
+    std::ostringstream steps, steps_err;
+    Check(gac::cli::RunGacctl({"steps", "consumer", "--format", "csv", "--address", (*server)->address()}, {}, steps,
+                              steps_err) == gac::cli::kExitOk &&
+              steps.str().rfind("run,step,rank,", 0) == 0 && steps.str().find("\nconsumer,") != std::string::npos,
+          "gacctl steps");
+    const char* help_argv[] = {"gacd", "--help"};
+    auto flags = gac::server::ParseFlags(2, help_argv);
+    Check(flags.ok() && flags->help, "ParseFlags --help");
+  }
+#endif
+  if (failures != 0) return 1;
   std::printf("gac consumer: ok\n");
   return 0;
 }

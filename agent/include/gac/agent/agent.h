@@ -41,29 +41,32 @@
 #include <string>
 #include <vector>
 
-#include "gac/agent/decision_source.h"
 #include "gac/agent/reducer.h"
 #include "gac/controller/controller.h"
+#include "gac/controller/decision_source.h"
+#include "gac/controller/step_report.h"
 
 namespace gac::agent {
 
-class ThreadPool;
+// The agent's vocabulary is the controller library's (LibTorch-free, shared
+// with the transport and gacd); re-exported so gac::agent::Mode and
+// gac::Mode name the same type.
+using ::gac::DecisionSource;
+using ::gac::GroupStats;
+using ::gac::Mode;
+using ::gac::ModeName;
+using ::gac::ParseMode;
+using ::gac::StepReport;
 
-enum class Mode : std::uint8_t {
-  kMonitor = 0,  // measure and report; never change the update
-  kLocal = 1,    // decide in-process and apply the decision
-  kRemote = 2,   // ask options.decision_source (gacd); on an error use the
-                 // local decision and report the fallback
-};
+class ThreadPool;
+struct Plan;
+
 enum class SnapshotDtype : std::uint8_t { kFloat32 = 0, kBFloat16 = 1 };
 // What the next step is compared with.
 enum class ReferencePolicy : std::uint8_t {
   kRawGradient = 0,    // the previous raw gradient (the paper's c_t); default
   kAppliedUpdate = 1,  // the previous applied (projected) gradient; unchanged by a skip
 };
-
-const char* ModeName(Mode mode);
-StatusOr<Mode> ParseMode(const char* name);
 
 struct AgentOptions {
   Thresholds thresholds;
@@ -78,7 +81,7 @@ struct AgentOptions {
   // Sums the statistics across ranks when gradients are sharded; null when
   // each rank holds whole gradients (or there is one rank).
   std::shared_ptr<Reducer> reducer;
-  // The decision source of remote mode (gac::agent::RemoteController).
+  // The decision source of remote mode (gac::transport::RemoteController).
   // Required for Mode::kRemote. With a reducer, a fallback on any rank makes
   // every rank use the local decision (one more 1-scalar all-reduce), so the
   // ranks never apply different updates.
@@ -91,36 +94,6 @@ struct AgentOptions {
     std::vector<int> parameters;  // indices into Step()'s parameter list
   };
   std::vector<ParameterGroup> groups;
-};
-
-// One parameter group's statistics for a step.
-struct GroupStats {
-  std::string name;
-  double dot = 0.0, gg = 0.0, pp = 0.0;
-  // cos(g_group, p_group); absent without a reference or with a zero norm.
-  std::optional<double> cosine() const;
-};
-
-struct StepReport {
-  std::int64_t step = 0;
-  // The controller's verdict: regime, cosine, alpha, norms. In monitor mode it
-  // says what local mode would have done.
-  Decision decision;
-  // Call optimizer.step()? Always true in monitor mode.
-  bool step_optimizer = true;
-  // True when the gradients were projected in place.
-  bool gradient_modified = false;
-  std::int64_t elements = 0;        // local gradient elements read
-  std::int32_t tensors = 0;         // tensors with a gradient this step
-  std::int32_t strided_tensors = 0; // tensors that took the strided path
-  double stats_seconds = 0.0;       // statistics pass and all-reduce
-  double decide_seconds = 0.0;      // remote decision (remote mode)
-  double apply_seconds = 0.0;       // projection / snapshot pass (CUDA: enqueueing it)
-  // Remote mode: the decision source failed (or another rank's did) and the
-  // local decision was used; remote_error says why.
-  bool fallback = false;
-  std::string remote_error;
-  std::vector<GroupStats> groups;   // per options.groups, in order
 };
 
 class Agent {
@@ -156,8 +129,20 @@ class Agent {
   const char* kernel_isa() const;
 
  private:
-  struct Plan;
   Agent(AgentOptions options, Controller controller);
+
+  // Step()'s parts, in order. Builds the plan on the first step (or checks
+  // the parameter count and the step number against it).
+  Status PreparePlan(std::int64_t step, const std::vector<at::Tensor>& parameters);
+  // Gathers the gradients and sums dot, |g|^2, |p|^2 (and per group) into
+  // the plan, all-reduced across ranks when there is a reducer.
+  Status ComputeStatistics(const std::vector<at::Tensor>& parameters, StepReport* report);
+  // Remote mode: the decision source's answer, or the local decision and a
+  // fallback (on every rank when any rank falls back).
+  Status DecideRemotely(std::int64_t step, const AlignmentStats& stats, StepReport* report);
+  // Projects the gradients in place (local and remote modes) and refreshes
+  // the snapshot, per the decision and the reference policy.
+  Status ApplyDecision(StepReport* report);
 
   AgentOptions options_;
   Controller controller_;

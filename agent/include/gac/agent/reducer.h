@@ -11,7 +11,7 @@
 
 #include <cstddef>
 
-#include "gac/controller/status.h"
+#include "gac/status.h"
 
 namespace gac::agent {
 

@@ -23,7 +23,7 @@
 #include <cstdint>
 #include <optional>
 
-#include "gac/controller/status.h"
+#include "gac/status.h"
 
 namespace gac {
 
@@ -31,14 +31,26 @@ namespace gac {
 inline constexpr double kCosineEpsilon = 1e-8;
 
 enum class Regime : std::uint8_t { kSafe = 0, kProject = 1, kSkip = 2, kInvalid = 3 };
+inline constexpr Regime kAllRegimes[] = {Regime::kSafe, Regime::kProject, Regime::kSkip, Regime::kInvalid};
 enum class AlphaMode : std::uint8_t { kPaper = 0, kExact = 1 };
+// How a decision is used: where it is made and whether it changes the update.
+enum class Mode : std::uint8_t {
+  kMonitor = 0,  // measure and report; never change the update
+  kLocal = 1,    // decide in-process and apply the decision
+  kRemote = 2,   // ask a decision source (gacd); on an error use the local
+                 // decision and report the fallback
+};
 
 // "safe", "project", "skip", "invalid".
 const char* RegimeName(Regime regime);
+// "paper", "exact".
 const char* AlphaModeName(AlphaMode mode);
-// Parses the names above; InvalidArgument otherwise.
+// "monitor", "local", "remote".
+const char* ModeName(Mode mode);
+// Parse the names above; InvalidArgument otherwise.
 StatusOr<Regime> ParseRegime(const char* name);
 StatusOr<AlphaMode> ParseAlphaMode(const char* name);
+StatusOr<Mode> ParseMode(const char* name);
 
 struct Thresholds {
   double c_low = 0.05;   // |c| at or below: safe
@@ -82,6 +94,11 @@ class Controller {
   static StatusOr<Controller> Create(Thresholds thresholds, AlphaMode mode = AlphaMode::kPaper);
 
   Decision Decide(const AlignmentStats& stats) const;
+  // The regime Decide chooses for a step with a reference and finite
+  // statistics whose cosine is `cosine`: it depends on |cosine| and the
+  // thresholds alone (safe, project or skip). Replaying a recorded c_t
+  // through it gives exactly the regime these thresholds would have chosen.
+  Regime RegimeForCosine(double cosine) const;
   // alpha for a cosine in the projection band, per mode().
   double Alpha(double cosine) const;
 

@@ -28,7 +28,7 @@
 #include <string_view>
 #include <vector>
 
-#include "gac/controller/status.h"
+#include "gac/status.h"
 
 namespace gac::server {
 
@@ -54,7 +54,8 @@ bool GlobMatch(std::string_view pattern, std::string_view text);
 class Authenticator {
  public:
   // Parses a token file (format above). InvalidArgument with the line number
-  // for a malformed line; NotFound / IOError when it cannot be read.
+  // for a malformed line; the errno's code (NotFound, PermissionDenied...)
+  // when it cannot be read.
   static StatusOr<Authenticator> FromFile(const std::string& path);
   static StatusOr<Authenticator> FromText(std::string_view text);
   // Every call allowed; the principal is named "insecure".

@@ -12,16 +12,18 @@
 #include <string>
 #include <vector>
 
-#include "gac/controller/status.h"
+#include "gac/status.h"
 #include "gac/v1/control.pb.h"
 
 namespace gac::server {
 
 struct ServerConfig {
   std::string listen = "127.0.0.1:7070";          // gRPC address; port 0 = OS-chosen
-  std::string metrics_listen = "127.0.0.1:9464";  // /metrics address; "" = no exporter
+  std::string metrics_listen = "127.0.0.1:9464";  // HTTP port: /metrics, JSON API, page; "" = none
   std::string data_dir = "gacd-data";             // created if missing
   std::string db;                                 // "" = <data_dir>/gacd.db; ":memory:" = in-memory store
+  std::string store;                              // "" or "sqlite" = SQLite at DatabasePath(); or a
+                                                  // postgresql://... URI (replicas may share it)
   std::string token_file;                         // bearer tokens (see auth.h)
   bool insecure = false;                          // no auth; only on loopback addresses
   std::string tls_cert, tls_key;                  // PEM files; both or neither
@@ -39,14 +41,21 @@ struct ServerConfig {
   std::string ready_file;                         // written with the bound ports once serving
 
   ServerConfig();
+
+  // The SQLite file: `db`, or <data_dir>/gacd.db when it is empty.
+  std::string DatabasePath() const;
+};
+
+struct Flags {
+  bool help = false;    // --help / -h was given: print Usage(); config is not set
+  ServerConfig config;  // the validated configuration otherwise
 };
 
 // Parses argv (argv[0] skipped). Returns InvalidArgument with the offending
 // flag for unknown flags, bad values, and inconsistent settings (TLS half
 // given, neither a token file nor --insecure, --insecure on a non-loopback
-// address, thresholds out of range). "--help" gives NotFound with the usage
-// text as message.
-StatusOr<ServerConfig> ParseFlags(int argc, const char* const* argv);
+// address, thresholds out of range).
+StatusOr<Flags> ParseFlags(int argc, const char* const* argv);
 
 // Checks a complete configuration (called by ParseFlags).
 Status ValidateConfig(const ServerConfig& config);

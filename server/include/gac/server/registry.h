@@ -1,19 +1,21 @@
 // In-memory view of every run's controller settings: what Decide reads (never
-// the disk) and what SetRunConfig changes before it persists the change.
+// the disk) and what SetRunConfig changes before it persists the change. With
+// several gacd replicas on one database, changes made through the others
+// arrive by Install (server/src/settings_sync.h).
 //
 // Thread safety: safe for concurrent use (a reader-writer lock).
 
 #ifndef GAC_SERVER_REGISTRY_H_
 #define GAC_SERVER_REGISTRY_H_
 
-#include <shared_mutex>
 #include <string>
 #include <unordered_map>
 #include <utility>
 #include <vector>
 
 #include "gac/controller/controller.h"
-#include "gac/controller/status.h"
+#include "gac/mutex.h"
+#include "gac/status.h"
 #include "gac/v1/control.pb.h"
 
 namespace gac::server {
@@ -41,8 +43,15 @@ class RunRegistry {
                                  v1::RunConfig* before);
 
   // Puts `previous` back if the run's current version is still `failed`'s
-  // (undoes a Change whose write failed).
+  // (undoes a Change whose write failed, or replaces it with the settings
+  // that another gacd sharing the store committed first).
   void Revert(const std::string& run, const v1::RunConfig& failed, const v1::RunConfig& previous);
+
+  // Installs settings committed through another gacd sharing the store when
+  // they are newer than the run's current ones (a higher version); returns
+  // whether they were installed. Older or equal versions are ignored: they
+  // are already here, or a local change of this version is being written.
+  bool Install(const std::string& run, const v1::RunConfig& config);
 
  private:
   struct Entry {
@@ -52,8 +61,8 @@ class RunRegistry {
   static Entry MakeEntry(const v1::RunConfig& config);
 
   const Entry defaults_;
-  mutable std::shared_mutex mu_;
-  std::unordered_map<std::string, Entry> runs_;  // guarded by mu_
+  mutable SharedMutex mu_;
+  std::unordered_map<std::string, Entry> runs_ GAC_GUARDED_BY(mu_);
 };
 
 }  // namespace gac::server

@@ -9,8 +9,7 @@
 #include <cstddef>
 #include <string_view>
 
-#include "gac/controller/controller.h"
-#include "gac/controller/status.h"
+#include "gac/status.h"
 #include "gac/v1/control.pb.h"
 #include "gac/v1/telemetry.pb.h"
 
@@ -34,11 +33,6 @@ Status ValidateStepRecord(const v1::StepRecord& record, const Limits& limits);
 Status ValidateIngestRequest(const v1::IngestRequest& request, const Limits& limits);
 // Finite, gg and pp >= 0, step >= 0, valid run id.
 Status ValidateDecideRequest(const v1::DecideRequest& request);
-
-// Converts and validates wire thresholds (UNSPECIFIED alpha mode = paper).
-StatusOr<Thresholds> ThresholdsFromProto(const v1::Thresholds& thresholds);
-StatusOr<AlphaMode> AlphaModeFromProto(v1::AlphaMode mode);
-v1::Regime RegimeToProto(Regime regime);
 
 }  // namespace gac::server
 

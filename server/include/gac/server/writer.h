@@ -9,13 +9,12 @@
 #ifndef GAC_SERVER_WRITER_H_
 #define GAC_SERVER_WRITER_H_
 
-#include <condition_variable>
 #include <cstddef>
 #include <deque>
 #include <functional>
-#include <mutex>
 #include <thread>
 
+#include "gac/mutex.h"
 #include "gac/server/store.h"
 
 namespace gac::server {
@@ -39,13 +38,13 @@ class Writer {
   // queue bound. RESOURCE_EXHAUSTED when the bound would be exceeded (an op
   // larger than the bound is accepted into an empty queue), UNAVAILABLE after
   // Stop. The pointers in `op` must stay valid until `done` has run.
-  Status Submit(const WriteOp& op, std::size_t rows, Done done);
+  Status Submit(const WriteOp& op, std::size_t rows, Done done) GAC_EXCLUDES(mu_);
 
   // Commits everything queued, runs the callbacks, and stops the thread.
   // Later Submits fail. Idempotent.
-  void Stop();
+  void Stop() GAC_EXCLUDES(mu_);
 
-  std::size_t queued_rows() const;
+  std::size_t queued_rows() const GAC_EXCLUDES(mu_);
 
  private:
   struct Item {
@@ -53,18 +52,18 @@ class Writer {
     std::size_t rows;
     Done done;
   };
-  void Run();
+  void Run() GAC_EXCLUDES(mu_);
 
   Store* const store_;
   Metrics* const metrics_;
   const std::size_t max_queue_rows_;
   const std::size_t max_transaction_rows_;
 
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<Item> queue_;      // guarded by mu_
-  std::size_t queued_rows_ = 0;  // guarded by mu_
-  bool stopping_ = false;       // guarded by mu_
+  mutable Mutex mu_;
+  CondVar cv_;
+  std::deque<Item> queue_ GAC_GUARDED_BY(mu_);
+  std::size_t queued_rows_ GAC_GUARDED_BY(mu_) = 0;
+  bool stopping_ GAC_GUARDED_BY(mu_) = false;
   std::thread thread_;
 };
 

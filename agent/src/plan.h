@@ -1,0 +1,102 @@
+// Plan: what the agent knows of a parameter set between steps. The slots
+// (one per parameter: identity, shape, snapshot slice, chunks), the flat
+// snapshot, the spans the CPU kernels walk, the tasks that split them across
+// threads, and the per-step scratch. Built on the first step after the
+// agent's creation or Reset(); reused, never reallocated, by every step.
+//
+// Thread safety: owned by one Agent and used from its training thread; the
+// pass tasks touch disjoint spans and partials.
+#ifndef GAC_AGENT_SRC_PLAN_H_
+#define GAC_AGENT_SRC_PLAN_H_
+
+#include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
+#include <c10/util/SmallVector.h>
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "agent/src/cpu/kernels.h"
+#include "agent/src/device_passes.h"
+#include "gac/agent/agent.h"
+#include "gac/status.h"
+
+namespace gac::agent {
+
+// Below this many elements a step runs on the calling thread only: waking
+// workers would cost more than it saves.
+inline constexpr std::int64_t kSerialElements = std::int64_t{1} << 18;
+// Pass tasks per thread. (16 per thread, for statistics tasks that follow the
+// gather more closely, measured no better on 2,000 x 4 KiB tensors.)
+inline constexpr std::int64_t kTasksPerThread = 4;
+// Snapshot slices start on 64-byte boundaries (16 fp32 / 32 bf16 elements).
+inline constexpr std::int64_t kSliceAlignElements = 32;
+
+// Strides agree on every dimension that has more than one element.
+bool SameLayout(at::IntArrayRef sizes, at::IntArrayRef a, at::IntArrayRef b);
+
+struct Plan {
+  // What Step() reads for every tensor comes first (~1.5 cache lines).
+  struct Slot {
+    const c10::TensorImpl* param = nullptr;  // identity of the parameter
+    std::int64_t numel = 0;
+    std::int64_t first_chunk = 0;
+    std::int64_t end_chunk = 0;     // chunks [first_chunk, end_chunk) are this tensor's
+    bool snap_contiguous = false;   // snap_strides are the contiguous strides of sizes
+    c10::SmallVector<std::int64_t, 5> sizes;  // inline up to 5 dimensions
+    std::int64_t offset = 0;  // first snapshot element
+    c10::SmallVector<std::int64_t, 5> snap_strides;  // layout of the snapshot slice
+  };
+  // A gradient that takes the strided (slow) path this step.
+  struct Strided {
+    const Slot* slot;
+    const at::Tensor* grad;
+  };
+
+  // Builds the slots, chunks, tasks and the zeroed snapshot for `params`.
+  // InvalidArgument for undefined tensors, tensors on several devices, or a
+  // group naming a parameter beyond the list; Unimplemented for gradients on
+  // a device this build cannot read.
+  static StatusOr<std::unique_ptr<Plan>> Build(const std::vector<at::Tensor>& params, const AgentOptions& options);
+
+  std::int64_t num_tasks() const { return static_cast<std::int64_t>(task_first_chunk.size()) - 1; }
+  // Runs on the calling thread only: one task, or one thread.
+  bool serial(int num_threads) const {
+    return device_passes == nullptr && (num_tasks() <= 1 || num_threads == 1);
+  }
+  // The snapshot slice of a slot as a tensor (shares the snapshot's memory).
+  at::Tensor SnapshotView(const Slot& s) const;
+  std::int64_t SlotIndex(const Slot& s) const { return &s - slots.data(); }
+
+  std::vector<Slot> slots;
+  // One per chunk, in slot order: the snapshot slice and length are fixed;
+  // the gradient pointer and type are set per step (null: no gradient this
+  // step, or not dense with the snapshot's layout).
+  std::vector<cpu::Span> spans;
+  std::vector<std::int64_t> task_first_chunk;  // tasks + 1 entries
+  std::vector<cpu::Partial> partials;          // one per chunk (parallel passes)
+  std::vector<Strided> strided;                // per step
+  std::vector<int> group_of;                   // per slot: its parameter group, or -1
+  // Per step: (dot, gg, pp) of the step, then 3 per group; device plans then
+  // the non-finite count. What the all-reduce sums.
+  std::vector<double> reduced;
+  // Gradients on a GPU: the passes run there (the spans then only carry
+  // device pointers for the gather) and the snapshot lives on that device.
+  c10::Device device = c10::Device(c10::kCPU);
+  std::unique_ptr<DevicePasses> device_passes;  // null for CPU plans
+  std::vector<cuda::TensorRef> device_tensors;  // per slot, per step
+  std::int64_t chunk_elements = 0;
+  at::Tensor snapshot;                          // flat, snapshot dtype
+  char* snap_base = nullptr;
+  std::size_t snap_elem_size = 4;
+  cpu::ElemType snap_type = cpu::ElemType::kF32;
+  at::ScalarType snap_scalar = at::kFloat;
+  bool has_reference = false;  // the snapshot holds a previous gradient
+  bool stepped = false;        // a step completed since Build
+  std::int64_t last_step = 0;
+};
+
+}  // namespace gac::agent
+
+#endif  // GAC_AGENT_SRC_PLAN_H_

@@ -1,0 +1,78 @@
+// The one place where gac's domain types (gac::controller) and the wire
+// contract (gac.v1 messages, grpc::Status) are mapped onto each other. Every
+// enum, message and status conversion of gacd, the transport and gacctl goes
+// through these functions, so the two ends cannot disagree.
+//
+// Decoding checks what the other side could get wrong: an unknown enum value
+// is INVALID_ARGUMENT, and DecisionFromProto refuses an answer no honest
+// controller gives (so a broken or hostile gacd cannot change a trainer's
+// update beyond what the local decision would do).
+//
+// Thread safety: pure functions.
+#ifndef GAC_PROTO_CONVERT_H_
+#define GAC_PROTO_CONVERT_H_
+
+#include <grpcpp/support/status.h>
+
+#include <cstdint>
+#include <string>
+
+#include "gac/controller/controller.h"
+#include "gac/status.h"
+#include "gac/v1/control.pb.h"
+#include "gac/v1/telemetry.pb.h"
+
+namespace gac::proto {
+
+// Enums. ToProto never returns UNSPECIFIED; FromProto refuses UNSPECIFIED
+// and values outside the enum, except that an UNSPECIFIED alpha mode reads
+// as PAPER (the wire contract's default).
+v1::Regime ToProto(Regime regime);
+StatusOr<Regime> FromProto(v1::Regime regime);
+v1::AlphaMode ToProto(AlphaMode mode);
+StatusOr<AlphaMode> FromProto(v1::AlphaMode mode);
+v1::ControlMode ToProto(Mode mode);
+StatusOr<Mode> FromProto(v1::ControlMode mode);
+
+// Thresholds with their alpha mode.
+v1::Thresholds ToProto(const Thresholds& thresholds, AlphaMode mode);
+// Validated as the controller does (ValidateThresholds).
+StatusOr<Thresholds> ThresholdsFromProto(const v1::Thresholds& thresholds);
+// A controller for the settings on the wire; INVALID_ARGUMENT when they are not valid.
+StatusOr<Controller> ControllerFromProto(const v1::Thresholds& thresholds);
+
+// Decide's request: who asks, and the step's three sums.
+v1::DecideRequest ToDecideRequest(const std::string& run, std::uint32_t rank, std::int64_t step,
+                                  const AlignmentStats& stats);
+AlignmentStats StatsFromProto(const v1::DecideRequest& request);
+
+// Decide's answer. EncodeDecision fills every decision field of `response`
+// (not its config).
+void EncodeDecision(const Decision& decision, v1::DecideResponse* response);
+// The decision in `response` for the statistics that were asked about.
+// INVALID_ARGUMENT, naming the field, for an answer no controller gives: an
+// unknown regime; alpha outside [0, 1] or not finite; a non-finite
+// projection coefficient, a non-zero one on a regime that does not project,
+// or one that is not (1 - alpha) * dot / pp for these statistics (so a
+// valid alpha cannot smuggle in a larger change); PROJECT without a
+// reference; apply_update that disagrees with the regime; a cosine outside
+// [-1, 1]. The norms come from `stats`, not from the answer.
+StatusOr<Decision> DecodeDecision(const v1::DecideResponse& response, const AlignmentStats& stats);
+
+// Status across the RPC boundary: the codes are the same numbers.
+grpc::Status ToGrpcStatus(const Status& status);
+// UNKNOWN for a code outside gRPC's range; `prefix` (when not empty) goes in
+// front of the message as "<prefix>: ".
+Status FromGrpcStatus(const grpc::Status& status, const std::string& prefix = "");
+
+// The HTTP status of a code, for gacd's HTTP API: OK 200; INVALID_ARGUMENT,
+// FAILED_PRECONDITION and OUT_OF_RANGE 400; UNAUTHENTICATED 401;
+// PERMISSION_DENIED 403; NOT_FOUND 404; ABORTED and ALREADY_EXISTS 409;
+// RESOURCE_EXHAUSTED 413 (a request above the size limit, as gRPC reports a
+// message above its limit); CANCELLED 499; UNIMPLEMENTED 501; UNAVAILABLE
+// 503; DEADLINE_EXCEEDED 504; every other code 500.
+int ToHttpStatus(StatusCode code);
+
+}  // namespace gac::proto
+
+#endif  // GAC_PROTO_CONVERT_H_

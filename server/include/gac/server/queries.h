@@ -1,0 +1,79 @@
+// The read side of gacd, shared by its gRPC services and its HTTP API: the
+// checks of a query's parameters, paging with opaque page tokens, and the
+// run summary (regime counts and the calibration statistics of the paper's
+// Table 3). Plain functions over a Store and the RunRegistry: no gRPC, so
+// they are tested without a server.
+//
+// The functions that read the store block on it: call them off the RPC
+// threads. Thread safety: as safe as the Store and RunRegistry they read
+// (both are safe for concurrent use).
+#ifndef GAC_SERVER_QUERIES_H_
+#define GAC_SERVER_QUERIES_H_
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "gac/server/auth.h"
+#include "gac/server/registry.h"
+#include "gac/server/store.h"
+#include "gac/status.h"
+#include "gac/v1/control.pb.h"
+#include "gac/v1/query.pb.h"
+
+namespace gac::server {
+
+// Page sizes of each listing: the default when 0 is asked, and the largest.
+struct PageLimits {
+  std::uint32_t default_size;
+  std::uint32_t max_size;
+};
+inline constexpr PageLimits kRunPages{100, 1000};
+inline constexpr PageLimits kStepPages{1000, 10000};
+inline constexpr PageLimits kConfigChangePages{100, 1000};
+
+// `requested`, or the default for 0; InvalidArgument above the maximum.
+StatusOr<std::uint32_t> PageSize(std::uint32_t requested, PageLimits limits);
+
+// Page tokens: opaque to clients, checked strictly (InvalidArgument
+// "malformed page_token"). "" decodes to the first page.
+std::string EncodeRunToken(const std::string& last_run);  // runs after this id
+StatusOr<std::string> DecodeRunToken(const std::string& token);
+std::string EncodeStepToken(std::int64_t step, std::uint32_t rank);  // records after this key
+StatusOr<std::pair<std::int64_t, std::uint32_t>> DecodeStepToken(const std::string& token);
+std::string EncodeOffsetToken(std::uint64_t offset);  // entries from this offset
+StatusOr<std::uint64_t> DecodeOffsetToken(const std::string& token);
+
+// One page of runs that `principal` may read, in id order, each with its
+// current settings; next_page_token set when more may follow. Runs the
+// principal may not read are skipped (and scanned past).
+StatusOr<v1::ListRunsResponse> ListRunsPage(Store& store, const RunRegistry& registry, const Principal& principal,
+                                            const v1::ListRunsRequest& request);
+
+// A GetSteps request checked (run id, step range, page size and token) and
+// turned into the store query of one page plus one record (to know whether
+// a next page exists).
+StatusOr<StepQuery> StepQueryFromRequest(const v1::GetStepsRequest& request);
+// One page of records of `query` (from StepQueryFromRequest). NotFound for
+// an unknown run.
+StatusOr<v1::GetStepsResponse> GetStepsPage(Store& store, const StepQuery& query);
+
+// The summary of a run from its stored info, its settings and its last
+// steps of rank 0 (in step order): regime counts, the calibration
+// statistics of |c_t| with the current c_low, the thresholds those
+// statistics suggest (when there are enough), and the latest step.
+v1::RunSummary SummarizeRun(const v1::RunInfo& info, const v1::RunConfig& config,
+                            const std::vector<v1::StepRecord>& steps);
+// Reads what SummarizeRun needs (the last `window` steps of rank 0; 0 =
+// all). NotFound for an unknown run.
+StatusOr<v1::RunSummary> GetRunSummary(Store& store, const RunRegistry& registry, const std::string& run,
+                                       std::uint32_t window);
+
+// One page of a run's audit log, oldest first.
+StatusOr<v1::ListConfigChangesResponse> ListConfigChangesPage(Store& store,
+                                                              const v1::ListConfigChangesRequest& request);
+
+}  // namespace gac::server
+
+#endif  // GAC_SERVER_QUERIES_H_

@@ -1,0 +1,189 @@
+#include "gac/server/queries.h"
+
+#include <climits>
+#include <exception>
+
+#include "gac/controller/calibration.h"
+#include "gac/proto/convert.h"
+#include "gac/server/validate.h"
+
+namespace gac::server {
+namespace {
+
+Status MalformedToken() { return Status::InvalidArgument("malformed page_token"); }
+
+}  // namespace
+
+StatusOr<std::uint32_t> PageSize(std::uint32_t requested, PageLimits limits) {
+  if (requested == 0) return limits.default_size;
+  if (requested > limits.max_size) {
+    return Status::InvalidArgument("page_size " + std::to_string(requested) + " above the maximum " +
+                                   std::to_string(limits.max_size));
+  }
+  return requested;
+}
+
+std::string EncodeRunToken(const std::string& last_run) { return "r" + last_run; }
+
+StatusOr<std::string> DecodeRunToken(const std::string& token) {
+  if (token.empty()) return std::string();
+  if (token[0] != 'r' || !ValidateRunId(std::string_view(token).substr(1)).ok()) return MalformedToken();
+  return token.substr(1);
+}
+
+std::string EncodeStepToken(std::int64_t step, std::uint32_t rank) {
+  return "s" + std::to_string(step) + "." + std::to_string(rank);
+}
+
+StatusOr<std::pair<std::int64_t, std::uint32_t>> DecodeStepToken(const std::string& token) {
+  const auto dot = token.find('.');
+  if (token.size() < 4 || token[0] != 's' || dot == std::string::npos ||
+      token.find_first_not_of("0123456789.", 1) != std::string::npos || token.size() > 32) {
+    return MalformedToken();
+  }
+  try {
+    return std::make_pair(static_cast<std::int64_t>(std::stoll(token.substr(1, dot - 1))),
+                          static_cast<std::uint32_t>(std::stoul(token.substr(dot + 1))));
+  } catch (const std::exception&) {
+    return MalformedToken();
+  }
+}
+
+std::string EncodeOffsetToken(std::uint64_t offset) { return "o" + std::to_string(offset); }
+
+StatusOr<std::uint64_t> DecodeOffsetToken(const std::string& token) {
+  if (token.empty()) return std::uint64_t{0};
+  if (token.size() < 2 || token[0] != 'o' || token.find_first_not_of("0123456789", 1) != std::string::npos ||
+      token.size() > 21) {
+    return MalformedToken();
+  }
+  try {
+    return static_cast<std::uint64_t>(std::stoull(token.substr(1)));
+  } catch (const std::exception&) {
+    return MalformedToken();
+  }
+}
+
+StatusOr<v1::ListRunsResponse> ListRunsPage(Store& store, const RunRegistry& registry, const Principal& principal,
+                                            const v1::ListRunsRequest& request) {
+  StatusOr<std::uint32_t> limit = PageSize(request.page_size(), kRunPages);
+  if (!limit.ok()) return limit.status();
+  StatusOr<std::string> after = DecodeRunToken(request.page_token());
+  if (!after.ok()) return after.status();
+  v1::ListRunsResponse resp;
+  // Runs the principal may not read are skipped, so scan in chunks.
+  for (;;) {
+    auto runs = store.ListRuns(*after, *limit);
+    if (!runs.ok()) return runs.status();
+    for (v1::RunInfo& info : *runs) {
+      *after = info.run();
+      if (!principal.Allows(kRead, info.run())) continue;
+      *info.mutable_config() = registry.Get(info.run());
+      *resp.add_runs() = std::move(info);
+      if (static_cast<std::uint32_t>(resp.runs_size()) == *limit) break;
+    }
+    if (runs->size() < *limit) break;  // no more runs
+    if (static_cast<std::uint32_t>(resp.runs_size()) == *limit) {
+      resp.set_next_page_token(EncodeRunToken(*after));
+      break;
+    }
+  }
+  return resp;
+}
+
+StatusOr<StepQuery> StepQueryFromRequest(const v1::GetStepsRequest& request) {
+  GAC_RETURN_IF_ERROR(ValidateRunId(request.run()));
+  if (request.start_step() < 0) return Status::InvalidArgument("start_step must be >= 0");
+  if (request.end_step() != 0 && request.end_step() <= request.start_step()) {
+    return Status::InvalidArgument("end_step must be above start_step (or 0 for no limit)");
+  }
+  StatusOr<std::uint32_t> size = PageSize(request.page_size(), kStepPages);
+  if (!size.ok()) return size.status();
+  StepQuery q;
+  q.run = request.run();
+  if (!request.page_token().empty()) {
+    auto after = DecodeStepToken(request.page_token());
+    if (!after.ok()) return after.status();
+    q.after = *after;
+  }
+  q.start_step = request.start_step();
+  q.end_step = request.end_step() == 0 ? INT64_MAX : request.end_step();
+  if (request.has_rank()) q.rank = request.rank();
+  q.include_layers = request.include_layers();
+  q.limit = *size + 1;
+  return q;
+}
+
+StatusOr<v1::GetStepsResponse> GetStepsPage(Store& store, const StepQuery& query) {
+  if (auto run = store.GetRun(query.run); !run.ok()) {
+    // A store that cannot answer (a database that went away) keeps its code.
+    if (run.status().code() != StatusCode::kNotFound) return run.status();
+    return Status::NotFound("unknown run '" + query.run + "'");
+  }
+  auto steps = store.GetSteps(query);
+  if (!steps.ok()) return steps.status();
+  v1::GetStepsResponse resp;
+  const std::size_t page = query.limit - 1;
+  for (std::size_t i = 0; i < steps->size() && i < page; ++i) *resp.add_steps() = std::move((*steps)[i]);
+  if (steps->size() > page) {
+    const v1::StepRecord& last = resp.steps(resp.steps_size() - 1);
+    resp.set_next_page_token(EncodeStepToken(last.step(), last.rank()));
+  }
+  return resp;
+}
+
+v1::RunSummary SummarizeRun(const v1::RunInfo& info, const v1::RunConfig& config,
+                            const std::vector<v1::StepRecord>& steps) {
+  v1::RunSummary summary;
+  *summary.mutable_info() = info;
+  *summary.mutable_info()->mutable_config() = config;
+  auto& counts = *summary.mutable_steps_by_regime();
+  for (Regime r : kAllRegimes) counts[RegimeName(r)] = 0;
+  std::vector<double> cosines;
+  cosines.reserve(steps.size());
+  for (const v1::StepRecord& r : steps) {
+    if (StatusOr<Regime> regime = proto::FromProto(r.regime()); regime.ok()) ++counts[RegimeName(*regime)];
+    if (r.has_cosine()) cosines.push_back(r.cosine());
+  }
+  const CalibrationStats cal = ComputeCalibration(cosines, config.thresholds().c_low());
+  v1::CalibrationSummary* out = summary.mutable_calibration();
+  out->set_count(cal.count);
+  out->set_q90(cal.q90);
+  out->set_max(cal.max);
+  out->set_mean(cal.mean);
+  out->set_fraction_le_c_low(cal.frac_le_c_low);
+  if (StatusOr<Thresholds> suggested = SuggestThresholds(cal); suggested.ok()) {
+    out->mutable_suggested()->set_c_low(suggested->c_low);
+    out->mutable_suggested()->set_c_high(suggested->c_high);
+    out->mutable_suggested()->set_alpha_mode(config.thresholds().alpha_mode());
+  }
+  if (!steps.empty()) *summary.mutable_latest() = steps.back();
+  return summary;
+}
+
+StatusOr<v1::RunSummary> GetRunSummary(Store& store, const RunRegistry& registry, const std::string& run,
+                                       std::uint32_t window) {
+  auto info = store.GetRun(run);
+  if (!info.ok() && info.status().code() != StatusCode::kNotFound) return info.status();
+  if (!info.ok()) return Status::NotFound("unknown run '" + run + "'");
+  auto steps = store.GetRecentSteps(run, 0, window);
+  if (!steps.ok()) return steps.status();
+  return SummarizeRun(*info, registry.Get(run), *steps);
+}
+
+StatusOr<v1::ListConfigChangesResponse> ListConfigChangesPage(Store& store,
+                                                              const v1::ListConfigChangesRequest& request) {
+  GAC_RETURN_IF_ERROR(ValidateRunId(request.run()));
+  StatusOr<std::uint64_t> offset = DecodeOffsetToken(request.page_token());
+  if (!offset.ok()) return offset.status();
+  StatusOr<std::uint32_t> limit = PageSize(request.page_size(), kConfigChangePages);
+  if (!limit.ok()) return limit.status();
+  auto changes = store.ListConfigChanges(request.run(), *offset, *limit + 1);
+  if (!changes.ok()) return changes.status();
+  v1::ListConfigChangesResponse resp;
+  for (std::size_t i = 0; i < changes->size() && i < *limit; ++i) *resp.add_changes() = (*changes)[i];
+  if (changes->size() > *limit) resp.set_next_page_token(EncodeOffsetToken(*offset + *limit));
+  return resp;
+}
+
+}  // namespace gac::server

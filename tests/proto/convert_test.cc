@@ -1,0 +1,225 @@
+// Tests of gac/proto/convert.h. Expected wire values are spelled out from the
+// .proto files, not taken from the functions under test; decisions come from
+// the controller and must survive the trip through a DecideResponse bit for
+// bit, while answers no controller gives are refused.
+#include "gac/proto/convert.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <iterator>
+#include <limits>
+#include <random>
+#include <string>
+#include <utility>
+
+namespace gac::proto {
+namespace {
+
+TEST(ConvertTest, RegimesMapOneToOneAndUnspecifiedIsRefused) {
+  EXPECT_EQ(ToProto(Regime::kSafe), v1::REGIME_SAFE);
+  EXPECT_EQ(ToProto(Regime::kProject), v1::REGIME_PROJECT);
+  EXPECT_EQ(ToProto(Regime::kSkip), v1::REGIME_SKIP);
+  EXPECT_EQ(ToProto(Regime::kInvalid), v1::REGIME_INVALID);
+  for (Regime r : kAllRegimes) {
+    StatusOr<Regime> back = FromProto(ToProto(r));
+    ASSERT_TRUE(back.ok());
+    EXPECT_EQ(*back, r);
+  }
+  EXPECT_TRUE(FromProto(v1::REGIME_UNSPECIFIED).status().IsInvalidArgument());
+  EXPECT_TRUE(FromProto(static_cast<v1::Regime>(99)).status().IsInvalidArgument());
+}
+
+TEST(ConvertTest, AlphaModesMapAndUnspecifiedReadsAsPaper) {
+  EXPECT_EQ(ToProto(AlphaMode::kPaper), v1::ALPHA_MODE_PAPER);
+  EXPECT_EQ(ToProto(AlphaMode::kExact), v1::ALPHA_MODE_EXACT);
+  EXPECT_EQ(*FromProto(v1::ALPHA_MODE_PAPER), AlphaMode::kPaper);
+  EXPECT_EQ(*FromProto(v1::ALPHA_MODE_EXACT), AlphaMode::kExact);
+  EXPECT_EQ(*FromProto(v1::ALPHA_MODE_UNSPECIFIED), AlphaMode::kPaper);
+  EXPECT_TRUE(FromProto(static_cast<v1::AlphaMode>(7)).status().IsInvalidArgument());
+}
+
+TEST(ConvertTest, ModesMapOneToOneAndUnspecifiedIsRefused) {
+  EXPECT_EQ(ToProto(Mode::kMonitor), v1::CONTROL_MODE_MONITOR);
+  EXPECT_EQ(ToProto(Mode::kLocal), v1::CONTROL_MODE_LOCAL);
+  EXPECT_EQ(ToProto(Mode::kRemote), v1::CONTROL_MODE_REMOTE);
+  for (Mode m : {Mode::kMonitor, Mode::kLocal, Mode::kRemote}) EXPECT_EQ(*FromProto(ToProto(m)), m);
+  EXPECT_TRUE(FromProto(v1::CONTROL_MODE_UNSPECIFIED).status().IsInvalidArgument());
+  EXPECT_TRUE(FromProto(static_cast<v1::ControlMode>(42)).status().IsInvalidArgument());
+}
+
+TEST(ConvertTest, ThresholdsRoundTripAndAreValidated) {
+  const v1::Thresholds t = ToProto(Thresholds{0.07, 0.4}, AlphaMode::kExact);
+  EXPECT_EQ(t.c_low(), 0.07);
+  EXPECT_EQ(t.c_high(), 0.4);
+  EXPECT_EQ(t.alpha_mode(), v1::ALPHA_MODE_EXACT);
+  StatusOr<Thresholds> back = ThresholdsFromProto(t);
+  ASSERT_TRUE(back.ok());
+  EXPECT_EQ(back->c_low, 0.07);
+  EXPECT_EQ(back->c_high, 0.4);
+  StatusOr<Controller> c = ControllerFromProto(t);
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(c->mode(), AlphaMode::kExact);
+  v1::Thresholds bad = t;
+  bad.set_c_low(0.5);  // above c_high
+  EXPECT_TRUE(ThresholdsFromProto(bad).status().IsInvalidArgument());
+  EXPECT_TRUE(ControllerFromProto(bad).status().IsInvalidArgument());
+  bad = t;
+  bad.set_c_high(std::numeric_limits<double>::quiet_NaN());
+  EXPECT_TRUE(ThresholdsFromProto(bad).status().IsInvalidArgument());
+  bad = t;
+  bad.set_alpha_mode(static_cast<v1::AlphaMode>(5));
+  EXPECT_TRUE(ThresholdsFromProto(bad).status().IsInvalidArgument());
+}
+
+TEST(ConvertTest, DecideRequestCarriesTheStatisticsExactly) {
+  const AlignmentStats stats{-0.123456789012345, 3.25e-7, 1e300, true};
+  const v1::DecideRequest req = ToDecideRequest("exp-1", 3, 77, stats);
+  EXPECT_EQ(req.run(), "exp-1");
+  EXPECT_EQ(req.rank(), 3u);
+  EXPECT_EQ(req.step(), 77);
+  EXPECT_EQ(req.dot(), stats.dot);
+  EXPECT_EQ(req.grad_sq(), stats.gg);
+  EXPECT_EQ(req.ref_sq(), stats.pp);
+  EXPECT_TRUE(req.has_reference());
+  v1::DecideRequest parsed;
+  ASSERT_TRUE(parsed.ParseFromString(req.SerializeAsString()));
+  const AlignmentStats back = StatsFromProto(parsed);
+  EXPECT_EQ(back.dot, stats.dot);
+  EXPECT_EQ(back.gg, stats.gg);
+  EXPECT_EQ(back.pp, stats.pp);
+  EXPECT_EQ(back.has_reference, stats.has_reference);
+}
+
+// Every decision the controller makes survives the wire unchanged.
+TEST(ConvertTest, ControllerDecisionsSurviveTheWireBitForBit) {
+  std::mt19937_64 rng(7);
+  std::uniform_real_distribution<double> cos_dist(-1.0, 1.0);
+  std::uniform_real_distribution<double> norm_dist(0.01, 10.0);
+  for (AlphaMode mode : {AlphaMode::kPaper, AlphaMode::kExact}) {
+    const Controller c = *Controller::Create({0.05, 0.3}, mode);
+    for (int i = 0; i < 2000; ++i) {
+      const double gn = norm_dist(rng), pn = norm_dist(rng);
+      AlignmentStats s{cos_dist(rng) * gn * pn * (i % 5 == 0 ? 0.1 : 0.5), gn * gn, pn * pn, i % 17 != 0};
+      if (i % 97 == 0) s.dot = std::numeric_limits<double>::infinity();
+      const Decision d = c.Decide(s);
+      v1::DecideResponse resp;
+      EncodeDecision(d, &resp);
+      v1::DecideResponse wire;
+      ASSERT_TRUE(wire.ParseFromString(resp.SerializeAsString()));
+      StatusOr<Decision> back = DecodeDecision(wire, s);
+      ASSERT_TRUE(back.ok()) << i << ": " << back.status().ToString();
+      EXPECT_EQ(back->regime, d.regime);
+      EXPECT_EQ(back->cosine.has_value(), d.cosine.has_value());
+      if (d.cosine) EXPECT_EQ(*back->cosine, *d.cosine);
+      EXPECT_EQ(back->cosine_after.has_value(), d.cosine_after.has_value());
+      if (d.cosine_after) EXPECT_EQ(*back->cosine_after, *d.cosine_after);
+      EXPECT_EQ(back->alpha, d.alpha);
+      EXPECT_EQ(back->projection_coeff, d.projection_coeff);
+      EXPECT_EQ(back->apply_update, d.apply_update);
+      EXPECT_EQ(back->grad_norm, std::sqrt(s.gg));
+      EXPECT_EQ(back->ref_norm, std::sqrt(s.pp));
+    }
+  }
+}
+
+// What a broken or hostile gacd might answer: each is refused with a
+// message that names the field.
+TEST(ConvertTest, AnswersNoControllerGivesAreRefused) {
+  const AlignmentStats stats{0.2, 1.0, 1.0, true};  // cosine 0.2: project with (0.05, 0.3)
+  const Decision honest = Controller::Create({0.05, 0.3}, AlphaMode::kPaper)->Decide(stats);
+  ASSERT_EQ(honest.regime, Regime::kProject);
+  v1::DecideResponse good;
+  EncodeDecision(honest, &good);
+  ASSERT_TRUE(DecodeDecision(good, stats).ok());
+
+  struct Case {
+    const char* what;
+    void (*damage)(v1::DecideResponse*);
+    const char* field;
+  };
+  const Case cases[] = {
+      {"unknown regime", [](v1::DecideResponse* r) { r->set_regime(static_cast<v1::Regime>(9)); }, "regime"},
+      {"unspecified regime", [](v1::DecideResponse* r) { r->set_regime(v1::REGIME_UNSPECIFIED); }, "regime"},
+      {"alpha above 1", [](v1::DecideResponse* r) { r->set_alpha(1.5); }, "alpha"},
+      {"negative alpha", [](v1::DecideResponse* r) { r->set_alpha(-0.1); }, "alpha"},
+      {"NaN alpha", [](v1::DecideResponse* r) { r->set_alpha(std::nan("")); }, "alpha"},
+      {"infinite coefficient",
+       [](v1::DecideResponse* r) { r->set_projection_coeff(std::numeric_limits<double>::infinity()); },
+       "projection_coeff"},
+      {"coefficient not from alpha", [](v1::DecideResponse* r) { r->set_projection_coeff(50.0); },
+       "projection_coeff"},
+      {"coefficient on a safe step",
+       [](v1::DecideResponse* r) {
+         r->set_regime(v1::REGIME_SAFE);
+         r->set_projection_coeff(0.1);
+       },
+       "projection_coeff"},
+      {"skip that applies", [](v1::DecideResponse* r) {
+         r->set_regime(v1::REGIME_SKIP);
+         r->set_projection_coeff(0.0);
+         r->set_apply_update(true);
+       }, "apply_update"},
+      {"project that does not apply", [](v1::DecideResponse* r) { r->set_apply_update(false); }, "apply_update"},
+      {"cosine above 1", [](v1::DecideResponse* r) { r->set_cosine(1.5); }, "cosine"},
+      {"NaN cosine after", [](v1::DecideResponse* r) { r->set_cosine_after(std::nan("")); }, "cosine_after"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.what);
+    v1::DecideResponse bad = good;
+    c.damage(&bad);
+    StatusOr<Decision> d = DecodeDecision(bad, stats);
+    ASSERT_FALSE(d.ok());
+    EXPECT_TRUE(d.status().IsInvalidArgument()) << d.status().ToString();
+    EXPECT_NE(d.status().message().find(c.field), std::string::npos) << d.status().ToString();
+  }
+  // PROJECT for a step without a reference.
+  StatusOr<Decision> d = DecodeDecision(good, AlignmentStats{0.0, 1.0, 0.0, false});
+  EXPECT_TRUE(d.status().IsInvalidArgument()) << d.status().ToString();
+}
+
+TEST(ConvertTest, StatusCrossesTheRpcBoundaryUnchanged) {
+  for (int code = 0; code <= 16; ++code) {
+    const Status st(static_cast<StatusCode>(code), "message " + std::to_string(code));
+    const grpc::Status wire = ToGrpcStatus(st);
+    EXPECT_EQ(static_cast<int>(wire.error_code()), code);
+    EXPECT_EQ(wire.error_message(), code == 0 ? "" : st.message());
+    EXPECT_EQ(FromGrpcStatus(wire), st);
+  }
+  EXPECT_EQ(FromGrpcStatus(grpc::Status(grpc::StatusCode::NOT_FOUND, "no run"), "gacd GetSteps"),
+            Status::NotFound("gacd GetSteps: no run"));
+  EXPECT_TRUE(FromGrpcStatus(grpc::Status(static_cast<grpc::StatusCode>(99), "odd")).IsUnknown());
+}
+
+// The HTTP API's statuses: the classes of the list (400, 401, 403,
+// 404, 409, 413, 503) for the codes gacd returns, every code mapped, and no
+// error mapped to a 2xx.
+TEST(ConvertTest, EveryCodeHasAnHttpStatus) {
+  const std::pair<StatusCode, int> expected[] = {
+      {StatusCode::kOk, 200},
+      {StatusCode::kCancelled, 499},
+      {StatusCode::kUnknown, 500},
+      {StatusCode::kInvalidArgument, 400},
+      {StatusCode::kDeadlineExceeded, 504},
+      {StatusCode::kNotFound, 404},
+      {StatusCode::kAlreadyExists, 409},
+      {StatusCode::kPermissionDenied, 403},
+      {StatusCode::kResourceExhausted, 413},
+      {StatusCode::kFailedPrecondition, 400},
+      {StatusCode::kAborted, 409},
+      {StatusCode::kOutOfRange, 400},
+      {StatusCode::kUnimplemented, 501},
+      {StatusCode::kInternal, 500},
+      {StatusCode::kUnavailable, 503},
+      {StatusCode::kDataLoss, 500},
+      {StatusCode::kUnauthenticated, 401},
+  };
+  ASSERT_EQ(std::size(expected), 17u);
+  for (const auto& [code, http] : expected) {
+    EXPECT_EQ(ToHttpStatus(code), http) << StatusCodeName(code);
+    if (code != StatusCode::kOk) EXPECT_GE(ToHttpStatus(code), 400) << StatusCodeName(code);
+  }
+}
+
+}  // namespace
+}  // namespace gac::proto

@@ -1,0 +1,83 @@
+// MakeStepRecord: a StepReport (no LibTorch needed) becomes a record that
+// gacd's own validation accepts, whatever the report holds.
+#include "gac/transport/step_record.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+
+#include "gac/server/validate.h"
+
+namespace gac::transport {
+namespace {
+
+StepReport ProjectReport() {
+  StepReport report;
+  report.step = 12;
+  report.decision.regime = Regime::kProject;
+  report.decision.cosine = 0.2;
+  report.decision.cosine_after = 0.05;
+  report.decision.alpha = 0.25;
+  report.decision.projection_coeff = 0.15;
+  report.decision.grad_norm = 2.0;
+  report.decision.ref_norm = 3.0;
+  report.stats_seconds = 1e-4;
+  report.apply_seconds = 2e-4;
+  report.fallback = true;
+  report.groups = {GroupStats{"layer.0", 0.5, 4.0, 1.0}, GroupStats{"layer.1", 0.0, 1.0, 0.0}};
+  return report;
+}
+
+TEST(StepRecordTest, CarriesEveryFieldOfTheReport) {
+  const v1::StepRecord r = MakeStepRecord(ProjectReport(), {"exp-7", 1, 4}, Mode::kRemote, {{"reward", 0.5}}, 3);
+  EXPECT_EQ(r.run(), "exp-7");
+  EXPECT_EQ(r.rank(), 1u);
+  EXPECT_EQ(r.world_size(), 4u);
+  EXPECT_EQ(r.step(), 12);
+  EXPECT_EQ(r.regime(), v1::REGIME_PROJECT);
+  EXPECT_EQ(r.cosine(), 0.2);
+  EXPECT_EQ(r.cosine_after(), 0.05);
+  EXPECT_EQ(r.alpha(), 0.25);
+  EXPECT_EQ(r.grad_norm(), 2.0);
+  EXPECT_EQ(r.ref_norm(), 3.0);
+  EXPECT_EQ(r.staleness(), 3);
+  EXPECT_EQ(r.mode(), v1::CONTROL_MODE_REMOTE);
+  EXPECT_TRUE(r.fallback());
+  EXPECT_DOUBLE_EQ(r.agent_overhead_seconds(), 3e-4);
+  EXPECT_EQ(r.scalars().at("reward"), 0.5);
+  ASSERT_EQ(r.layers_size(), 2);
+  EXPECT_EQ(r.layers(0).name(), "layer.0");
+  EXPECT_NEAR(r.layers(0).cosine(), 0.5 / (2.0 * 1.0 + kCosineEpsilon), 1e-15);
+  EXPECT_EQ(r.layers(0).grad_norm(), 2.0);
+  EXPECT_FALSE(r.layers(1).has_cosine()) << "no reference in that group";
+  EXPECT_GT(r.wall_time_ns(), 0);
+  EXPECT_TRUE(server::ValidateStepRecord(r, server::Limits{}).ok());
+}
+
+TEST(StepRecordTest, ValuesGacdWouldRejectAreMadeValid) {
+  StepReport report = ProjectReport();
+  const double inf = std::numeric_limits<double>::infinity();
+  report.decision.cosine = 1.0000001;  // rounding past 1
+  report.decision.cosine_after = std::nan("");
+  report.decision.alpha = 1.5;
+  report.decision.grad_norm = inf;
+  report.stats_seconds = -1.0;
+  report.groups = {GroupStats{"g", std::nan(""), 1.0, 1.0}};
+  const v1::StepRecord r =
+      MakeStepRecord(report, {"exp-7", 0, 1}, Mode::kLocal, {{"loss", std::nan("")}, {"kl", 0.1}}, -2);
+  EXPECT_EQ(r.cosine(), 1.0);
+  EXPECT_FALSE(r.has_cosine_after());
+  EXPECT_EQ(r.alpha(), 1.0);
+  EXPECT_EQ(r.grad_norm(), 0.0);
+  EXPECT_EQ(r.agent_overhead_seconds(), 0.0);
+  EXPECT_FALSE(r.has_staleness());
+  EXPECT_EQ(r.scalars().count("loss"), 0u);
+  EXPECT_EQ(r.scalars().at("kl"), 0.1);
+  EXPECT_FALSE(r.layers(0).has_cosine());
+  const Status st = server::ValidateStepRecord(r, server::Limits{});
+  EXPECT_TRUE(st.ok()) << st.ToString();
+}
+
+}  // namespace
+}  // namespace gac::transport

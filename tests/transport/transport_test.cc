@@ -1,0 +1,443 @@
+// The telemetry sender and the remote controller against real gacd
+// processes: outages, kill -9, a stalled server, trainer restarts.
+
+#include <gtest/gtest.h>
+#include <netdb.h>
+#include <signal.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <random>
+#include <set>
+#include <thread>
+
+#include "gac/transport/channel.h"
+#include "gac/transport/remote_controller.h"
+#include "gac/transport/telemetry.h"
+#include "tests/common/test_util.h"
+
+namespace gac::transport {
+namespace {
+
+using namespace std::chrono_literals;
+using testing::Client;
+using testing::GacdProcess;
+using testing::MakeStep;
+using testing::ScratchDir;
+
+// A gacd process that can be killed and restarted on the same port.
+class Gacd {
+ public:
+  explicit Gacd(const ScratchDir& dir) : dir_(dir), tokens_(testing::WriteTestTokens(dir)) {}
+
+  bool Start(const std::string& port = "0") {
+    proc_ = std::make_unique<GacdProcess>(std::vector<std::string>{
+        "--listen=127.0.0.1:" + port, "--metrics-listen=", "--data-dir=" + dir_.File("gacd"),
+        "--token-file=" + tokens_, "--drain-timeout=1s"});
+    if (!proc_->Start(dir_.File("ready"))) {
+      ADD_FAILURE() << proc_->error();
+      return false;
+    }
+    address_ = proc_->address();
+    return true;
+  }
+  bool Restart() { return Start(address_.substr(address_.rfind(':') + 1)); }
+  void Kill() { proc_->Kill(); }
+  GacdProcess& process() { return *proc_; }
+  const std::string& address() const { return address_; }
+
+  // Steps stored for `run`, in order.
+  std::vector<std::int64_t> Steps(const std::string& run) {
+    std::vector<v1::StepRecord> recs;
+    grpc::Status st = Client(address_, testing::kReaderToken).AllSteps(run, &recs);
+    std::vector<std::int64_t> out;
+    if (!st.ok()) return out;
+    for (const auto& r : recs) out.push_back(r.step());
+    return out;
+  }
+
+ private:
+  const ScratchDir& dir_;
+  std::string tokens_;
+  std::unique_ptr<GacdProcess> proc_;
+  std::string address_;
+};
+
+TelemetryOptions Options(const std::string& address, const ScratchDir& dir) {
+  TelemetryOptions o;
+  o.address = address;
+  o.token = testing::kWriterToken;
+  o.spool_dir = dir.File("spool");
+  o.max_batch_records = 32;
+  o.flush_interval = 5ms;
+  o.backoff_initial = 20ms;
+  o.backoff_max = 200ms;
+  return o;
+}
+
+RemoteControllerOptions RemoteOptions(const std::string& address, const std::string& run,
+                                      std::chrono::milliseconds deadline) {
+  RemoteControllerOptions o;
+  o.address = address;
+  o.token = testing::kWriterToken;
+  o.run = run;
+  o.deadline = deadline;
+  return o;
+}
+
+std::vector<std::int64_t> Range(std::int64_t n) {
+  std::vector<std::int64_t> v(static_cast<std::size_t>(n));
+  for (std::int64_t i = 0; i < n; ++i) v[static_cast<std::size_t>(i)] = i;
+  return v;
+}
+
+TEST(Telemetry, DeliversEveryRecordOnce) {
+  ScratchDir dir;
+  Gacd gacd(dir);
+  ASSERT_TRUE(gacd.Start());
+  auto t = Telemetry::Start(Options(gacd.address(), dir));
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  for (int s = 0; s < 1000; ++s) ASSERT_TRUE((*t)->Enqueue(MakeStep("exp-t", s)));
+  ASSERT_TRUE((*t)->Flush(30s)) << (*t)->last_error();
+  const TelemetryCounters c = (*t)->counters();
+  EXPECT_EQ(c.enqueued, 1000u);
+  EXPECT_EQ(c.records_acknowledged, 1000u);
+  EXPECT_EQ(c.records_spooled, 1000u);
+  EXPECT_EQ(c.unacknowledged, 0u);
+  EXPECT_EQ(gacd.Steps("exp-t"), Range(1000));
+  // The sender's counters travel with the telemetry.
+  std::vector<v1::StepRecord> recs;
+  ASSERT_TRUE(Client(gacd.address(), testing::kReaderToken).AllSteps("exp-t", &recs).ok());
+  const auto& last = recs.back().scalars();
+  ASSERT_TRUE(last.count("agent_records_sent")) << recs.back().DebugString();
+  EXPECT_GE(last.at("agent_records_sent"), 900.0);
+  EXPECT_EQ(last.at("agent_records_dropped"), 0.0);
+  EXPECT_GE(last.at("agent_records_spooled"), 900.0);
+}
+
+TEST(Telemetry, GacdAbsentAtStartGetsEverythingLater) {
+  ScratchDir dir;
+  Gacd gacd(dir);
+  ASSERT_TRUE(gacd.Start());
+  gacd.Kill();  // keeps the port number for the restart
+  auto t = Telemetry::Start(Options(gacd.address(), dir));
+  ASSERT_TRUE(t.ok());
+  for (int s = 0; s < 500; ++s) ASSERT_TRUE((*t)->Enqueue(MakeStep("exp-late", s)));
+  EXPECT_FALSE((*t)->Flush(300ms));
+  EXPECT_GT((*t)->counters().reconnects, 0u);
+  EXPECT_EQ((*t)->counters().records_spooled, 500u);
+  ASSERT_TRUE(gacd.Restart());
+  const auto t0 = std::chrono::steady_clock::now();
+  ASSERT_TRUE((*t)->Flush(30s)) << (*t)->last_error();
+  std::printf("delivered %.2f s after gacd came up\n",
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  EXPECT_EQ(gacd.Steps("exp-late"), Range(500));
+}
+
+// Kills gacd (SIGKILL) `kills` times at random moments of a `steps`-step
+// run, restarting it each time; the store must hold every step once.
+void KillDuringRun(int kills, int steps) {
+  ScratchDir dir;
+  Gacd gacd(dir);
+  ASSERT_TRUE(gacd.Start());
+  auto t = Telemetry::Start(Options(gacd.address(), dir));
+  ASSERT_TRUE(t.ok());
+  std::atomic<bool> done{false};
+  std::thread trainer([&] {
+    for (int s = 0; s < steps; ++s) {
+      EXPECT_TRUE((*t)->Enqueue(MakeStep("exp-kill", s)));
+      std::this_thread::sleep_for(1ms);
+    }
+    done = true;
+  });
+  std::mt19937 rng(1234);
+  std::uniform_int_distribution<int> pause_ms(20, 2 * steps / kills);
+  for (int k = 0; k < kills; ++k) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(pause_ms(rng)));
+    gacd.Kill();
+    std::this_thread::sleep_for(std::chrono::milliseconds(pause_ms(rng) / 4));
+    ASSERT_TRUE(gacd.Restart()) << "restart " << k;
+  }
+  trainer.join();
+  ASSERT_TRUE((*t)->Flush(120s)) << (*t)->last_error();
+  EXPECT_EQ(gacd.Steps("exp-kill"), Range(steps));
+  const TelemetryCounters c = (*t)->counters();
+  EXPECT_EQ(c.records_acknowledged, static_cast<std::uint64_t>(steps));
+  EXPECT_EQ(c.dropped_queue_full, 0u);
+  std::printf("kill -9 x%d over %d steps: %llu reconnects, %llu batches replayed (%llu records)\n", kills, steps,
+              static_cast<unsigned long long>(c.reconnects), static_cast<unsigned long long>(c.batches_replayed),
+              static_cast<unsigned long long>(c.records_replayed));
+}
+
+TEST(Telemetry, KillNineTwentyTimesLosesAndDuplicatesNothing) {
+  // GAC_SOAK_KILLS raises the count for scripts/soak.sh (outside CI).
+  const char* env = std::getenv("GAC_SOAK_KILLS");
+  const char* env_steps = std::getenv("GAC_SOAK_STEPS");
+  const int kills = env != nullptr ? std::atoi(env) : 20;
+  const int steps = env_steps != nullptr ? std::atoi(env_steps) : 5000;
+  KillDuringRun(kills, steps);
+}
+
+TEST(Telemetry, TrainerRestartReplaysTheSpool) {
+  ScratchDir dir;
+  Gacd gacd(dir);
+  ASSERT_TRUE(gacd.Start());
+  gacd.Kill();
+  {
+    auto t = Telemetry::Start(Options(gacd.address(), dir));
+    ASSERT_TRUE(t.ok());
+    for (int s = 0; s < 300; ++s) ASSERT_TRUE((*t)->Enqueue(MakeStep("exp-restart", s)));
+    std::this_thread::sleep_for(200ms);  // let the sender spool them
+    (*t)->Close(0ms);
+    EXPECT_EQ((*t)->counters().records_spooled, 300u);
+  }
+  ASSERT_TRUE(gacd.Restart());
+  auto t = Telemetry::Start(Options(gacd.address(), dir));
+  ASSERT_TRUE(t.ok());
+  EXPECT_GT((*t)->recovery().entries, 0u);  // batches left by the first process
+  EXPECT_EQ((*t)->recovery().dropped_entries, 0u);
+  EXPECT_EQ((*t)->counters().unacknowledged, 300u);
+  for (int s = 300; s < 400; ++s) ASSERT_TRUE((*t)->Enqueue(MakeStep("exp-restart", s)));
+  ASSERT_TRUE((*t)->Flush(30s)) << (*t)->last_error();
+  EXPECT_EQ(gacd.Steps("exp-restart"), Range(400));
+  EXPECT_GT((*t)->counters().batches_replayed, 0u);
+}
+
+TEST(Telemetry, RejectedBatchIsDroppedAndCounted) {
+  ScratchDir dir;
+  Gacd gacd(dir);
+  ASSERT_TRUE(gacd.Start());
+  TelemetryOptions o = Options(gacd.address(), dir);
+  o.max_batch_records = 1;
+  auto t = Telemetry::Start(o);
+  ASSERT_TRUE(t.ok());
+  ASSERT_TRUE((*t)->Enqueue(MakeStep("exp-rej", 0)));
+  ASSERT_TRUE((*t)->Flush(10s));
+  v1::StepRecord bad = MakeStep("exp-rej", 1);
+  bad.set_cosine(7.0);  // out of range: gacd rejects it
+  ASSERT_TRUE((*t)->Enqueue(std::move(bad)));
+  for (int s = 2; s < 10; ++s) ASSERT_TRUE((*t)->Enqueue(MakeStep("exp-rej", s)));
+  ASSERT_TRUE((*t)->Flush(30s)) << (*t)->last_error();
+  EXPECT_EQ((*t)->counters().records_rejected, 1u);
+  EXPECT_NE((*t)->last_error().find("INVALID_ARGUMENT"), std::string::npos) << (*t)->last_error();
+  EXPECT_EQ(gacd.Steps("exp-rej"), (std::vector<std::int64_t>{0, 2, 3, 4, 5, 6, 7, 8, 9}));
+}
+
+TEST(Telemetry, FullQueueRefusesWithoutBlocking) {
+  ScratchDir dir;
+  Gacd gacd(dir);
+  ASSERT_TRUE(gacd.Start());
+  gacd.Kill();
+  TelemetryOptions o = Options(gacd.address(), dir);
+  o.queue_capacity = 100;
+  o.spool_dir = "";                    // memory only...
+  o.max_unacknowledged_batches = 2;    // ...with a small window
+  auto t = Telemetry::Start(o);
+  ASSERT_TRUE(t.ok());
+  int accepted = 0;
+  for (int s = 0; s < 1000; ++s) accepted += (*t)->Enqueue(MakeStep("exp-full", s)) ? 1 : 0;
+  const TelemetryCounters c = (*t)->counters();
+  EXPECT_EQ(c.enqueued, static_cast<std::uint64_t>(accepted));
+  EXPECT_EQ(c.dropped_queue_full, static_cast<std::uint64_t>(1000 - accepted));
+  EXPECT_GT(c.dropped_queue_full, 0u);
+  EXPECT_LE(accepted, 100 + 2 * 32);
+}
+
+TEST(StalledGacd, TrainerDoesNotWaitAndRemoteDecisionFallsBackOnTime) {
+  ScratchDir dir;
+  Gacd gacd(dir);
+  ASSERT_TRUE(gacd.Start());
+  auto t = Telemetry::Start(Options(gacd.address(), dir));
+  ASSERT_TRUE(t.ok());
+  auto remote = RemoteController::Create(RemoteOptions(gacd.address(), "exp-stall", 50ms));
+  ASSERT_TRUE(remote.ok());
+  const AlignmentStats stats{0.1, 1.0, 1.0, true};
+  auto d = (*remote)->Decide(0, stats);
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  EXPECT_EQ(d->regime, Regime::kProject);  // |c| = 0.1 between the defaults 0.05 and 0.3
+
+  ASSERT_EQ(kill(gacd.process().pid(), SIGSTOP), 0);
+  // The training thread only enqueues: no call may wait on the stalled server.
+  std::chrono::nanoseconds worst{0};
+  for (int s = 0; s < 3000; ++s) {
+    const auto t0 = std::chrono::steady_clock::now();
+    ASSERT_TRUE((*t)->Enqueue(MakeStep("exp-stall", s)));
+    worst = std::max(worst, std::chrono::steady_clock::now() - t0);
+    if (s % 100 == 0) std::this_thread::sleep_for(1ms);
+  }
+  EXPECT_LT(worst, 20ms) << "an Enqueue waited on the stalled server";
+  for (int i = 0; i < 5; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    auto miss = (*remote)->Decide(1 + i, stats);
+    const auto took = std::chrono::steady_clock::now() - t0;
+    EXPECT_FALSE(miss.ok());
+    EXPECT_EQ(miss.status().code(), StatusCode::kDeadlineExceeded) << miss.status().ToString();
+    EXPECT_LT(took, 50ms + 150ms) << "the remote decision must give up at its deadline";
+  }
+  ASSERT_EQ(kill(gacd.process().pid(), SIGCONT), 0);
+  ASSERT_TRUE((*t)->Flush(60s)) << (*t)->last_error();
+  EXPECT_EQ(gacd.Steps("exp-stall"), Range(3000));
+}
+
+TEST(RemoteController, OutageFailsFastAndRecovers) {
+  ScratchDir dir;
+  Gacd gacd(dir);
+  ASSERT_TRUE(gacd.Start());
+  RemoteControllerOptions ro;
+  ro.address = gacd.address();
+  ro.token = testing::kWriterToken;
+  ro.run = "exp-outage";
+  ro.deadline = 200ms;
+  auto remote = RemoteController::Create(ro);
+  ASSERT_TRUE(remote.ok());
+  ASSERT_TRUE((*remote)->Decide(0, {0.0, 1, 1, true}).ok());
+  gacd.Kill();
+  auto miss = (*remote)->Decide(1, {0.0, 1, 1, true});
+  EXPECT_FALSE(miss.ok());
+  ASSERT_TRUE(gacd.Restart());
+  bool recovered = false;
+  for (int i = 0; i < 100 && !recovered; ++i) {
+    recovered = (*remote)->Decide(2 + i, {0.0, 1, 1, true}).ok();
+    if (!recovered) std::this_thread::sleep_for(50ms);
+  }
+  EXPECT_TRUE(recovered);
+  RemoteControllerOptions bad = ro;
+  bad.token = testing::kReaderToken;  // no write right
+  auto denied = RemoteController::Create(bad);
+  ASSERT_TRUE(denied.ok());
+  EXPECT_EQ((*denied)->Decide(0, {0.0, 1, 1, true}).status().code(), StatusCode::kPermissionDenied);
+}
+
+
+// ---- several gacd replicas (each on its own SQLite store here; replicas on
+// one PostgreSQL database are tested in tests/server/replicas_test.cc) ----
+
+TEST(Addresses, ListsOfReplicas) {
+  auto one = SplitGacdAddresses("gacd:7070");
+  ASSERT_TRUE(one.ok());
+  EXPECT_EQ(*one, std::vector<std::string>{"gacd:7070"});
+  auto three = SplitGacdAddresses("gacd-0:7070, gacd-1:7070 ,[::1]:7070");
+  ASSERT_TRUE(three.ok());
+  EXPECT_EQ(*three, (std::vector<std::string>{"gacd-0:7070", "gacd-1:7070", "[::1]:7070"}));
+  for (const char* bad : {"", "a:1,,b:2", "a:1,", " , "}) {
+    EXPECT_EQ(SplitGacdAddresses(bad).status().code(), StatusCode::kInvalidArgument) << bad;
+  }
+  TelemetryOptions o;
+  o.address = "a:1,,b:2";
+  EXPECT_EQ(Telemetry::Start(o).status().code(), StatusCode::kInvalidArgument);
+  RemoteControllerOptions ro;
+  ro.address = "";
+  ro.run = "exp";
+  EXPECT_EQ(RemoteController::Create(ro).status().code(), StatusCode::kInvalidArgument);
+}
+
+// The sender stays on the first replica while it works, moves to the next
+// when it is killed, and resends there what was not acknowledged.
+TEST(Telemetry, MovesToTheNextReplicaWhenOneDies) {
+  ScratchDir dir_a, dir_b, spool;
+  Gacd a(dir_a), b(dir_b);
+  ASSERT_TRUE(a.Start());
+  ASSERT_TRUE(b.Start());
+  auto t = Telemetry::Start(Options(a.address() + "," + b.address(), spool));
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  for (int s = 0; s < 200; ++s) ASSERT_TRUE((*t)->Enqueue(MakeStep("exp-failover", s)));
+  ASSERT_TRUE((*t)->Flush(60s)) << (*t)->last_error();
+  EXPECT_EQ((*t)->address(), a.address());
+  EXPECT_EQ(a.Steps("exp-failover"), Range(200));
+  EXPECT_TRUE(b.Steps("exp-failover").empty());
+
+  a.Kill();
+  for (int s = 200; s < 400; ++s) ASSERT_TRUE((*t)->Enqueue(MakeStep("exp-failover", s)));
+  ASSERT_TRUE((*t)->Flush(60s)) << (*t)->last_error();
+  EXPECT_EQ((*t)->address(), b.address());
+  std::vector<std::int64_t> want;
+  for (int s = 200; s < 400; ++s) want.push_back(s);
+  EXPECT_EQ(b.Steps("exp-failover"), want);
+  const TelemetryCounters c = (*t)->counters();
+  EXPECT_EQ(c.records_acknowledged, 400u);
+  EXPECT_GE(c.failovers, 1u);
+}
+
+// A Decide that the preferred replica cannot answer (it died) is answered by
+// the next one within the same call, and that one is asked first afterwards.
+TEST(RemoteController, AnswersFromAnotherReplicaWithinOneCall) {
+  ScratchDir dir_a, dir_b;
+  Gacd a(dir_a), b(dir_b);
+  ASSERT_TRUE(a.Start());
+  ASSERT_TRUE(b.Start());
+  auto remote = RemoteController::Create(RemoteOptions(a.address() + "," + b.address(), "exp-failover", 500ms));
+  ASSERT_TRUE(remote.ok());
+  const AlignmentStats stats{0.1, 1.0, 1.0, true};
+  ASSERT_TRUE((*remote)->Decide(0, stats).ok());
+  a.Kill();
+  for (int i = 1; i <= 20; ++i) {
+    auto d = (*remote)->Decide(i, stats);
+    ASSERT_TRUE(d.ok()) << "call " << i << ": " << d.status().ToString();
+    EXPECT_EQ(d->regime, Regime::kProject);
+  }
+  // Both down: an error (the agent decides locally), and no wait beyond the
+  // deadline.
+  b.Kill();
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_EQ((*remote)->Decide(21, stats).status().code(), StatusCode::kUnavailable);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 500ms + 200ms);
+  ASSERT_TRUE(a.Restart());
+  bool recovered = false;
+  for (int i = 0; i < 100 && !recovered; ++i) {
+    recovered = (*remote)->Decide(22 + i, stats).ok();
+    if (!recovered) std::this_thread::sleep_for(50ms);
+  }
+  EXPECT_TRUE(recovered);
+}
+
+// One DNS name that resolves to several replicas: "localhost" names
+// 127.0.0.1 and ::1, and a gacd listens on each with the same port. The
+// sender streams to one; when it dies, the records go to the other.
+TEST(Telemetry, OneNameForSeveralReplicas) {
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  bool v4 = false, v6 = false;
+  if (getaddrinfo("localhost", nullptr, &hints, &found) == 0) {
+    for (addrinfo* ai = found; ai != nullptr; ai = ai->ai_next) {
+      v4 = v4 || ai->ai_family == AF_INET;
+      v6 = v6 || ai->ai_family == AF_INET6;
+    }
+    freeaddrinfo(found);
+  }
+  if (!v4 || !v6) GTEST_SKIP() << "localhost does not resolve to both 127.0.0.1 and ::1 here";
+  ScratchDir dir_a, dir_b, spool;
+  const std::string tokens = testing::WriteTestTokens(dir_a);
+  auto start = [&](const ScratchDir& dir, const std::string& listen) {
+    auto p = std::make_unique<GacdProcess>(std::vector<std::string>{
+        "--listen=" + listen, "--metrics-listen=", "--data-dir=" + dir.File("gacd"), "--token-file=" + tokens});
+    return p->Start(dir.File("ready")) ? std::move(p) : nullptr;
+  };
+  auto a = start(dir_a, "127.0.0.1:0");
+  ASSERT_NE(a, nullptr);
+  const std::string port = a->address().substr(a->address().rfind(':') + 1);
+  auto b = start(dir_b, "[::1]:" + port);
+  if (b == nullptr) GTEST_SKIP() << "cannot listen on [::1]:" << port << " here";
+  auto t = Telemetry::Start(Options("localhost:" + port, spool));
+  ASSERT_TRUE(t.ok());
+  for (int s = 0; s < 100; ++s) ASSERT_TRUE((*t)->Enqueue(MakeStep("exp-dns", s)));
+  ASSERT_TRUE((*t)->Flush(60s)) << (*t)->last_error();
+  const auto steps = [&](const std::string& address) {
+    std::vector<v1::StepRecord> recs;
+    Client(address, testing::kReaderToken).AllSteps("exp-dns", &recs);
+    std::set<std::int64_t> out;
+    for (const auto& r : recs) out.insert(r.step());
+    return out;
+  };
+  const bool on_a = steps(a->address()).size() == 100;
+  ASSERT_TRUE(on_a || steps(b->address()).size() == 100);
+  GacdProcess& survivor = on_a ? *b : *a;
+  (on_a ? a : b)->Kill();
+  for (int s = 100; s < 200; ++s) ASSERT_TRUE((*t)->Enqueue(MakeStep("exp-dns", s)));
+  ASSERT_TRUE((*t)->Flush(60s)) << (*t)->last_error();
+  const std::set<std::int64_t> later = steps(survivor.address());
+  for (int s = 100; s < 200; ++s) EXPECT_EQ(later.count(s), 1u) << s;
+}
+
+}  // namespace
+}  // namespace gac::transport

@@ -1,0 +1,59 @@
+// gacd as the agent's decision source in remote mode (gac::transport).
+//
+// Decide() sends the step's three statistics to gacd's ControlService and
+// waits at most `deadline` for the answer; a miss, an outage or a rejection
+// is an error, on which the agent falls back to its local decision and
+// counts the fallback. gRPC's fail-fast default applies: while gacd is
+// unreachable, calls fail at once instead of waiting for the deadline. An
+// answer that no controller would give (gac/proto/convert.h: DecodeDecision)
+// is an error too: a broken or hostile gacd cannot change the update.
+//
+// With several gacd replicas sharing one store (`address` a comma-separated
+// list), a call that a replica answers with UNAVAILABLE (down, draining) is
+// sent to the next within the same deadline, and the replica that answers is
+// asked first from then on. A DNS name that resolves to several replicas
+// works as well (channel.h).
+//
+// Thread safety: Decide may be called from any thread.
+
+#ifndef GAC_TRANSPORT_REMOTE_CONTROLLER_H_
+#define GAC_TRANSPORT_REMOTE_CONTROLLER_H_
+
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include "gac/controller/decision_source.h"
+
+namespace gac::transport {
+
+struct RemoteControllerOptions {
+  std::string address;                     // gacd host:port, or a comma-separated list of replicas
+  std::string token;                       // bearer token with write rights on the run
+  std::string tls_root_certs;              // PEM roots; "" = plaintext
+  std::string run;                         // run id
+  std::uint32_t rank = 0;
+  std::chrono::milliseconds deadline{50};  // per Decide
+};
+
+class RemoteController final : public DecisionSource {
+ public:
+  static StatusOr<std::unique_ptr<RemoteController>> Create(const RemoteControllerOptions& options);
+  ~RemoteController() override;
+
+  StatusOr<Decision> Decide(std::int64_t step, const AlignmentStats& stats) override;
+
+  // Sets the run's thresholds on gacd and its mode to remote, through the
+  // admin API (the token needs admin rights on the run); `reason` goes to
+  // gacd's audit log. Waits up to 10 s.
+  Status SetRunThresholds(const Thresholds& thresholds, AlphaMode alpha_mode, const std::string& reason);
+
+ private:
+  struct Impl;
+  explicit RemoteController(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace gac::transport
+
+#endif  // GAC_TRANSPORT_REMOTE_CONTROLLER_H_

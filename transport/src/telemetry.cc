@@ -1,0 +1,433 @@
+#include "gac/transport/telemetry.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include <algorithm>
+#include <deque>
+#include <random>
+#include <thread>
+
+#include "gac/mutex.h"
+#include "gac/proto/convert.h"
+#include "gac/transport/channel.h"
+#include "gac/v1/telemetry.grpc.pb.h"
+
+namespace gac::transport {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct Pending {
+  std::uint64_t seq = 0;
+  std::shared_ptr<v1::IngestRequest> batch;
+  bool sent = false;  // written to some stream before
+};
+
+}  // namespace
+
+struct Telemetry::Impl {
+  TelemetryOptions options;
+  Mutex spool_mu;
+  std::unique_ptr<Spool> spool GAC_PT_GUARDED_BY(spool_mu);  // null without a spool directory
+  SpoolRecovery recovery;
+  // One per gacd address (several replicas sharing a store); the sender
+  // streams to one at a time and moves to the next when it fails.
+  std::vector<std::string> addresses;
+  std::vector<std::shared_ptr<grpc::Channel>> channels;
+  std::vector<std::unique_ptr<v1::IngestService::Stub>> stubs;
+  std::size_t current = 0;           // sender thread only
+  std::size_t failures_in_a_row = 0;  // sender thread only
+
+  // Queue side (training threads and the sender).
+  mutable Mutex mu;
+  CondVar wake;      // the sender waits here
+  CondVar progress;  // Flush waits here
+  std::deque<v1::StepRecord> queue GAC_GUARDED_BY(mu);
+  bool stopping GAC_GUARDED_BY(mu) = false;
+  bool broken GAC_GUARDED_BY(mu) = false;  // the current stream failed
+  std::deque<Pending> pending GAC_GUARDED_BY(mu);  // unacknowledged batches, in order
+  std::uint64_t pending_records GAC_GUARDED_BY(mu) = 0;
+  TelemetryCounters counters GAC_GUARDED_BY(mu);  // (queue_depth/unacknowledged computed)
+  std::string last_error GAC_GUARDED_BY(mu);
+  std::unique_ptr<grpc::ClientContext> ctx GAC_GUARDED_BY(mu);  // for TryCancel from Close
+  std::string connected_address GAC_GUARDED_BY(mu);  // of the open stream; "" = none
+
+  std::thread sender;
+  std::uint64_t next_seq = 1;          // sender thread only
+  std::uint64_t recovered_records = 0;  // left in the spool by a previous process
+
+  void Run();
+  bool Connect(std::unique_ptr<grpc::ClientReaderWriter<v1::IngestRequest, v1::IngestAck>>& stream,
+               std::thread& reader);
+  void Disconnect(std::unique_ptr<grpc::ClientReaderWriter<v1::IngestRequest, v1::IngestAck>>& stream,
+                  std::thread& reader);
+  void ReadAcks(grpc::ClientReaderWriter<v1::IngestRequest, v1::IngestAck>* stream);
+  void Acknowledge(std::uint64_t seq);
+  // Numbers, spools and queues a batch as pending; null when the spool is
+  // full (the records are back in the queue).
+  std::shared_ptr<v1::IngestRequest> MakeBatch(std::vector<v1::StepRecord>&& records);
+
+  bool reader_done GAC_GUARDED_BY(mu) = false;  // the current stream's reader saw its end
+};
+
+void Telemetry::Impl::ReadAcks(grpc::ClientReaderWriter<v1::IngestRequest, v1::IngestAck>* stream) {
+  v1::IngestAck ack;
+  while (stream->Read(&ack)) Acknowledge(ack.sequence());
+  MutexLock lock(&mu);
+  broken = true;
+  reader_done = true;
+  wake.SignalAll();
+}
+
+void Telemetry::Impl::Acknowledge(std::uint64_t seq) {
+  {
+    MutexLock lock(&mu);
+    while (!pending.empty() && pending.front().seq <= seq) {
+      const auto n = static_cast<std::uint64_t>(pending.front().batch->records_size());
+      counters.records_acknowledged += n;
+      pending_records -= n;
+      pending.pop_front();
+    }
+  }
+  progress.SignalAll();
+  wake.SignalAll();  // room in the window
+  if (spool) {
+    MutexLock lock(&spool_mu);
+    if (!spool->Acknowledge(seq).ok()) {
+      // ACKED not written: the batches are replayed after a restart and
+      // gacd ignores them as duplicates.
+    }
+  }
+}
+
+bool Telemetry::Impl::Connect(std::unique_ptr<grpc::ClientReaderWriter<v1::IngestRequest, v1::IngestAck>>& stream,
+                              std::thread& reader) {
+  // Wait briefly for a connection instead of letting the stream fail fast:
+  // a fail-fast call on a channel in backoff fails without trying.
+  if (!channels[current]->WaitForConnected(std::chrono::system_clock::now() + std::chrono::milliseconds(100))) {
+    MutexLock lock(&mu);
+    last_error = "UNAVAILABLE: no connection to " + addresses[current];
+    return false;
+  }
+  auto context = std::make_unique<grpc::ClientContext>();
+  if (!options.token.empty()) context->AddMetadata("authorization", "Bearer " + options.token);
+  grpc::ClientContext* raw = context.get();
+  {
+    MutexLock lock(&mu);
+    ctx = std::move(context);
+    broken = false;
+    reader_done = false;
+    connected_address = addresses[current];
+  }
+  stream = stubs[current]->Ingest(raw);
+  reader = std::thread([this, s = stream.get()] { ReadAcks(s); });
+  // Resend every unacknowledged batch, in order.
+  std::vector<Pending> resend;
+  {
+    MutexLock lock(&mu);
+    resend.assign(pending.begin(), pending.end());
+  }
+  for (const Pending& p : resend) {
+    if (!stream->Write(*p.batch)) return false;
+    MutexLock lock(&mu);
+    if (p.sent) {
+      ++counters.batches_replayed;
+      counters.records_replayed += static_cast<std::uint64_t>(p.batch->records_size());
+    } else {
+      counters.records_sent += static_cast<std::uint64_t>(p.batch->records_size());
+    }
+    for (Pending& q : pending) {
+      if (q.seq == p.seq) q.sent = true;
+    }
+  }
+  return true;
+}
+
+void Telemetry::Impl::Disconnect(
+    std::unique_ptr<grpc::ClientReaderWriter<v1::IngestRequest, v1::IngestAck>>& stream, std::thread& reader) {
+  if (!stream) return;
+  {
+    // A stream the server ended keeps its status; only a stream that is
+    // still open (a failed write, Close) is cancelled.
+    MutexLock lock(&mu);
+    if (ctx && !reader_done) ctx->TryCancel();
+  }
+  if (reader.joinable()) reader.join();
+  const grpc::Status st = stream->Finish();
+  stream.reset();
+  MutexLock lock(&mu);
+  ctx.reset();
+  connected_address.clear();
+  if (st.ok() || st.error_code() == grpc::StatusCode::CANCELLED) return;
+  last_error = proto::FromGrpcStatus(st).ToString();
+  if (st.error_code() == grpc::StatusCode::INVALID_ARGUMENT && !pending.empty()) {
+    // gacd processes batches in order, so the first unacknowledged one is
+    // the batch it rejected; resending it would fail forever.
+    const auto n = static_cast<std::uint64_t>(pending.front().batch->records_size());
+    counters.records_rejected += n;
+    pending_records -= n;
+    const std::uint64_t seq = pending.front().seq;
+    pending.pop_front();
+    progress.SignalAll();
+    if (spool) {
+      MutexLock slock(&spool_mu);
+      (void)spool->Acknowledge(seq);
+    }
+  }
+}
+
+void Telemetry::Impl::Run() {
+  std::unique_ptr<grpc::ClientReaderWriter<v1::IngestRequest, v1::IngestAck>> stream;
+  std::thread reader;
+  std::mt19937_64 rng(std::random_device{}());
+  std::uniform_real_distribution<double> jitter(0.5, 1.5);
+  auto backoff = options.backoff_initial;
+  auto next_attempt = Clock::now();
+  bool connected = false;
+  // After a failure the next address is tried at once; only when every
+  // address failed in a row does the sender back off.
+  const auto schedule_retry = [&] {
+    ++failures_in_a_row;
+    if (addresses.size() > 1) {
+      current = (current + 1) % addresses.size();
+      MutexLock lock(&mu);
+      ++counters.failovers;
+    }
+    if (failures_in_a_row % addresses.size() != 0) {
+      next_attempt = Clock::now();
+      return;
+    }
+    next_attempt = Clock::now() + std::chrono::duration_cast<Clock::duration>(backoff * jitter(rng));
+    backoff = std::min(backoff * 2, options.backoff_max);
+  };
+  for (;;) {
+    if (!connected && Clock::now() >= next_attempt) {
+      connected = Connect(stream, reader);
+      if (!connected) {
+        Disconnect(stream, reader);
+        schedule_retry();
+        MutexLock lock(&mu);
+        ++counters.reconnects;
+      }
+    }
+    // Records are taken while disconnected too: they go to the spool (or
+    // the in-memory window) and are sent on the next connection.
+    std::vector<v1::StepRecord> records;
+    bool lost_stream = false;
+    {
+      MutexLock lock(&mu);
+      auto timeout = options.flush_interval;
+      if (!connected) {
+        timeout = std::min(timeout, std::chrono::duration_cast<std::chrono::milliseconds>(next_attempt - Clock::now()) +
+                                        std::chrono::milliseconds(1));
+      }
+      const auto deadline = Clock::now() + std::max(timeout, std::chrono::milliseconds(1));
+      while (!(stopping || (connected && broken) ||
+               (pending.size() < options.max_unacknowledged_batches && queue.size() >= options.max_batch_records)) &&
+             wake.WaitUntil(&mu, deadline)) {
+      }
+      if (stopping) break;
+      lost_stream = connected && broken;
+      if (!lost_stream && pending.size() < options.max_unacknowledged_batches) {
+        const std::size_t n = std::min(queue.size(), options.max_batch_records);
+        records.reserve(n);
+        for (std::size_t i = 0; i < n; ++i) {
+          records.push_back(std::move(queue.front()));
+          queue.pop_front();
+        }
+      }
+    }
+    if (lost_stream) {
+      Disconnect(stream, reader);
+      connected = false;
+      schedule_retry();
+      MutexLock lock(&mu);
+      ++counters.reconnects;
+      continue;
+    }
+    if (records.empty()) continue;
+    std::shared_ptr<v1::IngestRequest> batch = MakeBatch(std::move(records));
+    if (batch == nullptr) continue;  // spool full: records went back to the queue
+    if (connected) {
+      {
+        MutexLock lock(&mu);
+        counters.records_sent += static_cast<std::uint64_t>(batch->records_size());
+        pending.back().sent = true;
+      }
+      if (stream->Write(*batch)) {
+        backoff = options.backoff_initial;
+        failures_in_a_row = 0;
+      } else {
+        MutexLock lock(&mu);
+        broken = true;
+      }
+    }
+  }
+  // Stopping: what is still queued goes to the spool for the next process.
+  for (;;) {
+    std::vector<v1::StepRecord> records;
+    {
+      MutexLock lock(&mu);
+      const std::size_t n = std::min(queue.size(), options.max_batch_records);
+      for (std::size_t i = 0; i < n; ++i) {
+        records.push_back(std::move(queue.front()));
+        queue.pop_front();
+      }
+    }
+    if (records.empty() || spool == nullptr) break;
+    if (MakeBatch(std::move(records)) == nullptr) break;
+  }
+  Disconnect(stream, reader);
+}
+
+std::shared_ptr<v1::IngestRequest> Telemetry::Impl::MakeBatch(std::vector<v1::StepRecord>&& records) {
+  auto batch = std::make_shared<v1::IngestRequest>();
+  batch->set_sequence(next_seq);
+  for (auto& r : records) *batch->add_records() = std::move(r);
+  auto& sc = *batch->mutable_records(batch->records_size() - 1)->mutable_scalars();
+  if (sc.size() + 5 <= 64) {  // gacd accepts at most 64 scalars a record
+    // The sender's own counters ride on the last record of each batch as
+    // scalars, so gacd exports them with the run (gac_trainer_scalar).
+    MutexLock lock(&mu);
+    sc["agent_records_sent"] = static_cast<double>(counters.records_sent);
+    sc["agent_records_spooled"] = static_cast<double>(counters.records_spooled);
+    sc["agent_records_replayed"] = static_cast<double>(counters.records_replayed);
+    sc["agent_records_dropped"] = static_cast<double>(counters.dropped_queue_full + counters.records_rejected);
+    sc["agent_reconnects"] = static_cast<double>(counters.reconnects);
+  }
+  if (spool) {
+    const std::string bytes = batch->SerializeAsString();
+    MutexLock slock(&spool_mu);
+    Status st = spool->Append(next_seq, bytes);
+    if (st.code() == StatusCode::kResourceExhausted) {
+      // Spool full: give the records back and wait for acknowledgements.
+      MutexLock lock(&mu);
+      for (int i = batch->records_size(); i-- > 0;) queue.push_front(std::move(*batch->mutable_records(i)));
+      return nullptr;
+    }
+    MutexLock lock(&mu);
+    if (st.ok()) {
+      counters.records_spooled += static_cast<std::uint64_t>(batch->records_size());
+    } else {
+      ++counters.spool_errors;  // kept in memory: sent, but lost if the process dies first
+      last_error = "spool: " + st.ToString();
+    }
+  }
+  ++next_seq;
+  MutexLock lock(&mu);
+  pending.push_back(Pending{batch->sequence(), batch, false});
+  pending_records += static_cast<std::uint64_t>(batch->records_size());
+  return batch;
+}
+
+Telemetry::Telemetry(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+Telemetry::~Telemetry() { Close(std::chrono::milliseconds(0)); }
+
+StatusOr<std::unique_ptr<Telemetry>> Telemetry::Start(const TelemetryOptions& options) {
+  StatusOr<std::vector<std::string>> addresses = SplitGacdAddresses(options.address);
+  if (!addresses.ok()) return addresses.status().WithPrefix("telemetry");
+  if (options.queue_capacity == 0 || options.max_batch_records == 0 || options.max_unacknowledged_batches == 0) {
+    return Status::InvalidArgument("telemetry queue_capacity, max_batch_records and max_unacknowledged_batches must be > 0");
+  }
+  if (options.max_batch_records > 4096) return Status::InvalidArgument("max_batch_records above gacd's limit of 4096");
+  auto impl = std::make_unique<Impl>();
+  impl->options = options;
+  if (!options.spool_dir.empty()) {
+    SpoolOptions so;
+    so.dir = options.spool_dir;
+    so.max_bytes = options.spool_max_bytes;
+    so.fsync = options.spool_fsync;
+    auto spool = Spool::Open(so, &impl->recovery);
+    if (!spool.ok()) return spool.status();
+    // What a previous process left: resent first, in order.
+    std::deque<Pending> recovered;
+    std::uint64_t records = 0;
+    GAC_RETURN_IF_ERROR((*spool)->ForEachUnacknowledged([&](std::uint64_t seq, std::string&& payload) {
+      auto batch = std::make_shared<v1::IngestRequest>();
+      if (!batch->ParseFromString(payload)) return;  // checksummed, so not expected
+      batch->set_sequence(seq);
+      records += static_cast<std::uint64_t>(batch->records_size());
+      recovered.push_back(Pending{seq, batch, true});
+    }));
+    impl->next_seq = (*spool)->last_sequence() + 1;
+    impl->recovered_records = records;
+    // No other thread runs yet; the locks are taken for the analysis' sake.
+    MutexLock spool_lock(&impl->spool_mu);
+    MutexLock lock(&impl->mu);
+    impl->spool = std::move(*spool);
+    impl->pending = std::move(recovered);
+    impl->pending_records = records;
+  }
+  impl->addresses = std::move(*addresses);
+  for (const std::string& address : impl->addresses) {
+    impl->channels.push_back(MakeGacdChannel(address, options.tls_root_certs, options.backoff_max));
+    impl->stubs.push_back(v1::IngestService::NewStub(impl->channels.back()));
+  }
+  Impl* raw = impl.get();
+  impl->sender = std::thread([raw] { raw->Run(); });
+  return std::unique_ptr<Telemetry>(new Telemetry(std::move(impl)));
+}
+
+bool Telemetry::Enqueue(v1::StepRecord&& record) {
+  Impl& s = *impl_;
+  bool wake = false;
+  {
+    MutexLock lock(&s.mu);
+    if (s.queue.size() >= s.options.queue_capacity || s.stopping) {
+      ++s.counters.dropped_queue_full;
+      return false;
+    }
+    s.queue.push_back(std::move(record));
+    ++s.counters.enqueued;
+    wake = s.queue.size() == s.options.max_batch_records;
+  }
+  if (wake) s.wake.Signal();
+  return true;
+}
+
+bool Telemetry::Flush(std::chrono::milliseconds timeout) {
+  Impl& s = *impl_;
+  MutexLock lock(&s.mu);
+  const std::uint64_t target = s.recovered_records + s.counters.enqueued;
+  s.wake.Signal();
+  const auto deadline = Clock::now() + timeout;
+  while (s.counters.records_acknowledged + s.counters.records_rejected < target && s.progress.WaitUntil(&s.mu, deadline)) {
+  }
+  return s.counters.records_acknowledged + s.counters.records_rejected >= target;
+}
+
+void Telemetry::Close(std::chrono::milliseconds timeout) {
+  Impl& s = *impl_;
+  if (!s.sender.joinable()) return;
+  Flush(timeout);
+  {
+    MutexLock lock(&s.mu);
+    s.stopping = true;
+    if (s.ctx) s.ctx->TryCancel();  // unblocks a Write stuck on a stalled gacd
+  }
+  s.wake.SignalAll();
+  s.sender.join();
+}
+
+TelemetryCounters Telemetry::counters() const {
+  MutexLock lock(&impl_->mu);
+  TelemetryCounters c = impl_->counters;
+  c.queue_depth = impl_->queue.size();
+  c.unacknowledged = impl_->pending_records;
+  return c;
+}
+
+const SpoolRecovery& Telemetry::recovery() const { return impl_->recovery; }
+
+std::string Telemetry::last_error() const {
+  MutexLock lock(&impl_->mu);
+  return impl_->last_error;
+}
+
+std::string Telemetry::address() const {
+  MutexLock lock(&impl_->mu);
+  return impl_->connected_address;
+}
+
+}  // namespace gac::transport

@@ -35,6 +35,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <ctime>
 #include <limits>
 #include <map>
 #include <memory>
@@ -433,7 +434,8 @@ int main(int argc, char** argv) {
         } else {
           ++skipped;
         }
-        prev_raw = raw;  // the snapshot is the raw gradient, also after a skip (as the agent's)
+        // The agent's snapshot: the raw gradient, also after a skip; kept after an invalid step.
+        if (d.regime != gac::Regime::kInvalid) prev_raw = raw;
 
         // Bookkeeping.
         if (d.cosine) detector.Add(*d.cosine);
@@ -453,7 +455,7 @@ int main(int argc, char** argv) {
 #ifdef GAC_GRPO_WITH_GACD
         if (telemetry) {
           telemetry->Enqueue(gac::transport::MakeStepRecord(
-              *report, {flags.run, 0, 1}, agent->options().mode,
+              *report, {flags.run, 0, 1}, flags.mode,  // local for the windowed trigger (decided here)
               {{"reward", sub.mean_reward}, {"loss", loss.pg_loss}, {"kl", loss.kl}, {"entropy", loss.entropy},
                {"heldout_acc", last_heldout}, {"noise_cos", noise_cos},
                {"sampler_kl", loss.sampler_kl}},
@@ -494,11 +496,13 @@ int main(int argc, char** argv) {
   const gac::CalibrationStats stats = gac::ComputeCalibration(calib_c, flags.c_low);
   std::string regime_text;
   for (const auto& [name, count] : regimes) regime_text += name + "=" + std::to_string(count) + " ";
-  std::printf("summary: run=%s final_reward=%.4f heldout_acc=%.4f steps_per_s=%.1f q90=%.4f max=%.4f "
+  // CPU seconds of the whole process (warm-up included): the cost of a run on a shared machine.
+  const double cpu_seconds = static_cast<double>(std::clock()) / CLOCKS_PER_SEC;
+  std::printf("summary: run=%s final_reward=%.4f heldout_acc=%.4f steps_per_s=%.1f cpu_s=%.1f q90=%.4f max=%.4f "
               "frac_le_c_low=%.3f window_q90=%.4f noise_q90=%.4f pr_pop=%.1f skipped=%d fallbacks=%llu "
               "regimes: %s\n",
               flags.run.c_str(), reward_tail_n ? reward_tail / reward_tail_n : 0.0, last_heldout,
-              flags.steps / seconds, stats.q90, stats.max, stats.frac_le_c_low, AbsQuantile(calib_m, 0.9),
+              flags.steps / seconds, cpu_seconds, stats.q90, stats.max, stats.frac_le_c_low, AbsQuantile(calib_m, 0.9),
               AbsQuantile(calib_noise, 0.9), pr_n ? pr_sum / pr_n : kNaN, skipped,
               static_cast<unsigned long long>(agent->fallbacks()), regime_text.c_str());
   if (!flags.calibrate_out.empty()) {

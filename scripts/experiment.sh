@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # The async GRPO experiment of docs/RESULTS.md (outside CI; about 40 minutes
-# on 2 cores for the default grid):
+# on 2 idle cores for the default grid, ~550 runs of 5-9 CPU s):
 #   1. synchronous GRPO (s = 0, agent in monitor mode) for every seed; their
 #      pooled c_t after step 50 fix the thresholds once, by a rule written
 #      before any stale run (analyze.py calibrate): c_low = q0.9 and c_high =
 #      max of |c_t|, and the same of |m_t| (the signed mean of c_t over 20
-#      steps) for the windowed trigger;
+#      steps) for the windowed trigger; an existing $OUT/calibration.txt is
+#      kept, so adding seeds later does not move the thresholds;
 #   2. the grid: s in $STALENESS x {grpo, m2po, bapo, is (unclipped
 #      importance sampling), gac (paper alpha), gacexact (exact alpha),
 #      gacwin (the windowed trigger), gac005 (the paper's own thresholds
@@ -27,9 +28,18 @@
 # $OUT/pilot, and prints their table (analyze.py pilot).
 #
 # Environment: OUT (results/grpo), BUILD (build), STEPS (400), SEEDS
-# ("1 2 3 4 5"), STALENESS ("0 4 8 16 32"), JOBS (2 parallel runs), BETAS
-# ("0.5 2"), BETA_S (16), EXTRA (more flags for every run), PYTHON
-# (/usr/bin/python3, which has Debian's matplotlib).
+# ("1 2 3 4 5"), STALENESS ("0 4 8 16 32"), VARIANTS (every variant of step
+# 2: "grpo m2po bapo is gac gacexact gacwin gac005 gacproj gacwinproj"),
+# CONTROLS (the GAC variants that get the two controls of step 3; all by
+# default), JOBS (2 parallel runs), BETAS ("0.5 2"; "" skips step 4), BETA_S (16),
+# EXTRA (more flags for every run), PILOT_ONLY (the pilot's candidates to run,
+# by name; all by default), PYTHON (/usr/bin/python3, which has Debian's
+# matplotlib).
+#
+# The full grid of docs/RESULTS.md: scripts/experiment.sh (defaults; about
+# 550 runs of 5-7 CPU s each). The reduced grid that was run there:
+#   SEEDS="1 2 3 4 5" STALENESS="0 16" VARIANTS="grpo m2po bapo is gac gacexact gacwin gac005" \
+#   CONTROLS="gac gacexact gacwin" BETAS="" scripts/experiment.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-results/grpo}
@@ -37,8 +47,11 @@ BUILD=${BUILD:-build}
 STEPS=${STEPS:-400}
 SEEDS=${SEEDS:-"1 2 3 4 5"}
 STALENESS=${STALENESS:-"0 4 8 16 32"}
+VARIANTS=${VARIANTS:-"grpo m2po bapo is gac gacexact gacwin gac005 gacproj gacwinproj"}
+PILOT_ONLY=${PILOT_ONLY:-}
+CONTROLS=${CONTROLS:-"gac gacexact gacwin gac005 gacproj gacwinproj"}
 JOBS=${JOBS:-2}
-BETAS=${BETAS:-"0.5 2"}
+BETAS=${BETAS-"0.5 2"}
 BETA_S=${BETA_S:-16}
 EXTRA=${EXTRA:-}
 PYTHON=${PYTHON:-$(command -v /usr/bin/python3 || command -v python3)}
@@ -49,6 +62,7 @@ COMMON="--steps $STEPS --sft-steps 600 --lr $LR --prompts 64 --group 8 --width 1
 --window 20 --pr-every 25 --mech-every 5 --every 1000 $EXTRA"
 export OPENBLAS_NUM_THREADS=1  # one core per run; JOBS runs share the machine
 
+mkdir -p "$OUT"
 [ -x "$BIN" ] || { echo "missing $BIN; build it first (scripts/build.sh -DGAC_BUILD_EXAMPLES=ON)" >&2; exit 1; }
 
 # Runs the jobs of file $1 ("name flags" per line), JOBS at a time, into
@@ -84,6 +98,7 @@ if [ "${1:-}" = pilot ]; then
   )
   : > "$OUT/pilot-jobs.txt"
   for c in "${candidates[@]}"; do
+    [ -n "$PILOT_ONLY" ] && ! [[ " $PILOT_ONLY " == *" ${c%%:*} "* ]] && continue
     for s in 0 16; do
       for seed in 1 2; do echo "${c%%:*}_s${s}_seed$seed ${c#*:} --staleness $s --seed $seed" >> "$OUT/pilot-jobs.txt"; done
     done
@@ -99,7 +114,12 @@ echo "== 1. synchronous GRPO, seeds $SEEDS"
 : > "$OUT/jobs1.txt"
 for seed in $SEEDS; do echo "grpo_s0_seed$seed --staleness 0 --loss grpo --agent monitor --seed $seed" >> "$OUT/jobs1.txt"; done
 run_jobs "$OUT/jobs1.txt"
-"$PYTHON" examples/grpo/analyze.py calibrate --runs "$OUT/runs" --out "$OUT/calibration.txt"
+# Calibrated once: a later invocation (more seeds, more staleness values) keeps the thresholds.
+if [ -s "$OUT/calibration.txt" ]; then
+  echo "   keeping the thresholds of $OUT/calibration.txt"
+else
+  "$PYTHON" examples/grpo/analyze.py calibrate --runs "$OUT/runs" --out "$OUT/calibration.txt"
+fi
 cal() { sed -n "s/^$1=//p" "$OUT/calibration.txt"; }
 C_LOW=$(cal c_low); C_HIGH=$(cal c_high); W_LOW=$(cal window_c_low); W_HIGH=$(cal window_c_high)
 echo "   c_low $C_LOW, c_high $C_HIGH; window: c_low $W_LOW, c_high $W_HIGH"
@@ -107,7 +127,7 @@ echo "   c_low $C_LOW, c_high $C_HIGH; window: c_low $W_LOW, c_high $W_HIGH"
 echo "== 2. the grid: s in {$STALENESS}"
 : > "$OUT/jobs2.txt"
 for s in $STALENESS; do
-  for v in grpo m2po bapo is gac gacexact gacwin gac005 gacproj gacwinproj; do
+  for v in $VARIANTS; do
     [ "$s" = 0 ] && case $v in grpo|m2po|bapo|is) continue ;; esac
     case $v in
       grpo|m2po|bapo|is) flags="--loss $v --agent monitor --c-low $C_LOW --c-high $C_HIGH" ;;
@@ -126,7 +146,8 @@ run_jobs "$OUT/jobs2.txt"
 echo "== 3. controls at each GAC run's skip rate"
 : > "$OUT/jobs3.txt"
 for s in $STALENESS; do
-  for v in gac gacexact gacwin gac005 gacproj gacwinproj; do
+  for v in $CONTROLS; do
+    [[ " $VARIANTS " == *" $v "* ]] || continue
     for seed in $SEEDS; do
       p=$(skip_rate "${v}_s${s}_seed$seed")
       [ "$p" = 0.0000 ] && continue  # no skip: both controls are the GRPO run
@@ -138,7 +159,7 @@ for s in $STALENESS; do
 done
 run_jobs "$OUT/jobs3.txt"
 
-echo "== 4. beta ablation at s = $BETA_S"
+echo "== 4. beta ablation at s = $BETA_S (betas: ${BETAS:-none})"
 : > "$OUT/jobs4.txt"
 for b in $BETAS; do
   for seed in $SEEDS; do

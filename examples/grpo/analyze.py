@@ -235,7 +235,7 @@ def series_stats(r):
 
 
 SIGNALS = [  # name, statistic, description
-    ("c10", "10-step mean of |c_t| (the alert of the earlier RESULTS)"),
+    ("c10", "10-step mean of |c_t| (the earlier alert)"),
     ("m", "|m_t|, signed mean of c_t over 20 steps"),
     ("c", "|c_t| per step (GacAlignmentSpike)"),
     ("elevated", "10-step mean |c_t| above the threshold for 5 steps (GacAlignmentElevated)"),
@@ -445,7 +445,7 @@ def report(args):
             e = evaluate_detector(mon, stats, name, t)
             det_rows.append([name, rule, t, e["tp"], e["fp"], e["fn"], e["tn"], e["precision"], e["recall"],
                              " ".join(map(str, e["leads"]))])
-            out.append(f"| {desc} | {rule} | {t:.4g} | {e['tp'] + e['fp']} | {e['tp']} / {e['fp']} | {e['fn']} "
+            out.append(f"| {desc.replace('|', chr(92) + '|')} | {rule} | {t:.4g} | {e['tp'] + e['fp']} | {e['tp']} / {e['fp']} | {e['fn']} "
                        f"| {fmt(e['precision'], 2)} | {fmt(e['recall'], 2)} | {lead_text(e['leads'])} |")
     with open(os.path.join(args.out, "detectors.csv"), "w", newline="") as f:
         w = csv.writer(f)

@@ -39,7 +39,7 @@
 # The full grid of docs/RESULTS.md: scripts/experiment.sh (defaults; about
 # 550 runs of 5-7 CPU s each). The reduced grid that was run there:
 #   SEEDS="1 2 3 4 5" STALENESS="0 16" VARIANTS="grpo m2po bapo is gac gacexact gacwin gac005" \
-#   CONTROLS="gac gacexact gacwin" BETAS="" scripts/experiment.sh
+#   CONTROLS="gac gacwin" BETAS="" scripts/experiment.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-results/grpo}

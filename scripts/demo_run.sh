@@ -3,14 +3,20 @@
 # builds first; ctest's demo_smoke calls this with a short configuration).
 #
 #   1. starts gacd on its embedded SQLite store (insecure mode: loopback only);
-#   2. synchronous GRPO (s = 0, agent in monitor mode): the |c_t| of its steps
-#      after the first 50 calibrate the thresholds, once: c_low = q0.9 (the
-#      SuggestThresholds rule) and c_high = max (the "gacmax" rule of
-#      docs/RESULTS.md: a step more aligned than any synchronous one is skipped);
-#   3. stale GRPO (s = $STALENESS) twice, side by side: agent in monitor mode,
-#      and GAC with every decision made in gacd (remote mode, the calibrated
-#      thresholds set on gacd's run);
-#   4. prints a table and writes a figure (examples/grpo/demo_report.py),
+#   2. synchronous GRPO (s = 0, agent in monitor mode); its steps after the
+#      first 50 calibrate the thresholds once, by the rule of docs/RESULTS.md:
+#      c_low = q0.9 and c_high = max of |c_t|, and the same of |m_t| (the
+#      signed mean of c_t over 20 steps) for the windowed trigger;
+#   3. stale GRPO (s = $STALENESS, monitor) and stale GRPO with GAC deciding
+#      in gacd (remote mode, the per-step rule, thresholds set on gacd's run),
+#      side by side;
+#   4. stale GRPO with the windowed trigger (decided in the trainer), and
+#      stale training with the unclipped importance-sampling loss, side by
+#      side;
+#   5. the controls of the windowed run, side by side: stale GRPO skipping
+#      updates at random at the rate it skipped, and stale GRPO with the
+#      learning rate scaled by (1 - that rate);
+#   6. prints a table and writes a figure (examples/grpo/demo_report.py),
 #      checks that gacd counted every step of every run, and says where
 #      gacd's page and /metrics are, and how to watch with Prometheus and Grafana.
 # Every step of every run streams to gacd. A progress line follows the runs.
@@ -86,19 +92,21 @@ echo "demo: to watch live, in another shell: prometheus --config.file=$out/prome
 
 # gacd keeps the first copy of a (run, rank, step) key: a fresh prefix per invocation.
 prefix="demo-$(date +%Y%m%d-%H%M%S)-"
-common=(--steps "$steps" --sft-steps "$sft" --lr 1e-3 --prompts 32 --group 8 --hidden 128 --seed "$seed"
-        --every 1000000 --gacd "$grpc")
+# The configuration of docs/RESULTS.md.
+common=(--steps "$steps" --sft-steps "$sft" --lr 3e-4 --prompts 64 --group 8 --width 128 --seed "$seed"
+        --eval-every 20 --window 20 --every 1000000 --gacd "$grpc")
 # shellcheck disable=SC2206  # GAC_DEMO_FLAGS is a list of flags
 extra=(${GAC_DEMO_FLAGS:-})
+export OPENBLAS_NUM_THREADS=1  # one core per trainer
 
-# One line for the runs in flight: step, reward, held-out accuracy, |c_t| and regime.
+# One line for the runs in flight: step, reward, held-out accuracy, c_t and regime.
 status_of() {  # $1: label, $2: run name
   awk -F, -v label="$1" -v total="$steps" '
-    NR > 1 { step = $1; reward = $3; if ($5 != "") heldout = $5; cv = $10; regime = $11 }
+    NR > 1 { step = $1; reward = $4; if ($6 != "") heldout = $6; cv = $12; regime = $15 }
     END {
       if (step == "") { printf "%s: starting", label; exit }
-      c = cv == "" ? "-" : sprintf("%.2f", cv < 0 ? -cv : cv)
-      printf "%s %d/%d reward %.2f held-out %s |c| %s %s", label, step, total, reward,
+      c = cv == "" ? "-" : sprintf("%+.2f", cv)
+      printf "%s %d/%d reward %.2f held-out %s c %s %s", label, step, total, reward,
              heldout == "" ? "-" : heldout, c, regime
     }' "$out/runs/$2.csv" 2>/dev/null || printf '%s: starting' "$1"
 }
@@ -131,35 +139,52 @@ follow() {  # "label=name"...: waits for the trainers in trainer_pids, printing 
     fi
   done
 }
+launch() {  # $1: run name, then gac_grpo flags
+  local name=$1
+  shift
+  "$bin" "${common[@]}" "${extra[@]}" --run "$prefix$name" --csv "$out/runs/$name.csv" "$@" >"$out/runs/$name.log" 2>&1 &
+  trainer_pids+=($!)
+}
 
-echo "demo: 1/2 synchronous GRPO (s = 0), $steps steps after $sft supervised warm-up steps; calibrates c_low, c_high"
-"$bin" "${common[@]}" "${extra[@]}" --staleness 0 --agent monitor --run "${prefix}sync" \
-  --calib-skip "$calib_skip" --calibrate-out "$out/calibration.txt" --csv "$out/runs/sync.csv" >"$out/runs/sync.log" 2>&1 &
-trainer_pids=($!)
+echo "demo: 1/4 synchronous GRPO (s = 0), $steps steps after $sft supervised warm-up steps; calibrates the thresholds"
+launch sync --staleness 0 --agent monitor --calib-skip "$calib_skip" --calibrate-out "$out/sync-calibration.txt"
 follow "sync=sync"
-c_low=$(sed -n 's/^c_low=//p' "$out/calibration.txt")
-c_high=$(sed -n 's/^max=//p' "$out/calibration.txt")
-echo "demo: calibrated c_low $c_low, c_high $c_high (q0.9 and max of the synchronous |c_t|)"
+cal() { sed -n "s/^$1=//p" "$out/sync-calibration.txt"; }
+# The rule of docs/RESULTS.md: q0.9 and max of |c_t| and of |m_t| after the first steps.
+printf 'c_low=%s\nc_high=%s\nwindow_c_low=%s\nwindow_c_high=%s\n' "$(cal q90)" "$(cal max)" "$(cal window_q90)" \
+  "$(cal window_max)" >"$out/calibration.txt"
+c_low=$(cal q90) c_high=$(cal max) w_low=$(cal window_q90) w_high=$(cal window_max)
+echo "demo: calibrated c_low $c_low, c_high $c_high (q0.9 and max of |c_t|); windowed: $w_low, $w_high"
 
-echo "demo: 2/2 stale GRPO (s = $stale) side by side: monitored, and GAC deciding in gacd (remote mode)"
-"$bin" "${common[@]}" "${extra[@]}" --staleness "$stale" --agent monitor --c-low "$c_low" --c-high "$c_high" \
-  --run "${prefix}stale" --csv "$out/runs/stale.csv" >"$out/runs/stale.log" 2>&1 &
-trainer_pids=($!)
-"$bin" "${common[@]}" "${extra[@]}" --staleness "$stale" --agent remote --c-low "$c_low" --c-high "$c_high" \
-  --run "${prefix}gac" --csv "$out/runs/gac.csv" >"$out/runs/gac.log" 2>&1 &
-trainer_pids+=($!)
+echo "demo: 2/4 stale GRPO (s = $stale) side by side: monitored, and GAC deciding in gacd (remote mode, per-step rule)"
+launch stale --staleness "$stale" --agent monitor --c-low "$c_low" --c-high "$c_high"
+launch gac --staleness "$stale" --agent remote --c-low "$c_low" --c-high "$c_high"
 follow "stale=stale" "stale+GAC=gac"
-grep -h '^telemetry:' "$out"/runs/{sync,stale,gac}.log | sed 's/^/demo: /'
+
+echo "demo: 3/4 stale GRPO with the windowed trigger (decided in the trainer), and the unclipped IS loss, side by side"
+launch gacwin --staleness "$stale" --agent local --trigger window --c-low "$w_low" --c-high "$w_high"
+launch is --staleness "$stale" --agent monitor --loss is --c-low "$c_low" --c-high "$c_high"
+follow "stale+GAC window=gacwin" "stale IS=is"
+
+rate=$(sed -n 's/.* skipped=\([0-9]*\) .*/\1/p' "$out/runs/gacwin.log" | awk -v n="$steps" '{printf "%.4f", $1 / n}')
+lr=$(awk -v p="$rate" 'BEGIN { printf "%.6g", 3e-4 * (1 - p) }')
+echo "demo: 4/4 the windowed run's controls: random skips at its rate $rate, and lr x (1 - $rate) = $lr"
+launch rskip --staleness "$stale" --agent monitor --c-low "$c_low" --c-high "$c_high" --random-skip "$rate"
+launch lrs --staleness "$stale" --agent monitor --c-low "$c_low" --c-high "$c_high" --lr "$lr"
+follow "random skip=rskip" "lr scaled=lrs"
+grep -h '^telemetry:' "$out"/runs/{sync,stale,gac,gacwin,is,rskip,lrs}.log | sed 's/^/demo: /'
 
 echo
 "$python" examples/grpo/demo_report.py --runs "$out/runs" --calibration "$out/calibration.txt" --out "$out" \
-  --run "synchronous (s=0)=sync" --run "stale (s=$stale)=stale" --run "stale (s=$stale) + GAC in gacd=gac" \
-  --metrics "http://$metrics/metrics" --gacd-prefix "$prefix" --c-high "$c_high"
+  --run "synchronous (s=0)=sync" --run "stale (s=$stale)=stale" --run "stale + GAC in gacd=gac" \
+  --run "stale + GAC window=gacwin" --run "stale, unclipped IS=is" \
+  --run "stale + random skips at its rate=rskip" --run "stale, lr x (1 - its skip rate)=lrs" \
+  --metrics "http://$metrics/metrics" --gacd-prefix "$prefix"
 
 cat <<EOF
 
 demo: results in $out (summary.md, demo.png, per-step CSVs in runs/); gacd's store is $data/gacd.db,
-      runs ${prefix}sync, ${prefix}stale and ${prefix}gac.
+      runs ${prefix}sync, ${prefix}stale, ${prefix}gac, ${prefix}gacwin, ${prefix}is, ${prefix}rskip, ${prefix}lrs.
 demo: gacd's page, the runs without installing anything: http://$metrics/
       (GAC_DEMO_KEEP_GACD=1 keeps gacd, and the page, up after the runs).
 demo: gacd exported Prometheus metrics at http://$metrics/metrics (gac_cosine, gac_decisions_total, ...).

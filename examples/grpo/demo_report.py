@@ -1,16 +1,17 @@
 #!/usr/bin/env python3
 """The main job's report (scripts/demo_run.sh): one table and one figure for
-the three gac_grpo runs it makes (synchronous, stale, stale + GAC decided in
-gacd), and a check that gacd holds what the trainers sent.
+the gac_grpo runs it makes, and a check that gacd holds what the trainers sent.
 
 Reads RUNS/<name>.csv and .log for the names given with --run (label=name),
-the calibration file, and, with --metrics URL, gacd's /metrics text. The
-metrics columns of the table (from the definitions in analyze.py) are:
-final reward, held-out accuracy start -> end, collapse step, q0.9 and max of
-|c_t| after step 50, the share of those steps with |c_t| <= c_low, the first
-alignment alert, and GAC's project / skip counts. Writes OUT/summary.md and,
-when matplotlib is present, OUT/demo.png (reward, held-out accuracy and |c_t|
-against step, like the paper's Figure 1).
+the calibration file (the synchronous run's: c_low, window_c_low...), and,
+with --metrics URL, gacd's /metrics text. The table's columns (definitions in
+analyze.py): final training reward (last 20 steps), held-out accuracy start
+-> peak -> end, collapse step, the mean of c_t and q0.9 |c_t| after step 50,
+q0.9 |m_t| (the signed 20-step mean), the noise floor's rms, the first step
+> 50 where |m_t| exceeds the window c_low (the alarm), the agent's mode and
+what GAC did (steps projected / skipped), gacd fallbacks. Writes
+OUT/summary.md and, when matplotlib is present, OUT/demo.png (held-out
+accuracy, c_t with its noise floor, and training reward against step).
 
 Exit status 1 when a run is missing or unfinished, or when --metrics is given
 and gacd's step counter for a run differs from the run's step count.
@@ -45,43 +46,55 @@ def main():
     ap.add_argument("--out", required=True)
     ap.add_argument("--metrics", help="gacd's /metrics URL: check every run's step count there")
     ap.add_argument("--gacd-prefix", default="", help="gacd run id = prefix + NAME")
-    ap.add_argument("--c-high", type=float, help="c_high the runs used (default: the calibration file's)")
+    ap.add_argument("--remote", action="append", default=[], metavar="NAME",
+                    help="a run that streamed to gacd (checked against /metrics)")
     args = ap.parse_args()
 
     cal = dict(line.strip().split("=", 1) for line in open(args.calibration) if "=" in line)
-    c_low = float(cal["c_low"])
-    c_high = args.c_high if args.c_high is not None else float(cal["c_high"])
+    window_c_low = float(cal["window_c_low"])
     runs, ok = [], True
     for spec in args.run:
         label, _, name = spec.rpartition("=")
         path = os.path.join(args.runs, name + ".csv")
-        run = analyze.load_run(path, c_low) if os.path.exists(path) else None
+        run = analyze.load_run(path) if os.path.exists(path) else None
         if run is None:
             print(f"demo_report: run {name} is missing or did not finish ({path})", file=sys.stderr)
             ok = False
             continue
-        log = open(path[:-4] + ".log").read()
+        log = run["log"]
         m = re.search(r"fallbacks=(\d+)", log)
         run["fallbacks"] = int(m.group(1)) if m else None
-        m = re.search(r", agent (\w+),", log)
+        m = re.search(r", agent (\w+), trigger (\w+)", log)
         run["agent"] = m.group(1) if m else "?"
+        run["trigger"] = m.group(2) if m else "?"
+        run["alarm"] = analyze.first_alarm(run, analyze.series_stats(run)["m"], window_c_low)
+        run["m"] = analyze.metrics(run)
         runs.append((label, name, run))
     if not ok:
         return 1
 
-    lines = [f"c_low = {c_low:g}, c_high = {c_high:g} (calibrated from the synchronous run)", "",
-             "| run | steps | final reward | held-out acc (start → end) | collapse step | q0.9 \\|c_t\\| "
-             "| max \\|c_t\\| | frac \\|c_t\\| ≤ c_low | first alert | agent | GAC project / skip | fallbacks |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
-    for label, _, r in runs:
+    lines = [f"thresholds from the synchronous run: c_low = {float(cal['c_low']):.4g}, c_high = "
+             f"{float(cal['c_high']):.4g}; windowed (20-step mean): c_low = {window_c_low:.4g}, "
+             f"c_high = {float(cal['window_c_high']):.4g}", "",
+             "| run | steps | final reward | held-out start → peak → end | collapse step | mean c_t "
+             "| q0.9 \\|c_t\\| | q0.9 \\|m_t\\| | noise floor rms | alarm (\\|m_t\\| > c_low) | agent "
+             "| GAC project / skip | fallbacks |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for label, name, r in runs:
+        m = r["m"]
+        skipped = sum(1 for s in r["stepped"] if not s)
+        projected = sum(1 for g in r["regime"] if g == "project")
         # A monitor-mode agent only reports what it would do: no acted count.
-        acted = "-" if r["agent"] == "monitor" else f"{r['projected']} / {r['skipped']}"
+        acted = "-" if r["agent"] == "monitor" else f"{projected} / {skipped}"
+        if r["agent"] == "monitor" and skipped:
+            acted = f"random skip: {skipped}"
+        agent = r["agent"] + (" (window)" if r["trigger"] == "window" else "")
         lines.append(
-            f"| {label} | {r['steps']} | {analyze.fmt(r['final_reward'])} "
-            f"| {analyze.fmt(r['start_heldout'])} → {analyze.fmt(r['final_heldout'])} "
-            f"| {analyze.fmt(r['collapse_step'])} | {analyze.fmt(r['q90'])} | {analyze.fmt(r['max'])} "
-            f"| {analyze.fmt(r['frac_le_c_low'])} | {analyze.fmt(r['first_alert'])} "
-            f"| {r['agent']} | {acted} | {analyze.fmt(r['fallbacks']) if r['agent'] == 'remote' else '-'} |")
+            f"| {label} | {m['steps']} | {analyze.fmt(m['reward'])} "
+            f"| {analyze.fmt(m['start'])} → {analyze.fmt(m['peak'])} → {analyze.fmt(m['final'])} "
+            f"| {analyze.fmt(m['collapse'])} | {analyze.fmt(m['cmean'], 2)} | {analyze.fmt(m['q90'], 2)} "
+            f"| {analyze.fmt(m['m_q90'], 2)} | {analyze.fmt(m['noise_rms'], 2)} | {analyze.fmt(r['alarm'])} "
+            f"| {agent} | {acted} | {analyze.fmt(r['fallbacks']) if r['agent'] == 'remote' else '-'} |")
     os.makedirs(args.out, exist_ok=True)
     open(os.path.join(args.out, "summary.md"), "w").write("\n".join(lines) + "\n")
     print("\n".join(lines))
@@ -90,9 +103,9 @@ def main():
         text = urllib.request.urlopen(args.metrics, timeout=10).read().decode()
         for label, name, r in runs:
             stored = steps_in_gacd(text, args.gacd_prefix + name)
-            if stored != r["steps"]:
+            if stored != r["m"]["steps"]:
                 print(f"demo_report: gacd counted {stored} steps for run {args.gacd_prefix + name}, "
-                      f"the trainer made {r['steps']}", file=sys.stderr)
+                      f"the trainer made {r['m']['steps']}", file=sys.stderr)
                 ok = False
         if ok:
             print(f"gacd's /metrics counts every step of the {len(runs)} runs")
@@ -104,25 +117,26 @@ def main():
     except ImportError:
         print("matplotlib not available: no figure (apt-get install -y python3-matplotlib)")
         return 0 if ok else 1
-    colors = ["tab:blue", "tab:red", "tab:green", "tab:purple", "tab:orange"]
-    fig, axes = plt.subplots(1, 3, figsize=(13, 3.4))
+    colors = ["tab:blue", "tab:red", "tab:green", "tab:gray", "k", "tab:purple", "tab:orange"]
+    fig, axes = plt.subplots(1, 3, figsize=(14, 3.6))
     for i, (label, _, r) in enumerate(runs):
-        steps, reward, cos, evals = r["series"]
         color = colors[i % len(colors)]
-        axes[0].plot(steps, analyze.moving_average(reward, 20), color=color, label=label)
-        evals = [(0, r["start_heldout"])] + evals  # step 0: right after the supervised warm-up
-        axes[1].plot([s for s, _ in evals], [a for _, a in evals], color=color, marker=".", label=label)
-        axes[2].plot([s for s, _ in cos], analyze.moving_average([c for _, c in cos], 10), color=color, label=label)
-    lines = [axes[2].axhline(c_low, color="k", ls="--", lw=0.8, label="c_low")]
-    if c_high < 1.0:
-        lines.append(axes[2].axhline(c_high, color="k", ls=":", lw=0.8, label="c_high"))
-    axes[2].legend(handles=lines, fontsize=8, loc="lower right")
-    for ax, title in zip(axes, ["training reward (20-step mean)", "held-out exact match",
-                                "|c_t| (10-step mean)"]):
-        ax.set_title(title, fontsize=10)
+        evals = [(0, r["start"])] + r["evals"]  # step 0: right after the supervised warm-up
+        axes[0].plot([s for s, _ in evals], [a for _, a in evals], color=color, marker=".", label=label)
+        for name, style in [("cosine", "-"), ("noise_cos", ":")]:
+            pts = [(s, v) for s, v in zip(r["step"], analyze.moving(r[name], 20)) if v is not None]
+            axes[1].plot([s for s, _ in pts], [v for _, v in pts], color=color, ls=style, lw=1.2)
+        pts = [(s, v) for s, v in zip(r["step"], analyze.moving(r["reward"], 20)) if v is not None]
+        axes[2].plot([s for s, _ in pts], [v for _, v in pts], color=color)
+    axes[1].axhline(window_c_low, color="k", ls="--", lw=0.8)
+    axes[1].axhline(0, color="k", lw=0.4)
+    for ax, title in zip(axes, ["held-out exact match",
+                                "c_t (solid) and noise floor (dotted), 20-step means; dashed: window c_low",
+                                "training reward (20-step mean)"]):
+        ax.set_title(title, fontsize=9)
         ax.set_xlabel("step")
         ax.grid(alpha=0.3)
-    axes[0].legend(fontsize=8, loc="lower left")
+    axes[0].legend(fontsize=7, loc="lower left")
     fig.tight_layout()
     figure = os.path.join(args.out, "demo.png")
     fig.savefig(figure, dpi=90)

@@ -1,132 +1,217 @@
 // The pieces of the async GRPO example trainer (gac_grpo) that touch tensors:
-// the synthetic task, the policy, rollouts, the three policy losses and
+// the synthetic tasks, the two policies, rollouts, the policy losses and
 // AdamW. ATen only (no torch/nn), one training thread.
 //
-// Task: two-digit addition. A prompt is "a1 a0 + b1 b0 =" (a, b in [0, 99],
-// zero-padded), the answer is the three digits of a + b, most significant
-// first ("23+58=" -> "081"). The reward is verifiable: the fraction of the
-// three answer digits that are right (0, 1/3, 2/3, 1). Held-out accuracy is
-// greedy exact match on a fixed set of 1,000 (a, b) pairs that are never
-// used as training prompts (the same set for every seed).
+// Tasks: two operands a, b of two base-B digits each and a task token; the
+// answer is three base-B digits, most significant first. Task 0 is addition
+// ("23+58=" -> "081" in base 10); DigitTasks lists the others. The reward is
+// verifiable: the fraction of the three answer digits that are right (0,
+// 1/3, 2/3, 1). Held-out accuracy is greedy exact match on a fixed set of
+// problems (the same for every seed) that are never used as training prompts.
 //
-// Policy: an autoregressive MLP. The distribution of answer digit k is
-// softmax(MLP(x_k)) with x_k = [one-hot prompt digits (40) | one-hot answer
-// digits before k, zeros after (20) | one-hot k (3)]. Two tanh hidden layers.
+// Policies (PolicyOptions): an autoregressive MLP whose input for answer
+// digit k is [one-hot task | one-hot prompt digits | one-hot answer digits
+// before k, zeros after | one-hot k] with tanh hidden layers, or a small
+// pre-LayerNorm causal Transformer over the token sequence
+// [task, a1, a0, b1, b0, y0, y1, y2] (digit tokens 0..B-1, task tokens B..).
+// Both put a softmax over the B digits on answer position k.
 #ifndef GAC_EXAMPLES_GRPO_GRPO_H_
 #define GAC_EXAMPLES_GRPO_GRPO_H_
 
 #include <ATen/ATen.h>
 
 #include <cstdint>
+#include <deque>
 #include <random>
 #include <string>
+#include <unordered_set>
 #include <vector>
 
 namespace gac::grpo {
 
 inline constexpr int kPromptDigits = 4;
 inline constexpr int kAnswerDigits = 3;
-inline constexpr int kVocab = 10;
-inline constexpr int kInput = kPromptDigits * kVocab + (kAnswerDigits - 1) * kVocab + kAnswerDigits;  // 63
+inline constexpr int kSequence = 1 + kPromptDigits + kAnswerDigits;  // task token, prompt, answer
+inline constexpr int kMaxTasks = 8;
 
 struct Problem {
-  int a = 0, b = 0;
+  int task = 0;
+  int a = 0, b = 0;  // in [0, base^2)
 };
 
-// Training and held-out problems. The held-out split depends only on a fixed
-// constant, never on the run's seed.
-class AdditionTask {
+struct TaskOptions {
+  int base = 10;   // digit alphabet size B, 2..64
+  int tasks = 1;   // the first `tasks` of DigitTasks' list, 1..kMaxTasks
+};
+
+// Training and held-out problems. The held-out split depends only on the
+// options and a fixed constant, never on the run's seed.
+class DigitTasks {
  public:
-  explicit AdditionTask(int heldout_size = 1000);
-  // `count` training problems drawn uniformly (with replacement).
+  // REQUIRES: 2 <= base <= 64, 1 <= tasks <= kMaxTasks, heldout_size at most
+  // half of the problems.
+  explicit DigitTasks(TaskOptions options, int heldout_size = 1000);
+
+  // `count` training problems: the task uniform, then (a, b) uniform among
+  // the pairs that are not held out (with replacement).
   std::vector<Problem> SamplePrompts(int count, std::mt19937_64& rng) const;
   const std::vector<Problem>& heldout() const { return heldout_; }
-  // Digit k (0 = hundreds) of the answer.
-  static int AnswerDigit(const Problem& p, int k);
+  // Digit k (0 = most significant) of the answer.
+  int AnswerDigit(const Problem& p, int k) const;
+  int base() const { return options_.base; }
+  int tasks() const { return options_.tasks; }
+  // "add", "absdiff", "max", "min", "muldigit", "digitsum", "nocarry", "modsub".
+  static const char* TaskName(int task);
 
  private:
-  std::vector<Problem> train_;
+  std::uint64_t Key(const Problem& p) const;
+
+  TaskOptions options_;
   std::vector<Problem> heldout_;
+  std::unordered_set<std::uint64_t> heldout_keys_;
 };
 
-// The policy's parameters: W1, b1, W2, b2, W3, b3 (requires_grad on the
-// learner's copy; snapshots are plain tensors), all on one device. Rollouts,
-// losses and the optimizer run on that device; prompts, rewards and
-// advantages are built on the CPU and moved there.
+enum class Arch : std::uint8_t { kMlp = 0, kTransformer = 1 };
+const char* ArchName(Arch arch);
+bool ParseArch(const std::string& name, Arch* arch);
+
+struct PolicyOptions {
+  Arch arch = Arch::kMlp;
+  int width = 128;  // MLP hidden width / Transformer model width
+  int layers = 2;   // MLP hidden layers / Transformer blocks
+  int heads = 4;    // Transformer attention heads; must divide width
+};
+
+// The policy's parameters (requires_grad on the learner's copy; snapshots
+// are plain tensors), all on one device. Rollouts, losses and the optimizer
+// run on that device; token sequences stay on the CPU (int64, (n,
+// kSequence)) and are encoded for the device by the forward functions.
 struct Policy {
+  PolicyOptions options;
+  int base = 10, tasks = 1;
   std::vector<at::Tensor> params;
 
   // Draws from the global ATen generator on the CPU (the same start on every
   // device), then moves to `device`.
-  static Policy Init(int hidden, at::Device device = at::kCPU);
+  static Policy Init(const PolicyOptions& options, const TaskOptions& task, at::Device device = at::kCPU);
   at::Device device() const { return params.front().device(); }
-  Policy Snapshot() const;         // detached clone, no grad
+  Policy Snapshot() const;  // detached clone, no grad
   std::int64_t NumParameters() const;
-  // Logits (rows, 10) for inputs (rows, kInput).
-  at::Tensor Logits(const at::Tensor& x) const;
+  // Logits (n, base) of answer digit k; answer tokens k.. are ignored.
+  at::Tensor PositionLogits(const at::Tensor& tokens, int k) const;
+  // Logits (kAnswerDigits * n, base) of every answer digit, row k * n + i.
+  at::Tensor AnswerLogits(const at::Tensor& tokens) const;
 };
 
-// A batch of rollouts: `prompts` x `group` sequences of kAnswerDigits tokens.
+// The policy versions the sampler may lag by. A version is the learner after
+// an applied optimizer update, so a skipped update does not advance the lag.
+// Holds versions [v - s, v]; the behaviour policy is the oldest of them, s
+// versions behind once s updates have been applied (before that, version 0).
+class PolicyVersions {
+ public:
+  PolicyVersions(Policy initial, int staleness) : staleness_(staleness) { ring_.push_back(std::move(initial)); }
+  // Records the next version (a snapshot of the learner after an update).
+  void Push(Policy next) {
+    ring_.push_back(std::move(next));
+    ++version_;
+    if (static_cast<int>(ring_.size()) > staleness_ + 1) ring_.pop_front();
+  }
+  const Policy& behaviour() const { return ring_.front(); }
+  std::int64_t version() const { return version_; }
+  std::int64_t behaviour_version() const { return version_ - static_cast<std::int64_t>(ring_.size()) + 1; }
+
+ private:
+  int staleness_;
+  std::int64_t version_ = 0;
+  std::deque<Policy> ring_;
+};
+
+// A batch of rollouts: `prompts` x `group` sequences; sequence i answers
+// prompt i / group.
 struct Rollouts {
   int prompts = 0, group = 0;
-  // On the policy's device.
-  at::Tensor inputs;           // (kAnswerDigits * N, kInput), row k * N + i
-  at::Tensor actions;          // (kAnswerDigits * N) int64
-  at::Tensor behaviour_logp;   // (kAnswerDigits * N) log pi_b(a_t | s_t)
-  at::Tensor rewards;          // (N) float, in [0, 1]
-  at::Tensor advantages;       // (kAnswerDigits * N) group-normalised, per token
+  at::Tensor tokens;          // (N, kSequence) int64 on the CPU
+  // On the policy's device; token row k * N + i is answer digit k of sequence i.
+  at::Tensor actions;         // (kAnswerDigits * N) int64
+  at::Tensor behaviour_logp;  // (kAnswerDigits * N) log pi_b(a_t | s_t)
+  at::Tensor advantages;      // (kAnswerDigits * N) group-normalised, per token
+  at::Tensor rewards;         // (N) float on the CPU, in [0, 1]
   double mean_reward = 0.0;
-  double exact_match = 0.0;    // fraction of sequences entirely right
+  double exact_match = 0.0;   // fraction of sequences entirely right
+
+  int sequences() const { return prompts * group; }
+  // The groups of the given prompts, in that order (a minibatch or a half).
+  Rollouts Groups(const std::vector<int>& prompt_ids) const;
 };
 
-// Samples G answers per prompt from `behaviour` at temperature 1 and scores
-// them. Advantages: (R - mean_G) / (std_G + 1e-6), 0 for a group with equal
-// rewards; every token of a sequence carries its sequence's advantage.
-Rollouts Generate(const Policy& behaviour, const std::vector<Problem>& prompts, int group);
+// Samples G answers per prompt from `behaviour` at temperature 1 (with
+// `generator` when given, else ATen's default) and scores them. Advantages:
+// (R - mean_G) / (std_G + 1e-6), 0 for a group with equal rewards; every
+// token of a sequence carries its sequence's advantage.
+Rollouts Generate(const Policy& behaviour, const DigitTasks& tasks, const std::vector<Problem>& prompts, int group,
+                  c10::optional<at::Generator> generator = c10::nullopt);
 
 // Supervised warm-up (the "pretrained" starting point of RL post-training):
 // `steps` steps of teacher-forced cross-entropy on `batch` training problems
 // with AdamW(lr). Returns the last batch's mean token cross-entropy.
-double SupervisedWarmup(Policy& policy, const AdditionTask& task, int steps, int batch, double lr,
+double SupervisedWarmup(Policy& policy, const DigitTasks& tasks, int steps, int batch, double lr,
                         std::mt19937_64& rng);
 
 // Greedy exact-match accuracy on `problems`.
-double Evaluate(const Policy& policy, const std::vector<Problem>& problems);
+double Evaluate(const Policy& policy, const DigitTasks& tasks, const std::vector<Problem>& problems);
 
-enum class LossKind { kGrpo, kM2po, kBapo };
+enum class LossKind { kGrpo, kM2po, kBapo, kIs };
 const char* LossName(LossKind kind);
 bool ParseLoss(const std::string& name, LossKind* kind);
 
 struct LossOptions {
   LossKind kind = LossKind::kGrpo;
-  double clip_eps = 0.2;      // GRPO: ratio clipped to [1 - eps, 1 + eps]
-  double m2_tau = 0.04;       // M2PO: bound on the mean squared log-ratio
-  // BAPO (Xi et al. 2025, arXiv:2510.18927; defaults of its verl recipe):
-  // bounds start at [a-, a+] and move up by delta-/delta+ within [.., b-],
-  // [.., b+] until the positive tokens carry rho0 of the loss.
+  double clip_eps = 0.2;     // GRPO: ratio clipped to [1 - eps, 1 + eps]
+  // Dual clip (Ye et al. 2020; verl's clip_ratio_c) for GRPO and BAPO: a
+  // token with a negative advantage contributes at most c * |A| to the loss,
+  // so a ratio far above 1 cannot push it without bound. 0 turns it off.
+  double dual_clip_c = 3.0;
+  double m2_tau = 0.04;      // M2PO: bound on the mean squared log-ratio
+  // BAPO (Xi et al. 2025, arXiv:2510.18927), as the authors' verl recipe does
+  // it (github.com/WooooDyy/BAPO, recipe/bapo/policy_loss.py): the ratio
+  // bounds start at [lo_start, hi_start]; while positive-advantage tokens
+  // carry less than rho0 of sum |clipped r A|, the lower bound is raised in
+  // steps of bapo_step up to lo_max, and only then the upper bound up to
+  // hi_max. rho0 and the ranges are the README's: 0.5, [0.6, 0.9], [1.2, 3.0];
+  // the step 0.05 is the recipe's.
   double bapo_rho0 = 0.5;
-  double bapo_a_lo = 0.6, bapo_b_lo = 0.9, bapo_delta_lo = 0.02;
-  double bapo_a_hi = 1.2, bapo_b_hi = 3.0, bapo_delta_hi = 0.05;
+  double bapo_lo_start = 0.6, bapo_lo_max = 0.9;
+  double bapo_hi_start = 1.2, bapo_hi_max = 3.0;
+  double bapo_step = 0.05;
   double kl_coef = 0.001;       // low_var_kl (k3) to the reference policy
   double entropy_coef = 0.001;  // entropy bonus
 };
 
 struct LossResult {
-  at::Tensor loss;            // scalar with grad: pg - entropy_coef * H + kl_coef * KL
+  // Per token, with grad: pg - entropy_coef * H + kl_coef * KL; the loss is
+  // its mean (so a sum over a subset of tokens divided by the batch's token
+  // count is that subset's share of the gradient).
+  at::Tensor token_loss;
+  at::Tensor loss;            // token_loss.mean()
   double pg_loss = 0.0;
   double kl = 0.0;            // mean k3 estimate of KL(pi_theta || pi_ref)
   double entropy = 0.0;       // mean token entropy of pi_theta
+  double sampler_kl = 0.0;    // mean log(pi_b / pi_theta): sampler-learner KL (k1)
   double mean_abs_log_ratio = 0.0;
   double m2 = 0.0;            // mean (log r)^2 before masking
   double clip_fraction = 0.0; // tokens with no gradient from the surrogate (clipped / masked)
-  double bapo_lo = 0.0, bapo_hi = 0.0;  // BAPO bounds used this step
+  double dual_clip_fraction = 0.0;  // negative-advantage tokens held at -c A
+  double bapo_lo = 0.0, bapo_hi = 0.0;  // BAPO bounds used this batch
 };
 
 // The token-level policy loss of `policy` on `batch` (token mean).
-//   GRPO: -min(r A, clip(r, 1-eps, 1+eps) A)
+//   GRPO: -min(r A, clip(r, 1-eps, 1+eps) A), dual-clipped for A < 0
 //   M2PO: -M r A, M masks the tokens with the largest (log r)^2 until the
 //         mean (log r)^2 over the kept tokens is <= tau; no ratio clipping
-//   BAPO: -min(r A, clip(r, lo, hi) A) with [lo, hi] adapted per batch
+//   BAPO: -min(r A, clip(r, lo, hi) A) with [lo, hi] adapted per batch,
+//         dual-clipped for A < 0
+//   IS:   -r A, the unclipped importance-sampling surrogate
+// The log-ratio is clamped to [-20, 20] before exp (as verl does).
 LossResult ComputeLoss(const Policy& policy, const Policy& reference, const Rollouts& batch,
                        const LossOptions& options);
 

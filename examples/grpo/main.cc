@@ -1,22 +1,33 @@
-// gac_grpo: asynchronous GRPO on two-digit addition with the GAC agent.
+// gac_grpo: asynchronous GRPO on digit tasks with the GAC agent.
 //
-// Every step: the rollouts of B prompts x G samples come from the policy of
-// `--staleness` steps ago (a ring of parameter snapshots), the loss
-// (--loss grpo|m2po|bapo) uses importance ratios against that behaviour
-// policy, backward, then the agent (--agent monitor|local|remote) sees the
-// raw gradient, then gradient clipping and AdamW (unless the agent says
-// skip). The reference policy of the KL term is the initial policy.
+// Every rollout batch (B prompts x G samples) comes from the policy version
+// `--staleness` versions behind the learner (a ring of parameter snapshots;
+// a version is an applied optimizer update, so a skipped update does not
+// advance the lag). The batch is used for `--epochs` passes of
+// `--minibatches` optimizer steps each (PPO-style; 1 x 1 by default). Each
+// step: the loss (--loss grpo|m2po|bapo|is) with importance ratios against
+// the behaviour policy, backward (as two half-batch backwards whose cosine is
+// the noise floor), then the agent (--agent monitor|local|remote) sees the
+// raw gradient, then gradient clipping and AdamW unless the update is
+// skipped. GAC's trigger is the paper's per-step |c_t| or (--trigger window)
+// the signed mean of c_t over --window steps (window.h). The reference
+// policy of the KL term is the policy after the supervised warm-up.
+//
+// Measurements besides c_t: the noise floor every step, the participation
+// ratio of per-sample gradients every --pr-every steps, and the staleness
+// bias b_t against a fresh on-policy batch every --mech-every steps
+// (probes.h). Controls: --random-skip P skips each update with probability P.
 //
 // Outputs: a per-step CSV (--csv), progress lines (--every), and with
-// --calibrate-out the |c_t| statistics of this run after --calib-skip steps
-// and the thresholds gac::SuggestThresholds derives from them. With --gacd
-// every step is streamed to gacd (c_t, regime, alpha, reward, loss, kl,
-// entropy, staleness); --agent remote also takes the decisions from gacd,
-// after setting the run's thresholds there.
+// --calibrate-out the |c_t| and |m_t| statistics of this run after
+// --calib-skip steps. With --gacd every step is streamed to gacd (c_t,
+// regime, alpha, reward, loss, kl, entropy, staleness); --agent remote also
+// takes the decisions from gacd, after setting the run's thresholds there.
 //
 // --smoke: a few steps on a small batch, every component exercised; exits
 // non-zero on a non-finite loss or an agent error (used by ctest).
 #include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
 #include <ATen/Parallel.h>
 
 #include <algorithm>
@@ -24,12 +35,17 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <deque>
+#include <ctime>
+#include <limits>
 #include <map>
 #include <memory>
+#include <numeric>
 #include <string>
+#include <vector>
 
 #include "examples/grpo/grpo.h"
+#include "examples/grpo/probes.h"
+#include "examples/grpo/window.h"
 #include "gac/agent/agent.h"
 #include "gac/controller/calibration.h"
 #ifdef GAC_GRPO_WITH_GACD  // a build with the gRPC parts (GAC_WITH_SERVER)
@@ -42,12 +58,16 @@ namespace {
 
 using gac::grpo::LossKind;
 
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+
 struct Flags {
   int steps = 400;
   int staleness = 0;
   int prompts = 32;
   int group = 8;
-  int hidden = 128;
+  int epochs = 1, minibatches = 1;
+  gac::grpo::TaskOptions task;
+  gac::grpo::PolicyOptions policy;
   int seed = 1;
   int eval_every = 25;
   int every = 50;
@@ -59,6 +79,13 @@ struct Flags {
   double weight_decay = 0.01;
   double clip_grad = 1.0;
   double c_low = 0.05, c_high = 0.3;
+  double beta = 1.0;
+  double random_skip = 0.0;
+  bool window_trigger = false;
+  int window = 20;
+  bool noise_floor = true;
+  int pr_every = 0, pr_groups = 8;
+  int mech_every = 0, mech_prompts = 0;
   gac::AlphaMode alpha_mode = gac::AlphaMode::kPaper;
   gac::grpo::LossOptions loss;
   gac::agent::Mode mode = gac::agent::Mode::kMonitor;
@@ -70,13 +97,16 @@ struct Flags {
 [[noreturn]] void Usage(const std::string& msg) {
   std::fprintf(stderr,
                "error: %s\n"
-               "usage: gac_grpo [--steps N] [--staleness S] [--loss grpo|m2po|bapo]\n"
+               "usage: gac_grpo [--steps N] [--staleness S] [--loss grpo|m2po|bapo|is]\n"
                "                [--agent monitor|local|remote] [--c-low X --c-high X] [--alpha-mode paper|exact]\n"
+               "                [--trigger step|window] [--window W] [--beta X] [--random-skip P]\n"
                "                [--seed N] [--device auto|cpu|cuda]\n"
-               "                [--lr X] [--prompts B] [--group G] [--hidden H] [--clip-grad X]\n"
-               "                [--weight-decay X] [--kl-coef X] [--entropy-coef X] [--m2-tau X]\n"
-               "                [--clip-eps X] [--eval-every N] [--every N] [--csv FILE]\n"
-               "                [--calibrate-out FILE] [--calib-skip N]\n"
+               "                [--task-base B] [--tasks T] [--arch mlp|transformer] [--width W] [--layers L]\n"
+               "                [--heads H] [--lr X] [--prompts B] [--group G] [--epochs K] [--minibatches M]\n"
+               "                [--clip-grad X] [--weight-decay X] [--kl-coef X] [--entropy-coef X] [--m2-tau X]\n"
+               "                [--clip-eps X] [--dual-clip C] [--eval-every N] [--every N] [--csv FILE]\n"
+               "                [--noise-floor 0|1] [--pr-every N] [--pr-groups N] [--mech-every N]\n"
+               "                [--mech-prompts N] [--calibrate-out FILE] [--calib-skip N]\n"
                "                [--sft-steps N] [--sft-batch B] [--sft-lr X]\n"
                "                [--gacd HOST:PORT [--token T] [--run ID]] [--smoke]\n",
                msg.c_str());
@@ -108,6 +138,15 @@ Flags Parse(int argc, char** argv) {
       if (!gac::grpo::ParseLoss(v, &f.loss.kind)) Usage("unknown loss " + v);
       continue;
     }
+    if (a == "--arch") {
+      if (!gac::grpo::ParseArch(v, &f.policy.arch)) Usage("unknown arch " + v);
+      continue;
+    }
+    if (a == "--trigger") {
+      if (v != "step" && v != "window") Usage("unknown trigger " + v + " (step or window)");
+      f.window_trigger = v == "window";
+      continue;
+    }
     if (a == "--alpha-mode") {
       auto m = gac::ParseAlphaMode(v.c_str());
       if (!m.ok()) Usage("unknown alpha mode " + v);
@@ -127,7 +166,13 @@ Flags Parse(int argc, char** argv) {
     else if (a == "--staleness" && x >= 0) f.staleness = static_cast<int>(x);
     else if (a == "--prompts" && x >= 1) f.prompts = static_cast<int>(x);
     else if (a == "--group" && x >= 2) f.group = static_cast<int>(x);
-    else if (a == "--hidden" && x >= 1) f.hidden = static_cast<int>(x);
+    else if (a == "--epochs" && x >= 1) f.epochs = static_cast<int>(x);
+    else if (a == "--minibatches" && x >= 1) f.minibatches = static_cast<int>(x);
+    else if (a == "--task-base" && x >= 2 && x <= 64) f.task.base = static_cast<int>(x);
+    else if (a == "--tasks" && x >= 1 && x <= gac::grpo::kMaxTasks) f.task.tasks = static_cast<int>(x);
+    else if ((a == "--width" || a == "--hidden") && x >= 1) f.policy.width = static_cast<int>(x);
+    else if (a == "--layers" && x >= 1) f.policy.layers = static_cast<int>(x);
+    else if (a == "--heads" && x >= 1) f.policy.heads = static_cast<int>(x);
     else if (a == "--seed") f.seed = static_cast<int>(x);
     else if (a == "--eval-every" && x >= 1) f.eval_every = static_cast<int>(x);
     else if (a == "--every" && x >= 1) f.every = static_cast<int>(x);
@@ -140,24 +185,45 @@ Flags Parse(int argc, char** argv) {
     else if (a == "--clip-grad" && x > 0) f.clip_grad = x;
     else if (a == "--c-low" && x > 0) f.c_low = x;
     else if (a == "--c-high" && x > 0) f.c_high = x;
+    else if (a == "--beta" && x > 0) f.beta = x;
+    else if (a == "--random-skip" && x >= 0 && x < 1) f.random_skip = x;
+    else if (a == "--window" && x >= 1) f.window = static_cast<int>(x);
+    else if (a == "--noise-floor" && (x == 0 || x == 1)) f.noise_floor = x == 1;
+    else if (a == "--pr-every" && x >= 0) f.pr_every = static_cast<int>(x);
+    else if (a == "--pr-groups" && x >= 1) f.pr_groups = static_cast<int>(x);
+    else if (a == "--mech-every" && x >= 0) f.mech_every = static_cast<int>(x);
+    else if (a == "--mech-prompts" && x >= 1) f.mech_prompts = static_cast<int>(x);
     else if (a == "--kl-coef" && x >= 0) f.loss.kl_coef = x;
     else if (a == "--entropy-coef" && x >= 0) f.loss.entropy_coef = x;
     else if (a == "--m2-tau" && x > 0) f.loss.m2_tau = x;
     else if (a == "--clip-eps" && x > 0 && x < 1) f.loss.clip_eps = x;
+    else if (a == "--dual-clip" && (x == 0 || x > 1)) f.loss.dual_clip_c = x;
     else Usage("unknown flag or bad value: " + a + " " + v);
   }
   if (f.smoke) {
-    f.steps = 6;
+    f.steps = 8;
     f.prompts = 4;
     f.group = 4;
-    f.hidden = 16;
+    f.policy.width = 16;
     f.eval_every = 3;
     f.every = 1;
     f.calib_skip = 0;
+    f.pr_every = 3;
+    f.pr_groups = 2;
+    f.mech_every = 2;
+    f.window = 3;
     f.sft_steps = std::min(f.sft_steps, 3);
     if (f.staleness == 0) f.staleness = 2;
   }
+  if (f.mech_prompts == 0) f.mech_prompts = f.prompts;
+  if (f.prompts % f.minibatches != 0) Usage("--prompts must be a multiple of --minibatches");
+  if (f.policy.arch == gac::grpo::Arch::kTransformer && f.policy.width % f.policy.heads != 0) {
+    Usage("--heads must divide --width");
+  }
   if (f.mode == gac::agent::Mode::kRemote && f.gacd.empty()) Usage("--agent remote needs --gacd");
+  if (f.window_trigger && f.mode == gac::agent::Mode::kRemote) {
+    Usage("--trigger window decides in-process: use --agent local (telemetry still goes to --gacd)");
+  }
 #ifndef GAC_GRPO_WITH_GACD
   if (!f.gacd.empty()) Usage("--gacd: this build has no gRPC parts (configure with GAC_WITH_SERVER=ON)");
 #endif
@@ -168,6 +234,33 @@ Flags Parse(int argc, char** argv) {
   return f;
 }
 
+// Quantile of |values| (linear interpolation); NaN when empty.
+double AbsQuantile(std::vector<double> values, double q) {
+  for (double& v : values) v = std::fabs(v);
+  values.erase(std::remove_if(values.begin(), values.end(), [](double v) { return !std::isfinite(v); }), values.end());
+  if (values.empty()) return kNaN;
+  std::sort(values.begin(), values.end());
+  const double pos = q * static_cast<double>(values.size() - 1);
+  const std::size_t lo = static_cast<std::size_t>(pos);
+  const std::size_t hi = std::min(lo + 1, values.size() - 1);
+  return values[lo] + (values[hi] - values[lo]) * (pos - static_cast<double>(lo));
+}
+
+// "%.6g" or "" for NaN / absent, for the CSV.
+std::string Num(double v) {
+  if (!std::isfinite(v)) return "";
+  char text[32];
+  std::snprintf(text, sizeof text, "%.6g", v);
+  return text;
+}
+
+// The prompt groups of minibatch `mb` of `minibatches` in `order`.
+std::vector<int> MinibatchGroups(const std::vector<int>& order, int mb, int minibatches) {
+  const std::size_t per = order.size() / static_cast<std::size_t>(minibatches);
+  return std::vector<int>(order.begin() + static_cast<std::ptrdiff_t>(per * mb),
+                          order.begin() + static_cast<std::ptrdiff_t>(per * (mb + 1)));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -175,18 +268,25 @@ int main(int argc, char** argv) {
   at::set_num_threads(1);  // tiny matrices: threading costs more than it gains
   at::manual_seed(static_cast<std::uint64_t>(flags.seed));
   std::mt19937_64 rng(static_cast<std::uint64_t>(flags.seed) * 0x9e3779b97f4a7c15ull + 1);
+  // Streams of their own, so the controls and probes leave the run's prompts and samples unchanged.
+  std::mt19937_64 skip_rng(static_cast<std::uint64_t>(flags.seed) * 0x9e3779b97f4a7c15ull + 2);
+  std::mt19937_64 probe_rng(static_cast<std::uint64_t>(flags.seed) * 0x9e3779b97f4a7c15ull + 3);
+  at::Generator probe_gen = at::make_generator<at::CPUGeneratorImpl>(static_cast<std::uint64_t>(flags.seed) + 7919);
 
   // CPU by default; CUDA when this LibTorch has it and a GPU is visible.
   const bool cuda = flags.device == "cuda" || (flags.device == "auto" && at::hasCUDA());
   if (cuda && !at::hasCUDA()) Usage("--device cuda: this LibTorch build has no CUDA, or no GPU is visible");
   const at::Device device = cuda ? at::Device(at::kCUDA) : at::Device(at::kCPU);
+  if (cuda && flags.mech_every > 0) Usage("--mech-every: the probe samples with a CPU generator; use --device cpu");
 
-  const gac::grpo::AdditionTask task;
-  gac::grpo::Policy policy = gac::grpo::Policy::Init(flags.hidden, device);
+  const gac::grpo::DigitTasks tasks(flags.task);
+  gac::grpo::Policy policy = gac::grpo::Policy::Init(flags.policy, flags.task, device);
   if (flags.sft_steps > 0) {
-    const double ce = gac::grpo::SupervisedWarmup(policy, task, flags.sft_steps, flags.sft_batch, flags.sft_lr, rng);
+    const double ce = gac::grpo::SupervisedWarmup(policy, tasks, flags.sft_steps, flags.sft_batch, flags.sft_lr, rng);
     std::printf("supervised warm-up: %d steps, cross-entropy %.4f, held-out accuracy %.4f\n", flags.sft_steps, ce,
-                gac::grpo::Evaluate(policy, task.heldout()));
+                gac::grpo::Evaluate(policy, tasks, tasks.heldout()));
+  } else {
+    std::printf("start: held-out accuracy %.4f\n", gac::grpo::Evaluate(policy, tasks, tasks.heldout()));
   }
   const gac::grpo::Policy reference = policy.Snapshot();
   gac::grpo::AdamW optimizer(policy.params, flags.lr, flags.weight_decay);
@@ -196,6 +296,14 @@ int main(int argc, char** argv) {
   options.alpha_mode = flags.alpha_mode;
   options.mode = flags.mode;
   options.num_threads = 1;
+  std::shared_ptr<gac::grpo::WindowedDecisionSource> window_source;
+  if (flags.window_trigger && flags.mode == gac::agent::Mode::kLocal) {
+    if (!gac::ValidateThresholds(options.thresholds).ok()) Usage("bad --c-low / --c-high");
+    window_source = std::make_shared<gac::grpo::WindowedDecisionSource>(options.thresholds, flags.alpha_mode,
+                                                                         flags.window);
+    options.mode = gac::agent::Mode::kRemote;  // the agent applies the in-process source's decisions
+    options.decision_source = window_source;
+  }
 #ifdef GAC_GRPO_WITH_GACD
   std::unique_ptr<gac::transport::Telemetry> telemetry;
   if (!flags.gacd.empty()) {
@@ -232,100 +340,170 @@ int main(int argc, char** argv) {
     csv = std::fopen(flags.csv.c_str(), "w");
     if (csv == nullptr) Usage("cannot write " + flags.csv);
     std::fprintf(csv,
-                 "step,staleness,reward,exact,heldout_acc,loss,pg_loss,kl,entropy,cosine,regime,alpha,grad_norm,"
-                 "stepped,clip_frac,m2,abs_log_ratio,bapo_lo,bapo_hi\n");
+                 "step,version,staleness,reward,exact,heldout_acc,loss,pg_loss,kl,entropy,sampler_kl,cosine,"
+                 "window_mean,noise_cos,regime,alpha,grad_norm,stepped,clip_frac,dual_clip_frac,m2,abs_log_ratio,"
+                 "bapo_lo,bapo_hi,pr_sample,pr_pop,pair_cos2,bias_rel,lambda,on_align,aligned_before,aligned_after,"
+                 "bias_after_rel\n");
   }
-  std::printf("gac_grpo: run %s, loss %s, agent %s, device %s, staleness %d, %d steps, %d prompts x %d samples, "
-              "%lld parameters, lr %g, c_low %.4g, c_high %.4g, alpha %s\n",
+  std::printf("gac_grpo: run %s, loss %s, agent %s, trigger %s, device %s, staleness %d, %d steps, "
+              "%d prompts x %d samples, %d epochs x %d minibatches, %s width %d layers %d, base %d, %d tasks, "
+              "%lld parameters, lr %g, c_low %.4g, c_high %.4g, alpha %s, beta %g, random skip %g\n",
               flags.run.c_str(), gac::grpo::LossName(flags.loss.kind), gac::agent::ModeName(flags.mode),
-              device.str().c_str(),
-              flags.staleness, flags.steps, flags.prompts, flags.group,
-              static_cast<long long>(policy.NumParameters()), flags.lr, flags.c_low, flags.c_high,
-              gac::AlphaModeName(flags.alpha_mode));
-  std::printf("%6s %7s %7s %8s %9s %8s %7s %8s\n", "step", "reward", "heldout", "entropy", "c_t", "regime", "alpha",
-              "|g|");
+              flags.window_trigger ? ("window " + std::to_string(flags.window)).c_str() : "step",
+              device.str().c_str(), flags.staleness, flags.steps, flags.prompts, flags.group, flags.epochs,
+              flags.minibatches, gac::grpo::ArchName(flags.policy.arch), flags.policy.width, flags.policy.layers,
+              flags.task.base, flags.task.tasks, static_cast<long long>(policy.NumParameters()), flags.lr,
+              flags.c_low, flags.c_high, gac::AlphaModeName(flags.alpha_mode), flags.beta, flags.random_skip);
+  std::printf("%6s %7s %7s %8s %9s %9s %8s %7s %8s\n", "step", "reward", "heldout", "entropy", "c_t", "noise",
+              "regime", "alpha", "|g|");
 
-  gac::CalibrationWindow window(static_cast<std::size_t>(flags.steps), static_cast<std::size_t>(flags.calib_skip));
-  std::deque<gac::grpo::Policy> ring;  // the last staleness+1 policy versions; front() = behaviour
+  gac::grpo::PolicyVersions versions(policy.Snapshot(), flags.staleness);
+  gac::grpo::SignedWindow detector(flags.window);  // m_t of every run, for the detectors
+  gac::grpo::GradList prev_raw;                    // the previous raw gradient (beta, the bias probe)
+  std::vector<double> calib_c, calib_m, calib_noise;
   std::map<std::string, int> regimes;
-  double last_heldout = gac::grpo::Evaluate(policy, task.heldout());
-  double reward_tail = 0.0;
-  int reward_tail_n = 0, skipped = 0;
+  double last_heldout = gac::grpo::Evaluate(policy, tasks, tasks.heldout());
+  double reward_tail = 0.0, pr_sum = 0.0;
+  int reward_tail_n = 0, skipped = 0, pr_n = 0;
+  std::uniform_real_distribution<double> unit(0.0, 1.0);
   const auto start = std::chrono::steady_clock::now();
-  for (int step = 1; step <= flags.steps; ++step) {
-    ring.push_back(policy.Snapshot());
-    if (static_cast<int>(ring.size()) > flags.staleness + 1) ring.pop_front();
-    const int behind = static_cast<int>(ring.size()) - 1;  // versions the behaviour policy lags
+  int step = 0;
+  while (step < flags.steps) {
+    const std::int64_t behaviour_version = versions.behaviour_version();
+    const gac::grpo::Rollouts batch =
+        gac::grpo::Generate(versions.behaviour(), tasks, tasks.SamplePrompts(flags.prompts, rng), flags.group);
+    for (int epoch = 0; epoch < flags.epochs && step < flags.steps; ++epoch) {
+      std::vector<int> order(static_cast<std::size_t>(flags.prompts));
+      std::iota(order.begin(), order.end(), 0);
+      if (flags.minibatches > 1) std::shuffle(order.begin(), order.end(), rng);
+      for (int mb = 0; mb < flags.minibatches && step < flags.steps; ++mb) {
+        ++step;
+        const int behind = static_cast<int>(versions.version() - behaviour_version);  // versions the behaviour policy lags
+        const gac::grpo::Rollouts sub =
+            flags.minibatches == 1 ? batch : batch.Groups(MinibatchGroups(order, mb, flags.minibatches));
 
-    const auto prompts = task.SamplePrompts(flags.prompts, rng);
-    const gac::grpo::Rollouts batch = gac::grpo::Generate(ring.front(), prompts, flags.group);
-    for (auto& p : policy.params) p.mutable_grad() = at::Tensor();
-    const gac::grpo::LossResult loss = gac::grpo::ComputeLoss(policy, reference, batch, flags.loss);
-    if (!std::isfinite(loss.loss.item<double>())) {
-      std::fprintf(stderr, "step %d: non-finite loss\n", step);
-      return 1;
-    }
-    loss.loss.backward();
+        // Loss and gradient (with the noise floor).
+        const gac::grpo::LossResult loss = gac::grpo::ComputeLoss(policy, reference, sub, flags.loss);
+        if (!std::isfinite(loss.loss.item<double>())) {
+          std::fprintf(stderr, "step %d: non-finite loss\n", step);
+          return 1;
+        }
+        double noise_cos = kNaN;
+        if (flags.noise_floor) {
+          noise_cos = gac::grpo::BackwardInHalves(policy.params, loss.token_loss, sub.prompts, sub.group);
+        } else {
+          for (auto& p : policy.params) p.mutable_grad() = at::Tensor();
+          loss.loss.backward();
+        }
+        const gac::grpo::GradList raw = gac::grpo::CopyGrads(policy.params);
+        gac::grpo::EffectiveDimension dim;
+        if (flags.pr_every > 0 && step % flags.pr_every == 0) {
+          dim = gac::grpo::MeasureEffectiveDimension(policy, reference, sub, flags.pr_groups, flags.loss);
+          if (std::isfinite(dim.pr_pop)) {
+            pr_sum += dim.pr_pop;
+            ++pr_n;
+          }
+        }
 
-    auto report = agent->Step(step, policy.params);
-    if (!report.ok()) {
-      std::fprintf(stderr, "step %d: agent: %s\n", step, report.status().ToString().c_str());
-      return 1;
-    }
-    const gac::Decision& d = report->decision;
-    if (d.cosine) window.Add(*d.cosine);
-    ++regimes[gac::RegimeName(d.regime)];
-    if (report->step_optimizer) {
-      gac::grpo::ClipGradNorm(policy.params, flags.clip_grad);
-      optimizer.Step(policy.params);
-    } else {
-      ++skipped;
-    }
+        // GAC.
+        auto report = agent->Step(step, policy.params);
+        if (!report.ok()) {
+          std::fprintf(stderr, "step %d: agent: %s\n", step, report.status().ToString().c_str());
+          return 1;
+        }
+        const gac::Decision& d = report->decision;
+        if (report->gradient_modified && flags.beta != 1.0) {
+          gac::grpo::ApplyOrthogonalGain(policy.params, prev_raw, d.alpha, *d.cosine * d.grad_norm / d.ref_norm,
+                                         flags.beta);
+        }
+        gac::grpo::StalenessBias bias;
+        const bool probe = flags.mech_every > 0 && step % flags.mech_every == 0 && !prev_raw.empty();
+        if (probe) {
+          // What GAC applies (or, in monitor mode, would apply) to this gradient.
+          const bool project = d.regime == gac::Regime::kProject;
+          bias = gac::grpo::MeasureStalenessBias(policy, reference, tasks, flags.mech_prompts, flags.group, flags.loss,
+                                                 raw, prev_raw, project ? d.alpha : 1.0,
+                                                 project ? flags.beta : 1.0, probe_rng, probe_gen);
+        }
+        const bool random_skip = flags.random_skip > 0.0 && unit(skip_rng) < flags.random_skip;
+        const bool stepped = report->step_optimizer && !random_skip;
+        if (stepped) {
+          gac::grpo::ClipGradNorm(policy.params, flags.clip_grad);
+          optimizer.Step(policy.params);
+          versions.Push(policy.Snapshot());
+        } else {
+          ++skipped;
+        }
+        // The agent's snapshot: the raw gradient, also after a skip; kept after an invalid step.
+        if (d.regime != gac::Regime::kInvalid) prev_raw = raw;
 
-    const bool eval_now = step % flags.eval_every == 0 || step == flags.steps;
-    if (eval_now) last_heldout = gac::grpo::Evaluate(policy, task.heldout());
-    if (step > flags.steps - 20) {
-      reward_tail += batch.mean_reward;
-      ++reward_tail_n;
-    }
+        // Bookkeeping.
+        if (d.cosine) detector.Add(*d.cosine);
+        const std::optional<double> m = detector.full() ? detector.mean() : std::nullopt;
+        if (step > flags.calib_skip) {
+          if (d.cosine) calib_c.push_back(*d.cosine);
+          if (m) calib_m.push_back(*m);
+          if (std::isfinite(noise_cos)) calib_noise.push_back(noise_cos);
+        }
+        ++regimes[gac::RegimeName(d.regime)];
+        const bool eval_now = step % flags.eval_every == 0 || step == flags.steps;
+        if (eval_now) last_heldout = gac::grpo::Evaluate(policy, tasks, tasks.heldout());
+        if (step > flags.steps - 20) {
+          reward_tail += sub.mean_reward;
+          ++reward_tail_n;
+        }
 #ifdef GAC_GRPO_WITH_GACD
-    if (telemetry) {
-      telemetry->Enqueue(gac::transport::MakeStepRecord(
-          *report, {flags.run, 0, 1}, agent->options().mode,
-          {{"reward", batch.mean_reward}, {"loss", loss.pg_loss}, {"kl", loss.kl}, {"entropy", loss.entropy},
-           {"heldout_acc", last_heldout}},
-          behind));
-    }
+        if (telemetry) {
+          telemetry->Enqueue(gac::transport::MakeStepRecord(
+              *report, {flags.run, 0, 1}, flags.mode,  // local for the windowed trigger (decided here)
+              {{"reward", sub.mean_reward}, {"loss", loss.pg_loss}, {"kl", loss.kl}, {"entropy", loss.entropy},
+               {"heldout_acc", last_heldout}, {"noise_cos", noise_cos},
+               {"sampler_kl", loss.sampler_kl}},
+              behind));
+        }
 #endif
-    if (csv != nullptr) {
-      char cos_text[32] = "";
-      if (d.cosine) std::snprintf(cos_text, sizeof cos_text, "%.6f", *d.cosine);
-      char eval_text[32] = "";
-      if (eval_now) std::snprintf(eval_text, sizeof eval_text, "%.4f", last_heldout);
-      std::fprintf(csv, "%d,%d,%.5f,%.5f,%s,%.6g,%.6g,%.6g,%.6g,%s,%s,%.5f,%.6g,%d,%.5f,%.6g,%.6g,%.3f,%.3f\n", step,
-                   behind, batch.mean_reward, batch.exact_match, eval_text, loss.loss.item<double>(), loss.pg_loss,
-                   loss.kl, loss.entropy, cos_text, gac::RegimeName(d.regime), d.alpha, d.grad_norm,
-                   report->step_optimizer ? 1 : 0, loss.clip_fraction, loss.m2, loss.mean_abs_log_ratio, loss.bapo_lo,
-                   loss.bapo_hi);
-      std::fflush(csv);  // followed live (scripts/demo_run.sh's progress line)
-    }
-    if (step % flags.every == 0 || step == 1) {
-      char c_text[32] = "-";
-      if (d.cosine) std::snprintf(c_text, sizeof c_text, "%+.4f", *d.cosine);
-      std::printf("%6d %7.3f %7.3f %8.4f %9s %8s %7.3f %8.4g\n", step, batch.mean_reward, last_heldout, loss.entropy,
-                  c_text, gac::RegimeName(d.regime), d.alpha, d.grad_norm);
+        if (csv != nullptr) {
+          std::fprintf(
+              csv,
+              "%d,%lld,%d,%.5f,%.5f,%s,%.6g,%.6g,%.6g,%.6g,%.6g,%s,%s,%s,%s,%.5f,%.6g,%d,%.5f,%.5f,%.6g,%.6g,%.3f,%.3f,"
+              "%s,%s,%s,%s,%s,%s,%s,%s,%s\n",
+              step, static_cast<long long>(versions.version()), behind, sub.mean_reward, sub.exact_match,
+              eval_now ? Num(last_heldout).c_str() : "", loss.loss.item<double>(), loss.pg_loss, loss.kl,
+              loss.entropy, loss.sampler_kl, d.cosine ? Num(*d.cosine).c_str() : "", m ? Num(*m).c_str() : "",
+              Num(noise_cos).c_str(), gac::RegimeName(d.regime), d.alpha, d.grad_norm, stepped ? 1 : 0,
+              loss.clip_fraction, loss.dual_clip_fraction, loss.m2, loss.mean_abs_log_ratio, loss.bapo_lo,
+              loss.bapo_hi, dim.samples ? Num(dim.pr_sample).c_str() : "", dim.samples ? Num(dim.pr_pop).c_str() : "",
+              dim.samples ? Num(dim.mean_pair_cos2).c_str() : "", probe ? Num(bias.bias_rel).c_str() : "",
+              probe ? Num(bias.lambda).c_str() : "", probe ? Num(bias.on_align).c_str() : "",
+              probe ? Num(bias.aligned_before).c_str() : "", probe ? Num(bias.aligned_after).c_str() : "",
+              probe ? Num(bias.bias_after_rel).c_str() : "");
+          std::fflush(csv);  // followed live (scripts/demo_run.sh's progress line)
+        }
+        if (step % flags.every == 0 || step == 1) {
+          char c_text[32] = "-";
+          if (d.cosine) std::snprintf(c_text, sizeof c_text, "%+.4f", *d.cosine);
+          char n_text[32] = "-";
+          if (std::isfinite(noise_cos)) std::snprintf(n_text, sizeof n_text, "%+.4f", noise_cos);
+          std::printf("%6d %7.3f %7.3f %8.4f %9s %9s %8s %7.3f %8.4g\n", step, sub.mean_reward, last_heldout,
+                      loss.entropy, c_text, n_text, gac::RegimeName(d.regime), d.alpha, d.grad_norm);
+        }
+      }
     }
   }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (csv != nullptr) std::fclose(csv);
 
-  const gac::CalibrationStats stats = window.Stats(flags.c_low);
+  const gac::CalibrationStats stats = gac::ComputeCalibration(calib_c, flags.c_low);
   std::string regime_text;
   for (const auto& [name, count] : regimes) regime_text += name + "=" + std::to_string(count) + " ";
-  std::printf("summary: run=%s final_reward=%.4f heldout_acc=%.4f steps_per_s=%.1f q90=%.4f max=%.4f "
-              "frac_le_c_low=%.3f skipped=%d fallbacks=%llu regimes: %s\n",
+  // CPU seconds of the whole process (warm-up included): the cost of a run on a shared machine.
+  const double cpu_seconds = static_cast<double>(std::clock()) / CLOCKS_PER_SEC;
+  std::printf("summary: run=%s final_reward=%.4f heldout_acc=%.4f steps_per_s=%.1f cpu_s=%.1f q90=%.4f max=%.4f "
+              "frac_le_c_low=%.3f window_q90=%.4f noise_q90=%.4f pr_pop=%.1f skipped=%d fallbacks=%llu "
+              "regimes: %s\n",
               flags.run.c_str(), reward_tail_n ? reward_tail / reward_tail_n : 0.0, last_heldout,
-              flags.steps / seconds, stats.q90, stats.max, stats.frac_le_c_low, skipped,
+              flags.steps / seconds, cpu_seconds, stats.q90, stats.max, stats.frac_le_c_low, AbsQuantile(calib_m, 0.9),
+              AbsQuantile(calib_noise, 0.9), pr_n ? pr_sum / pr_n : kNaN, skipped,
               static_cast<unsigned long long>(agent->fallbacks()), regime_text.c_str());
   if (!flags.calibrate_out.empty()) {
     auto t = gac::SuggestThresholds(stats, flags.smoke ? 1 : 20);
@@ -335,11 +513,15 @@ int main(int argc, char** argv) {
     }
     std::FILE* f = std::fopen(flags.calibrate_out.c_str(), "w");
     if (f == nullptr) Usage("cannot write " + flags.calibrate_out);
-    std::fprintf(f, "c_low=%.6g\nc_high=%.6g\nq90=%.6g\nmax=%.6g\ncount=%zu\n", t->c_low, t->c_high, stats.q90,
-                 stats.max, stats.count);
+    std::fprintf(f, "c_low=%.6g\nc_high=%.6g\nq90=%.6g\nmax=%.6g\ncount=%zu\nwindow=%d\nwindow_q90=%.6g\n"
+                    "window_max=%.6g\nnoise_q90=%.6g\n",
+                 t->c_low, t->c_high, stats.q90, stats.max, stats.count, flags.window, AbsQuantile(calib_m, 0.9),
+                 AbsQuantile(calib_m, 1.0), AbsQuantile(calib_noise, 0.9));
     std::fclose(f);
-    std::printf("calibration: q0.9 %.4f, max %.4f over %zu steps -> c_low %.4g, c_high %.4g\n", stats.q90, stats.max,
-                stats.count, t->c_low, t->c_high);
+    std::printf("calibration: q0.9 %.4f, max %.4f over %zu steps -> c_low %.4g, c_high %.4g; window mean q0.9 "
+                "%.4f, max %.4f\n",
+                stats.q90, stats.max, stats.count, t->c_low, t->c_high, AbsQuantile(calib_m, 0.9),
+                AbsQuantile(calib_m, 1.0));
   }
 #ifdef GAC_GRPO_WITH_GACD
   if (telemetry) {

@@ -1,0 +1,429 @@
+// Tests of gac_grpo's pieces (examples/grpo) against independent references:
+// the task answers, the two policies' forward paths, the losses written out
+// per token in double, BAPO's bound search by brute force, the half-batch
+// backward, the participation ratio on vectors of known geometry, the
+// windowed decision rule, the orthogonal gain, the staleness-bias identities
+// and the version ring.
+#include <gtest/gtest.h>
+
+#include <ATen/ATen.h>
+
+#include <cmath>
+#include <set>
+#include <vector>
+
+#include "examples/grpo/grpo.h"
+#include "examples/grpo/probes.h"
+#include "examples/grpo/window.h"
+
+namespace gac::grpo {
+namespace {
+
+constexpr int kFirstAnswer = 1 + kPromptDigits;
+
+TEST(DigitTasks, AnswersInBase10AndBase16) {
+  const DigitTasks t({10, 8});
+  auto digits = [&](int task, int a, int b) {
+    const Problem p{task, a, b};
+    return t.AnswerDigit(p, 0) * 100 + t.AnswerDigit(p, 1) * 10 + t.AnswerDigit(p, 2);
+  };
+  EXPECT_EQ(digits(0, 23, 58), 81);   // add
+  EXPECT_EQ(digits(0, 99, 99), 198);
+  EXPECT_EQ(digits(1, 23, 58), 35);   // |a - b|
+  EXPECT_EQ(digits(2, 23, 58), 58);   // max
+  EXPECT_EQ(digits(3, 23, 58), 23);   // min
+  EXPECT_EQ(digits(4, 23, 58), 184);  // 23 * 8
+  EXPECT_EQ(digits(5, 23, 58), 18);   // 2 + 3 + 5 + 8
+  EXPECT_EQ(digits(6, 27, 58), 75);   // (2+5)%10, (7+8)%10
+  EXPECT_EQ(digits(7, 23, 58), 65);   // (23 - 58) mod 100
+  const DigitTasks hex({16, 1});
+  const Problem p{0, 0xff, 0xff};      // 0x1fe
+  EXPECT_EQ(hex.AnswerDigit(p, 0), 1);
+  EXPECT_EQ(hex.AnswerDigit(p, 1), 15);
+  EXPECT_EQ(hex.AnswerDigit(p, 2), 14);
+}
+
+TEST(DigitTasks, HeldOutIsFixedAndNeverSampled) {
+  const DigitTasks a({10, 4}, 400), b({10, 4}, 400);
+  ASSERT_EQ(a.heldout().size(), 400u);
+  std::set<std::tuple<int, int, int>> held;
+  std::vector<int> per_task(4, 0);
+  for (std::size_t i = 0; i < a.heldout().size(); ++i) {
+    const Problem& p = a.heldout()[i];
+    EXPECT_EQ(p.task, b.heldout()[i].task);
+    EXPECT_EQ(p.a, b.heldout()[i].a);
+    EXPECT_EQ(p.b, b.heldout()[i].b);
+    held.insert({p.task, p.a, p.b});
+    ++per_task[static_cast<std::size_t>(p.task)];
+  }
+  EXPECT_EQ(held.size(), 400u);  // distinct
+  for (int c : per_task) EXPECT_EQ(c, 100);
+  std::mt19937_64 rng(5);
+  std::vector<int> sampled(4, 0);
+  for (const Problem& p : a.SamplePrompts(4000, rng)) {
+    EXPECT_EQ(held.count({p.task, p.a, p.b}), 0u);
+    ++sampled[static_cast<std::size_t>(p.task)];
+  }
+  for (int c : sampled) EXPECT_NEAR(c, 1000, 150);
+}
+
+// Token rows for a few problems with arbitrary answers.
+at::Tensor SomeTokens(const DigitTasks& t, int n, std::mt19937_64& rng) {
+  at::Tensor tokens = at::zeros({n, kSequence}, at::kLong);
+  const auto problems = t.SamplePrompts(n, rng);
+  for (int i = 0; i < n; ++i) {
+    const Problem& p = problems[static_cast<std::size_t>(i)];
+    const int base = t.base();
+    const int row[kSequence] = {base + p.task, p.a / base, p.a % base, p.b / base, p.b % base,
+                                static_cast<int>(rng() % base), static_cast<int>(rng() % base),
+                                static_cast<int>(rng() % base)};
+    for (int j = 0; j < kSequence; ++j) tokens[i][j] = row[j];
+  }
+  return tokens;
+}
+
+class PolicyForward : public ::testing::TestWithParam<Arch> {};
+
+TEST_P(PolicyForward, AnswerLogitsMatchPositionLogitsAndIgnoreLaterTokens) {
+  at::manual_seed(3);
+  const TaskOptions task{7, 3};
+  const DigitTasks t(task, 60);
+  const Policy p = Policy::Init({GetParam(), 16, 2, 2}, task);
+  std::mt19937_64 rng(1);
+  const at::Tensor tokens = SomeTokens(t, 5, rng);
+  const at::Tensor all = p.AnswerLogits(tokens);
+  ASSERT_EQ(all.size(0), 3 * 5);
+  ASSERT_EQ(all.size(1), 7);
+  for (int k = 0; k < kAnswerDigits; ++k) {
+    const at::Tensor one = p.PositionLogits(tokens, k);
+    EXPECT_TRUE(at::allclose(one, all.narrow(0, 5 * k, 5), 1e-5, 1e-6)) << "position " << k;
+    // Answer tokens k.. must not change the logits of position k.
+    at::Tensor changed = tokens.clone();
+    for (int j = k; j < kAnswerDigits; ++j) changed.select(1, kFirstAnswer + j).fill_(6 - j);
+    EXPECT_TRUE(at::allclose(p.PositionLogits(changed, k), one, 1e-5, 1e-6)) << "position " << k;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Arches, PolicyForward, ::testing::Values(Arch::kMlp, Arch::kTransformer));
+
+// A batch of `prompts` x `group` sequences whose ratio r = pi_theta /
+// pi_b and advantage per token are the given ones (behaviour log-probs are
+// set from the policy's own log-probs).
+Rollouts BatchWithRatios(const Policy& policy, const DigitTasks& t, int prompts, int group,
+                         const std::vector<double>& ratio, const std::vector<double>& adv) {
+  std::mt19937_64 rng(11);
+  Rollouts r;
+  r.prompts = prompts;
+  r.group = group;
+  const int n = prompts * group;
+  r.tokens = SomeTokens(t, n, rng);
+  at::Tensor actions = at::empty({kAnswerDigits * n}, at::kLong);
+  for (int k = 0; k < kAnswerDigits; ++k) {
+    for (int i = 0; i < n; ++i) actions[k * n + i] = r.tokens[i][kFirstAnswer + k].item<std::int64_t>();
+  }
+  r.actions = actions;
+  at::NoGradGuard no_grad;
+  const at::Tensor logp = at::log_softmax(policy.AnswerLogits(r.tokens), 1).gather(1, actions.view({-1, 1})).view({-1});
+  r.behaviour_logp = logp - at::log(at::tensor(ratio, at::kDouble).to(at::kFloat));
+  r.advantages = at::tensor(adv, at::kDouble).to(at::kFloat);
+  r.rewards = at::zeros({n});
+  return r;
+}
+
+struct LossCase {
+  LossKind kind;
+  std::vector<double> ratio, adv;
+};
+
+// The per-token surrogate of each loss, in double, from its definition.
+double ReferenceToken(LossKind kind, double r, double a, double lo, double hi, double c) {
+  switch (kind) {
+    case LossKind::kIs: return -r * a;
+    case LossKind::kGrpo:
+    case LossKind::kBapo: {
+      double v = std::max(-r * a, -std::min(std::max(r, lo), hi) * a);
+      if (a < 0) v = std::min(v, -c * a);
+      return v;
+    }
+    case LossKind::kM2po: return -r * a;  // no masking in the cases below (m2 <= tau)
+  }
+  return 0;
+}
+
+TEST(Loss, PerTokenValuesMatchTheDefinitions) {
+  at::manual_seed(4);
+  const TaskOptions task{10, 1};
+  const DigitTasks t(task, 100);
+  const Policy policy = Policy::Init({Arch::kMlp, 8, 1, 1}, task);
+  // 2 prompts x 2 samples x 3 tokens = 12 tokens: ratios inside and outside
+  // the clip range and beyond the dual clip (c = 3), both advantage signs.
+  const std::vector<double> ratio = {0.5, 0.9, 1.0, 1.1, 1.5, 4.0, 0.5, 0.9, 1.0, 1.1, 1.5, 4.0};
+  const std::vector<double> adv = {1, 1, 1, 1, 1, 1, -1, -1, -1, -1, -0.5, -2};
+  const Rollouts batch = BatchWithRatios(policy, t, 2, 2, ratio, adv);
+  for (LossKind kind : {LossKind::kGrpo, LossKind::kIs}) {
+    LossOptions o;
+    o.kind = kind;
+    o.kl_coef = 0.0;
+    o.entropy_coef = 0.0;
+    const LossResult res = ComputeLoss(policy, policy, batch, o);
+    for (std::size_t i = 0; i < ratio.size(); ++i) {
+      const double want = ReferenceToken(kind, ratio[i], adv[i], 0.8, 1.2, 3.0);
+      EXPECT_NEAR(res.token_loss[static_cast<std::int64_t>(i)].item<double>(), want, 1e-4)
+          << LossName(kind) << " token " << i;
+    }
+    if (kind == LossKind::kGrpo) {
+      // No gradient: A>0 & r>1.2 (1.5, 4.0), A<0 & r<0.8 (0.5), A<0 & r>3 (4.0).
+      EXPECT_NEAR(res.clip_fraction, 4.0 / 12.0, 1e-6);
+      EXPECT_NEAR(res.dual_clip_fraction, 1.0 / 12.0, 1e-6);
+    }
+    // Sampler-learner KL k1: mean log(pi_b / pi_theta) = -mean log r.
+    double k1 = 0;
+    for (double r : ratio) k1 -= std::log(r);
+    EXPECT_NEAR(res.sampler_kl, k1 / 12.0, 1e-5);
+  }
+}
+
+// BAPO's bounds by brute force: the first (lo, hi) in the recipe's order
+// (lo over its grid with hi at the start, then hi over its grid with lo at
+// its maximum) whose positive share reaches rho0.
+std::pair<double, double> BruteForceBapo(const std::vector<double>& r, const std::vector<double>& a) {
+  auto share = [&](double lo, double hi) {
+    double pos = 0, all = 0;
+    for (std::size_t i = 0; i < r.size(); ++i) {
+      const double v = a[i] > 0 ? std::min(r[i], hi) * a[i] : std::max(r[i], lo) * a[i];
+      all += std::fabs(v);
+      if (a[i] > 0) pos += std::fabs(v);
+    }
+    return all > 0 ? pos / all : 1.0;
+  };
+  for (int i = 0; i <= 6; ++i) {
+    if (share(0.6 + 0.05 * i, 1.2) >= 0.5) return {0.6 + 0.05 * i, 1.2};
+  }
+  for (int j = 1; j <= 36; ++j) {
+    if (share(0.9, 1.2 + 0.05 * j) >= 0.5) return {0.9, 1.2 + 0.05 * j};
+  }
+  return {0.9, 3.0};
+}
+
+TEST(Loss, BapoRaisesTheLowerBoundFirstThenTheUpper) {
+  at::manual_seed(5);
+  const TaskOptions task{10, 1};
+  const DigitTasks t(task, 100);
+  const Policy policy = Policy::Init({Arch::kMlp, 8, 1, 1}, task);
+  LossOptions o;
+  o.kind = LossKind::kBapo;
+  o.kl_coef = 0.0;
+  o.entropy_coef = 0.0;
+  // Positive tokens with large ratios, negative ones near 1: the share at
+  // the start is below 0.5 and grows only with the upper bound.
+  const std::vector<double> ratio = {1.0, 1.8, 2.5, 1.0, 1.0, 1.0, 1.1, 1.0, 0.7, 1.0, 1.0, 1.2};
+  const std::vector<double> adv = {0.1, 1, 1, -1, -1, -1, -1, -1, -1, -0.2, -0.3, 0.2};
+  const Rollouts batch = BatchWithRatios(policy, t, 2, 2, ratio, adv);
+  const LossResult res = ComputeLoss(policy, policy, batch, o);
+  const auto [lo, hi] = BruteForceBapo(ratio, adv);
+  EXPECT_NEAR(res.bapo_lo, lo, 1e-9);
+  EXPECT_NEAR(res.bapo_hi, hi, 1e-9);
+  EXPECT_NEAR(res.bapo_lo, 0.9, 1e-9);  // this case needs the upper bound to move
+  EXPECT_GT(res.bapo_hi, 1.2);
+  for (std::size_t i = 0; i < ratio.size(); ++i) {
+    EXPECT_NEAR(res.token_loss[static_cast<std::int64_t>(i)].item<double>(),
+                ReferenceToken(LossKind::kBapo, ratio[i], adv[i], lo, hi, 3.0), 1e-4);
+  }
+  // A batch that meets the target at the start keeps the start bounds.
+  const std::vector<double> easy_adv = {1, 1, 1, 1, 1, 1, -1, -1, -1, -1, -1, -1};
+  const std::vector<double> ones(12, 1.0);
+  const LossResult easy = ComputeLoss(policy, policy, BatchWithRatios(policy, t, 2, 2, ones, easy_adv), o);
+  EXPECT_NEAR(easy.bapo_lo, 0.6, 1e-9);
+  EXPECT_NEAR(easy.bapo_hi, 1.2, 1e-9);
+}
+
+TEST(Rollouts, GroupsSelectWholeGroupsInOrder) {
+  at::manual_seed(6);
+  const TaskOptions task{10, 2};
+  const DigitTasks t(task, 100);
+  const Policy policy = Policy::Init({Arch::kMlp, 8, 1, 1}, task);
+  std::mt19937_64 rng(2);
+  const Rollouts r = Generate(policy, t, t.SamplePrompts(4, rng), 3);
+  const Rollouts s = r.Groups({2, 0});
+  ASSERT_EQ(s.sequences(), 6);
+  for (int k = 0; k < kAnswerDigits; ++k) {
+    for (int i = 0; i < 6; ++i) {
+      const int src = (i < 3 ? 2 * 3 : 0) + i % 3;
+      EXPECT_EQ(s.actions[k * 6 + i].item<std::int64_t>(), r.actions[k * 12 + src].item<std::int64_t>());
+      EXPECT_EQ(s.advantages[k * 6 + i].item<float>(), r.advantages[k * 12 + src].item<float>());
+      EXPECT_EQ(s.tokens[i][kFirstAnswer + k].item<std::int64_t>(), s.actions[k * 6 + i].item<std::int64_t>());
+    }
+  }
+}
+
+TEST(Probes, BackwardInHalvesGivesTheFullGradientAndTheHalvesCosine) {
+  at::manual_seed(7);
+  const TaskOptions task{10, 1};
+  const DigitTasks t(task, 100);
+  Policy policy = Policy::Init({Arch::kMlp, 16, 2, 1}, task);
+  std::mt19937_64 rng(3);
+  const Rollouts batch = Generate(policy.Snapshot(), t, t.SamplePrompts(6, rng), 4);
+  LossOptions o;  // GRPO: no batch-global statistics, so a half's loss is its own
+  const Policy ref = policy.Snapshot();
+  // Reference: plain backward of the whole batch, and of each half alone.
+  for (auto& p : policy.params) p.mutable_grad() = at::Tensor();
+  ComputeLoss(policy, ref, batch, o).loss.backward();
+  const GradList full = CopyGrads(policy.params);
+  auto half_grad = [&](std::vector<int> ids) {
+    for (auto& p : policy.params) p.mutable_grad() = at::Tensor();
+    ComputeLoss(policy, ref, batch.Groups(ids), o).loss.backward();
+    return CopyGrads(policy.params);
+  };
+  const double want = Cosine(half_grad({0, 1, 2}), half_grad({3, 4, 5}));
+  const double got = BackwardInHalves(policy.params, ComputeLoss(policy, ref, batch, o).token_loss, 6, 4);
+  EXPECT_NEAR(got, want, 1e-5);
+  const GradList split = CopyGrads(policy.params);
+  for (std::size_t i = 0; i < full.size(); ++i) EXPECT_TRUE(at::allclose(split[i], full[i], 1e-4, 1e-7));
+}
+
+TEST(Probes, ParticipationRatioOfKnownGeometries) {
+  // n orthonormal rows: the centred Gram is I - 11^T/n, eigenvalues 1 (n-1 times) and 0.
+  const at::Tensor eye = at::eye(10, at::kDouble);
+  EXPECT_NEAR(ParticipationRatio(eye).pr_sample, 9.0, 1e-9);
+  // Rows along one direction (random lengths): one eigenvalue.
+  at::manual_seed(8);
+  const at::Tensor line = at::randn({500, 1}, at::kDouble) * at::randn({1, 50}, at::kDouble);
+  EXPECT_NEAR(ParticipationRatio(line).pr_sample, 1.0, 1e-9);
+  EXPECT_NEAR(ParticipationRatio(line).pr_pop, 1.0, 0.05);
+  // Isotropic Gaussian noise in d = 40 dimensions, many samples: PR -> d,
+  // mean cos^2 of two samples -> 1/d.
+  const EffectiveDimension iso = ParticipationRatio(at::randn({2000, 40}, at::kDouble));
+  EXPECT_NEAR(iso.pr_pop, 40.0, 3.0);
+  EXPECT_NEAR(iso.pr_sample, 40.0, 3.0);
+  EXPECT_NEAR(iso.mean_pair_cos2, 1.0 / 40.0, 0.003);
+  // 200 samples of 1,000-dimensional noise: the sample PR is capped near n,
+  // the off-diagonal estimate is not.
+  const EffectiveDimension wide = ParticipationRatio(at::randn({200, 1000}, at::kDouble));
+  EXPECT_LT(wide.pr_sample, 200.0);
+  EXPECT_NEAR(wide.pr_pop, 1000.0, 150.0);
+  EXPECT_EQ(ParticipationRatio(at::randn({2, 5})).samples, 0);
+}
+
+TEST(Probes, OrthogonalGainGivesAlphaParallelPlusBetaPerpendicular) {
+  at::manual_seed(9);
+  std::vector<at::Tensor> params = {at::zeros({3, 4}).set_requires_grad(true), at::zeros({5}).set_requires_grad(true)};
+  const GradList g = {at::randn({3, 4}), at::randn({5})};
+  const GradList p = {at::randn({3, 4}), at::randn({5})};
+  const double alpha = 0.3, beta = 0.6;
+  const double c = Dot(g, p) / Dot(p, p);
+  // What the agent leaves: g - (1 - alpha) c p.
+  for (std::size_t i = 0; i < params.size(); ++i) params[i].mutable_grad() = g[i] - p[i] * ((1 - alpha) * c);
+  ApplyOrthogonalGain(params, p, alpha, c, beta);
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    const at::Tensor par = p[i] * c, perp = g[i] - p[i] * c;
+    EXPECT_TRUE(at::allclose(params[i].grad(), par * alpha + perp * beta, 1e-5, 1e-6));
+  }
+}
+
+TEST(Probes, StalenessBiasIdentities) {
+  at::manual_seed(10);
+  const TaskOptions task{10, 1};
+  const DigitTasks t(task, 100);
+  Policy policy = Policy::Init({Arch::kMlp, 16, 2, 1}, task);
+  const Policy ref = policy.Snapshot();
+  std::mt19937_64 rng(4);
+  LossOptions o;
+  auto grad_of = [&](const Rollouts& b) {
+    for (auto& p : policy.params) p.mutable_grad() = at::Tensor();
+    ComputeLoss(policy, ref, b, o).loss.backward();
+    return CopyGrads(policy.params);
+  };
+  const GradList prev = grad_of(Generate(ref, t, t.SamplePrompts(8, rng), 4));
+  const GradList stale = grad_of(Generate(ref, t, t.SamplePrompts(8, rng), 4));
+  for (auto& p : policy.params) p.mutable_grad() = at::Tensor();
+  auto measure = [&](double alpha, double beta) {
+    std::mt19937_64 r(21);
+    at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(5);
+    return MeasureStalenessBias(policy, ref, t, 8, 4, o, stale, prev, alpha, beta, r, gen);
+  };
+  const StalenessBias same = measure(1.0, 1.0);
+  EXPECT_NEAR(same.aligned_after, same.aligned_before, 1e-9);
+  EXPECT_NEAR(same.bias_after_rel, same.bias_rel, 1e-9);
+  // alpha = 0 removes the stale gradient's part along p: what is left along p
+  // is minus the on-policy gradient's part.
+  const StalenessBias removed = measure(0.0, 1.0);
+  EXPECT_NEAR(removed.aligned_after, -removed.on_align, 1e-6);
+  EXPECT_NEAR(removed.lambda, same.lambda, 1e-9);  // same fresh batch (same generators)
+  // lambda * |b| / |g_on| is b's part along p.
+  EXPECT_NEAR(same.lambda * same.bias_rel, same.aligned_before, 1e-6);
+  for (const auto& p : policy.params) EXPECT_FALSE(p.grad().defined());
+}
+
+TEST(Window, MeanOfTheLastValues) {
+  SignedWindow w(3);
+  EXPECT_FALSE(w.mean());
+  w.Add(1);
+  w.Add(-2);
+  EXPECT_FALSE(w.full());
+  EXPECT_DOUBLE_EQ(*w.mean(), -0.5);
+  w.Add(4);
+  w.Add(7);  // drops the 1
+  EXPECT_TRUE(w.full());
+  EXPECT_DOUBLE_EQ(*w.mean(), 3.0);
+}
+
+// Statistics with the given cosine, |g| = 2, |p| = 1.
+AlignmentStats StatsWithCosine(double c) { return {2.0 * c, 4.0, 1.0, true}; }
+
+TEST(Window, DecidesOnTheSignedMean) {
+  WindowedDecisionSource s({0.1, 0.5}, AlphaMode::kPaper, 4);
+  // No reference: passed through.
+  auto first = s.Decide(1, AlignmentStats{0, 1, 0, false});
+  ASSERT_TRUE(first.ok());
+  EXPECT_FALSE(first->cosine);
+  // Until 4 values: safe even for a large |c|.
+  for (int i = 0; i < 3; ++i) {
+    auto d = s.Decide(2 + i, StatsWithCosine(0.9));
+    ASSERT_TRUE(d.ok());
+    EXPECT_EQ(d->regime, Regime::kSafe);
+    EXPECT_TRUE(d->apply_update);
+  }
+  // 0.9, 0.9, 0.9, -0.9: m = 0.45, in (0.1, 0.5): project this step with
+  // alpha = 0.1/0.45 (the cosine's 1e-8 epsilon moves these by ~1e-8).
+  auto d = s.Decide(5, StatsWithCosine(-0.9));
+  ASSERT_TRUE(d.ok());
+  EXPECT_EQ(d->regime, Regime::kProject);
+  EXPECT_NEAR(d->alpha, 0.1 / 0.45, 1e-7);
+  EXPECT_NEAR(d->projection_coeff, (1 - 0.1 / 0.45) * (2.0 * -0.9) / 1.0, 1e-7);
+  EXPECT_NEAR(*d->cosine, -0.9, 1e-7);
+  EXPECT_NEAR(*s.last_mean(), 0.45, 1e-7);
+  // Noise that averages out: +-0.9 alternating gives m = 0 -> safe.
+  for (int i = 0; i < 4; ++i) d = s.Decide(6 + i, StatsWithCosine(i % 2 ? 0.9 : -0.9));
+  EXPECT_EQ(d->regime, Regime::kSafe);
+  EXPECT_EQ(d->projection_coeff, 0.0);
+  // Persistent alignment: m = 0.6 >= c_high -> skip.
+  for (int i = 0; i < 4; ++i) d = s.Decide(10 + i, StatsWithCosine(0.6));
+  EXPECT_EQ(d->regime, Regime::kSkip);
+  EXPECT_FALSE(d->apply_update);
+  // Non-finite statistics: invalid, and the window is unchanged.
+  auto bad = s.Decide(14, AlignmentStats{NAN, 1, 1, true});
+  EXPECT_EQ(bad->regime, Regime::kInvalid);
+  EXPECT_NEAR(*s.last_mean(), 0.6, 1e-7);
+}
+
+TEST(PolicyVersions, ASkippedUpdateDoesNotAdvanceTheLag) {
+  const TaskOptions task{10, 1};
+  at::manual_seed(12);
+  Policy p = Policy::Init({Arch::kMlp, 4, 1, 1}, task);
+  PolicyVersions v(p.Snapshot(), 2);
+  EXPECT_EQ(v.behaviour_version(), 0);
+  v.Push(p.Snapshot());  // version 1
+  EXPECT_EQ(v.version() - v.behaviour_version(), 1);
+  v.Push(p.Snapshot());  // version 2
+  v.Push(p.Snapshot());  // version 3
+  EXPECT_EQ(v.version(), 3);
+  EXPECT_EQ(v.behaviour_version(), 1);
+  // Skipped steps push nothing: the behaviour policy stays 2 versions behind.
+  EXPECT_EQ(v.version() - v.behaviour_version(), 2);
+  PolicyVersions sync(p.Snapshot(), 0);
+  sync.Push(p.Snapshot());
+  EXPECT_EQ(sync.behaviour_version(), 1);
+}
+
+}  // namespace
+}  // namespace gac::grpo

@@ -24,7 +24,9 @@ StatusOr<std::unique_ptr<RemoteController>> RemoteController::Create(const Remot
   if (options.deadline.count() <= 0) return Status::InvalidArgument("remote controller deadline must be > 0");
   auto impl = std::make_unique<Impl>();
   impl->options = options;
-  impl->channel = MakeGacdChannel(options.address, options.tls_root_certs, std::chrono::milliseconds(1000));
+  impl->channel = MakeGacdChannel(
+      options.address, ChannelTls{options.tls_root_certs, options.tls_cert_chain, options.tls_private_key},
+      std::chrono::milliseconds(1000));
   impl->stub = v1::ControlService::NewStub(impl->channel);
   impl->admin = v1::AdminService::NewStub(impl->channel);
   return std::unique_ptr<RemoteController>(new RemoteController(std::move(impl)));
@@ -39,7 +41,7 @@ StatusOr<Decision> RemoteController::Decide(std::int64_t step, const AlignmentSt
   v1::DecideResponse resp;
   const grpc::Status st = impl_->stub->Decide(&ctx, req, &resp);
   if (!st.ok()) return proto::FromGrpcStatus(st, "gacd Decide");
-  StatusOr<Decision> decision = proto::DecodeDecision(resp, stats);
+  StatusOr<Decision> decision = proto::DecodeDecideResponse(req, resp);
   if (!decision.ok()) return decision.status().WithPrefix("gacd Decide answered nonsense");
   return decision;
 }

@@ -337,7 +337,9 @@ StatusOr<std::unique_ptr<Telemetry>> Telemetry::Start(const TelemetryOptions& op
     impl->pending = std::move(recovered);
     impl->pending_records = records;
   }
-  impl->channel = MakeGacdChannel(options.address, options.tls_root_certs, options.backoff_max);
+  impl->channel = MakeGacdChannel(
+      options.address, ChannelTls{options.tls_root_certs, options.tls_cert_chain, options.tls_private_key},
+      options.backoff_max);
   impl->stub = v1::IngestService::NewStub(impl->channel);
   Impl* raw = impl.get();
   impl->sender = std::thread([raw] { raw->Run(); });

@@ -1,9 +1,14 @@
 #include "gac/server/auth.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
 #include <sstream>
 #include <unordered_set>
 
-#include "gac/file_util.h"
 
 namespace gac::server {
 namespace {
@@ -29,6 +34,30 @@ bool ConstantTimeEqual(std::string_view a, std::string_view b) {
     diff |= static_cast<unsigned char>(a[i] ^ b[i]);
   }
   return diff == 0;
+}
+
+Status CheckTokenFileMode(const std::string& path, unsigned mode) {
+  // Like ssh with a private key: secrets that others can read are refused,
+  // and so is a file that others could change to add a token of their own.
+  if ((mode & (S_IRWXO | S_IWGRP)) == 0) return Status::Ok();
+  char octal[8];
+  std::snprintf(octal, sizeof octal, "%04o", mode & 07777u);
+  return Status::FailedPrecondition("token file '" + path + "' has mode " + octal +
+                                    ": other users may read or change the tokens; make it readable by gacd "
+                                    "alone (chmod 600, or 640 with a group of gacd's own)");
+}
+
+// The whole file behind `fd`.
+StatusOr<std::string> ReadAll(int fd) {
+  std::string text;
+  char buf[4096];
+  for (;;) {
+    const ssize_t n = read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return ErrnoToStatus(errno, "read failed");
+    if (n == 0) return text;
+    text.append(buf, static_cast<std::size_t>(n));
+  }
 }
 
 }  // namespace
@@ -75,8 +104,23 @@ bool Principal::Allows(Right right, std::string_view run) const {
 }
 
 StatusOr<Authenticator> Authenticator::FromFile(const std::string& path) {
-  StatusOr<std::string> text = ReadFileToString(path, "token file");
-  if (!text.ok()) return text.status();
+  // The mode is checked on the file that is read (no swap between the two).
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return ErrnoToStatus(errno, "cannot read token file '" + path + "'");
+  struct stat st;
+  if (fstat(fd, &st) != 0) {
+    const Status err = ErrnoToStatus(errno, "cannot stat token file '" + path + "'");
+    close(fd);
+    return err;
+  }
+  Status mode = CheckTokenFileMode(path, st.st_mode);
+  if (!mode.ok()) {
+    close(fd);
+    return mode;
+  }
+  StatusOr<std::string> text = ReadAll(fd);
+  close(fd);
+  if (!text.ok()) return Status(text.status().code(), "cannot read token file '" + path + "': " + text.status().message());
   StatusOr<Authenticator> auth = FromText(*text);
   if (!auth.ok()) {
     return Status(auth.status().code(), "token file '" + path + "': " + auth.status().message());

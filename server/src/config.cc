@@ -61,6 +61,7 @@ const std::map<std::string, Setter>& Setters() {
       {"insecure", [](ServerConfig& c, const std::string& v) { return ParseBool(v, &c.insecure); }},
       {"tls-cert", [](ServerConfig& c, const std::string& v) { c.tls_cert = v; return Status::Ok(); }},
       {"tls-key", [](ServerConfig& c, const std::string& v) { c.tls_key = v; return Status::Ok(); }},
+      {"tls-client-ca", [](ServerConfig& c, const std::string& v) { c.tls_client_ca = v; return Status::Ok(); }},
       {"ready-file", [](ServerConfig& c, const std::string& v) { c.ready_file = v; return Status::Ok(); }},
       {"sync",
        [](ServerConfig& c, const std::string& v) {
@@ -173,6 +174,7 @@ std::string Usage() {
   --token-file FILE         bearer tokens: "name token rights runs" per line
   --insecure                no authentication (loopback addresses only; for local use)
   --tls-cert FILE --tls-key FILE  serve gRPC over TLS
+  --tls-client-ca FILE      with TLS: require client certificates signed by these CAs (mTLS)
   --sync full|normal        SQLite commit durability (default full: fsync per commit)
   --retention DURATION      delete runs idle this long (e.g. 30d; default 0 = keep)
   --run-ttl DURATION        idle runs leave /metrics after this (default 15m)
@@ -233,6 +235,9 @@ Status ValidateConfig(const ServerConfig& c) {
   if (c.listen.empty()) return Status::InvalidArgument("--listen must not be empty");
   if (c.tls_cert.empty() != c.tls_key.empty()) {
     return Status::InvalidArgument("--tls-cert and --tls-key must be given together");
+  }
+  if (!c.tls_client_ca.empty() && c.tls_cert.empty()) {
+    return Status::InvalidArgument("--tls-client-ca needs --tls-cert and --tls-key (client certificates are checked over TLS)");
   }
   if (c.insecure && !c.token_file.empty()) {
     return Status::InvalidArgument("--insecure and --token-file exclude each other");

@@ -128,6 +128,12 @@ int SpawnLogged(const std::vector<std::string>& argv, const std::string& log_pat
 // and fills `output` with stdout and stderr together.
 int RunProcess(const std::vector<std::string>& argv, const std::string& input, std::string* output);
 
+// Raw bytes as the request of unary `method` ("/gac.v1.ControlService/Decide"),
+// or as the one message of an Ingest stream (reading acks until it ends),
+// with the admin token; the call's status.
+grpc::Status RawUnary(const std::string& address, const std::string& method, const std::string& bytes);
+grpc::Status RawIngest(const std::string& address, const std::string& bytes);
+
 // Plain HTTP/1.0 GET on 127.0.0.1:port; returns the body, or nullopt.
 std::optional<std::string> HttpGet(const std::string& host_port, const std::string& path);
 

@@ -9,6 +9,9 @@ packages=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   prometheus-cpp-dev libsqlite3-dev prometheus openssl
   libgtest-dev libgmock-dev
+  # The checking builds (scripts/sanitize.sh, scripts/fuzz.sh): clang with its
+  # sanitizer and libFuzzer runtimes, llvm-symbolizer for readable reports.
+  clang-14 libclang-rt-14-dev llvm-14
   python3-yaml python3-matplotlib
   # LibTorch's BLAS: Debian's libtorch links the reference BLAS unless this
   # optimised one is installed (the example trainer runs about 5x faster).

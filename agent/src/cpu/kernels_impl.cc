@@ -359,7 +359,8 @@ GAC_INLINE void ProjectSnapshotT(G* __restrict g, P* __restrict p, std::int64_t 
 template <typename G, typename P>
 void SnapshotT(const G* __restrict g, P* __restrict p, std::int64_t n) {
   if constexpr (sizeof(G) == sizeof(P) && std::is_same_v<G, P>) {
-    std::memcpy(p, g, static_cast<std::size_t>(n) * sizeof(G));
+    // An empty tensor's data pointer may be null, which memcpy must not get.
+    if (n > 0) std::memcpy(p, g, static_cast<std::size_t>(n) * sizeof(G));
   } else {
 #pragma omp simd
     for (std::int64_t i = 0; i < n; ++i) Store(&p[i], Load(g[i]));

@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <sstream>
+#include <unordered_map>
 #include <unordered_set>
 
 
@@ -131,7 +132,8 @@ StatusOr<Authenticator> Authenticator::FromFile(const std::string& path) {
 StatusOr<Authenticator> Authenticator::FromText(std::string_view text) {
   Authenticator auth;
   auth.principals_ = std::make_shared<std::vector<Principal>>();
-  std::unordered_set<std::string> names, tokens;
+  std::unordered_map<std::string, int> names;  // line of each
+  std::unordered_set<std::string> tokens;
   std::istringstream in{std::string(text)};
   std::string line;
   int lineno = 0;
@@ -162,14 +164,18 @@ StatusOr<Authenticator> Authenticator::FromText(std::string_view text) {
       } else if (r == "admin") {
         p.rights |= kAdmin;
       } else {
-        return Status::InvalidArgument(where + "unknown right '" + r + "' (read, write, admin)");
+        // The field is not repeated: a token pasted into it would land in
+        // the log.
+        return Status::InvalidArgument(where + "the third field must list read, write or admin, comma-separated");
       }
     }
     p.run_patterns = SplitComma(f[3]);
     for (const std::string& pat : p.run_patterns) {
       if (pat.empty()) return Status::InvalidArgument(where + "empty run pattern");
     }
-    if (!names.insert(p.name).second) return Status::InvalidArgument(where + "duplicate name '" + p.name + "'");
+    if (const auto [it, fresh] = names.emplace(p.name, lineno); !fresh) {
+      return Status::InvalidArgument(where + "duplicate name (as on line " + std::to_string(it->second) + ")");
+    }
     if (!tokens.insert(p.token).second) return Status::InvalidArgument(where + "duplicate token");
     auth.principals_->push_back(std::move(p));
   }

@@ -139,6 +139,8 @@ const std::vector<Case>& Catalogue() {
        }},
       // Ingest: records
       {"negative step", Code::INVALID_ARGUMENT, [](GacServer& s) { return Ingest(s, {One(Step(-1))}); }},
+      {"step 2^63 - 1 (no query could read it back)", Code::INVALID_ARGUMENT,
+       [](GacServer& s) { return Ingest(s, {One(Step(std::numeric_limits<std::int64_t>::max()))}); }},
       {"NaN cosine", Code::INVALID_ARGUMENT,
        [](GacServer& s) { return Ingest(s, {One(With([](auto& r) { r.set_cosine(kNaN); }))}); }},
       {"cosine above 1", Code::INVALID_ARGUMENT,
@@ -200,6 +202,8 @@ const std::vector<Case>& Catalogue() {
        [](GacServer& s) { return Decide(s, [](auto& r) { r.set_grad_sq(-1); }); }},
       {"decide with negative ref_sq", Code::INVALID_ARGUMENT,
        [](GacServer& s) { return Decide(s, [](auto& r) { r.set_ref_sq(-1e-3); }); }},
+      {"decide with |dot| above sqrt(grad_sq * ref_sq)", Code::INVALID_ARGUMENT,
+       [](GacServer& s) { return Decide(s, [](auto& r) { r.set_ref_sq(1e-300); }); }},
       {"decide with a negative step", Code::INVALID_ARGUMENT,
        [](GacServer& s) { return Decide(s, [](auto& r) { r.set_step(-5); }); }},
       {"decide with a bad run id", Code::INVALID_ARGUMENT,

@@ -160,6 +160,8 @@ TEST(Secrets, ATokenFileErrorNamesTheLineNotTheToken) {
       "alice " + token + " write *\nbob " + token + " read *\n",  // duplicate token
       "al!ce " + token + " write *\n",                        // bad name
       "alice " + token + " write ,\n",                        // empty run pattern
+      "alice 0123456789abcdef-other " + token + " *\n",       // a token pasted over the rights
+      "x " + token + " write *\nx 0123456789abcdef-other read *\n",  // duplicate name
   };
   for (const std::string& text : bad) {
     StatusOr<server::Authenticator> auth = server::Authenticator::FromText(text);
@@ -345,22 +347,22 @@ std::string NestedGroups(int depth) {
   return s;
 }
 
-// A StepRecord nested `depth` times through field 2 of unknown submessages
-// inside a batch's record (length-delimited: read without recursion unless
-// parsed).
+// Field `field` as length-delimited bytes holding `payload`.
+std::string LengthDelimited(int field, const std::string& payload) {
+  std::string out(1, static_cast<char>((field << 3) | 2));
+  std::size_t n = payload.size();
+  do {
+    out += static_cast<char>((n & 0x7f) | (n > 0x7f ? 0x80 : 0));
+    n >>= 7;
+  } while (n != 0);
+  return out + payload;
+}
+
+// Field 2 nested `depth` times in itself: length-delimited, so an unknown
+// field of this kind is skipped without being parsed (no recursion).
 std::string NestedLengthDelimited(int depth) {
   std::string inner;
-  for (int i = 0; i < depth; ++i) {
-    std::string outer;
-    outer += static_cast<char>((2 << 3) | 2);
-    std::size_t n = inner.size();
-    do {
-      outer += static_cast<char>((n & 0x7f) | (n > 0x7f ? 0x80 : 0));
-      n >>= 7;
-    } while (n != 0);
-    outer += inner;
-    inner = std::move(outer);
-  }
+  for (int i = 0; i < depth; ++i) inner = LengthDelimited(2, inner);
   return inner;
 }
 
@@ -379,15 +381,7 @@ TEST_F(Hostile, DeeplyNestedMessagesAreRefusedCleanly) {
   // Deep length-delimited nesting inside a record's unknown field is not
   // parsed, only skipped: the batch is refused for what it lacks, or stored.
   v1::IngestRequest batch = MakeBatch(1, {MakeStep("exp-nest", 0)});
-  std::string bytes = batch.SerializeAsString();
-  bytes += static_cast<char>((99 << 3) | 2);
-  const std::string nested = NestedLengthDelimited(5000);
-  std::size_t n = nested.size();
-  do {
-    bytes += static_cast<char>((n & 0x7f) | (n > 0x7f ? 0x80 : 0));
-    n >>= 7;
-  } while (n != 0);
-  bytes += nested;
+  const std::string bytes = batch.SerializeAsString() + LengthDelimited(99, NestedLengthDelimited(5000));
   const grpc::Status st = RawIngest(server_->address(), bytes);
   EXPECT_TRUE(st.ok() || st.error_code() == grpc::StatusCode::INVALID_ARGUMENT) << st.error_message();
   ExpectHealthy();

@@ -32,6 +32,9 @@
 #error "Protobuf's headers change layout under this compiler's TSan: tsan_test would not match libprotobuf"
 #endif
 
+// A report ends the process at once, whatever TSAN_OPTIONS says besides.
+extern "C" const char* __tsan_default_options() { return "halt_on_error=1:second_deadlock_stack=1"; }
+
 namespace gac {
 namespace {
 
@@ -77,6 +80,21 @@ v1::StepRecord Record(const std::string& run, std::int64_t step, int layers = 0)
     l->set_grad_norm(1.0);
   }
   return r;
+}
+
+// The tree is really instrumented and a report is fatal: a deliberate race
+// on a plain counter kills the process that runs it.
+TEST(TsanIsOn, ADeliberateRaceIsReported) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_DEATH(
+      {
+        int counter = 0;
+        RunThreads(2, [&](int) {
+          for (int i = 0; i < 10000; ++i) ++counter;  // no lock: a data race
+        });
+        std::printf("%d\n", counter);
+      },
+      "ThreadSanitizer: data race");
 }
 
 TEST(TsanExecutor, RunsEveryTaskPostedFromManyThreadsOnce) {

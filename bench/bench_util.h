@@ -1,11 +1,20 @@
-// What the benchmark programs share: timing, medians, the machine's CPU name
-// and "--flag V" / "--flag=V" command-line values. Header-only, std-only.
+// What the benchmark programs share: timing, medians, the machine's CPU name,
+// "--flag V" / "--flag=V" command-line values, and a plain HTTP GET.
+// Header-only: the C++ standard library and POSIX sockets.
 #pragma once
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cerrno>
 #include <cmath>
 #include <cstddef>
+#include <cstdint>
+#include <cstring>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -51,6 +60,38 @@ inline bool FlagValue(int argc, char** argv, int* i, const char* flag, const cha
   *value = *i + 1 < argc ? argv[*i + 1] : nullptr;
   ++*i;
   return true;
+}
+
+// A plain HTTP/1.0 GET of 127.0.0.1:`port` `path` (the server closes the
+// connection after its answer). On a 200 answer fills *body and returns "";
+// otherwise returns what went wrong.
+inline std::string HttpGet(int port, const std::string& path, std::string* body) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return "socket: " + std::string(std::strerror(errno));
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<std::uint16_t>(port));
+  inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+    const std::string error = "connect: " + std::string(std::strerror(errno));
+    close(fd);
+    return error;
+  }
+  const std::string req = "GET " + path + " HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
+  if (write(fd, req.data(), req.size()) != static_cast<ssize_t>(req.size())) {
+    close(fd);
+    return "write failed";
+  }
+  std::string resp;
+  char buf[1 << 16];
+  for (ssize_t n; (n = read(fd, buf, sizeof buf)) > 0;) resp.append(buf, static_cast<std::size_t>(n));
+  close(fd);
+  const auto end = resp.find("\r\n\r\n");
+  if (resp.rfind("HTTP/1.", 0) != 0 || resp.find(" 200 ") > resp.find("\r\n") || end == std::string::npos) {
+    return "unexpected answer: " + resp.substr(0, 200);
+  }
+  body->assign(resp, end + 4, std::string::npos);
+  return "";
 }
 
 }  // namespace gac::bench

@@ -3,6 +3,7 @@
 // (see docs/BENCHMARKS.md and the "Performance targets" of DESIGN.md).
 //
 //   server_bench [--quick] [--seconds S] [--streams LIST] [--clients LIST] [--json]
+//   server_bench --store=postgresql://... [--replicas LIST] [the flags above]
 //
 // 1. Ingest. N concurrent Ingest streams (default N = 1, 4, 16; one channel,
 //    hence one connection, per stream, as N agents would have) send batches
@@ -35,13 +36,22 @@
 //    exporter's cost per ingested record, is timed against the time a row
 //    may take at the ingest target.
 //
+// With --store=postgresql://USER@HOST:PORT/DB (the password from the URI or
+// PGPASSWORD) it measures the PostgreSQL store instead, in schemas of its own
+// that it drops at the end:
+// 1. Ingest as above into gacd on PostgreSQL, with one and with two gacd
+//    replicas (--replicas; streams alternate between them) sharing the
+//    database; baseline: the same rows written by one connection with COPY
+//    (binary) into tables of gacd's shape (keys and index), 1 and 16 batches
+//    per transaction, measured before and after the gacd runs.
+// 2. Decide latency of a gacd on PostgreSQL against a gacd on SQLite, called
+//    the same way in alternating rounds (Decide reads only memory; the ratio
+//    should stay near 1).
+//
 // This is a benchmark, not a test: it asserts nothing about timing. It exits
 // non-zero when rows are lost, an RPC fails, or a measurement is invalid.
-#include <arpa/inet.h>
-#include <netinet/in.h>
 #include <sqlite3.h>
 #include <sys/resource.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <grpcpp/generic/async_generic_service.h>
@@ -68,6 +78,8 @@
 #include <thread>
 #include <vector>
 
+#include <libpq-fe.h>
+
 #include "bench/bench_util.h"
 #include "gac/server/config.h"
 #include "gac/server/metrics.h"
@@ -75,6 +87,7 @@
 #include "gac/server/store.h"
 #include "gac/v1/control.grpc.pb.h"
 #include "gac/v1/telemetry.grpc.pb.h"
+#include "server/src/store/postgres_codec.h"
 
 namespace {
 
@@ -158,6 +171,8 @@ struct Args {
   double seconds = 0;  // measured seconds per configuration; 0: 5, or 0.4 with --quick
   std::vector<int> streams = {1, 4, 16};
   std::vector<int> clients = {1, 16, 64};
+  std::string store;               // a postgresql:// URI: measure the PostgreSQL store
+  std::vector<int> replicas = {1, 2};
 };
 
 [[noreturn]] void Usage(const char* argv0, int code) {
@@ -167,7 +182,10 @@ struct Args {
                "  --seconds S      measured seconds per configuration (default 5; 0.4 with --quick)\n"
                "  --streams LIST   concurrent ingest streams, comma-separated (default 1,4,16)\n"
                "  --clients LIST   concurrent Decide clients, comma-separated (default 1,16,64)\n"
-               "  --json           also print the figures as one JSON object on the last line\n",
+               "  --json           also print the figures as one JSON object on the last line\n"
+               "  --store URI      measure gacd on PostgreSQL (postgresql://USER@HOST:PORT/DB; password\n"
+               "                   in the URI or PGPASSWORD) against raw COPY and a gacd on SQLite\n"
+               "  --replicas LIST  with --store: gacd replicas sharing the database (default 1,2)\n",
                argv0);
   std::exit(code);
 }
@@ -215,6 +233,14 @@ Args ParseArgs(int argc, char** argv) {
       args.streams = ParseList(argv[0], "--streams", value);
     } else if (FlagValue(argc, argv, &i, "--clients", &value)) {
       args.clients = ParseList(argv[0], "--clients", value);
+    } else if (FlagValue(argc, argv, &i, "--store", &value)) {
+      if (value == nullptr || !gac::server::IsPostgresUri(value)) {
+        std::fprintf(stderr, "%s: --store needs a postgresql:// URI\n", argv[0]);
+        std::exit(2);
+      }
+      args.store = value;
+    } else if (FlagValue(argc, argv, &i, "--replicas", &value)) {
+      args.replicas = ParseList(argv[0], "--replicas", value);
     } else if (a == "--help" || a == "-h") {
       Usage(argv[0], 0);
     } else {
@@ -549,12 +575,12 @@ struct IngestResult {
   std::uint64_t records = 0;     // step records stored (verified)
 };
 
-IngestResult RunIngest(const std::string& dir, const std::string& sync, int streams, double warmup, double seconds) {
-  ServerConfig config = BaseConfig();
-  config.data_dir = dir;
-  config.sync = sync;
-  auto server = StartGacd(config);
-  const std::string run = Format("bench-ingest-%s-n%d", sync.c_str(), streams);
+// `streams` streams of one run into gacd replicas started from `configs`
+// (stream i goes to replica i mod replicas), which share one store.
+IngestResult RunIngest(const std::vector<ServerConfig>& configs, const std::string& run, int streams, double warmup,
+                       double seconds) {
+  std::vector<std::unique_ptr<GacServer>> servers;
+  for (const ServerConfig& c : configs) servers.push_back(StartGacd(c));
   const std::vector<std::string> layers = LayerNames(kLayers);
 
   IngestTotals totals;
@@ -563,7 +589,7 @@ IngestResult RunIngest(const std::string& dir, const std::string& sync, int stre
   std::vector<std::unique_ptr<v1::IngestService::Stub>> stubs;
   std::vector<std::unique_ptr<IngestStream>> reactors;
   for (int i = 0; i < streams; ++i) {
-    channels.push_back(Connect(server->address()));
+    channels.push_back(Connect(servers[static_cast<std::size_t>(i) % servers.size()]->address()));
     stubs.push_back(v1::IngestService::NewStub(channels.back()));
     reactors.push_back(std::make_unique<IngestStream>(stubs.back().get(), run, static_cast<std::uint32_t>(i),
                                                       static_cast<std::uint32_t>(streams), &layers, &totals, &done));
@@ -590,17 +616,25 @@ IngestResult RunIngest(const std::string& dir, const std::string& sync, int stre
     sent += r->sent_records();
     acked += r->acked_records();
   }
-  auto info = server->store().GetRun(run);
-  if (!info.ok()) Fail("ingest: GetRun(" + run + "): " + info.status().ToString());
-  if (info->step_records() != sent || acked != sent) {
-    Fail(Format("ingest: rows lost: %llu step records sent, %llu acknowledged, %llu in the store",
-                static_cast<unsigned long long>(sent), static_cast<unsigned long long>(acked),
-                static_cast<unsigned long long>(info->step_records())));
+  for (const auto& server : servers) {
+    auto info = server->store().GetRun(run);
+    if (!info.ok()) Fail("ingest: GetRun(" + run + "): " + info.status().ToString());
+    if (info->step_records() != sent || acked != sent) {
+      Fail(Format("ingest: rows lost: %llu step records sent, %llu acknowledged, %llu in the store",
+                  static_cast<unsigned long long>(sent), static_cast<unsigned long long>(acked),
+                  static_cast<unsigned long long>(info->step_records())));
+    }
   }
-  const std::string text = server->metrics().Render();
-  const double txns = ScrapeValue(text, "gac_store_write_seconds_count");
-  const double apply_s = ScrapeValue(text, "gac_store_write_seconds_sum");
-  server->Shutdown(std::chrono::milliseconds(0));
+  // Transactions and writer time of every replica (the writer-busy share is
+  // per replica).
+  double txns = 0, apply_s = 0;
+  for (const auto& server : servers) {
+    const std::string text = server->metrics().Render();
+    txns += ScrapeValue(text, "gac_store_write_seconds_count");
+    apply_s += ScrapeValue(text, "gac_store_write_seconds_sum");
+  }
+  for (const auto& server : servers) server->Shutdown(std::chrono::milliseconds(0));
+  apply_s /= static_cast<double>(servers.size());
 
   result.window_s = Seconds(t0, t1);
   result.rows_per_s = static_cast<double>(rows1 - rows0) / result.window_s;
@@ -758,11 +792,7 @@ double RawSqliteRate(const std::string& path, const std::string& sync, int batch
 // thread, one batch of the gacd runs' rows per transaction, without gRPC, the
 // writer or the metrics. Between gacd and the raw baseline, it shows where
 // the time goes.
-double StoreApplyRate(const std::string& path, const std::string& sync, double warmup, double seconds) {
-  gac::server::SqliteOptions options;
-  options.synchronous = sync;
-  auto store = gac::server::OpenSqliteStore(path, options);
-  if (!store.ok()) Fail("store: " + store.status().ToString());
+double StoreApplyRate(gac::server::Store* store, double warmup, double seconds) {
   const std::vector<std::string> layers = LayerNames(kLayers);
   v1::IngestRequest batch;
   std::int64_t step = 0, rows = 0, rows0 = -1;
@@ -784,12 +814,21 @@ double StoreApplyRate(const std::string& path, const std::string& sync, double w
     std::vector<gac::server::WriteOp> ops(1);
     ops[0].steps = &batch;
     ops[0].received_ns = WallNs();
-    const gac::Status st = (*store)->Apply(&ops);
+    const gac::Status st = store->Apply(&ops);
     if (!st.ok() || ops[0].stored != static_cast<std::uint32_t>(kRecordsPerBatch)) {
       Fail("store Apply: " + st.ToString());
     }
     rows += kRowsPerBatch;
   }
+  return rate;
+}
+
+double SqliteStoreApplyRate(const std::string& path, const std::string& sync, double warmup, double seconds) {
+  gac::server::SqliteOptions options;
+  options.synchronous = sync;
+  auto store = gac::server::OpenSqliteStore(path, options);
+  if (!store.ok()) Fail("store: " + store.status().ToString());
+  const double rate = StoreApplyRate(store->get(), warmup, seconds);
   store->reset();
   std::error_code ec;
   for (const char* suffix : {"", "-wal", "-shm"}) std::filesystem::remove(path + suffix, ec);
@@ -817,7 +856,10 @@ void BenchIngest(const Args& args, const std::string& scratch, Report* report) {
     std::vector<IngestResult> results;
     for (int n : args.streams) {
       const std::string dir = scratch + "/gacd-" + std::to_string(config_index++);
-      results.push_back(RunIngest(dir, sync, n, warmup, args.seconds));
+      ServerConfig config = BaseConfig();
+      config.data_dir = dir;
+      config.sync = sync;
+      results.push_back(RunIngest({config}, Format("bench-ingest-%s-n%d", sync.c_str(), n), n, warmup, args.seconds));
       std::error_code ec;
       std::filesystem::remove_all(dir, ec);
     }
@@ -825,7 +867,7 @@ void BenchIngest(const Args& args, const std::string& scratch, Report* report) {
     const double raw_after = RawSqliteRate(raw_db, upper, 1, raw_warmup, raw_seconds);
     const double raw = 0.5 * (raw_before + raw_after);
     const double big = 0.5 * (big_before + big_after);
-    const double store = StoreApplyRate(scratch + "/store.db", upper, raw_warmup, raw_seconds);
+    const double store = SqliteStoreApplyRate(scratch + "/store.db", upper, raw_warmup, raw_seconds);
     std::printf("   sync=%-6s Store::Apply alone, 1 batch per transaction, no gRPC: %s = %.2f x raw\n", sync.c_str(),
                 Rate(store).c_str(), store / raw);
     report->Json("ingest_store_apply_" + sync + "_rows_per_s", store);
@@ -858,6 +900,284 @@ void BenchIngest(const Args& args, const std::string& scratch, Report* report) {
     std::fflush(stdout);
   }
   std::printf("\n");
+}
+
+// ---------------------------------------------------------------------------
+// 1 (--store). Ingest into PostgreSQL.
+
+// A superuser-or-owner connection of the benchmark: schemas and the raw
+// baseline.
+class PgConnection {
+ public:
+  explicit PgConnection(const std::string& uri) : conn_(PQconnectdb(uri.c_str())) {
+    if (PQstatus(conn_) != CONNECTION_OK) {
+      Fail("PostgreSQL " + gac::server::DescribePostgresUri(uri) + ": " + PQerrorMessage(conn_));
+    }
+    PQsetNoticeProcessor(conn_, [](void*, const char*) {}, nullptr);
+  }
+  ~PgConnection() { PQfinish(conn_); }
+  PgConnection(const PgConnection&) = delete;
+  PgConnection& operator=(const PgConnection&) = delete;
+
+  // Runs `sql`; false (and no failure) when the database refuses it.
+  bool TryExec(const std::string& sql) {
+    PGresult* r = PQexec(conn_, sql.c_str());
+    const bool ok = PQresultStatus(r) == PGRES_COMMAND_OK || PQresultStatus(r) == PGRES_TUPLES_OK;
+    PQclear(r);
+    return ok;
+  }
+  void Exec(const std::string& sql) {
+    PGresult* r = PQexec(conn_, sql.c_str());
+    const ExecStatusType st = PQresultStatus(r);
+    const std::string error = PQresultErrorMessage(r);
+    PQclear(r);
+    if (st != PGRES_COMMAND_OK && st != PGRES_TUPLES_OK) Fail("PostgreSQL: " + sql.substr(0, 80) + ": " + error);
+  }
+  std::string Value(const std::string& sql) {
+    PGresult* r = PQexec(conn_, sql.c_str());
+    if (PQresultStatus(r) != PGRES_TUPLES_OK || PQntuples(r) == 0) {
+      const std::string error = PQresultErrorMessage(r);
+      PQclear(r);
+      Fail("PostgreSQL: " + sql + ": " + error);
+    }
+    std::string value = PQgetvalue(r, 0, 0);
+    PQclear(r);
+    return value;
+  }
+  void Copy(const std::string& sql, const std::string& data) {
+    PGresult* r = PQexec(conn_, sql.c_str());
+    if (PQresultStatus(r) != PGRES_COPY_IN) Fail("PostgreSQL: " + sql + ": " + PQresultErrorMessage(r));
+    PQclear(r);
+    if (PQputCopyData(conn_, data.data(), static_cast<int>(data.size())) != 1 || PQputCopyEnd(conn_, nullptr) != 1) {
+      Fail("PostgreSQL: COPY: " + std::string(PQerrorMessage(conn_)));
+    }
+    while (PGresult* rest = PQgetResult(conn_)) {
+      const bool ok = PQresultStatus(rest) == PGRES_COMMAND_OK;
+      const std::string error = PQresultErrorMessage(rest);
+      PQclear(rest);
+      if (!ok) Fail("PostgreSQL: COPY: " + error);
+    }
+  }
+
+ private:
+  PGconn* conn_;
+};
+
+// `uri` with its connections' search_path set to `schema`: gacd's tables go
+// there.
+std::string InSchema(const std::string& uri, const std::string& schema) {
+  return uri + (uri.find('?') == std::string::npos ? "?" : "&") + "options=-csearch_path%3D" + schema;
+}
+
+// The benchmark's schemas in the database, dropped at exit.
+class Schemas {
+ public:
+  explicit Schemas(const std::string& uri) : uri_(uri), admin_(uri) {}
+  ~Schemas() {
+    for (const std::string& s : made_) admin_.Exec("DROP SCHEMA IF EXISTS " + s + " CASCADE");
+  }
+  // A new empty schema; returns the URI whose connections use it.
+  std::string Fresh() {
+    const std::string name = Format("gac_bench_%d_%zu", static_cast<int>(getpid()), made_.size());
+    admin_.Exec("DROP SCHEMA IF EXISTS " + name + " CASCADE");
+    admin_.Exec("CREATE SCHEMA " + name);
+    made_.push_back(name);
+    return InSchema(uri_, name);
+  }
+  void DropLast() {
+    admin_.Exec("DROP SCHEMA IF EXISTS " + made_.back() + " CASCADE");
+    made_.pop_back();
+  }
+  PgConnection& admin() { return admin_; }
+
+ private:
+  const std::string uri_;
+  PgConnection admin_;
+  std::vector<std::string> made_;
+};
+
+// The raw PostgreSQL baseline: the rows of RunIngest written by one
+// connection with COPY (binary) into tables of the shape of gacd's steps and
+// layers (same columns, keys and index), `batches_per_txn` batches per
+// transaction. Batches go to kBaselineRanks ranks in turn, consecutive steps
+// per rank, as 16 streams' batches reach gacd's store: the same spread of
+// keys over the indexes.
+class RawPostgres {
+ public:
+  RawPostgres(const std::string& uri, int batches_per_txn) : conn_(uri), batches_per_txn_(batches_per_txn) {
+    conn_.Exec(
+        "CREATE TABLE steps (run_id bigint NOT NULL, step bigint NOT NULL, rank bigint NOT NULL, "
+        "world_size bigint NOT NULL, cosine float8, grad_norm float8 NOT NULL, ref_norm float8 NOT NULL, "
+        "regime integer NOT NULL, alpha float8 NOT NULL, cosine_after float8, staleness bigint, "
+        "wall_time_ns bigint NOT NULL, overhead_s float8 NOT NULL, mode integer NOT NULL, fallback boolean NOT NULL, "
+        "received_ns bigint NOT NULL, PRIMARY KEY (run_id, step, rank));"
+        "CREATE INDEX steps_by_rank ON steps (run_id, rank, step);"
+        "CREATE TABLE layers (run_id bigint NOT NULL, step bigint NOT NULL, rank bigint NOT NULL, name text NOT NULL, "
+        "idx integer NOT NULL, cosine float8, grad_norm float8 NOT NULL, ref_norm float8 NOT NULL, "
+        "PRIMARY KEY (run_id, step, rank, name))");
+  }
+
+  // Inserts for warmup + seconds; returns rows/s over the last `seconds`.
+  double Run(double warmup, double seconds) {
+    const auto start = Clock::now();
+    Clock::time_point t0;
+    std::int64_t rows0 = -1;
+    for (;;) {
+      const auto now = Clock::now();
+      if (rows0 < 0 && Seconds(start, now) >= warmup) {
+        t0 = now;
+        rows0 = rows_;
+      }
+      if (rows0 >= 0 && Seconds(t0, now) >= seconds) return static_cast<double>(rows_ - rows0) / Seconds(t0, now);
+      Transaction();
+    }
+  }
+
+ private:
+  static constexpr int kBaselineRanks = 16;
+
+  void Transaction() {
+    const std::int64_t now = WallNs();
+    steps_.Clear();
+    layers_copy_.Clear();
+    for (int i = 0; i < batches_per_txn_ * kRecordsPerBatch; ++i, ++record_index_) {
+      const std::int64_t batch = record_index_ / kRecordsPerBatch;
+      const std::int64_t rank = batch % kBaselineRanks;
+      const std::int64_t step = (batch / kBaselineRanks) * kRecordsPerBatch + record_index_ % kRecordsPerBatch;
+      steps_.Row(16)
+          .Int8(1)
+          .Int8(step)
+          .Int8(rank)
+          .Int8(1)
+          .Float8(0.01 + 1e-6 * static_cast<double>(step % 1000))
+          .Float8(1.5)
+          .Float8(2.5)
+          .Int4(v1::REGIME_SAFE)
+          .Float8(1.0)
+          .Null()
+          .Null()
+          .Int8(now)
+          .Float8(2e-6)
+          .Int4(v1::CONTROL_MODE_LOCAL)
+          .Bool(false)
+          .Int8(now);
+      for (int l = 0; l < kLayers; ++l) {
+        layers_copy_.Row(8)
+            .Int8(1)
+            .Int8(step)
+            .Int8(rank)
+            .Text(layer_names_[static_cast<std::size_t>(l)])
+            .Int4(l)
+            .Float8(0.02 + 1e-4 * l)
+            .Float8(0.1 + 1e-3 * l)
+            .Float8(0.2);
+      }
+    }
+    conn_.Exec("BEGIN");
+    conn_.Copy("COPY steps FROM STDIN (FORMAT binary)", steps_.Finish());
+    conn_.Copy("COPY layers FROM STDIN (FORMAT binary)", layers_copy_.Finish());
+    conn_.Exec("COMMIT");
+    rows_ += batches_per_txn_ * kRowsPerBatch;
+  }
+
+  PgConnection conn_;
+  const int batches_per_txn_;
+  const std::vector<std::string> layer_names_ = LayerNames(kLayers);
+  gac::server::pg::CopyStream steps_, layers_copy_;
+  std::int64_t record_index_ = 0;
+  std::int64_t rows_ = 0;
+};
+
+double RawPostgresRate(Schemas* schemas, int batches_per_txn, double warmup, double seconds) {
+  double rate = 0;
+  {
+    RawPostgres raw(schemas->Fresh(), batches_per_txn);
+    rate = raw.Run(warmup, seconds);
+  }
+  schemas->DropLast();
+  return rate;
+}
+
+void BenchIngestPostgres(const Args& args, Report* report) {
+  const double warmup = args.quick ? 0.2 : 1.0;
+  Schemas schemas(args.store);
+  std::printf("1. ingest into PostgreSQL (%s, server %s): %d layers per step record, %d records per batch\n"
+              "   (%lld rows), up to %d batches unacknowledged per stream, one connection per stream, streams\n"
+              "   alternating between the replicas, %.1f s measured after %.1f s warm-up\n",
+              gac::server::DescribePostgresUri(args.store).c_str(), schemas.admin().Value("SHOW server_version").c_str(),
+              kLayers, kRecordsPerBatch, static_cast<long long>(kRowsPerBatch), kWindow, args.seconds, warmup);
+  std::printf("   server settings: synchronous_commit=%s fsync=%s shared_buffers=%s\n",
+              schemas.admin().Value("SHOW synchronous_commit").c_str(), schemas.admin().Value("SHOW fsync").c_str(),
+              schemas.admin().Value("SHOW shared_buffers").c_str());
+  std::fflush(stdout);
+  const double raw_warmup = args.quick ? 0.05 : 0.5;
+  const double raw_seconds = args.quick ? 0.2 : std::min(args.seconds, 3.0);
+  const double raw_before = RawPostgresRate(&schemas, 1, raw_warmup, raw_seconds);
+  const double big_before = RawPostgresRate(&schemas, kBigTxnBatches, raw_warmup, raw_seconds);
+  struct Measured {
+    int replicas, streams;
+    IngestResult result;
+  };
+  std::vector<Measured> results;
+  for (int replicas : args.replicas) {
+    for (int n : args.streams) {
+      const std::string uri = schemas.Fresh();
+      std::vector<ServerConfig> configs;
+      for (int r = 0; r < replicas; ++r) {
+        ServerConfig config = BaseConfig();
+        config.store = uri;
+        configs.push_back(config);
+      }
+      results.push_back({replicas, n, RunIngest(configs, Format("bench-ingest-r%d-n%d", replicas, n), n, warmup,
+                                                args.seconds)});
+      schemas.DropLast();
+    }
+  }
+  const double big_after = RawPostgresRate(&schemas, kBigTxnBatches, raw_warmup, raw_seconds);
+  const double raw_after = RawPostgresRate(&schemas, 1, raw_warmup, raw_seconds);
+  const double raw = 0.5 * (raw_before + raw_after);
+  const double big = 0.5 * (big_before + big_after);
+  double store = 0;
+  {
+    auto opened = gac::server::OpenPostgresStore(schemas.Fresh());
+    if (!opened.ok()) Fail("store: " + opened.status().ToString());
+    store = StoreApplyRate(opened->get(), raw_warmup, raw_seconds);
+    opened->reset();
+    schemas.DropLast();
+  }
+  std::printf("   Store::Apply alone, 1 batch per transaction, no gRPC: %s = %.2f x raw COPY, 1 batch per "
+              "transaction\n",
+              Rate(store).c_str(), store / raw);
+  std::printf("   raw COPY, 1 batch (%lld rows) per transaction: %s (before %s, after %s)\n",
+              static_cast<long long>(kRowsPerBatch), Rate(raw).c_str(), Rate(raw_before).c_str(),
+              Rate(raw_after).c_str());
+  std::printf("   raw COPY, %d batches (%lld rows) per transaction: %s (before %s, after %s)\n", kBigTxnBatches,
+              static_cast<long long>(kBigTxnBatches * kRowsPerBatch), Rate(big).c_str(), Rate(big_before).c_str(),
+              Rate(big_after).c_str());
+  report->Json("pg_ingest_store_apply_rows_per_s", store);
+  report->Json("pg_ingest_raw_copy_rows_per_s", raw);
+  report->Json("pg_ingest_raw_copy_big_txn_rows_per_s", big);
+  for (const Measured& m : results) {
+    const IngestResult& r = m.result;
+    std::printf("   replicas=%d N=%-3d gacd %s = %.2f x raw bulk COPY (%.2f x 1 batch per transaction); %llu\n"
+                "                     step records stored and verified; process CPU %.0f %% of one core, %.0f rows\n"
+                "                     per store transaction, each writer inside Store::Apply %.0f %% of the time\n",
+                m.replicas, m.streams, Rate(r.rows_per_s).c_str(), r.rows_per_s / big, r.rows_per_s / raw,
+                static_cast<unsigned long long>(r.records), 100 * r.cpu_util, r.mean_txn_rows, 100 * r.writer_busy);
+    const bool at_target_streams = m.streams >= 16;
+    report->Add({Format("PostgreSQL ingest, %d replica(s), N=%d", m.replicas, m.streams), Rate(r.rows_per_s),
+                 "raw bulk COPY " + Rate(big), Format("%.2f", r.rows_per_s / big),
+                 at_target_streams ? ">= 0.7x raw at 16 streams" : "(reported)",
+                 !at_target_streams || r.rows_per_s >= 0.7 * big});
+    const std::string key = Format("pg_ingest_r%d_n%d", m.replicas, m.streams);
+    report->Json(key + "_rows_per_s", r.rows_per_s);
+    report->Json(key + "_ratio_raw_big_txn", r.rows_per_s / big);
+    report->Json(key + "_ratio_raw", r.rows_per_s / raw);
+    report->Json(key + "_cpu_util", r.cpu_util);
+    report->Json(key + "_rows_per_txn", r.mean_txn_rows);
+  }
+  std::printf("\n");
+  std::fflush(stdout);
 }
 
 // ---------------------------------------------------------------------------
@@ -1036,6 +1356,30 @@ LatencySummary Summarise(LoopResult r) {
   return {Quantile(r.latencies_us, 0.50), Quantile(r.latencies_us, 0.99), r.calls / r.seconds, r.latencies_us.size()};
 }
 
+// `clients` closed-loop callers of `method` at `address` and as many of the
+// baseline's, each group on a connection of its own, in `rounds` rounds
+// that alternate which goes first (so that drift hits both), each after its
+// own warm-up. Returns the summaries of the two.
+std::pair<LatencySummary, LatencySummary> MeasurePair(const std::string& address, const char* method,
+                                                      const std::string& baseline_address, const char* baseline_method,
+                                                      int clients, int rounds, double warmup, double seconds) {
+  ClosedLoop a(Connect(address), method, clients);
+  ClosedLoop b(Connect(baseline_address), baseline_method, clients);
+  LoopResult ra, rb;
+  for (int r = 0; r < rounds; ++r) {
+    if (r % 2 == 0) {
+      b.Run(warmup, seconds / rounds, &rb);
+      a.Run(warmup, seconds / rounds, &ra);
+    } else {
+      a.Run(warmup, seconds / rounds, &ra);
+      b.Run(warmup, seconds / rounds, &rb);
+    }
+  }
+  std::pair<LatencySummary, LatencySummary> out{Summarise(std::move(ra)), Summarise(std::move(rb))};
+  if (out.first.samples == 0 || out.second.samples == 0) Fail("no call completed in a measurement window");
+  return out;
+}
+
 void BenchDecide(const Args& args, const std::string& scratch, Report* report) {
   const int rounds = args.quick ? 1 : 2;
   const double warmup = args.quick ? 0.1 : 0.3;
@@ -1070,21 +1414,8 @@ void BenchDecide(const Args& args, const std::string& scratch, Report* report) {
   std::printf("   payload %zu bytes (a serialized DecideRequest) both ways for the echo\n", DecideRequestBytes(0).size());
 
   for (int clients : args.clients) {
-    ClosedLoop decide(Connect(gacd->address()), kDecideMethod, clients);
-    ClosedLoop echo(Connect(echo_address), kEchoMethod, clients);
-    LoopResult d, e;
-    for (int r = 0; r < rounds; ++r) {
-      if (r % 2 == 0) {
-        echo.Run(warmup, args.seconds / rounds, &e);
-        decide.Run(warmup, args.seconds / rounds, &d);
-      } else {
-        decide.Run(warmup, args.seconds / rounds, &d);
-        echo.Run(warmup, args.seconds / rounds, &e);
-      }
-    }
-    const LatencySummary ds = Summarise(std::move(d));
-    const LatencySummary es = Summarise(std::move(e));
-    if (ds.samples == 0 || es.samples == 0) Fail("no Decide or echo call completed in the window");
+    const auto [ds, es] =
+        MeasurePair(gacd->address(), kDecideMethod, echo_address, kEchoMethod, clients, rounds, warmup, args.seconds);
     const double ratio = ds.p99_us / es.p99_us;
     std::printf("   C=%-3d Decide p50 %7.1f us  p99 %7.1f us  %8.0f rpc/s | echo p50 %7.1f us  p99 %7.1f us"
                 "  %8.0f rpc/s | p99 ratio %.2f, p50 ratio %.2f\n",
@@ -1109,35 +1440,65 @@ void BenchDecide(const Args& args, const std::string& scratch, Report* report) {
   std::printf("\n");
 }
 
+// 2 (--store). Decide on a gacd whose store is PostgreSQL against one on
+// SQLite: the same calls, alternating rounds. Decide reads the run settings
+// from memory on both.
+void BenchDecideStores(const Args& args, const std::string& scratch, Report* report) {
+  const int rounds = args.quick ? 1 : 2;
+  const double warmup = args.quick ? 0.1 : 0.3;
+  std::printf("2. Decide on a gacd with the PostgreSQL store against one with the SQLite store: closed-loop\n"
+              "   clients on the callback API, %d alternating round(s) of %.1f s per gacd after %.1f s warm-up each\n",
+              rounds, args.seconds / rounds, warmup);
+  std::fflush(stdout);
+  Schemas schemas(args.store);
+  // The ingest before leaves dirty buffers that a checkpoint would write
+  // during the measurement, on the CPUs and disk both gacd share: write them
+  // now (needs a superuser or pg_checkpoint; skipped otherwise).
+  if (!schemas.admin().TryExec("CHECKPOINT")) std::printf("   (no CHECKPOINT: not allowed for this role)\n");
+  ServerConfig sqlite_config = BaseConfig();
+  sqlite_config.data_dir = scratch + "/gacd-decide";
+  auto on_sqlite = StartGacd(sqlite_config);
+  ServerConfig pg_config = BaseConfig();
+  pg_config.store = schemas.Fresh();
+  auto on_postgres = StartGacd(pg_config);
+  for (GacServer* server : {on_sqlite.get(), on_postgres.get()}) {
+    ClosedLoop probe(Connect(server->address()), kDecideMethod, 1);
+    v1::DecideResponse resp;
+    if (!resp.ParseFromString(probe.CallOnce()) || resp.regime() == v1::REGIME_UNSPECIFIED) {
+      Fail("Decide returned no decision");
+    }
+  }
+  for (int clients : args.clients) {
+    const auto [ps, ls] = MeasurePair(on_postgres->address(), kDecideMethod, on_sqlite->address(), kDecideMethod,
+                                      clients, rounds, warmup, args.seconds);
+    const double ratio = ps.p99_us / ls.p99_us;
+    std::printf("   C=%-3d PostgreSQL store: Decide p50 %7.1f us  p99 %7.1f us  %8.0f rpc/s | SQLite store: p50 %7.1f us"
+                "  p99 %7.1f us  %8.0f rpc/s | p99 ratio %.2f\n",
+                clients, ps.p50_us, ps.p99_us, ps.rpc_per_s, ls.p50_us, ls.p99_us, ls.rpc_per_s, ratio);
+    std::fflush(stdout);
+    report->Add({Format("Decide p99 on PostgreSQL, C=%d", clients),
+                 Format("%.0f us (p50 %.0f, %.1f k rpc/s)", ps.p99_us, ps.p50_us, ps.rpc_per_s / 1e3),
+                 Format("on SQLite p99 %.0f us (p50 %.0f)", ls.p99_us, ls.p50_us), Format("%.2f", ratio),
+                 "unchanged: <= 1.25x", ratio <= 1.25});
+    const std::string key = Format("pg_decide_c%d", clients);
+    report->Json(key + "_p99_us", ps.p99_us);
+    report->Json(key + "_sqlite_p99_us", ls.p99_us);
+    report->Json(key + "_p99_ratio", ratio);
+  }
+  on_postgres->Shutdown(std::chrono::milliseconds(0));
+  on_sqlite->Shutdown(std::chrono::milliseconds(0));
+  std::printf("\n");
+}
+
 // ---------------------------------------------------------------------------
 // 3. /metrics.
 
-// Plain HTTP/1.0 GET of 127.0.0.1:port/metrics; returns the body.
+// GET 127.0.0.1:port/metrics; returns the body.
 std::string HttpGetMetrics(int port) {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) Fail("socket: " + std::string(std::strerror(errno)));
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<std::uint16_t>(port));
-  inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
-  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
-    close(fd);
-    Fail("connect to /metrics: " + std::string(std::strerror(errno)));
-  }
-  const std::string req = "GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
-  if (write(fd, req.data(), req.size()) != static_cast<ssize_t>(req.size())) {
-    close(fd);
-    Fail("write to /metrics failed");
-  }
-  std::string resp;
-  char buf[1 << 16];
-  for (ssize_t n; (n = read(fd, buf, sizeof buf)) > 0;) resp.append(buf, static_cast<std::size_t>(n));
-  close(fd);
-  const auto body = resp.find("\r\n\r\n");
-  if (resp.rfind("HTTP/1.", 0) != 0 || resp.find(" 200 ") > resp.find("\r\n") || body == std::string::npos) {
-    Fail("GET /metrics: unexpected response: " + resp.substr(0, 200));
-  }
-  return resp.substr(body + 4);
+  std::string body;
+  const std::string error = gac::bench::HttpGet(port, "/metrics", &body);
+  if (!error.empty()) Fail("GET /metrics: " + error);
+  return body;
 }
 
 // Feeds `runs` runs with `layers` layers (rank 0) into `metrics`.
@@ -1259,9 +1620,14 @@ int main(int argc, char** argv) {
   std::fflush(stdout);
 
   Report report;
-  BenchIngest(args, scratch, &report);
-  BenchDecide(args, scratch, &report);
-  BenchMetrics(args, scratch, &report);
+  if (!args.store.empty()) {
+    BenchIngestPostgres(args, &report);
+    BenchDecideStores(args, scratch, &report);
+  } else {
+    BenchIngest(args, scratch, &report);
+    BenchDecide(args, scratch, &report);
+    BenchMetrics(args, scratch, &report);
+  }
 
   std::printf("Summary (targets from DESIGN.md; %.0f s in all):\n", Seconds(start, Clock::now()));
   report.PrintTable();

@@ -12,7 +12,7 @@
 #      thresholds set on gacd's run);
 #   4. prints a table and writes a figure (examples/grpo/demo_report.py),
 #      checks that gacd counted every step of every run, and says where
-#      /metrics is and how to watch it with Prometheus and Grafana.
+#      gacd's page and /metrics are, and how to watch with Prometheus and Grafana.
 # Every step of every run streams to gacd. A progress line follows the runs.
 #
 # Usage: scripts/demo_run.sh BUILD_DIR
@@ -76,6 +76,7 @@ fi
 grpc=$(sed -n 's/^grpc=//p' "$ready")
 metrics=$(sed -n 's/^metrics=//p' "$ready")
 echo "demo: gacd serves gRPC on $grpc and metrics on http://$metrics/metrics; store $data/gacd.db"
+echo "demo: watch the runs live in a browser: http://$metrics/"
 # deploy/prometheus.yml, pointed at this gacd and the repository's rules (no Alertmanager).
 sed -e "s#gacd:9464#$metrics#" -e "s#- rules/\*\.yml#- $PWD/dashboards/gac.rules.yml#" \
     -e 's/scrape_interval: 15s/scrape_interval: 5s/' -e '/^alerting:/,/^$/d' \
@@ -159,6 +160,8 @@ cat <<EOF
 
 demo: results in $out (summary.md, demo.png, per-step CSVs in runs/); gacd's store is $data/gacd.db,
       runs ${prefix}sync, ${prefix}stale and ${prefix}gac.
+demo: gacd's page, the runs without installing anything: http://$metrics/
+      (GAC_DEMO_KEEP_GACD=1 keeps gacd, and the page, up after the runs).
 demo: gacd exported Prometheus metrics at http://$metrics/metrics (gac_cosine, gac_decisions_total, ...).
       Prometheus: prometheus --config.file=$out/prometheus.yml (this gacd, the alert rules of
       dashboards/gac.rules.yml); Grafana: import dashboards/gac.json with that Prometheus as the
@@ -167,5 +170,5 @@ demo: gacd exported Prometheus metrics at http://$metrics/metrics (gac_cosine, g
       GAC_DEMO_KEEP_GACD=1 leaves gacd running after the runs.
 EOF
 if [ "${GAC_DEMO_KEEP_GACD:-0}" = 1 ]; then
-  echo "demo: gacd keeps running (pid $gacd_pid); stop it with: kill $gacd_pid"
+  echo "demo: gacd keeps running (pid $gacd_pid), its page at http://$metrics/; stop it with: kill $gacd_pid"
 fi

@@ -94,6 +94,13 @@ double Controller::Alpha(double cosine) const {
   return lo * std::sqrt(rest) / (a * std::sqrt(1.0 - lo * lo));
 }
 
+Regime Controller::RegimeForCosine(double cosine) const {
+  const double a = std::fabs(cosine);
+  if (a <= thresholds_.c_low) return Regime::kSafe;
+  if (a >= thresholds_.c_high) return Regime::kSkip;
+  return Regime::kProject;
+}
+
 Decision Controller::Decide(const AlignmentStats& s) const {
   Decision d;
   d.grad_norm = std::sqrt(s.gg);
@@ -112,18 +119,16 @@ Decision Controller::Decide(const AlignmentStats& s) const {
   // |g|*|p|, not sqrt(gg*pp): the product of the squares can overflow.
   const double norms = d.grad_norm * d.ref_norm;
   const double c = s.dot / (norms + kCosineEpsilon);
-  const double a = std::fabs(c);
   d.cosine = c;
-  if (a <= thresholds_.c_low) {
+  d.regime = RegimeForCosine(c);
+  if (d.regime == Regime::kSafe) {
     d.cosine_after = c;
     return d;
   }
-  if (a >= thresholds_.c_high) {
-    d.regime = Regime::kSkip;
+  if (d.regime == Regime::kSkip) {
     d.apply_update = false;
     return d;
   }
-  d.regime = Regime::kProject;
   d.alpha = Alpha(c);
   d.projection_coeff = (1.0 - d.alpha) * s.dot / s.pp;
   // The post-projection cosine follows from the exact cosine of g and p.

@@ -215,4 +215,27 @@ Status FromGrpcStatus(const grpc::Status& status, const std::string& prefix) {
   return Status(mapped, prefix.empty() ? status.error_message() : prefix + ": " + status.error_message());
 }
 
+int ToHttpStatus(StatusCode code) {
+  switch (code) {
+    case StatusCode::kOk: return 200;
+    case StatusCode::kInvalidArgument:
+    case StatusCode::kFailedPrecondition:
+    case StatusCode::kOutOfRange: return 400;
+    case StatusCode::kUnauthenticated: return 401;
+    case StatusCode::kPermissionDenied: return 403;
+    case StatusCode::kNotFound: return 404;
+    case StatusCode::kAborted:
+    case StatusCode::kAlreadyExists: return 409;
+    case StatusCode::kResourceExhausted: return 413;
+    case StatusCode::kCancelled: return 499;
+    case StatusCode::kUnimplemented: return 501;
+    case StatusCode::kUnavailable: return 503;
+    case StatusCode::kDeadlineExceeded: return 504;
+    case StatusCode::kUnknown:
+    case StatusCode::kInternal:
+    case StatusCode::kDataLoss: break;
+  }
+  return 500;
+}
+
 }  // namespace gac::proto

@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "gac/proto/convert.h"
+#include "gac/server/store.h"
 #include "gac/server/validate.h"
 
 namespace gac::server {
@@ -57,6 +58,16 @@ const std::map<std::string, Setter>& Setters() {
       {"metrics-listen", [](ServerConfig& c, const std::string& v) { c.metrics_listen = v; return Status::Ok(); }},
       {"data-dir", [](ServerConfig& c, const std::string& v) { c.data_dir = v; return Status::Ok(); }},
       {"db", [](ServerConfig& c, const std::string& v) { c.db = v; return Status::Ok(); }},
+      {"store",
+       [](ServerConfig& c, const std::string& v) {
+         if (!v.empty() && v != "sqlite" && !IsPostgresUri(v)) {
+           return Status::InvalidArgument("expected sqlite or a postgresql:// URI, got '" +
+                                          (v.find("://") != std::string::npos ? v.substr(0, v.find("://") + 3) + "..." : v) +
+                                          "'");
+         }
+         c.store = v;
+         return Status::Ok();
+       }},
       {"token-file", [](ServerConfig& c, const std::string& v) { c.token_file = v; return Status::Ok(); }},
       {"insecure", [](ServerConfig& c, const std::string& v) { return ParseBool(v, &c.insecure); }},
       {"tls-cert", [](ServerConfig& c, const std::string& v) { c.tls_cert = v; return Status::Ok(); }},
@@ -168,9 +179,11 @@ std::string Usage() {
 
   --config FILE             "key = value" lines with the flag names below
   --listen HOST:PORT        gRPC address (default 127.0.0.1:7070; port 0 = any)
-  --metrics-listen HOST:PORT  Prometheus /metrics address (default 127.0.0.1:9464; "" = off)
+  --metrics-listen HOST:PORT  HTTP address: /metrics, the JSON API and the page (default 127.0.0.1:9464; "" = off)
   --data-dir DIR            data directory (default ./gacd-data)
   --db PATH                 SQLite file (default DATA_DIR/gacd.db; ":memory:" = not persisted)
+  --store sqlite|postgresql://USER@HOST:PORT/DB  the store (default sqlite, at --db); several
+                            gacd may share one PostgreSQL database (password: PGPASSWORD or a passfile)
   --token-file FILE         bearer tokens: "name token rights runs" per line
   --insecure                no authentication (loopback addresses only; for local use)
   --tls-cert FILE --tls-key FILE  serve gRPC over TLS
@@ -252,6 +265,9 @@ Status ValidateConfig(const ServerConfig& c) {
   }
   StatusOr<Thresholds> t = proto::ThresholdsFromProto(c.default_thresholds);
   if (!t.ok()) return Status::InvalidArgument("default thresholds: " + t.status().message());
+  if (IsPostgresUri(c.store) && !c.db.empty()) {
+    return Status::InvalidArgument("--db names a SQLite file; it does not go with --store=postgresql://...");
+  }
   if (c.max_message_bytes < 1024) return Status::InvalidArgument("--max-message-bytes must be >= 1024");
   if (c.max_queue_rows == 0) return Status::InvalidArgument("--max-queue-rows must be > 0");
   if (c.max_layers_per_run == 0 && c.per_layer_metrics) {

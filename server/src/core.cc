@@ -67,37 +67,58 @@ void Core::ChangeRunConfig(const v1::SetRunConfigRequest& request, const Princip
     done(Status::InvalidArgument("reason longer than " + std::to_string(limits.max_reason_bytes) + " bytes"));
     return;
   }
+  TryChangeRunConfig(std::make_shared<const v1::SetRunConfigRequest>(request), principal.name,
+                     std::make_shared<ConfigDone>(std::move(done)), kConfigAttempts);
+}
+
+void Core::TryChangeRunConfig(std::shared_ptr<const v1::SetRunConfigRequest> request, std::string principal,
+                              std::shared_ptr<ConfigDone> done, int attempts) {
   // The whole change is serialised through the registry; the write that
   // makes it durable goes through the writer (the caller never waits on the
-  // disk), and `done` runs once it is committed.
+  // disk), and `done` runs once it is committed. The store writes it only if
+  // no other gacd sharing the store changed the run since (compare-and-set
+  // on the version); otherwise the registry takes the stored settings and a
+  // change without expected_version is made again on top of them.
   auto write = std::make_shared<ConfigWrite>();
-  write->run = request.run();
-  StatusOr<v1::RunConfig> next = registry->Change(request.run(), request.thresholds(), request.mode(),
-                                                  request.expected_version(), principal.name, NowNs(),
+  write->run = request->run();
+  StatusOr<v1::RunConfig> next = registry->Change(request->run(), request->thresholds(), request->mode(),
+                                                  request->expected_version(), principal, NowNs(),
                                                   write->change.mutable_before());
   if (!next.ok()) {
-    done(next.status());
+    (*done)(next.status());
     return;
   }
   write->config = *next;
   *write->change.mutable_after() = *next;
-  write->change.set_reason(request.reason());
+  write->change.set_reason(request->reason());
   WriteOp op;
   op.config = write.get();
   op.received_ns = NowNs();
-  auto shared_done = std::make_shared<ConfigDone>(std::move(done));
-  const Status st = writer->Submit(op, 1, [this, write, shared_done](const Status& s, const WriteOp&) {
+  const Status st = writer->Submit(op, 1, [this, write, request, principal, done, attempts](const Status& s,
+                                                                                          const WriteOp& result) {
     if (!s.ok()) {
       registry->Revert(write->run, write->config, write->change.before());
-      (*shared_done)(Status::Unavailable("settings not stored: " + s.message()));
+      (*done)(Status::Unavailable("settings not stored: " + s.message()));
+      return;
+    }
+    if (result.config_conflict) {
+      registry->Revert(write->run, write->config, result.stored_config);
+      metrics->ObserveConfig(write->run, registry->Get(write->run), std::chrono::system_clock::now());
+      if (request->expected_version() != 0 || attempts <= 1) {
+        (*done)(Status(StatusCode::kAborted, "run '" + write->run + "' was changed through another gacd: it is at version " +
+                                                 std::to_string(result.stored_config.version()) + ", not " +
+                                                 std::to_string(write->change.before().version())));
+        return;
+      }
+      TryChangeRunConfig(request, principal, done, attempts - 1);
       return;
     }
     metrics->ObserveConfig(write->run, write->config, std::chrono::system_clock::now());
-    (*shared_done)(write->config);
+    (*done)(write->config);
   });
   if (!st.ok()) {
     registry->Revert(write->run, write->config, write->change.before());
-    (*shared_done)(st);
+    (*done)(st);
   }
 }
 

@@ -69,8 +69,9 @@ class Core {
   // run): validated and installed at once (so Decide uses them), made
   // durable with their audit record through the writer, undone if the write
   // fails. `done` runs once: with the new settings after the commit, or the
-  // error (InvalidArgument, Aborted for a stale expected_version,
-  // Unavailable when not stored). Never waits on the disk.
+  // error (InvalidArgument, Aborted for a stale expected_version, also when
+  // another replica sharing the store changed the run first, Unavailable
+  // when not stored). Never waits on the disk.
   using ConfigDone = std::function<void(const StatusOr<v1::RunConfig>&)>;
   void ChangeRunConfig(const v1::SetRunConfigRequest& request, const Principal& principal, ConfigDone done);
 
@@ -78,6 +79,12 @@ class Core {
   void ObserveCommitted(const v1::IngestRequest& request, const WriteOp& op);
 
  private:
+  // Tries of a settings change without expected_version that lose to
+  // changes made through other replicas at the same moment.
+  static constexpr int kConfigAttempts = 5;
+  void TryChangeRunConfig(std::shared_ptr<const v1::SetRunConfigRequest> request, std::string principal,
+                          std::shared_ptr<ConfigDone> done, int attempts);
+
   Mutex calls_mu_;
   CondVar calls_cv_;
   int open_calls_ GAC_GUARDED_BY(calls_mu_) = 0;

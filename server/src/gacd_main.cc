@@ -2,9 +2,11 @@
 
 #include <csignal>
 #include <cstdio>
+#include <string>
 #include <pthread.h>
 
 #include "gac/server/server.h"
+#include "gac/server/store.h"
 
 int main(int argc, char** argv) {
   using gac::server::GacServer;
@@ -28,17 +30,21 @@ int main(int argc, char** argv) {
 
   auto server = GacServer::Start(*config);
   if (!server.ok()) {
+    // Whatever stops the start is configuration (files, addresses, the
+    // store and its database): exit 2, which systemd does not restart.
     std::fprintf(stderr, "gacd: cannot start: %s\n", server.status().ToString().c_str());
-    return 1;
+    return 2;
   }
-  const std::string store = config->DatabasePath();
+  const std::string store =
+      gac::server::IsPostgresUri(config->store) ? gac::server::DescribePostgresUri(config->store) : config->DatabasePath();
   std::fprintf(stderr, "gacd: serving gRPC on %s%s, store %s%s\n", (*server)->address().c_str(),
                config->tls_cert.empty() ? "" : " (TLS)", store.c_str(),
                config->insecure ? ", INSECURE: no authentication" : "");
   if ((*server)->metrics_port() != 0) {
-    std::fprintf(stderr, "gacd: Prometheus metrics on http://%s:%d/metrics\n",
-                 config->metrics_listen.substr(0, config->metrics_listen.rfind(':')).c_str(),
-                 (*server)->metrics_port());
+    const std::string http = "http://" + config->metrics_listen.substr(0, config->metrics_listen.rfind(':')) + ":" +
+                             std::to_string((*server)->metrics_port());
+    std::fprintf(stderr, "gacd: Prometheus metrics on %s/metrics, the page on %s/, the JSON API under %s/api/v1\n",
+                 http.c_str(), http.c_str(), http.c_str());
   }
   int sig = 0;
   sigwait(&signals, &sig);

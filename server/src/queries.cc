@@ -118,7 +118,11 @@ StatusOr<StepQuery> StepQueryFromRequest(const v1::GetStepsRequest& request) {
 }
 
 StatusOr<v1::GetStepsResponse> GetStepsPage(Store& store, const StepQuery& query) {
-  if (auto run = store.GetRun(query.run); !run.ok()) return Status::NotFound("unknown run '" + query.run + "'");
+  if (auto run = store.GetRun(query.run); !run.ok()) {
+    // A store that cannot answer (a database that went away) keeps its code.
+    if (run.status().code() != StatusCode::kNotFound) return run.status();
+    return Status::NotFound("unknown run '" + query.run + "'");
+  }
   auto steps = store.GetSteps(query);
   if (!steps.ok()) return steps.status();
   v1::GetStepsResponse resp;
@@ -163,6 +167,7 @@ v1::RunSummary SummarizeRun(const v1::RunInfo& info, const v1::RunConfig& config
 StatusOr<v1::RunSummary> GetRunSummary(Store& store, const RunRegistry& registry, const std::string& run,
                                        std::uint32_t window) {
   auto info = store.GetRun(run);
+  if (!info.ok() && info.status().code() != StatusCode::kNotFound) return info.status();
   if (!info.ok()) return Status::NotFound("unknown run '" + run + "'");
   auto steps = store.GetRecentSteps(run, 0, window);
   if (!steps.ok()) return steps.status();

@@ -85,4 +85,13 @@ void RunRegistry::Revert(const std::string& run, const v1::RunConfig& failed, co
   }
 }
 
+bool RunRegistry::Install(const std::string& run, const v1::RunConfig& config) {
+  if (config.version() == 0) return false;  // never stored: the defaults apply
+  WriterMutexLock lock(&mu_);
+  auto it = runs_.find(run);
+  if (it != runs_.end() && it->second.config.version() >= config.version()) return false;
+  runs_.insert_or_assign(run, MakeEntry(config));
+  return true;
+}
+
 }  // namespace gac::server

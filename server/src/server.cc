@@ -3,8 +3,6 @@
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
 #include <grpcpp/security/server_credentials.h>
-#include <prometheus/exposer.h>
-#include <prometheus/registry.h>
 
 #include <cstdio>
 #include <fstream>
@@ -14,6 +12,8 @@
 #include "gac/mutex.h"
 #include "gac/server/metrics.h"
 #include "server/src/core.h"
+#include "server/src/http/http_server.h"
+#include "server/src/settings_sync.h"
 #include "server/src/services/services.h"
 
 namespace gac::server {
@@ -31,12 +31,13 @@ struct GacServer::Impl {
   std::unique_ptr<AdminServiceImpl> admin;
   std::unique_ptr<QueryServiceImpl> query;
   std::unique_ptr<grpc::Server> server;
-  std::unique_ptr<prometheus::Exposer> exposer;
+  std::unique_ptr<HttpServer> http;  // /metrics, the JSON API and the page
   std::string address;
   int port = 0;
   int metrics_port = 0;
 
   std::thread housekeeping;
+  std::unique_ptr<SettingsSync> settings_sync;
   Mutex mu;
   CondVar cv;
   bool shutting_down GAC_GUARDED_BY(mu) = false;
@@ -77,6 +78,11 @@ StatusOr<std::unique_ptr<GacServer>> GacServer::Start(const ServerConfig& config
     StatusOr<Authenticator> auth = Authenticator::FromFile(config.token_file);
     if (!auth.ok()) return auth.status();
     core.auth = std::move(*auth);
+  }
+  if (store == nullptr && IsPostgresUri(config.store)) {
+    auto opened = OpenPostgresStore(config.store);
+    if (!opened.ok()) return opened.status();
+    store = std::move(*opened);
   }
   if (store == nullptr) {
     if (config.db == ":memory:") {
@@ -159,20 +165,28 @@ StatusOr<std::unique_ptr<GacServer>> GacServer::Start(const ServerConfig& config
   impl->server->GetHealthCheckService()->SetServingStatus(true);
 
   if (!config.metrics_listen.empty()) {
-    try {
-      impl->exposer = std::make_unique<prometheus::Exposer>(config.metrics_listen, 2);
-    } catch (const std::exception& e) {
+    HttpServerOptions hopts;
+    hopts.listen = config.metrics_listen;
+    hopts.max_body_bytes = config.max_message_bytes;
+    // Without tokens, the API (which can change a run's settings) stays on loopback.
+    hopts.api_enabled = !config.insecure || IsLoopbackAddress(config.metrics_listen);
+    hopts.api_disabled_reason = "gacd runs --insecure: its HTTP API answers on a loopback --metrics-listen only (" +
+                                config.metrics_listen + " is not); give gacd a --token-file";
+    auto http = HttpServer::Start(hopts, &core);
+    if (!http.ok()) {
       impl->server->Shutdown();
       core.writer->Stop();
-      return Status::Unavailable("cannot serve /metrics on '" + config.metrics_listen + "': " + e.what());
+      return http.status();
     }
-    impl->exposer->RegisterCollectable(core.metrics->registry());
-    const std::vector<int> ports = impl->exposer->GetListeningPorts();
-    impl->metrics_port = ports.empty() ? 0 : ports.front();
+    impl->http = std::move(*http);
+    impl->metrics_port = impl->http->port();
   }
   for (const auto& [run, cfg] : *configs) core.metrics->ObserveConfig(run, cfg, std::chrono::system_clock::now());
   Impl* raw = impl.get();
   impl->housekeeping = std::thread([raw] { raw->Housekeeping(); });
+  // Settings changed through other replicas sharing the store.
+  impl->settings_sync = std::make_unique<SettingsSync>(core.store.get(), core.registry.get(), core.metrics.get());
+  impl->settings_sync->Start();
 
   if (!config.ready_file.empty()) {
     const std::string tmp = config.ready_file + ".tmp";
@@ -204,15 +218,18 @@ void GacServer::Shutdown(std::chrono::milliseconds drain) {
   // Open streams end once their batches are acknowledged, unary calls once
   // answered; then the server stops, cutting off only what outlived the
   // drain time (and stream reads left pending after Finish).
-  std::thread exposer_stop([&s] { s.exposer.reset(); });  // civetweb takes ~2 s to stop
+  std::thread http_stop([&s] {  // civetweb takes ~1-2 s to stop; requests in progress finish first
+    if (s.http != nullptr) s.http->Stop();
+  });
   s.ingest->DrainStreams();
   s.core.WaitForCalls(std::chrono::steady_clock::now() + drain);
   s.server->Shutdown(std::chrono::system_clock::now());
   s.server->Wait();
   s.core.executor->Stop();
+  if (s.settings_sync) s.settings_sync->Stop();
   s.core.writer->Stop();  // commits everything queued
   if (s.housekeeping.joinable()) s.housekeeping.join();
-  exposer_stop.join();
+  http_stop.join();
   {
     MutexLock lock(&s.mu);
     s.shut_down = true;

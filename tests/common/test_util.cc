@@ -3,6 +3,7 @@
 #include <grpcpp/generic/generic_stub.h>
 
 #include <arpa/inet.h>
+#include <google/protobuf/util/json_util.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -12,6 +13,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
@@ -337,7 +339,15 @@ grpc::Status RawIngest(const std::string& address, const std::string& bytes) {
   return st;
 }
 
-std::optional<std::string> HttpGet(const std::string& host_port, const std::string& path) {
+std::string HttpReply::Header(const std::string& name) const {
+  for (const auto& [n, v] : headers) {
+    if (n == name) return v;
+  }
+  return "";
+}
+
+std::optional<HttpReply> HttpFetch(const std::string& host_port, const std::string& method, const std::string& path,
+                                   const std::vector<std::string>& headers, const std::string& body) {
   const auto colon = host_port.rfind(':');
   const std::string host = host_port.substr(0, colon);
   const int port = std::atoi(host_port.c_str() + colon + 1);
@@ -351,20 +361,58 @@ std::optional<std::string> HttpGet(const std::string& host_port, const std::stri
     close(fd);
     return std::nullopt;
   }
-  const std::string req = "GET " + path + " HTTP/1.0\r\nHost: " + host_port + "\r\n\r\n";
-  if (write(fd, req.data(), req.size()) != static_cast<ssize_t>(req.size())) {
-    close(fd);
-    return std::nullopt;
+  std::string req = method + " " + path + " HTTP/1.1\r\nHost: " + host_port + "\r\nConnection: close\r\n";
+  for (const std::string& h : headers) req += h + "\r\n";
+  if (!body.empty() || method == "PUT" || method == "POST") req += "Content-Length: " + std::to_string(body.size()) + "\r\n";
+  req += "\r\n" + body;
+  for (std::size_t sent = 0; sent < req.size();) {
+    const ssize_t n = write(fd, req.data() + sent, req.size() - sent);
+    if (n <= 0) break;  // the server may answer (413) before reading everything
+    sent += static_cast<std::size_t>(n);
   }
   std::string resp;
-  char buf[16384];
+  char buf[65536];
   for (ssize_t n; (n = read(fd, buf, sizeof buf)) > 0;) resp.append(buf, static_cast<std::size_t>(n));
   close(fd);
-  const auto body = resp.find("\r\n\r\n");
-  if (resp.rfind("HTTP/1.", 0) != 0 || resp.find(" 200 ") == std::string::npos || body == std::string::npos) {
-    return std::nullopt;
+  const auto end = resp.find("\r\n\r\n");
+  if (resp.rfind("HTTP/1.", 0) != 0 || end == std::string::npos || resp.size() < 12) return std::nullopt;
+  HttpReply reply;
+  reply.status = std::atoi(resp.c_str() + 9);
+  std::istringstream lines(resp.substr(0, end));
+  std::string line;
+  std::getline(lines, line);  // the status line
+  while (std::getline(lines, line)) {
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    const auto sep = line.find(':');
+    if (sep == std::string::npos) continue;
+    std::string name = line.substr(0, sep);
+    for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    std::size_t value = sep + 1;
+    while (value < line.size() && line[value] == ' ') ++value;
+    reply.headers.emplace_back(std::move(name), line.substr(value));
   }
-  return resp.substr(body + 4);
+  reply.body = resp.substr(end + 4);
+  return reply;
+}
+
+google::protobuf::Value ParseJson(const std::string& text) {
+  google::protobuf::Value v;
+  const auto st = google::protobuf::util::JsonStringToMessage(text, &v);
+  EXPECT_TRUE(st.ok()) << st.message() << " in " << text.substr(0, 500);
+  return v;
+}
+
+const google::protobuf::Value& JsonMember(const google::protobuf::Value& v, const std::string& key) {
+  static const google::protobuf::Value kMissing;
+  if (v.kind_case() != google::protobuf::Value::kStructValue) return kMissing;
+  auto it = v.struct_value().fields().find(key);
+  return it == v.struct_value().fields().end() ? kMissing : it->second;
+}
+
+std::optional<std::string> HttpGet(const std::string& host_port, const std::string& path) {
+  std::optional<HttpReply> reply = HttpFetch(host_port, "GET", path);
+  if (!reply.has_value() || reply->status != 200) return std::nullopt;
+  return std::move(reply->body);
 }
 
 v1::StepRecord MakeStep(const std::string& run, std::int64_t step, double cosine, std::uint32_t rank,

@@ -5,6 +5,7 @@
 #ifndef GAC_TESTS_COMMON_TEST_UTIL_H_
 #define GAC_TESTS_COMMON_TEST_UTIL_H_
 
+#include <google/protobuf/struct.pb.h>
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
@@ -134,7 +135,30 @@ int RunProcess(const std::vector<std::string>& argv, const std::string& input, s
 grpc::Status RawUnary(const std::string& address, const std::string& method, const std::string& bytes);
 grpc::Status RawIngest(const std::string& address, const std::string& bytes);
 
-// Plain HTTP/1.0 GET on 127.0.0.1:port; returns the body, or nullopt.
+// An HTTP exchange's answer: status, headers (names lower-cased) and body.
+struct HttpReply {
+  int status = 0;
+  std::vector<std::pair<std::string, std::string>> headers;
+  std::string body;
+  // The value of header `name` (lower case), or "".
+  std::string Header(const std::string& name) const;
+};
+
+// One plain HTTP/1.1 request ("Connection: close") to host:port (IPv4 or
+// localhost) with `headers` ("Name: value" lines) and `body`; nullopt when
+// the connection fails or the answer is not HTTP. The body is read up to
+// the end of the connection.
+std::optional<HttpReply> HttpFetch(const std::string& host_port, const std::string& method, const std::string& path,
+                                   const std::vector<std::string>& headers = {}, const std::string& body = "");
+
+// `text` read by protobuf's JSON parser (a reader independent of gacd's own
+// JSON writer); text that does not parse fails the test.
+google::protobuf::Value ParseJson(const std::string& text);
+// The member `key` of a JSON object; an empty Value (KIND_NOT_SET) when `v`
+// is not an object or has no such member.
+const google::protobuf::Value& JsonMember(const google::protobuf::Value& v, const std::string& key);
+
+// Plain HTTP GET; returns the body of a 200 answer, or nullopt.
 std::optional<std::string> HttpGet(const std::string& host_port, const std::string& path);
 
 // A valid step record: regime SAFE, cosine c (absent if NaN), norms 1.

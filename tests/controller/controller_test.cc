@@ -732,6 +732,34 @@ TEST(DecideRandomTest, RegimesAgreeWithReference) {
   EXPECT_GT(counts[2], 1000);
 }
 
+TEST(RegimeForCosineTest, AgreesWithDecideOnTheReportedCosine) {
+  // gacctl replays recorded steps from their reported c_t alone: the regime
+  // of that cosine must be the regime Decide chose, for every threshold pair,
+  // including cosines that sit exactly on a threshold.
+  std::mt19937_64 rng(7);
+  std::uniform_real_distribution<double> cos_dist(-0.6, 0.6);
+  std::uniform_real_distribution<double> log_norm(-3.0, 3.0);
+  const Controller controllers[] = {MakeController(0.05, 0.3), MakeController(0.02, 0.1),
+                                    MakeController(0.1, 1.0, AlphaMode::kExact)};
+  for (const Controller& ctl : controllers) {
+    for (int trial = 0; trial < 5000; ++trial) {
+      const double gn = std::pow(10.0, log_norm(rng));
+      const double pn = std::pow(10.0, log_norm(rng));
+      const double c = cos_dist(rng);
+      const Decision d = ctl.Decide(AlignmentStats{c * gn * pn, gn * gn, pn * pn, true});
+      ASSERT_TRUE(d.cosine.has_value());
+      ASSERT_EQ(ctl.RegimeForCosine(*d.cosine), d.regime) << "c=" << *d.cosine;
+    }
+    const Thresholds& t = ctl.thresholds();
+    EXPECT_EQ(ctl.RegimeForCosine(t.c_low), Regime::kSafe);
+    EXPECT_EQ(ctl.RegimeForCosine(-t.c_low), Regime::kSafe);
+    EXPECT_EQ(ctl.RegimeForCosine(std::nextafter(t.c_low, 1.0)), Regime::kProject);
+    EXPECT_EQ(ctl.RegimeForCosine(std::nextafter(t.c_high, 0.0)), Regime::kProject);
+    EXPECT_EQ(ctl.RegimeForCosine(t.c_high), Regime::kSkip);
+    EXPECT_EQ(ctl.RegimeForCosine(-t.c_high), Regime::kSkip);
+  }
+}
+
 TEST(DecideTest, HugeNormsDoNotOverflowTheCosine) {
   // gg * pp = 1e400 overflows a double; the cosine must still be 0.5.
   const Controller ctl = MakeController(0.05, 0.3, AlphaMode::kPaper);

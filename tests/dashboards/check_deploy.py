@@ -13,10 +13,17 @@ usage: check_deploy.py REPO [--gacd PATH] [--write-k8s-rules]
 - compose: bind-mounted files exist, the Prometheus targets and rule path,
   Grafana's datasource URL and dashboard path agree with the services;
 - Alertmanager: routes name existing receivers and existing alerts;
+- replicas on PostgreSQL (compose.postgresql.yaml, k8s-postgresql/): two or
+  more gacd replicas, --store a postgresql:// URI without a password (the
+  password comes from a secret through PGPASSWORD), the database service
+  exists, each replica is scraped on its own, a PodDisruptionBudget and gRPC
+  readiness select the gacd pods;
 - with --gacd: gacd starts with the flags of the systemd unit and config, the
   compose file, the Kubernetes Deployment and the Dockerfile (addresses moved
-  to loopback ports 0), and the Dockerfile's runtime packages cover the
-  libraries the binary links (ldd, dpkg).
+  to loopback ports 0); gacd accepts the flags of the PostgreSQL deployments
+  (it gets as far as connecting to the database, moved to a closed loopback
+  port); and the Dockerfile's runtime packages cover the libraries the binary
+  links (ldd, dpkg).
 
 Exits 0 when everything holds, 1 with one line per problem, 77 (skipped)
 when python3-yaml is missing.
@@ -110,21 +117,27 @@ def matches(selector, labels):
     return bool(selector) and all(labels.get(k) == v for k, v in selector.items())
 
 
-def check_k8s(repo):
-    k8s = f"{repo}/deploy/k8s"
+def kustomize_objects(k8s, where):
+    """The objects of a kustomization's resources, by (kind, name)."""
     kust = load(f"{k8s}/kustomization.yaml")
     objects = {}
     for res in kust.get("resources", []):
         path = f"{k8s}/{res}"
         if not os.path.exists(path):
-            problem(f"kustomization.yaml: resource {res} does not exist")
+            problem(f"{where}kustomization.yaml: resource {res} does not exist")
             continue
         for doc in load_all(path):
             kind, name = doc.get("kind"), doc.get("metadata", {}).get("name")
             if not doc.get("apiVersion") or not kind or not name:
-                problem(f"{res}: object without apiVersion, kind or metadata.name")
+                problem(f"{where}{res}: object without apiVersion, kind or metadata.name")
                 continue
             objects[(kind, name)] = doc
+    return objects
+
+
+def check_k8s(repo):
+    k8s = f"{repo}/deploy/k8s"
+    objects = kustomize_objects(k8s, "")
     dep = objects.get(("Deployment", "gacd"))
     svc = objects.get(("Service", "gacd"))
     sm = objects.get(("ServiceMonitor", "gacd"))
@@ -293,6 +306,135 @@ def check_alertmanager(repo):
                     problem(f"alertmanager.yml: inhibit matcher {m} matches no alert")
 
 
+# ------------------------------------------------------- PostgreSQL replicas
+
+def check_store_uri(uri, what):
+    """A postgresql:// URI whose password does not appear in the flags."""
+    m = re.match(r"postgres(?:ql)?://([^@/]*)@([^/:?]+)(?::(\d+))?/([^?]+)", uri or "")
+    if not m:
+        problem(f"{what}: --store is not a postgresql://USER@HOST[:PORT]/DB URI: {uri!r}")
+        return None
+    if ":" in m.group(1):
+        problem(f"{what}: --store carries a password; pass it through PGPASSWORD from a secret")
+    return m.group(2)
+
+
+def check_k8s_postgresql(repo):
+    objects = kustomize_objects(f"{repo}/deploy/k8s-postgresql", "k8s-postgresql/")
+    dep = objects.get(("Deployment", "gacd"))
+    pdb = objects.get(("PodDisruptionBudget", "gacd"))
+    svc = objects.get(("Service", "gacd"))
+    sm = objects.get(("ServiceMonitor", "gacd"))
+    if not dep or not pdb or not svc or not sm:
+        problem("k8s-postgresql: expected Deployment, PodDisruptionBudget, Service and ServiceMonitor named gacd")
+        return
+    spec = dep["spec"]
+    pod_labels = spec["template"]["metadata"]["labels"]
+    replicas = spec.get("replicas", 1)
+    if replicas < 2:
+        problem("k8s-postgresql/deployment.yaml: fewer than two replicas")
+    if spec.get("strategy", {}).get("type", "RollingUpdate") != "RollingUpdate":
+        problem("k8s-postgresql/deployment.yaml: replicas sharing a database roll, they are not recreated")
+    if not matches(spec["selector"]["matchLabels"], pod_labels):
+        problem("k8s-postgresql/deployment.yaml: selector does not match the pod labels")
+    if not matches(pdb["spec"]["selector"]["matchLabels"], pod_labels):
+        problem("k8s-postgresql/pdb.yaml: selector does not match the gacd pods")
+    max_unavailable = pdb["spec"].get("maxUnavailable")
+    min_available = pdb["spec"].get("minAvailable")
+    if max_unavailable is None and min_available is None:
+        problem("k8s-postgresql/pdb.yaml: neither maxUnavailable nor minAvailable")
+    elif (max_unavailable is not None and max_unavailable >= replicas) or \
+            (min_available is not None and (min_available < 1 or min_available >= replicas)):
+        problem("k8s-postgresql/pdb.yaml: the budget lets every replica go, or none")
+    for s in [o for (kind, _), o in objects.items() if kind == "Service" and o["metadata"]["name"].startswith("gacd")]:
+        if not matches(s["spec"]["selector"], pod_labels):
+            problem(f"k8s-postgresql/service.yaml: {s['metadata']['name']} does not select the gacd pods")
+    if not matches(sm["spec"]["selector"]["matchLabels"], svc["metadata"]["labels"]):
+        problem("k8s-postgresql/servicemonitor.yaml: selector does not match the Service labels")
+    container = spec["template"]["spec"]["containers"][0]
+    port_names = {p["name"]: p["containerPort"] for p in container["ports"]}
+    for probe in ("readinessProbe", "livenessProbe"):
+        if container.get(probe, {}).get("grpc", {}).get("port") != port_names.get("grpc"):
+            problem(f"k8s-postgresql/deployment.yaml: {probe} does not probe the gRPC port (grpc.health.v1)")
+    args = dict(a[2:].split("=", 1) for a in container["args"] if "=" in a)
+    host = check_store_uri(args.get("store"), "k8s-postgresql/deployment.yaml")
+    env = {e["name"]: e for e in container.get("env", [])}
+    if "secretKeyRef" not in env.get("PGPASSWORD", {}).get("valueFrom", {}):
+        problem("k8s-postgresql/deployment.yaml: PGPASSWORD does not come from a secret")
+    if "data-dir" in args or "db" in args:
+        problem("k8s-postgresql/deployment.yaml: --data-dir/--db are the SQLite store's")
+    sts = objects.get(("StatefulSet", host))
+    if ("Service", host) in objects and not sts:
+        problem(f"k8s-postgresql: Service {host} has no StatefulSet")
+    if sts:
+        db_env = {e["name"]: e for e in sts["spec"]["template"]["spec"]["containers"][0].get("env", [])}
+        ref = db_env.get("POSTGRES_PASSWORD", {}).get("valueFrom", {}).get("secretKeyRef", {})
+        if ref != env.get("PGPASSWORD", {}).get("valueFrom", {}).get("secretKeyRef"):
+            problem("k8s-postgresql/postgres.yaml: the database password is not gacd's secret")
+        if not matches(objects[("Service", host)]["spec"]["selector"], sts["spec"]["template"]["metadata"]["labels"]):
+            problem(f"k8s-postgresql/postgres.yaml: Service {host} does not select the database pod")
+
+
+def check_compose_postgresql(repo):
+    deploy = f"{repo}/deploy"
+    compose = load(f"{deploy}/compose.postgresql.yaml")
+    services = compose.get("services", {})
+    missing = [n for n in ("postgres", "gacd", "prometheus") if n not in services]
+    if missing:
+        problem(f"compose.postgresql.yaml: no service {', '.join(missing)}")
+        return
+    gacd = services["gacd"]
+    if gacd.get("deploy", {}).get("replicas", 1) < 2:
+        problem("compose.postgresql.yaml: fewer than two gacd replicas")
+    flags = compose_flags(gacd["command"])
+    host = check_store_uri(flags.get("store"), "compose.postgresql.yaml")
+    if host and host not in services:
+        problem(f"compose.postgresql.yaml: --store names {host}, which is no service")
+    if "PGPASSWORD" not in gacd.get("environment", {}):
+        problem("compose.postgresql.yaml: gacd gets no PGPASSWORD")
+    if gacd.get("depends_on", {}).get(host, {}).get("condition") != "service_healthy":
+        problem("compose.postgresql.yaml: gacd does not wait for a healthy database")
+    for svc_name, svc in services.items():
+        for vol in svc.get("volumes", []):
+            src = vol.split(":")[0]
+            if src.startswith(".") and not os.path.exists(os.path.normpath(f"{deploy}/{src}")):
+                problem(f"compose.postgresql.yaml: {svc_name} mounts {src}, which does not exist")
+    prom_src = [v.split(":")[0] for v in services["prometheus"].get("volumes", [])
+                if v.split(":")[1] == "/etc/prometheus/prometheus.yml"]
+    if not prom_src:
+        problem("compose.postgresql.yaml: Prometheus has no configuration mounted")
+        return
+    prom = load(os.path.normpath(f"{deploy}/{prom_src[0]}"))
+    jobs = {j["job_name"]: j for j in prom.get("scrape_configs", [])}
+    metrics_port = int(flags.get("metrics-listen", "").rsplit(":", 1)[-1] or 0)
+    sd = [d for d in jobs.get("gacd", {}).get("dns_sd_configs", []) if "gacd" in d.get("names", [])]
+    if not sd or sd[0].get("port") != metrics_port:
+        problem(f"{prom_src[0]}: job gacd does not find every replica (dns_sd_configs gacd, port {metrics_port})")
+
+
+def gacd_accepts(gacd, args, what):
+    """gacd with `args` (the store moved to a closed loopback port) gets as
+    far as connecting to the database: exit 2 with the store's UNAVAILABLE."""
+    with tempfile.TemporaryDirectory() as tmp:
+        tokens = f"{tmp}/tokens"
+        with open(tokens, "w") as f:
+            f.write("check " + "0123456789abcdef0123 write *\n")
+        import socket
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            closed = s.getsockname()[1]
+        store = re.sub(r"@[^/]+/", f"@127.0.0.1:{closed}/", dict(
+            a[2:].split("=", 1) for a in args if "=" in a).get("store", ""))
+        override = {"listen": "127.0.0.1:0", "metrics-listen": "127.0.0.1:0", "token-file": tokens,
+                    "store": store}
+        argv = [gacd] + [a for a in args if a.split("=", 1)[0][2:] not in override]
+        argv += [f"--{k}={v}" for k, v in override.items()]
+        out = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+        text = (out.stdout + out.stderr).strip()
+        if out.returncode != 2 or "cannot start: UNAVAILABLE" not in text:
+            problem(f"{what}: gacd does not accept the flags: {text} ({shlex.join(argv)})")
+
+
 # ---------------------------------------------------------------- gacd
 
 def gacd_starts(gacd, args, what):
@@ -343,6 +485,10 @@ def check_gacd(repo, gacd):
     dockerfile = open(f"{deploy}/Dockerfile").read()
     cmd = json.loads(re.search(r"^CMD (\[.*?\])", dockerfile, re.M | re.S).group(1).replace("\\\n", ""))
     gacd_starts(gacd, cmd, "Dockerfile CMD")
+    gacd_accepts(gacd, load(f"{deploy}/compose.postgresql.yaml")["services"]["gacd"]["command"],
+                 "compose.postgresql.yaml")
+    dep = [d for d in load_all(f"{deploy}/k8s-postgresql/deployment.yaml") if d["kind"] == "Deployment"][0]
+    gacd_accepts(gacd, dep["spec"]["template"]["spec"]["containers"][0]["args"], "k8s-postgresql deployment.yaml")
 
     # The runtime stage installs (directly or through their dependencies) the
     # package of every library gacd links.
@@ -392,6 +538,8 @@ def main():
     if not problems:  # the other checks read the parsed files
         check_k8s(repo)
         check_compose(repo)
+        check_k8s_postgresql(repo)
+        check_compose_postgresql(repo)
         check_alertmanager(repo)
         if gacd:
             check_gacd(repo, gacd)

@@ -23,6 +23,7 @@
 
 #include "gac/controller/controller.h"
 #include "gac/proto/convert.h"
+#include "gac/server/store.h"
 #include "gac/server/validate.h"
 #include "gac/v1/control.pb.h"
 #include "gac/v1/telemetry.pb.h"
@@ -181,6 +182,28 @@ class SyntheticRun {
   double prev_gg_ = 0.0;
   double dip_ = 0.0;
 };
+
+// Writes `steps` steps of a synthetic run straight into `store`, without a
+// gacd, `batch` steps per transaction: for runs too long to stream in a
+// test's time (the page's and the HTTP benchmark's 100,000-step run).
+inline Status StoreSyntheticRun(server::Store& store, const SyntheticRunOptions& options, std::int64_t steps,
+                                std::int64_t batch = 500) {
+  SyntheticRun run(options);
+  std::uint64_t sequence = 0;
+  while (run.next_step() < steps) {
+    v1::IngestRequest request;
+    request.set_sequence(++sequence);
+    for (std::int64_t i = 0; i < batch && run.next_step() < steps; ++i) {
+      for (auto& r : run.NextStep()) *request.add_records() = std::move(r);
+    }
+    server::WriteOp op;
+    op.steps = &request;
+    op.received_ns = request.records(request.records_size() - 1).wall_time_ns();
+    std::vector<server::WriteOp> ops{op};
+    GAC_RETURN_IF_ERROR(store.Apply(&ops));
+  }
+  return Status::Ok();
+}
 
 }  // namespace gac::testing
 

@@ -5,7 +5,12 @@
 //
 //   gac_synthetic_run --target=127.0.0.1:7070 --run=demo --steps=600 --rate=10 --spike-start=200
 //
-// Exits 0 when every batch was acknowledged, 1 on a gRPC error, 2 on bad flags.
+// With --db=FILE instead of --target it writes the run straight into a
+// SQLite store file (no gacd; as fast as SQLite takes it), for runs too long
+// to stream: the page's browser test loads a 100,000-step run made so.
+//
+// Exits 0 when every batch was acknowledged (or stored), 1 on a gRPC or
+// store error, 2 on bad flags.
 
 #include <grpcpp/grpcpp.h>
 
@@ -23,6 +28,7 @@ namespace {
 
 const char kUsage[] =
     "usage: gac_synthetic_run --target=HOST:PORT --run=ID [flags]\n"
+    "       gac_synthetic_run --db=FILE --run=ID [flags]   (straight into a SQLite store; no --rate)\n"
     "  --token=T            bearer token (none: gacd --insecure)\n"
     "  --steps=N            steps to send (default 600)\n"
     "  --rate=R             steps per second (default 10; 0 = as fast as acknowledged)\n"
@@ -49,7 +55,7 @@ bool Flag(const std::string& arg, const char* name, std::string* value) {
 int main(int argc, char** argv) {
   gac::testing::SyntheticRunOptions o;
   o.run.clear();
-  std::string target, token, v;
+  std::string target, db, token, v;
   int steps = 600;
   double rate = 10;
   for (int i = 1; i < argc; ++i) {
@@ -59,6 +65,8 @@ int main(int argc, char** argv) {
       return 0;
     } else if (Flag(a, "target", &v)) {
       target = v;
+    } else if (Flag(a, "db", &v)) {
+      db = v;
     } else if (Flag(a, "run", &v)) {
       o.run = v;
     } else if (Flag(a, "token", &v)) {
@@ -93,9 +101,21 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  if (target.empty() || o.run.empty() || steps <= 0 || o.world == 0 || rate < 0) {
+  if (target.empty() == db.empty() || o.run.empty() || steps <= 0 || o.world == 0 || rate < 0) {
     std::fputs(kUsage, stderr);
     return 2;
+  }
+  if (!db.empty()) {
+    gac::server::SqliteOptions sqlite;
+    sqlite.synchronous = "NORMAL";  // a scratch store: no fsync per transaction
+    auto store = gac::server::OpenSqliteStore(db, sqlite);
+    gac::Status st = store.ok() ? gac::testing::StoreSyntheticRun(**store, o, steps) : store.status();
+    if (!st.ok()) {
+      std::fprintf(stderr, "gac_synthetic_run: %s: %s\n", db.c_str(), st.ToString().c_str());
+      return 1;
+    }
+    std::fprintf(stderr, "gac_synthetic_run: %s: %d steps stored in %s\n", o.run.c_str(), steps, db.c_str());
+    return 0;
   }
 
   auto channel = grpc::CreateChannel(target, grpc::InsecureChannelCredentials());

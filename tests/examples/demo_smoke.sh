@@ -6,7 +6,8 @@
 #     acknowledged, and gacd's /metrics counted every step of every run;
 #   - the summary table has the three runs, the remote run used gacd;
 #   - the figure exists when matplotlib is importable;
-#   - the Prometheus config it wrote passes promtool.
+#   - the Prometheus config it wrote passes promtool;
+#   - it printed the address of gacd's page.
 # Usage: demo_smoke.sh BUILD_DIR OUT_DIR
 set -euo pipefail
 build=$1
@@ -31,4 +32,6 @@ fi
 if command -v promtool >/dev/null; then
   promtool check config "$out/prometheus.yml" || fail "the Prometheus config does not pass promtool"
 fi
+grep -q '^demo: watch the runs live in a browser: http://127\.0\.0\.1:[0-9]*/$' "$out.log" ||
+  fail "the address of gacd's page was not printed"
 echo "demo_smoke: ok"

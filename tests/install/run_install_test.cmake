@@ -33,6 +33,16 @@ if(count LESS 10)
 endif()
 message(STATUS "the consumer includes all ${count} installed headers")
 
+# gacctl next to gacd, with its bash completion where bash-completion looks.
+if(GAC_WITH_GRPC)
+  foreach(f bin/gacctl share/bash-completion/completions/gacctl)
+    if(NOT EXISTS ${prefix}/${f})
+      message(FATAL_ERROR "not installed: ${prefix}/${f}")
+    endif()
+  endforeach()
+  run(${prefix}/bin/gacctl --help)
+endif()
+
 run(${CMAKE_COMMAND} -S ${GAC_CONSUMER_SOURCE} -B ${GAC_SCRATCH}/build -G ${GAC_GENERATOR}
     -DCMAKE_PREFIX_PATH=${prefix} -DCMAKE_BUILD_TYPE=Release -DCONSUMER_WITH_AGENT=${GAC_WITH_TORCH}
     -DCONSUMER_WITH_GRPC=${GAC_WITH_GRPC} -DCONSUMER_WITH_SERVER=${GAC_WITH_SERVER})

@@ -7,9 +7,11 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <iterator>
 #include <limits>
 #include <random>
 #include <string>
+#include <utility>
 
 namespace gac::proto {
 namespace {
@@ -228,6 +230,36 @@ TEST(ConvertTest, StatusCrossesTheRpcBoundaryUnchanged) {
   // A code gRPC does not define (20 is still inside the enum's range of
   // values: 99 would be undefined behaviour to make).
   EXPECT_TRUE(FromGrpcStatus(grpc::Status(static_cast<grpc::StatusCode>(20), "odd")).IsUnknown());
+}
+
+// The HTTP API's statuses: the classes of the list (400, 401, 403,
+// 404, 409, 413, 503) for the codes gacd returns, every code mapped, and no
+// error mapped to a 2xx.
+TEST(ConvertTest, EveryCodeHasAnHttpStatus) {
+  const std::pair<StatusCode, int> expected[] = {
+      {StatusCode::kOk, 200},
+      {StatusCode::kCancelled, 499},
+      {StatusCode::kUnknown, 500},
+      {StatusCode::kInvalidArgument, 400},
+      {StatusCode::kDeadlineExceeded, 504},
+      {StatusCode::kNotFound, 404},
+      {StatusCode::kAlreadyExists, 409},
+      {StatusCode::kPermissionDenied, 403},
+      {StatusCode::kResourceExhausted, 413},
+      {StatusCode::kFailedPrecondition, 400},
+      {StatusCode::kAborted, 409},
+      {StatusCode::kOutOfRange, 400},
+      {StatusCode::kUnimplemented, 501},
+      {StatusCode::kInternal, 500},
+      {StatusCode::kUnavailable, 503},
+      {StatusCode::kDataLoss, 500},
+      {StatusCode::kUnauthenticated, 401},
+  };
+  ASSERT_EQ(std::size(expected), 17u);
+  for (const auto& [code, http] : expected) {
+    EXPECT_EQ(ToHttpStatus(code), http) << StatusCodeName(code);
+    if (code != StatusCode::kOk) EXPECT_GE(ToHttpStatus(code), 400) << StatusCodeName(code);
+  }
 }
 
 }  // namespace

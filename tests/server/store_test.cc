@@ -1,8 +1,11 @@
 // Conformance suite of the Store implementations: every StoreTest runs on
-// the in-memory store and on SQLite (a fresh database in a fresh temporary
-// directory per test). Then SQLite-only tests (persistence, schema versions,
-// WAL, errors, rollback) and a random workload applied to both stores, whose
-// query answers must be equal.
+// the in-memory store, on SQLite (a fresh database in a fresh temporary
+// directory per test) and on PostgreSQL (a fresh database of a server the
+// test starts; skipped when PostgreSQL is not installed). Then SQLite-only
+// tests (persistence, schema versions, WAL, errors, rollback) and a random
+// workload applied to the stores, whose query answers must be equal.
+// PostgreSQL-only tests (concurrent writers, replicas, outages) are in
+// postgres_store_test.cc.
 //
 // Expected values are written out from the contract in gac/server/store.h,
 // never read back from one implementation to test the other, except in the
@@ -35,6 +38,8 @@
 #include <tuple>
 #include <utility>
 #include <vector>
+
+#include "tests/common/postgres_cluster.h"
 
 namespace gac::server {
 namespace {
@@ -208,18 +213,37 @@ std::vector<std::pair<std::int64_t, std::uint32_t>> Keys(const std::vector<v1::S
 // The conformance suite, on both implementations
 // ---------------------------------------------------------------------------
 
-enum class Impl { kMemory, kSqlite };
+enum class Impl { kMemory, kSqlite, kPostgres };
 
-void PrintTo(Impl impl, std::ostream* os) { *os << (impl == Impl::kMemory ? "Memory" : "Sqlite"); }
+const char* ImplName(Impl impl) {
+  switch (impl) {
+    case Impl::kMemory:
+      return "Memory";
+    case Impl::kSqlite:
+      return "Sqlite";
+    case Impl::kPostgres:
+      return "Postgres";
+  }
+  return "?";
+}
 
+void PrintTo(Impl impl, std::ostream* os) { *os << ImplName(impl); }
+
+// PostgreSQL: a fresh database of the test process's server (started by the
+// test, tests/common/postgres_cluster.h) per test.
 class StoreTest : public ::testing::TestWithParam<Impl> {
  protected:
   void SetUp() override {
     if (GetParam() == Impl::kMemory) {
       store_ = NewMemoryStore();
-    } else {
+    } else if (GetParam() == Impl::kSqlite) {
       dir_ = std::make_unique<TempDir>();
       store_ = OpenOrDie(dir_->File("gacd.db"));
+    } else {
+      GAC_NEW_POSTGRES_DATABASE_OR_SKIP(cluster, uri);
+      StatusOr<std::unique_ptr<Store>> store = OpenPostgresStore(uri);
+      ASSERT_TRUE(store.ok()) << store.status().ToString();
+      store_ = std::move(store).value();
     }
     ASSERT_NE(store_, nullptr);
   }
@@ -232,10 +256,8 @@ class StoreTest : public ::testing::TestWithParam<Impl> {
   std::unique_ptr<Store> store_;
 };
 
-INSTANTIATE_TEST_SUITE_P(Impls, StoreTest, ::testing::Values(Impl::kMemory, Impl::kSqlite),
-                         [](const ::testing::TestParamInfo<Impl>& info) {
-                           return info.param == Impl::kMemory ? "Memory" : "Sqlite";
-                         });
+INSTANTIATE_TEST_SUITE_P(Impls, StoreTest, ::testing::Values(Impl::kMemory, Impl::kSqlite, Impl::kPostgres),
+                         [](const ::testing::TestParamInfo<Impl>& info) { return ImplName(info.param); });
 
 TEST_P(StoreTest, EmptyStoreAnswersEmpty) {
   StatusOr<std::vector<v1::RunInfo>> runs = store_->ListRuns("", 100);
@@ -639,6 +661,57 @@ TEST_P(StoreTest, ConfigWritesAuditAndLoad) {
   EXPECT_TRUE(SameMessages(changes("b", 0, 100), {b1.change}));
   EXPECT_TRUE(SameMessages(changes("c", 0, 100), {unset.change}));
   EXPECT_TRUE(changes("d", 0, 100).empty());
+}
+
+// A settings change made from a version that is no longer the stored one
+// (another gacd sharing the store changed the run first) is not written: the
+// op says so and carries the stored settings, and the call's other ops
+// commit.
+TEST_P(StoreTest, StaleSettingsChangeConflictsAndTheRestCommits) {
+  const ConfigWrite a1 = MakeConfigWrite("a", 1, 0.2, "first");
+  ASSERT_TRUE(ApplyConfig(store_.get(), a1, 1).ok());
+
+  const ConfigWrite stale = MakeConfigWrite("a", 1, 0.4, "made from version 0 too");
+  const ConfigWrite ahead = MakeConfigWrite("a", 3, 0.5, "made from version 2");
+  const ConfigWrite unknown = MakeConfigWrite("b", 2, 0.5, "made from version 1 of a run without settings");
+  v1::IngestRequest request;
+  request.set_sequence(1);
+  *request.add_records() = MakeStep("a", 0, 7);
+  std::vector<WriteOp> ops(4);
+  ops[0].config = &stale;
+  ops[1].steps = &request;
+  ops[2].config = &ahead;
+  ops[3].config = &unknown;
+  for (WriteOp& op : ops) op.received_ns = 10;
+  Status s = store_->Apply(&ops);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_TRUE(ops[0].config_conflict);
+  EXPECT_TRUE(SameMessage(ops[0].stored_config, a1.config));
+  EXPECT_FALSE(ops[1].config_conflict);
+  EXPECT_EQ(Counts({ops[1].stored, ops[1].duplicates}), Counts({1, 0}));
+  EXPECT_TRUE(ops[2].config_conflict);
+  EXPECT_TRUE(SameMessage(ops[2].stored_config, a1.config));
+  EXPECT_TRUE(ops[3].config_conflict);
+  EXPECT_EQ(ops[3].stored_config.version(), 0u);
+
+  // Nothing of the conflicting changes was written.
+  StatusOr<std::vector<std::pair<std::string, v1::RunConfig>>> configs = store_->LoadRunConfigs();
+  ASSERT_TRUE(configs.ok());
+  ASSERT_EQ(configs->size(), 1u);
+  EXPECT_TRUE(SameMessage(configs->at(0).second, a1.config));
+  EXPECT_TRUE(SameMessages(*store_->ListConfigChanges("a", 0, 10), {a1.change}));
+  EXPECT_TRUE(store_->ListConfigChanges("b", 0, 10)->empty());
+  EXPECT_EQ(store_->GetRun("a")->step_records(), 1u);
+
+  // Made from the stored version, the change is written.
+  const ConfigWrite a2 = MakeConfigWrite("a", 2, 0.3, "second");
+  std::vector<WriteOp> next(1);
+  next[0].config = &a2;
+  next[0].received_ns = 11;
+  ASSERT_TRUE(store_->Apply(&next).ok());
+  EXPECT_FALSE(next[0].config_conflict);
+  EXPECT_TRUE(SameMessage(store_->LoadRunConfigs()->at(0).second, a2.config));
+  EXPECT_TRUE(SameMessages(*store_->ListConfigChanges("a", 0, 10), {a1.change, a2.change}));
 }
 
 TEST_P(StoreTest, DeleteIdleRunsKeepsSettings) {
@@ -1128,16 +1201,15 @@ void ExpectSameAnswers(Store* memory, Store* sqlite, RandomWorkload* random) {
   }
 }
 
-TEST(StoreEquivalenceTest, RandomWorkloadGivesEqualAnswers) {
-  TempDir dir;
-  std::unique_ptr<Store> sqlite = OpenOrDie(dir.File("gacd.db"));
-  ASSERT_NE(sqlite, nullptr);
-  std::unique_ptr<Store> memory = NewMemoryStore();
-  RandomWorkload random(20240611);
+// Applies `calls` calls of the random workload of `seed` to the memory store
+// and to `other`: every op's counts must agree, retention now and then must
+// delete the same runs, and every `check_every` calls every query must give
+// the same answers. Adds the records stored and the duplicates to the totals.
+void RunRandomWorkload(Store* memory, Store* other, std::uint64_t seed, int calls, int check_every,
+                       std::uint64_t* total_stored, std::uint64_t* total_duplicates) {
+  RandomWorkload random(seed);
   std::int64_t now = 1000;
-  std::uint64_t total_stored = 0;
-  std::uint64_t total_duplicates = 0;
-  for (int call = 0; call < 400; ++call) {
+  for (int call = 0; call < calls; ++call) {
     now += random.Uniform(1, 50);
     std::vector<v1::IngestRequest> requests;
     std::vector<ConfigWrite> configs;
@@ -1147,32 +1219,425 @@ TEST(StoreEquivalenceTest, RandomWorkloadGivesEqualAnswers) {
     std::vector<WriteOp> ops;
     for (const v1::IngestRequest& r : requests) ops.push_back(WriteOp{&r, nullptr, now});
     for (const ConfigWrite& c : configs) ops.push_back(WriteOp{nullptr, &c, now});
-    std::vector<WriteOp> sqlite_ops = ops;
+    std::vector<WriteOp> other_ops = ops;
     ASSERT_TRUE(memory->Apply(&ops).ok());
-    Status s = sqlite->Apply(&sqlite_ops);
+    Status s = other->Apply(&other_ops);
     ASSERT_TRUE(s.ok()) << s.ToString();
     for (std::size_t i = 0; i < ops.size(); ++i) {
-      ASSERT_EQ(Counts({sqlite_ops[i].stored, sqlite_ops[i].duplicates}),
-                Counts({ops[i].stored, ops[i].duplicates}))
+      ASSERT_EQ(Counts({other_ops[i].stored, other_ops[i].duplicates}), Counts({ops[i].stored, ops[i].duplicates}))
           << "call " << call << " op " << i;
-      total_stored += ops[i].stored;
-      total_duplicates += ops[i].duplicates;
+      *total_stored += ops[i].stored;
+      *total_duplicates += ops[i].duplicates;
     }
     if (random.Uniform(0, 24) == 0) {
       const std::int64_t cutoff = now - random.Uniform(0, 400);
       StatusOr<std::uint64_t> want = memory->DeleteIdleRuns(cutoff);
-      StatusOr<std::uint64_t> got = sqlite->DeleteIdleRuns(cutoff);
-      ASSERT_TRUE(want.ok() && got.ok());
+      StatusOr<std::uint64_t> got = other->DeleteIdleRuns(cutoff);
+      ASSERT_TRUE(want.ok() && got.ok()) << got.status().ToString();
       ASSERT_EQ(*got, *want) << "call " << call;
     }
-    if (call % 40 == 39) {
-      ExpectSameAnswers(memory.get(), sqlite.get(), &random);
-      if (HasFatalFailure() || HasNonfatalFailure()) return;
+    if (call % check_every == check_every - 1) {
+      ExpectSameAnswers(memory, other, &random);
+      if (::testing::Test::HasFatalFailure() || ::testing::Test::HasNonfatalFailure()) return;
     }
   }
+}
+
+TEST(StoreEquivalenceTest, RandomWorkloadGivesEqualAnswers) {
+  TempDir dir;
+  std::unique_ptr<Store> sqlite = OpenOrDie(dir.File("gacd.db"));
+  ASSERT_NE(sqlite, nullptr);
+  std::unique_ptr<Store> memory = NewMemoryStore();
+  std::uint64_t total_stored = 0;
+  std::uint64_t total_duplicates = 0;
+  RunRandomWorkload(memory.get(), sqlite.get(), 20240611, 400, 40, &total_stored, &total_duplicates);
+  if (HasFatalFailure()) return;
   // The workload exercised what it is meant to.
   EXPECT_GT(total_stored, 300u);
   EXPECT_GT(total_duplicates, 100u);
+}
+
+
+// ---------------------------------------------------------------------------
+// PostgreSQL only: several stores on one database (as several gacd replicas
+// have), notifications, outages and start-up errors, on a server the test
+// starts.
+// ---------------------------------------------------------------------------
+
+std::unique_ptr<Store> OpenPostgresOrDie(const std::string& uri, const PostgresOptions& options = {}) {
+  StatusOr<std::unique_ptr<Store>> store = OpenPostgresStore(uri, options);
+  EXPECT_TRUE(store.ok()) << store.status().ToString();
+  return store.ok() ? std::move(store).value() : nullptr;
+}
+
+class PostgresStoreTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    GAC_NEW_POSTGRES_DATABASE_OR_SKIP(cluster, uri);
+    cluster_ = cluster;
+    uri_ = uri;
+  }
+  std::string DatabaseName() const { return uri_.substr(uri_.rfind('/') + 1); }
+
+  testing::PostgresCluster* cluster_ = nullptr;
+  std::string uri_;
+};
+
+TEST_F(PostgresStoreTest, RandomWorkloadGivesTheMemoryStoresAnswers) {
+  std::unique_ptr<Store> postgres = OpenPostgresOrDie(uri_);
+  ASSERT_NE(postgres, nullptr);
+  std::unique_ptr<Store> memory = NewMemoryStore();
+  std::uint64_t total_stored = 0;
+  std::uint64_t total_duplicates = 0;
+  RunRandomWorkload(memory.get(), postgres.get(), 20240612, 300, 50, &total_stored, &total_duplicates);
+  if (HasFatalFailure()) return;
+  EXPECT_GT(total_stored, 200u);
+  EXPECT_GT(total_duplicates, 70u);
+}
+
+// Three stores on one database write overlapping replays at once, as
+// replicas do when agents fail over: every key is stored once, the stored
+// counts add up to the distinct keys, and the run's counters agree.
+TEST_F(PostgresStoreTest, ConcurrentWritersStoreEachKeyOnce) {
+  constexpr int kWriters = 3;
+  constexpr int kBatches = 60;
+  constexpr int kStepsPerBatch = 4;
+  constexpr int kRanks = 2;
+  constexpr int kLayers = 3;
+  std::vector<std::unique_ptr<Store>> stores;
+  for (int i = 0; i < kWriters; ++i) {
+    stores.push_back(OpenPostgresOrDie(uri_));
+    ASSERT_NE(stores.back(), nullptr);
+  }
+  std::vector<v1::IngestRequest> batches(kBatches);
+  for (int b = 0; b < kBatches; ++b) {
+    batches[b].set_sequence(static_cast<std::uint64_t>(b + 1));
+    for (int i = 0; i < kStepsPerBatch; ++i) {
+      for (int rank = 0; rank < kRanks; ++rank) {
+        *batches[b].add_records() = MakeStep(b % 3 == 0 ? "r2" : "r1", rank, b * kStepsPerBatch + i, kLayers);
+      }
+    }
+  }
+  std::atomic<std::uint64_t> stored{0}, duplicates{0};
+  std::atomic<int> failures{0};
+  std::vector<std::thread> threads;
+  for (int w = 0; w < kWriters; ++w) {
+    threads.emplace_back([&, w] {
+      // Each writer sends every batch, in its own order, one to three per
+      // call: the same keys reach the database from several connections.
+      std::vector<int> order(kBatches);
+      for (int b = 0; b < kBatches; ++b) order[b] = b;
+      std::shuffle(order.begin(), order.end(), std::mt19937(static_cast<unsigned>(w + 1)));
+      std::mt19937 rng(static_cast<unsigned>(100 + w));
+      for (std::size_t i = 0; i < order.size();) {
+        std::vector<WriteOp> ops;
+        const std::size_t n = std::min<std::size_t>(order.size() - i, 1 + rng() % 3);
+        for (std::size_t k = 0; k < n; ++k) ops.push_back(WriteOp{&batches[order[i + k]], nullptr, 1000 + w});
+        i += n;
+        Status s = stores[w]->Apply(&ops);
+        if (!s.ok()) {
+          ADD_FAILURE() << "writer " << w << ": " << s.ToString();
+          ++failures;
+          return;
+        }
+        for (const WriteOp& op : ops) {
+          stored += op.stored;
+          duplicates += op.duplicates;
+        }
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  ASSERT_EQ(failures.load(), 0);
+  const std::uint64_t distinct = static_cast<std::uint64_t>(kBatches) * kStepsPerBatch * kRanks;
+  EXPECT_EQ(stored.load(), distinct);
+  EXPECT_EQ(stored.load() + duplicates.load(), distinct * kWriters);
+  std::uint64_t records = 0;
+  for (const std::string run : {"r1", "r2"}) {
+    StepQuery query;
+    query.run = run;
+    query.include_layers = true;
+    query.limit = 100000;
+    const std::vector<v1::StepRecord> got = Steps(stores[0].get(), query);
+    std::set<std::pair<std::int64_t, std::uint32_t>> keys;
+    for (const v1::StepRecord& r : got) {
+      keys.emplace(r.step(), r.rank());
+      EXPECT_TRUE(SameMessage(r, MakeStep(run, r.rank(), r.step(), kLayers))) << run << " " << r.step();
+    }
+    EXPECT_EQ(keys.size(), got.size()) << run;
+    StatusOr<v1::RunInfo> info = stores[1]->GetRun(run);
+    ASSERT_TRUE(info.ok()) << info.status().ToString();
+    EXPECT_EQ(info->step_records(), got.size()) << run;
+    EXPECT_EQ(info->first_seen_ns(), 1000);
+    EXPECT_EQ(info->last_seen_ns(), 1000 + kWriters - 1);
+    records += got.size();
+  }
+  EXPECT_EQ(records, distinct);
+}
+
+// Retention on one store while another writes the same run: the run's
+// counters always describe the rows that exist.
+TEST_F(PostgresStoreTest, RetentionElsewhereNeverSplitsARunFromItsRows) {
+  std::unique_ptr<Store> writer = OpenPostgresOrDie(uri_);
+  std::unique_ptr<Store> janitor = OpenPostgresOrDie(uri_);
+  ASSERT_NE(writer, nullptr);
+  ASSERT_NE(janitor, nullptr);
+  std::atomic<bool> done{false};
+  std::atomic<std::uint64_t> deleted{0};
+  std::thread retention([&] {
+    while (!done.load()) {
+      StatusOr<std::uint64_t> n = janitor->DeleteIdleRuns(std::numeric_limits<std::int64_t>::max());
+      if (!n.ok()) {
+        ADD_FAILURE() << n.status().ToString();
+        return;
+      }
+      deleted += *n;
+    }
+  });
+  for (int i = 0; i < 300; ++i) {
+    v1::IngestRequest request;
+    request.set_sequence(1);
+    *request.add_records() = MakeStep("r", 0, i, 2);
+    std::vector<WriteOp> ops(1);
+    ops[0].steps = &request;
+    ops[0].received_ns = i;
+    Status s = writer->Apply(&ops);
+    ASSERT_TRUE(s.ok()) << s.ToString();
+    if (i % 25 == 0) {
+      // Between deletions the run and its rows agree.
+      StatusOr<v1::RunInfo> info = writer->GetRun("r");
+      StepQuery query;
+      query.run = "r";
+      query.limit = 100000;
+      const std::size_t rows = Steps(writer.get(), query).size();
+      if (info.ok()) {
+        EXPECT_LE(rows, info->step_records());
+      }
+    }
+  }
+  done = true;
+  retention.join();
+  EXPECT_GT(deleted.load(), 0u) << "retention never ran between the writes";
+  StatusOr<v1::RunInfo> info = writer->GetRun("r");
+  StepQuery query;
+  query.run = "r";
+  query.limit = 100000;
+  const std::vector<v1::StepRecord> rows = Steps(writer.get(), query);
+  if (info.ok()) {
+    EXPECT_EQ(info->step_records(), rows.size());
+    ASSERT_FALSE(rows.empty());
+    EXPECT_EQ(info->first_step(), rows.front().step());
+    EXPECT_EQ(info->last_step(), rows.back().step());
+  } else {
+    EXPECT_EQ(info.status().code(), StatusCode::kNotFound);
+    EXPECT_TRUE(rows.empty());
+  }
+}
+
+// A settings change written through one store reaches every store's
+// listener (its own included) with the settings themselves.
+TEST_F(PostgresStoreTest, SettingsChangesReachEveryListener) {
+  std::unique_ptr<Store> a = OpenPostgresOrDie(uri_);
+  std::unique_ptr<Store> b = OpenPostgresOrDie(uri_);
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  // The first call subscribes.
+  for (Store* store : {a.get(), b.get()}) {
+    auto none = store->WaitForConfigChanges(std::chrono::milliseconds(0));
+    ASSERT_TRUE(none.ok()) << none.status().ToString();
+    EXPECT_TRUE(none->empty());
+  }
+  const ConfigWrite c1 = MakeConfigWrite("exp/1:x", 1, 0.2, "through a");
+  ASSERT_TRUE(ApplyConfig(a.get(), c1, 1).ok());
+  for (Store* store : {b.get(), a.get()}) {
+    std::vector<std::pair<std::string, v1::RunConfig>> got;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (got.empty() && std::chrono::steady_clock::now() < deadline) {
+      auto changes = store->WaitForConfigChanges(std::chrono::milliseconds(500));
+      ASSERT_TRUE(changes.ok()) << changes.status().ToString();
+      got = std::move(*changes);
+    }
+    ASSERT_EQ(got.size(), 1u);
+    EXPECT_EQ(got[0].first, "exp/1:x");
+    EXPECT_TRUE(SameMessage(got[0].second, c1.config));
+  }
+  // A conflicting change is not announced.
+  const ConfigWrite stale = MakeConfigWrite("exp/1:x", 1, 0.3, "stale");
+  std::vector<WriteOp> ops(1);
+  ops[0].config = &stale;
+  ASSERT_TRUE(b->Apply(&ops).ok());
+  ASSERT_TRUE(ops[0].config_conflict);
+  auto changes = a->WaitForConfigChanges(std::chrono::milliseconds(300));
+  ASSERT_TRUE(changes.ok());
+  EXPECT_TRUE(changes->empty());
+}
+
+// Two stores change the same runs at once from the same version: exactly
+// one change per run is written and audited; the other learns the winner.
+TEST_F(PostgresStoreTest, RacingSettingsChangesHaveOneWinner) {
+  std::unique_ptr<Store> a = OpenPostgresOrDie(uri_);
+  std::unique_ptr<Store> b = OpenPostgresOrDie(uri_);
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  constexpr int kRuns = 30;
+  std::vector<ConfigWrite> from_a, from_b;
+  for (int i = 0; i < kRuns; ++i) {
+    from_a.push_back(MakeConfigWrite("run-" + std::to_string(i), 1, 0.1, "a"));
+    from_b.push_back(MakeConfigWrite("run-" + std::to_string(i), 1, 0.2, "b"));
+  }
+  std::vector<bool> a_won(kRuns), b_won(kRuns);
+  std::vector<v1::RunConfig> a_saw(kRuns), b_saw(kRuns);
+  auto race = [](Store* store, std::vector<ConfigWrite>* writes, std::vector<bool>* won,
+                 std::vector<v1::RunConfig>* saw) {
+    for (std::size_t i = 0; i < writes->size(); ++i) {
+      std::vector<WriteOp> ops(1);
+      ops[0].config = &(*writes)[i];
+      Status s = store->Apply(&ops);
+      ASSERT_TRUE(s.ok()) << s.ToString();
+      (*won)[i] = !ops[0].config_conflict;
+      (*saw)[i] = ops[0].stored_config;
+    }
+  };
+  std::thread ta(race, a.get(), &from_a, &a_won, &a_saw);
+  std::thread tb(race, b.get(), &from_b, &b_won, &b_saw);
+  ta.join();
+  tb.join();
+  for (int i = 0; i < kRuns; ++i) {
+    ASSERT_NE(a_won[i], b_won[i]) << "run " << i;
+    const ConfigWrite& winner = a_won[i] ? from_a[i] : from_b[i];
+    EXPECT_TRUE(SameMessage(a_won[i] ? b_saw[i] : a_saw[i], winner.config)) << i;
+    EXPECT_TRUE(SameMessages(*a->ListConfigChanges(winner.run, 0, 10), {winner.change})) << i;
+  }
+}
+
+TEST_F(PostgresStoreTest, DataSurvivesReopenAndReplicasMigrateOnce) {
+  // Four stores open a fresh database at once: one creates the schema.
+  std::vector<std::unique_ptr<Store>> stores(4);
+  std::vector<std::thread> threads;
+  for (std::size_t i = 0; i < stores.size(); ++i) {
+    threads.emplace_back([&, i] { stores[i] = OpenPostgresOrDie(uri_); });
+  }
+  for (std::thread& t : threads) t.join();
+  for (const auto& store : stores) ASSERT_NE(store, nullptr);
+  std::string error, versions;
+  ASSERT_TRUE(cluster_->Exec(DatabaseName(), "SELECT string_agg(version::text, ',') FROM gac_schema", &error,
+                             &versions))
+      << error;
+  EXPECT_EQ(versions, std::to_string(PostgresSchemaVersion()));
+  ASSERT_EQ(ApplyRecords(stores[0].get(), {MakeStep("r", 0, 1, 4), MakeStep("r", 1, 1, 4)}, 5), Counts({2, 0}));
+  const ConfigWrite config = MakeConfigWrite("r", 1, 0.2, "persist");
+  ASSERT_TRUE(ApplyConfig(stores[1].get(), config, 6).ok());
+  stores.clear();
+  std::unique_ptr<Store> again = OpenPostgresOrDie(uri_);
+  ASSERT_NE(again, nullptr);
+  StepQuery query;
+  query.run = "r";
+  query.include_layers = true;
+  EXPECT_TRUE(SameMessages(Steps(again.get(), query), {MakeStep("r", 0, 1, 4), MakeStep("r", 1, 1, 4)}));
+  ASSERT_EQ(again->LoadRunConfigs()->size(), 1u);
+  EXPECT_TRUE(SameMessage(again->LoadRunConfigs()->at(0).second, config.config));
+}
+
+// Start-up errors are one line, name the database without the password,
+// and have the code of what went wrong.
+TEST_F(PostgresStoreTest, OpenErrorsAreOneLineWithoutThePassword) {
+  const std::string secret = "not-the-password-7f3a";
+  const auto expect_error = [&](const std::string& uri, StatusCode code, const std::string& part) {
+    StatusOr<std::unique_ptr<Store>> store = OpenPostgresStore(uri);
+    ASSERT_FALSE(store.ok()) << uri;
+    const std::string message = store.status().ToString();
+    EXPECT_EQ(store.status().code(), code) << message;
+    EXPECT_NE(message.find(part), std::string::npos) << message;
+    EXPECT_EQ(message.find('\n'), std::string::npos) << message;
+    EXPECT_EQ(message.find(secret), std::string::npos) << message;
+  };
+  expect_error(cluster_->Uri(DatabaseName(), secret), StatusCode::kUnauthenticated, "password authentication failed");
+  expect_error(cluster_->Uri("no_such_database", testing::PostgresCluster::kPassword), StatusCode::kNotFound,
+               "does not exist");
+  // A port nothing listens on: the one of a server that was stopped.
+  {
+    std::string error;
+    std::unique_ptr<testing::PostgresCluster> stopped = testing::PostgresCluster::Start(&error);
+    ASSERT_NE(stopped, nullptr) << error;
+    ASSERT_TRUE(stopped->Stop(&error)) << error;
+    expect_error("postgresql://gac:" + secret + "@127.0.0.1:" + std::to_string(stopped->port()) + "/gac",
+                 StatusCode::kUnavailable, "Connection refused");
+  }
+  expect_error("postgresql://gac:" + secret + "@[::1/gac", StatusCode::kInvalidArgument, "bad PostgreSQL URI");
+  EXPECT_EQ(DescribePostgresUri(cluster_->Uri(DatabaseName(), secret)),
+            "postgresql://gac@127.0.0.1:" + std::to_string(cluster_->port()) + "/" + DatabaseName());
+
+  // A schema newer than this build: refused, and left as it is.
+  ASSERT_NE(OpenPostgresOrDie(uri_), nullptr);
+  std::string error;
+  ASSERT_TRUE(cluster_->Exec(DatabaseName(), "UPDATE gac_schema SET version = 99", &error)) << error;
+  expect_error(uri_, StatusCode::kFailedPrecondition, "schema version 99 is newer than this build's");
+  std::string version;
+  ASSERT_TRUE(cluster_->Exec(DatabaseName(), "SELECT version FROM gac_schema", &error, &version)) << error;
+  EXPECT_EQ(version, "99");
+}
+
+// The database goes away: every call fails at once with UNAVAILABLE (no
+// wait for a timeout), and the store reconnects by itself when it is back.
+TEST(PostgresOutage, CallsFailFastAndTheStoreReconnects) {
+  if (testing::PostgresCluster::BinDir().empty()) GTEST_SKIP() << "PostgreSQL server binaries not installed: skipping";
+  std::string error;
+  std::unique_ptr<testing::PostgresCluster> cluster = testing::PostgresCluster::Start(&error);
+  ASSERT_NE(cluster, nullptr) << error;
+  const std::string uri = cluster->NewDatabase(&error);
+  ASSERT_FALSE(uri.empty()) << error;
+  PostgresOptions options;
+  options.reconnect_interval = std::chrono::milliseconds(100);
+  std::unique_ptr<Store> store = OpenPostgresOrDie(uri, options);
+  ASSERT_NE(store, nullptr);
+  ASSERT_TRUE(store->WaitForConfigChanges(std::chrono::milliseconds(0)).ok());
+  ASSERT_EQ(ApplyRecords(store.get(), {MakeStep("r", 0, 0, 2)}, 1), Counts({1, 0}));
+
+  ASSERT_TRUE(cluster->Stop(&error)) << error;
+  const auto t0 = std::chrono::steady_clock::now();
+  v1::IngestRequest request;
+  request.set_sequence(1);
+  *request.add_records() = MakeStep("r", 0, 1, 2);
+  std::vector<WriteOp> ops(1);
+  ops[0].steps = &request;
+  for (int i = 0; i < 3; ++i) {
+    Status s = store->Apply(&ops);
+    EXPECT_EQ(s.code(), StatusCode::kUnavailable) << s.ToString();
+    EXPECT_EQ(s.message().find('\n'), std::string::npos) << s.ToString();
+    EXPECT_EQ(s.message().find(testing::PostgresCluster::kPassword), std::string::npos) << s.ToString();
+  }
+  EXPECT_EQ(store->GetRun("r").status().code(), StatusCode::kUnavailable);
+  EXPECT_EQ(store->LoadRunConfigs().status().code(), StatusCode::kUnavailable);
+  EXPECT_EQ(store->WaitForConfigChanges(std::chrono::milliseconds(0)).status().code(), StatusCode::kUnavailable);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5));
+
+  ASSERT_TRUE(cluster->Restart(&error)) << error;
+  Status s;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  do {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    s = store->Apply(&ops);
+  } while (!s.ok() && std::chrono::steady_clock::now() < deadline);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_EQ(Counts({ops[0].stored, ops[0].duplicates}), Counts({1, 0}));
+  EXPECT_EQ(store->GetRun("r")->step_records(), 2u);
+  // The listener is back too, and hears the next change.
+  StatusOr<std::vector<std::pair<std::string, v1::RunConfig>>> changes =
+      store->WaitForConfigChanges(std::chrono::milliseconds(0));
+  while (!changes.ok() && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    changes = store->WaitForConfigChanges(std::chrono::milliseconds(0));
+  }
+  ASSERT_TRUE(changes.ok()) << changes.status().ToString();
+  ASSERT_TRUE(ApplyConfig(store.get(), MakeConfigWrite("r", 1, 0.2, "after the outage"), 3).ok());
+  std::vector<std::pair<std::string, v1::RunConfig>> got;
+  while (got.empty() && std::chrono::steady_clock::now() < deadline) {
+    changes = store->WaitForConfigChanges(std::chrono::milliseconds(500));
+    ASSERT_TRUE(changes.ok()) << changes.status().ToString();
+    got = std::move(*changes);
+  }
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].first, "r");
 }
 
 }  // namespace

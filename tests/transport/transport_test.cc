@@ -2,6 +2,7 @@
 // processes: outages, kill -9, a stalled server, trainer restarts.
 
 #include <gtest/gtest.h>
+#include <netdb.h>
 #include <signal.h>
 
 #include <atomic>
@@ -10,6 +11,7 @@
 #include <set>
 #include <thread>
 
+#include "gac/transport/channel.h"
 #include "gac/transport/remote_controller.h"
 #include "gac/transport/telemetry.h"
 #include "tests/common/test_util.h"
@@ -70,6 +72,16 @@ TelemetryOptions Options(const std::string& address, const ScratchDir& dir) {
   o.flush_interval = 5ms;
   o.backoff_initial = 20ms;
   o.backoff_max = 200ms;
+  return o;
+}
+
+RemoteControllerOptions RemoteOptions(const std::string& address, const std::string& run,
+                                      std::chrono::milliseconds deadline) {
+  RemoteControllerOptions o;
+  o.address = address;
+  o.token = testing::kWriterToken;
+  o.run = run;
+  o.deadline = deadline;
   return o;
 }
 
@@ -237,12 +249,7 @@ TEST(StalledGacd, TrainerDoesNotWaitAndRemoteDecisionFallsBackOnTime) {
   ASSERT_TRUE(gacd.Start());
   auto t = Telemetry::Start(Options(gacd.address(), dir));
   ASSERT_TRUE(t.ok());
-  RemoteControllerOptions ro;
-  ro.address = gacd.address();
-  ro.token = testing::kWriterToken;
-  ro.run = "exp-stall";
-  ro.deadline = 50ms;
-  auto remote = RemoteController::Create(ro);
+  auto remote = RemoteController::Create(RemoteOptions(gacd.address(), "exp-stall", 50ms));
   ASSERT_TRUE(remote.ok());
   const AlignmentStats stats{0.1, 1.0, 1.0, true};
   auto d = (*remote)->Decide(0, stats);
@@ -299,6 +306,137 @@ TEST(RemoteController, OutageFailsFastAndRecovers) {
   auto denied = RemoteController::Create(bad);
   ASSERT_TRUE(denied.ok());
   EXPECT_EQ((*denied)->Decide(0, {0.0, 1, 1, true}).status().code(), StatusCode::kPermissionDenied);
+}
+
+
+// ---- several gacd replicas (each on its own SQLite store here; replicas on
+// one PostgreSQL database are tested in tests/server/replicas_test.cc) ----
+
+TEST(Addresses, ListsOfReplicas) {
+  auto one = SplitGacdAddresses("gacd:7070");
+  ASSERT_TRUE(one.ok());
+  EXPECT_EQ(*one, std::vector<std::string>{"gacd:7070"});
+  auto three = SplitGacdAddresses("gacd-0:7070, gacd-1:7070 ,[::1]:7070");
+  ASSERT_TRUE(three.ok());
+  EXPECT_EQ(*three, (std::vector<std::string>{"gacd-0:7070", "gacd-1:7070", "[::1]:7070"}));
+  for (const char* bad : {"", "a:1,,b:2", "a:1,", " , "}) {
+    EXPECT_EQ(SplitGacdAddresses(bad).status().code(), StatusCode::kInvalidArgument) << bad;
+  }
+  TelemetryOptions o;
+  o.address = "a:1,,b:2";
+  EXPECT_EQ(Telemetry::Start(o).status().code(), StatusCode::kInvalidArgument);
+  RemoteControllerOptions ro;
+  ro.address = "";
+  ro.run = "exp";
+  EXPECT_EQ(RemoteController::Create(ro).status().code(), StatusCode::kInvalidArgument);
+}
+
+// The sender stays on the first replica while it works, moves to the next
+// when it is killed, and resends there what was not acknowledged.
+TEST(Telemetry, MovesToTheNextReplicaWhenOneDies) {
+  ScratchDir dir_a, dir_b, spool;
+  Gacd a(dir_a), b(dir_b);
+  ASSERT_TRUE(a.Start());
+  ASSERT_TRUE(b.Start());
+  auto t = Telemetry::Start(Options(a.address() + "," + b.address(), spool));
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  for (int s = 0; s < 200; ++s) ASSERT_TRUE((*t)->Enqueue(MakeStep("exp-failover", s)));
+  ASSERT_TRUE((*t)->Flush(60s)) << (*t)->last_error();
+  EXPECT_EQ((*t)->address(), a.address());
+  EXPECT_EQ(a.Steps("exp-failover"), Range(200));
+  EXPECT_TRUE(b.Steps("exp-failover").empty());
+
+  a.Kill();
+  for (int s = 200; s < 400; ++s) ASSERT_TRUE((*t)->Enqueue(MakeStep("exp-failover", s)));
+  ASSERT_TRUE((*t)->Flush(60s)) << (*t)->last_error();
+  EXPECT_EQ((*t)->address(), b.address());
+  std::vector<std::int64_t> want;
+  for (int s = 200; s < 400; ++s) want.push_back(s);
+  EXPECT_EQ(b.Steps("exp-failover"), want);
+  const TelemetryCounters c = (*t)->counters();
+  EXPECT_EQ(c.records_acknowledged, 400u);
+  EXPECT_GE(c.failovers, 1u);
+}
+
+// A Decide that the preferred replica cannot answer (it died) is answered by
+// the next one within the same call, and that one is asked first afterwards.
+TEST(RemoteController, AnswersFromAnotherReplicaWithinOneCall) {
+  ScratchDir dir_a, dir_b;
+  Gacd a(dir_a), b(dir_b);
+  ASSERT_TRUE(a.Start());
+  ASSERT_TRUE(b.Start());
+  auto remote = RemoteController::Create(RemoteOptions(a.address() + "," + b.address(), "exp-failover", 500ms));
+  ASSERT_TRUE(remote.ok());
+  const AlignmentStats stats{0.1, 1.0, 1.0, true};
+  ASSERT_TRUE((*remote)->Decide(0, stats).ok());
+  a.Kill();
+  for (int i = 1; i <= 20; ++i) {
+    auto d = (*remote)->Decide(i, stats);
+    ASSERT_TRUE(d.ok()) << "call " << i << ": " << d.status().ToString();
+    EXPECT_EQ(d->regime, Regime::kProject);
+  }
+  // Both down: an error (the agent decides locally), and no wait beyond the
+  // deadline.
+  b.Kill();
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_EQ((*remote)->Decide(21, stats).status().code(), StatusCode::kUnavailable);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 500ms + 200ms);
+  ASSERT_TRUE(a.Restart());
+  bool recovered = false;
+  for (int i = 0; i < 100 && !recovered; ++i) {
+    recovered = (*remote)->Decide(22 + i, stats).ok();
+    if (!recovered) std::this_thread::sleep_for(50ms);
+  }
+  EXPECT_TRUE(recovered);
+}
+
+// One DNS name that resolves to several replicas: "localhost" names
+// 127.0.0.1 and ::1, and a gacd listens on each with the same port. The
+// sender streams to one; when it dies, the records go to the other.
+TEST(Telemetry, OneNameForSeveralReplicas) {
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  bool v4 = false, v6 = false;
+  if (getaddrinfo("localhost", nullptr, &hints, &found) == 0) {
+    for (addrinfo* ai = found; ai != nullptr; ai = ai->ai_next) {
+      v4 = v4 || ai->ai_family == AF_INET;
+      v6 = v6 || ai->ai_family == AF_INET6;
+    }
+    freeaddrinfo(found);
+  }
+  if (!v4 || !v6) GTEST_SKIP() << "localhost does not resolve to both 127.0.0.1 and ::1 here";
+  ScratchDir dir_a, dir_b, spool;
+  const std::string tokens = testing::WriteTestTokens(dir_a);
+  auto start = [&](const ScratchDir& dir, const std::string& listen) {
+    auto p = std::make_unique<GacdProcess>(std::vector<std::string>{
+        "--listen=" + listen, "--metrics-listen=", "--data-dir=" + dir.File("gacd"), "--token-file=" + tokens});
+    return p->Start(dir.File("ready")) ? std::move(p) : nullptr;
+  };
+  auto a = start(dir_a, "127.0.0.1:0");
+  ASSERT_NE(a, nullptr);
+  const std::string port = a->address().substr(a->address().rfind(':') + 1);
+  auto b = start(dir_b, "[::1]:" + port);
+  if (b == nullptr) GTEST_SKIP() << "cannot listen on [::1]:" << port << " here";
+  auto t = Telemetry::Start(Options("localhost:" + port, spool));
+  ASSERT_TRUE(t.ok());
+  for (int s = 0; s < 100; ++s) ASSERT_TRUE((*t)->Enqueue(MakeStep("exp-dns", s)));
+  ASSERT_TRUE((*t)->Flush(60s)) << (*t)->last_error();
+  const auto steps = [&](const std::string& address) {
+    std::vector<v1::StepRecord> recs;
+    Client(address, testing::kReaderToken).AllSteps("exp-dns", &recs);
+    std::set<std::int64_t> out;
+    for (const auto& r : recs) out.insert(r.step());
+    return out;
+  };
+  const bool on_a = steps(a->address()).size() == 100;
+  ASSERT_TRUE(on_a || steps(b->address()).size() == 100);
+  GacdProcess& survivor = on_a ? *b : *a;
+  (on_a ? a : b)->Kill();
+  for (int s = 100; s < 200; ++s) ASSERT_TRUE((*t)->Enqueue(MakeStep("exp-dns", s)));
+  ASSERT_TRUE((*t)->Flush(60s)) << (*t)->last_error();
+  const std::set<std::int64_t> later = steps(survivor.address());
+  for (int s = 100; s < 200; ++s) EXPECT_EQ(later.count(s), 1u) << s;
 }
 
 }  // namespace

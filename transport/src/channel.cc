@@ -26,7 +26,27 @@ std::shared_ptr<grpc::Channel> MakeGacdChannel(const std::string& address, const
     opts.pem_private_key = tls.private_key;
     creds = grpc::SslCredentials(opts);
   }
+  args.SetLoadBalancingPolicyName("round_robin");
   return grpc::CreateCustomChannel(address, creds, args);
+}
+
+StatusOr<std::vector<std::string>> SplitGacdAddresses(const std::string& addresses) {
+  std::vector<std::string> out;
+  std::size_t begin = 0;
+  for (;;) {
+    const std::size_t comma = addresses.find(',', begin);
+    std::string part = addresses.substr(begin, comma == std::string::npos ? std::string::npos : comma - begin);
+    const auto first = part.find_first_not_of(" \t");
+    const auto last = part.find_last_not_of(" \t");
+    part = first == std::string::npos ? "" : part.substr(first, last - first + 1);
+    if (part.empty()) {
+      return Status::InvalidArgument(addresses.empty() ? std::string("gacd address is empty")
+                                                       : "gacd address list '" + addresses + "' has an empty entry");
+    }
+    out.push_back(std::move(part));
+    if (comma == std::string::npos) return out;
+    begin = comma + 1;
+  }
 }
 
 }  // namespace gac::transport

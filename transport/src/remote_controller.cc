@@ -2,6 +2,9 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <atomic>
+#include <vector>
+
 #include "gac/proto/convert.h"
 #include "gac/transport/channel.h"
 #include "gac/v1/control.grpc.pb.h"
@@ -10,36 +13,85 @@ namespace gac::transport {
 
 struct RemoteController::Impl {
   RemoteControllerOptions options;
-  std::shared_ptr<grpc::Channel> channel;
-  std::unique_ptr<v1::ControlService::Stub> stub;
-  std::unique_ptr<v1::AdminService::Stub> admin;
+  // One per gacd address (replicas sharing a store).
+  struct Replica {
+    std::shared_ptr<grpc::Channel> channel;
+    std::unique_ptr<v1::ControlService::Stub> stub;
+    std::unique_ptr<v1::AdminService::Stub> admin;
+  };
+  std::vector<Replica> replicas;
+  std::atomic<std::size_t> preferred{0};  // the replica that answered last
+
+  // Calls `call(replica, ctx)` on the replicas in turn, connected ones
+  // first from the preferred one on, while the answer is UNAVAILABLE (down,
+  // draining) and `deadline` has not passed; the one that answers becomes
+  // preferred. A replica that missed the deadline is asked last next time.
+  template <typename Call>
+  grpc::Status WithFailover(std::chrono::system_clock::time_point deadline, const Call& call) {
+    const std::size_t first = preferred.load(std::memory_order_relaxed);
+    std::vector<std::size_t> order, later;
+    for (std::size_t i = 0; i < replicas.size(); ++i) {
+      const std::size_t k = (first + i) % replicas.size();
+      // GetState(true) also starts connecting an idle channel.
+      (replicas[k].channel->GetState(true) == GRPC_CHANNEL_READY ? order : later).push_back(k);
+    }
+    const bool none_connected = order.empty();
+    order.insert(order.end(), later.begin(), later.end());
+    if (none_connected) {
+      // None is connected. A channel whose calls only fail fast is polled by
+      // no thread, and its reconnection attempts cannot complete: poll for a
+      // moment, so that a replica that came back is found.
+      replicas[order.front()].channel->WaitForConnected(std::chrono::system_clock::now() +
+                                                        std::chrono::milliseconds(1));
+    }
+    grpc::Status st;
+    for (std::size_t k : order) {
+      grpc::ClientContext ctx;
+      ctx.set_deadline(deadline);
+      if (!options.token.empty()) ctx.AddMetadata("authorization", "Bearer " + options.token);
+      st = call(replicas[k], &ctx);
+      if (st.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED && replicas.size() > 1) {
+        preferred.store((k + 1) % replicas.size(), std::memory_order_relaxed);
+        return st;
+      }
+      if (st.error_code() != grpc::StatusCode::UNAVAILABLE) {
+        if (k != first) preferred.store(k, std::memory_order_relaxed);
+        return st;
+      }
+      if (std::chrono::system_clock::now() >= deadline) break;
+    }
+    return st;
+  }
 };
 
 RemoteController::RemoteController(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 RemoteController::~RemoteController() = default;
 
 StatusOr<std::unique_ptr<RemoteController>> RemoteController::Create(const RemoteControllerOptions& options) {
-  if (options.address.empty()) return Status::InvalidArgument("remote controller address is empty");
+  StatusOr<std::vector<std::string>> addresses = SplitGacdAddresses(options.address);
+  if (!addresses.ok()) return addresses.status().WithPrefix("remote controller");
   if (options.run.empty()) return Status::InvalidArgument("remote controller run id is empty");
   if (options.deadline.count() <= 0) return Status::InvalidArgument("remote controller deadline must be > 0");
   auto impl = std::make_unique<Impl>();
   impl->options = options;
-  impl->channel = MakeGacdChannel(
-      options.address, ChannelTls{options.tls_root_certs, options.tls_cert_chain, options.tls_private_key},
-      std::chrono::milliseconds(1000));
-  impl->stub = v1::ControlService::NewStub(impl->channel);
-  impl->admin = v1::AdminService::NewStub(impl->channel);
+  for (const std::string& address : *addresses) {
+    Impl::Replica& r = impl->replicas.emplace_back();
+    r.channel = MakeGacdChannel(
+        address, ChannelTls{options.tls_root_certs, options.tls_cert_chain, options.tls_private_key},
+        std::chrono::milliseconds(1000));
+    r.stub = v1::ControlService::NewStub(r.channel);
+    r.admin = v1::AdminService::NewStub(r.channel);
+  }
   return std::unique_ptr<RemoteController>(new RemoteController(std::move(impl)));
 }
 
 StatusOr<Decision> RemoteController::Decide(std::int64_t step, const AlignmentStats& stats) {
   const RemoteControllerOptions& o = impl_->options;
-  grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() + o.deadline);
-  if (!o.token.empty()) ctx.AddMetadata("authorization", "Bearer " + o.token);
   const v1::DecideRequest req = proto::ToDecideRequest(o.run, o.rank, step, stats);
   v1::DecideResponse resp;
-  const grpc::Status st = impl_->stub->Decide(&ctx, req, &resp);
+  const grpc::Status st = impl_->WithFailover(
+      std::chrono::system_clock::now() + o.deadline,
+      [&](Impl::Replica& r, grpc::ClientContext* ctx) { return r.stub->Decide(ctx, req, &resp); });
   if (!st.ok()) return proto::FromGrpcStatus(st, "gacd Decide");
   StatusOr<Decision> decision = proto::DecodeDecideResponse(req, resp);
   if (!decision.ok()) return decision.status().WithPrefix("gacd Decide answered nonsense");
@@ -49,16 +101,16 @@ StatusOr<Decision> RemoteController::Decide(std::int64_t step, const AlignmentSt
 Status RemoteController::SetRunThresholds(const Thresholds& thresholds, AlphaMode alpha_mode,
                                           const std::string& reason) {
   const RemoteControllerOptions& o = impl_->options;
-  grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
-  if (!o.token.empty()) ctx.AddMetadata("authorization", "Bearer " + o.token);
   v1::SetRunConfigRequest req;
   req.set_run(o.run);
   *req.mutable_thresholds() = proto::ToProto(thresholds, alpha_mode);
   req.set_mode(proto::ToProto(Mode::kRemote));
   req.set_reason(reason);
   v1::RunConfig cfg;
-  return proto::FromGrpcStatus(impl_->admin->SetRunConfig(&ctx, req, &cfg), "gacd SetRunConfig");
+  const grpc::Status st = impl_->WithFailover(
+      std::chrono::system_clock::now() + std::chrono::seconds(10),
+      [&](Impl::Replica& r, grpc::ClientContext* ctx) { return r.admin->SetRunConfig(ctx, req, &cfg); });
+  return proto::FromGrpcStatus(st, "gacd SetRunConfig");
 }
 
 }  // namespace gac::transport

@@ -30,8 +30,13 @@ struct Telemetry::Impl {
   Mutex spool_mu;
   std::unique_ptr<Spool> spool GAC_PT_GUARDED_BY(spool_mu);  // null without a spool directory
   SpoolRecovery recovery;
-  std::shared_ptr<grpc::Channel> channel;
-  std::unique_ptr<v1::IngestService::Stub> stub;
+  // One per gacd address (several replicas sharing a store); the sender
+  // streams to one at a time and moves to the next when it fails.
+  std::vector<std::string> addresses;
+  std::vector<std::shared_ptr<grpc::Channel>> channels;
+  std::vector<std::unique_ptr<v1::IngestService::Stub>> stubs;
+  std::size_t current = 0;           // sender thread only
+  std::size_t failures_in_a_row = 0;  // sender thread only
 
   // Queue side (training threads and the sender).
   mutable Mutex mu;
@@ -45,6 +50,7 @@ struct Telemetry::Impl {
   TelemetryCounters counters GAC_GUARDED_BY(mu);  // (queue_depth/unacknowledged computed)
   std::string last_error GAC_GUARDED_BY(mu);
   std::unique_ptr<grpc::ClientContext> ctx GAC_GUARDED_BY(mu);  // for TryCancel from Close
+  std::string connected_address GAC_GUARDED_BY(mu);  // of the open stream; "" = none
 
   std::thread sender;
   std::uint64_t next_seq = 1;          // sender thread only
@@ -98,9 +104,9 @@ bool Telemetry::Impl::Connect(std::unique_ptr<grpc::ClientReaderWriter<v1::Inges
                               std::thread& reader) {
   // Wait briefly for a connection instead of letting the stream fail fast:
   // a fail-fast call on a channel in backoff fails without trying.
-  if (!channel->WaitForConnected(std::chrono::system_clock::now() + std::chrono::milliseconds(100))) {
+  if (!channels[current]->WaitForConnected(std::chrono::system_clock::now() + std::chrono::milliseconds(100))) {
     MutexLock lock(&mu);
-    last_error = "UNAVAILABLE: no connection to " + options.address;
+    last_error = "UNAVAILABLE: no connection to " + addresses[current];
     return false;
   }
   auto context = std::make_unique<grpc::ClientContext>();
@@ -111,8 +117,9 @@ bool Telemetry::Impl::Connect(std::unique_ptr<grpc::ClientReaderWriter<v1::Inges
     ctx = std::move(context);
     broken = false;
     reader_done = false;
+    connected_address = addresses[current];
   }
-  stream = stub->Ingest(raw);
+  stream = stubs[current]->Ingest(raw);
   reader = std::thread([this, s = stream.get()] { ReadAcks(s); });
   // Resend every unacknowledged batch, in order.
   std::vector<Pending> resend;
@@ -150,6 +157,7 @@ void Telemetry::Impl::Disconnect(
   stream.reset();
   MutexLock lock(&mu);
   ctx.reset();
+  connected_address.clear();
   if (st.ok() || st.error_code() == grpc::StatusCode::CANCELLED) return;
   last_error = proto::FromGrpcStatus(st).ToString();
   if (st.error_code() == grpc::StatusCode::INVALID_ARGUMENT && !pending.empty()) {
@@ -176,7 +184,19 @@ void Telemetry::Impl::Run() {
   auto backoff = options.backoff_initial;
   auto next_attempt = Clock::now();
   bool connected = false;
+  // After a failure the next address is tried at once; only when every
+  // address failed in a row does the sender back off.
   const auto schedule_retry = [&] {
+    ++failures_in_a_row;
+    if (addresses.size() > 1) {
+      current = (current + 1) % addresses.size();
+      MutexLock lock(&mu);
+      ++counters.failovers;
+    }
+    if (failures_in_a_row % addresses.size() != 0) {
+      next_attempt = Clock::now();
+      return;
+    }
     next_attempt = Clock::now() + std::chrono::duration_cast<Clock::duration>(backoff * jitter(rng));
     backoff = std::min(backoff * 2, options.backoff_max);
   };
@@ -236,6 +256,7 @@ void Telemetry::Impl::Run() {
       }
       if (stream->Write(*batch)) {
         backoff = options.backoff_initial;
+        failures_in_a_row = 0;
       } else {
         MutexLock lock(&mu);
         broken = true;
@@ -304,7 +325,8 @@ Telemetry::Telemetry(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Telemetry::~Telemetry() { Close(std::chrono::milliseconds(0)); }
 
 StatusOr<std::unique_ptr<Telemetry>> Telemetry::Start(const TelemetryOptions& options) {
-  if (options.address.empty()) return Status::InvalidArgument("telemetry address is empty");
+  StatusOr<std::vector<std::string>> addresses = SplitGacdAddresses(options.address);
+  if (!addresses.ok()) return addresses.status().WithPrefix("telemetry");
   if (options.queue_capacity == 0 || options.max_batch_records == 0 || options.max_unacknowledged_batches == 0) {
     return Status::InvalidArgument("telemetry queue_capacity, max_batch_records and max_unacknowledged_batches must be > 0");
   }
@@ -337,10 +359,13 @@ StatusOr<std::unique_ptr<Telemetry>> Telemetry::Start(const TelemetryOptions& op
     impl->pending = std::move(recovered);
     impl->pending_records = records;
   }
-  impl->channel = MakeGacdChannel(
-      options.address, ChannelTls{options.tls_root_certs, options.tls_cert_chain, options.tls_private_key},
-      options.backoff_max);
-  impl->stub = v1::IngestService::NewStub(impl->channel);
+  impl->addresses = std::move(*addresses);
+  for (const std::string& address : impl->addresses) {
+    impl->channels.push_back(MakeGacdChannel(
+        address, ChannelTls{options.tls_root_certs, options.tls_cert_chain, options.tls_private_key},
+        options.backoff_max));
+    impl->stubs.push_back(v1::IngestService::NewStub(impl->channels.back()));
+  }
   Impl* raw = impl.get();
   impl->sender = std::thread([raw] { raw->Run(); });
   return std::unique_ptr<Telemetry>(new Telemetry(std::move(impl)));
@@ -400,6 +425,11 @@ const SpoolRecovery& Telemetry::recovery() const { return impl_->recovery; }
 std::string Telemetry::last_error() const {
   MutexLock lock(&impl_->mu);
   return impl_->last_error;
+}
+
+std::string Telemetry::address() const {
+  MutexLock lock(&impl_->mu);
+  return impl_->connected_address;
 }
 
 }  // namespace gac::transport

@@ -24,7 +24,16 @@ class MemoryStore final : public Store {
       op.stored = 0;
       op.duplicates = 0;
       if (op.steps != nullptr) ApplySteps(&op);
+      op.config_conflict = false;
+      op.stored_config.Clear();
       if (op.config != nullptr) {
+        auto it = configs_.find(op.config->run);
+        const std::uint64_t stored = it == configs_.end() ? 0 : it->second.version();
+        if (stored != op.config->change.before().version()) {
+          op.config_conflict = true;
+          if (it != configs_.end()) op.stored_config = it->second;
+          continue;
+        }
         configs_[op.config->run] = op.config->config;
         changes_[op.config->run].push_back(op.config->change);
       }

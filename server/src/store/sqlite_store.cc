@@ -399,7 +399,7 @@ class SqliteStore final : public Store {
   Status FinishWrite(Status s) GAC_REQUIRES(write_mu_);
   // REQUIRES: a transaction open.
   Status ApplySteps(WriteOp* op) GAC_REQUIRES(write_mu_);
-  Status ApplyConfig(const WriteOp& op) GAC_REQUIRES(write_mu_);
+  Status ApplyConfig(WriteOp* op) GAC_REQUIRES(write_mu_);
   Status ResolveRun(const std::string& name, std::int64_t* run_id) GAC_REQUIRES(write_mu_);
 
   // Sets *run_id to -1 for a run with no stored step.
@@ -422,7 +422,7 @@ class SqliteStore final : public Store {
     Stmt begin, commit, rollback;
     Stmt find_run, insert_run, update_run;
     Stmt insert_step, insert_layer, insert_scalar;
-    Stmt upsert_config, insert_change;
+    Stmt find_config, upsert_config, insert_change;
     Stmt idle_runs, delete_steps, delete_layers, delete_scalars, delete_run;
   } w_ GAC_GUARDED_BY(write_mu_);
   // name -> run_id of committed runs rows.
@@ -542,6 +542,7 @@ Status SqliteStore::PrepareAll() {
        "ref_norm) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"},
       {w, &w_.insert_scalar,
        "INSERT OR IGNORE INTO scalars (run_id, step, rank, name, value) VALUES (?, ?, ?, ?, ?)"},
+      {w, &w_.find_config, "SELECT config FROM run_config WHERE run = ?1"},
       {w, &w_.upsert_config,
        "INSERT INTO run_config (run, config) VALUES (?1, ?2) "
        "ON CONFLICT (run) DO UPDATE SET config = excluded.config"},
@@ -625,8 +626,10 @@ Status SqliteStore::Apply(std::vector<WriteOp>* ops) {
   for (WriteOp& op : *ops) {
     op.stored = 0;
     op.duplicates = 0;
+    op.config_conflict = false;
+    op.stored_config.Clear();
     if (op.steps != nullptr) s = ApplySteps(&op);
-    if (s.ok() && op.config != nullptr) s = ApplyConfig(op);
+    if (s.ok() && op.config != nullptr) s = ApplyConfig(&op);
     if (!s.ok()) break;
   }
   return FinishWrite(std::move(s));
@@ -760,9 +763,31 @@ Status SqliteStore::ApplySteps(WriteOp* op) {
   return Status();
 }
 
-Status SqliteStore::ApplyConfig(const WriteOp& op) {
+Status SqliteStore::ApplyConfig(WriteOp* op_ptr) {
+  WriteOp& op = *op_ptr;
   sqlite3* db = write_db_.get();
   const ConfigWrite& write = *op.config;
+  {
+    // Compare-and-set on the version (store.h): inside the write transaction,
+    // so the read and the write see the same state.
+    sqlite3_stmt* find = w_.find_config.get();
+    ScopedReset reset(find);
+    int rc = Binder(find).Text(write.run).rc();
+    if (rc == SQLITE_OK) rc = sqlite3_step(find);
+    v1::RunConfig stored;
+    if (rc == SQLITE_ROW) {
+      if (!ParseColumn(find, 0, &stored)) {
+        return Status::DataLoss(path_ + ": unreadable settings of run \"" + write.run + "\"");
+      }
+    } else if (rc != SQLITE_DONE) {
+      return StepError(db, rc, "reading run settings");
+    }
+    if (stored.version() != write.change.before().version()) {
+      op.config_conflict = true;
+      op.stored_config = std::move(stored);
+      return Status();
+    }
+  }
   const std::string config = write.config.SerializeAsString();
   const std::string change = write.change.SerializeAsString();
   sqlite3_stmt* upsert = w_.upsert_config.get();

@@ -31,6 +31,13 @@
 #ifdef CONSUMER_WITH_GRPC
 #include <grpcpp/grpcpp.h>
 
+#include <sstream>
+
+#include "gac/cli/client.h"
+#include "gac/cli/format.h"
+#include "gac/cli/gacctl.h"
+#include "gac/cli/interrupt.h"
+#include "gac/cli/replay.h"
 #include "gac/proto/convert.h"
 #include "gac/transport/channel.h"
 #include "gac/transport/remote_controller.h"
@@ -167,6 +174,27 @@ int main(int argc, char** argv) {
     Check(gac::transport::Spool::Open(spool_options, &recovery).ok(), "Spool::Open");
     auto channel = gac::transport::MakeGacdChannel("127.0.0.1:1", "", std::chrono::milliseconds(100));
     Check(channel != nullptr, "MakeGacdChannel");
+    // gac::cli: replay, rows, the client, the command line.
+    gac::cli::Replayer replayer(*gac::Controller::Create({0.1, 0.3}));
+    replayer.Add({0, std::nullopt, gac::Regime::kSafe, 1.0});
+    replayer.Add({1, 0.2, gac::Regime::kSkip, 1.0});
+    Check(replayer.replayed().count(gac::Regime::kProject) == 1 && replayer.differing_count() == 1, "Replayer");
+    Check(gac::cli::ThresholdGrid({0.05}, {0.3}).ok(), "ThresholdGrid");
+    std::ostringstream csv;
+    auto rows = gac::cli::RowWriter::Create(*gac::cli::ParseFormat("csv"), &csv, {{"step", "STEP", true, 0}});
+    rows->Add({gac::cli::Cell::Int(7)});
+    rows->Flush();
+    Check(csv.str() == "step\n7\n", "RowWriter");
+    gac::cli::ConnectionOptions conn;
+    conn.address = "127.0.0.1:1";
+    conn.timeout = std::chrono::milliseconds(500);
+    gac::cli::GacdClient client(conn);
+    Check(client.Health("").status().IsUnavailable(), "GacdClient to nothing");
+    gac::cli::Interrupt interrupt;
+    interrupt.Request();
+    Check(interrupt.WaitFor(std::chrono::milliseconds(1)), "Interrupt");
+    std::ostringstream out, err;
+    Check(gac::cli::RunGacctl({"--version"}, {}, out, err) == gac::cli::kExitOk, "gacctl --version");
   }
 #endif
 #ifdef CONSUMER_WITH_SERVER
@@ -211,6 +239,11 @@ int main(int argc, char** argv) {
     gac::server::Writer writer(store.get(), nullptr, 1000);
     Check(writer.queued_rows() == 0, "Writer");
     writer.Stop();
+    std::ostringstream steps, steps_err;
+    Check(gac::cli::RunGacctl({"steps", "consumer", "--format", "csv", "--address", (*server)->address()}, {}, steps,
+                              steps_err) == gac::cli::kExitOk &&
+              steps.str().rfind("run,step,rank,", 0) == 0 && steps.str().find("\nconsumer,") != std::string::npos,
+          "gacctl steps");
     const char* help_argv[] = {"gacd", "--help"};
     auto flags = gac::server::ParseFlags(2, help_argv);
     Check(flags.ok() && flags->help, "ParseFlags --help");

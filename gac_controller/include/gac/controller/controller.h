@@ -94,6 +94,11 @@ class Controller {
   static StatusOr<Controller> Create(Thresholds thresholds, AlphaMode mode = AlphaMode::kPaper);
 
   Decision Decide(const AlignmentStats& stats) const;
+  // The regime Decide chooses for a step with a reference and finite
+  // statistics whose cosine is `cosine`: it depends on |cosine| and the
+  // thresholds alone (safe, project or skip). Replaying a recorded c_t
+  // through it gives exactly the regime these thresholds would have chosen.
+  Regime RegimeForCosine(double cosine) const;
   // alpha for a cosine in the projection band, per mode().
   double Alpha(double cosine) const;
 

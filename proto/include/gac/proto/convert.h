@@ -74,6 +74,14 @@ grpc::Status ToGrpcStatus(const Status& status);
 // front of the message as "<prefix>: ".
 Status FromGrpcStatus(const grpc::Status& status, const std::string& prefix = "");
 
+// The HTTP status of a code, for gacd's HTTP API: OK 200; INVALID_ARGUMENT,
+// FAILED_PRECONDITION and OUT_OF_RANGE 400; UNAUTHENTICATED 401;
+// PERMISSION_DENIED 403; NOT_FOUND 404; ABORTED and ALREADY_EXISTS 409;
+// RESOURCE_EXHAUSTED 413 (a request above the size limit, as gRPC reports a
+// message above its limit); CANCELLED 499; UNIMPLEMENTED 501; UNAVAILABLE
+// 503; DEADLINE_EXCEEDED 504; every other code 500.
+int ToHttpStatus(StatusCode code);
+
 }  // namespace gac::proto
 
 #endif  // GAC_PROTO_CONVERT_H_

@@ -19,9 +19,11 @@ namespace gac::server {
 
 struct ServerConfig {
   std::string listen = "127.0.0.1:7070";          // gRPC address; port 0 = OS-chosen
-  std::string metrics_listen = "127.0.0.1:9464";  // /metrics address; "" = no exporter
+  std::string metrics_listen = "127.0.0.1:9464";  // HTTP port: /metrics, JSON API, page; "" = none
   std::string data_dir = "gacd-data";             // created if missing
   std::string db;                                 // "" = <data_dir>/gacd.db; ":memory:" = in-memory store
+  std::string store;                              // "" or "sqlite" = SQLite at DatabasePath(); or a
+                                                  // postgresql://... URI (replicas may share it)
   std::string token_file;                         // bearer tokens (see auth.h)
   bool insecure = false;                          // no auth; only on loopback addresses
   std::string tls_cert, tls_key;                  // PEM files; both or neither

@@ -1,5 +1,7 @@
 // In-memory view of every run's controller settings: what Decide reads (never
-// the disk) and what SetRunConfig changes before it persists the change.
+// the disk) and what SetRunConfig changes before it persists the change. With
+// several gacd replicas on one database, changes made through the others
+// arrive by Install (server/src/settings_sync.h).
 //
 // Thread safety: safe for concurrent use (a reader-writer lock).
 
@@ -41,8 +43,15 @@ class RunRegistry {
                                  v1::RunConfig* before);
 
   // Puts `previous` back if the run's current version is still `failed`'s
-  // (undoes a Change whose write failed).
+  // (undoes a Change whose write failed, or replaces it with the settings
+  // that another gacd sharing the store committed first).
   void Revert(const std::string& run, const v1::RunConfig& failed, const v1::RunConfig& previous);
+
+  // Installs settings committed through another gacd sharing the store when
+  // they are newer than the run's current ones (a higher version); returns
+  // whether they were installed. Older or equal versions are ignored: they
+  // are already here, or a local change of this version is being written.
+  bool Install(const std::string& run, const v1::RunConfig& config);
 
  private:
   struct Entry {

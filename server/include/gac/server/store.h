@@ -1,17 +1,22 @@
 // The history store of gacd: step records, per-layer rows, run metadata and
 // per-run controller settings with their audit log.
 //
-// Two implementations: SQLite (the default; WAL, one write connection and one
-// read connection) and an in-memory fake for tests. Both give the same
-// answers; tests/server/store_test.cc runs the same conformance suite on both.
+// Three implementations: SQLite (the embedded default; WAL, one write
+// connection and one read connection), PostgreSQL (several gacd replicas may
+// share one database) and an in-memory fake for tests. All give the same
+// answers; tests/server/store_test.cc runs the same conformance suite on each.
 //
 // Thread safety: every method may be called from any thread. Writes
 // (Apply, DeleteIdleRuns) are serialised inside the store; reads run
-// concurrently with writes and see only committed transactions.
+// concurrently with writes and see only committed transactions. On
+// PostgreSQL, writes of other processes sharing the database run concurrently
+// too: keys stay unique across them (a replay stored by one is a duplicate
+// for the others) and settings changes are compare-and-set on the version.
 
 #ifndef GAC_SERVER_STORE_H_
 #define GAC_SERVER_STORE_H_
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -41,6 +46,13 @@ struct WriteOp {
   // Results (steps only): step records newly stored / already present.
   std::uint32_t stored = 0;
   std::uint32_t duplicates = 0;
+  // Results (settings only): true when the change was not written because
+  // the run's stored version (0 when none is stored) is not
+  // change.before().version(), i.e. another gacd sharing the store changed
+  // the run first; `stored_config` then holds the stored settings (version 0
+  // when none).
+  bool config_conflict = false;
+  v1::RunConfig stored_config{};
 };
 
 // Selects step records for GetSteps. Ordered by (step, rank).
@@ -64,8 +76,10 @@ class Store {
   // layer rows by (run, rank, step, layer name): a record whose key is
   // already stored is counted as a duplicate and not rewritten (replays are
   // harmless). Updates each run's RunInfo (first/last step, counts, seen
-  // times, world size). REQUIRES: the records were validated
-  // (server/validate.h); no key repeats within one call.
+  // times, world size). A settings op is written (with its audit record)
+  // only when the run's stored version equals change.before().version();
+  // otherwise it sets config_conflict and the other ops still commit.
+  // REQUIRES: the records were validated (server/validate.h).
   virtual Status Apply(std::vector<WriteOp>* ops) = 0;
 
   // Every run that has stored settings (version >= 1), for start-up.
@@ -98,6 +112,19 @@ class Store {
   // settings or audit log) whose last_seen_ns < cutoff_ns. Returns the
   // number of runs deleted.
   virtual StatusOr<std::uint64_t> DeleteIdleRuns(std::int64_t cutoff_ns) = 0;
+
+  // Settings changes committed through any process sharing the store (this
+  // one included), as (run, settings), for stores that several gacd share:
+  // waits up to `timeout` for the next ones (an empty result when none came).
+  // After an error (UNAVAILABLE: the database went away) changes may have
+  // been missed: the caller reloads with LoadRunConfigs once a later call
+  // succeeds, since that call listens again. Stores that only one process
+  // uses return UNIMPLEMENTED at once. Called from one thread at a time.
+  virtual StatusOr<std::vector<std::pair<std::string, v1::RunConfig>>> WaitForConfigChanges(
+      std::chrono::milliseconds timeout) {
+    (void)timeout;
+    return Status::Unimplemented("this store is not shared between processes");
+  }
 };
 
 struct SqliteOptions {
@@ -118,6 +145,37 @@ StatusOr<std::unique_ptr<Store>> OpenSqliteStore(const std::string& path,
 
 // The current schema version written by OpenSqliteStore.
 int SqliteSchemaVersion();
+
+struct PostgresOptions {
+  // Read connections (queries run on them in parallel; writes use one more
+  // connection and settings changes are listened to on another).
+  int read_connections = 2;
+  // After a failed connection attempt, calls fail at once (UNAVAILABLE) for
+  // this long before the next attempt, so that an unreachable database costs
+  // each call nothing.
+  std::chrono::milliseconds reconnect_interval{250};
+};
+
+// True when `store` names a PostgreSQL database: a postgresql:// or
+// postgres:// URI (libpq's connection URI).
+bool IsPostgresUri(const std::string& store);
+
+// The URI without its password or other options, for logs and errors:
+// "postgresql://user@host:port/dbname".
+std::string DescribePostgresUri(const std::string& uri);
+
+// Connects to the database of `uri` (libpq: the password may come from the
+// URI, PGPASSWORD or a password file), and brings the schema to the current
+// version under an advisory lock, so that replicas starting together migrate
+// once (a newer version than this build knows is FailedPrecondition). Errors
+// are one line naming the database without its password: an unreachable
+// server is UNAVAILABLE, a refused password UNAUTHENTICATED, a missing
+// database NOT_FOUND, a malformed URI INVALID_ARGUMENT.
+StatusOr<std::unique_ptr<Store>> OpenPostgresStore(const std::string& uri,
+                                                   const PostgresOptions& options = {});
+
+// The current schema version written by OpenPostgresStore.
+int PostgresSchemaVersion();
 
 // An in-memory store with the same semantics, for tests.
 std::unique_ptr<Store> NewMemoryStore();

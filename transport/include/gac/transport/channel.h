@@ -10,6 +10,9 @@
 #include <chrono>
 #include <memory>
 #include <string>
+#include <vector>
+
+#include "gac/status.h"
 
 namespace grpc {
 class Channel;
@@ -19,7 +22,10 @@ namespace gac::transport {
 
 // A channel to gacd at `address` (host:port). `tls_root_certs`: PEM roots to
 // verify gacd's certificate; "" = plaintext. Reconnect attempts start after
-// 100 ms and back off to at most `max_backoff`.
+// 100 ms and back off to at most `max_backoff`. A name that resolves to
+// several addresses (gacd replicas behind one DNS name, e.g. a Kubernetes
+// headless Service) gets a connection to each, and calls go to those that
+// are up (round robin), so a replica that fails is left at once.
 std::shared_ptr<grpc::Channel> MakeGacdChannel(const std::string& address, const std::string& tls_root_certs,
                                                std::chrono::milliseconds max_backoff);
 
@@ -34,6 +40,12 @@ struct ChannelTls {
 // As above, with a client certificate when `tls` has one.
 std::shared_ptr<grpc::Channel> MakeGacdChannel(const std::string& address, const ChannelTls& tls,
                                                std::chrono::milliseconds max_backoff);
+
+// The gacd addresses of a TelemetryOptions or RemoteControllerOptions
+// address: one host:port, or several replicas sharing one store as a
+// comma-separated list ("gacd-0:7070,gacd-1:7070"; spaces around the commas
+// are ignored). INVALID_ARGUMENT for an empty list or an empty entry.
+StatusOr<std::vector<std::string>> SplitGacdAddresses(const std::string& addresses);
 
 }  // namespace gac::transport
 

@@ -9,6 +9,12 @@
 // (gac/proto/convert.h: DecodeDecideResponse), is an error too: a broken or
 // hostile gacd cannot change the update.
 //
+// With several gacd replicas sharing one store (`address` a comma-separated
+// list), a call that a replica answers with UNAVAILABLE (down, draining) is
+// sent to the next within the same deadline, and the replica that answers is
+// asked first from then on. A DNS name that resolves to several replicas
+// works as well (channel.h).
+//
 // Thread safety: Decide may be called from any thread.
 
 #ifndef GAC_TRANSPORT_REMOTE_CONTROLLER_H_
@@ -23,7 +29,7 @@
 namespace gac::transport {
 
 struct RemoteControllerOptions {
-  std::string address;                     // gacd host:port
+  std::string address;                     // gacd host:port, or a comma-separated list of replicas
   std::string token;                       // bearer token with write rights on the run
   std::string tls_root_certs;              // PEM roots; "" = plaintext
   std::string tls_cert_chain, tls_private_key;  // PEM client certificate and key (mTLS); "" = none

@@ -24,6 +24,14 @@
 // agent_records_replayed, agent_records_dropped and agent_reconnects, so they
 // reach gacd and its metrics with the run's telemetry.
 //
+// Several gacd replicas sharing one store: `address` lists them
+// ("gacd-0:7070,gacd-1:7070") or names one DNS name that resolves to them.
+// The sender streams to one replica; when its stream or connection fails it
+// moves to the next at once (backing off only after every address failed in
+// a row) and resends there every unacknowledged batch. A replica counts each
+// replayed record that another already stored as a duplicate, so every step
+// is stored once wherever its batches land.
+//
 // A batch that gacd rejects as invalid (INVALID_ARGUMENT) would be rejected
 // forever: it is dropped, counted in records_rejected, and its error kept
 // in last_error().
@@ -46,7 +54,7 @@
 namespace gac::transport {
 
 struct TelemetryOptions {
-  std::string address;                // gacd host:port
+  std::string address;                // gacd host:port, or a comma-separated list of replicas
   std::string token;                  // bearer token; "" for an insecure local gacd
   std::string tls_root_certs;         // PEM roots; "" = plaintext
   std::string tls_cert_chain, tls_private_key;  // PEM client certificate and key (mTLS); "" = none
@@ -72,6 +80,7 @@ struct TelemetryCounters {
   std::uint64_t records_rejected = 0;    // dropped after INVALID_ARGUMENT from gacd
   std::uint64_t spool_errors = 0;        // failed spool writes (the batch is kept in memory)
   std::uint64_t reconnects = 0;
+  std::uint64_t failovers = 0;           // moves to the next address of a list after a failure
   std::uint64_t queue_depth = 0;         // records waiting in the queue now
   std::uint64_t unacknowledged = 0;      // records sent or spooled, not yet acknowledged
 };
@@ -103,6 +112,8 @@ class Telemetry {
   const SpoolRecovery& recovery() const;
   // The last stream error ("" if none), e.g. "UNAVAILABLE: connection refused".
   std::string last_error() const;
+  // The address of the gacd the open stream goes to ("" when none).
+  std::string address() const;
 
  private:
   struct Impl;

@@ -1,0 +1,98 @@
+// The pieces the commands share: the Context, and the parsing and wording
+// that more than one command uses.
+#include "cli/src/commands.h"
+
+#include <sstream>
+
+#include "gac/controller/calibration.h"
+#include "gac/proto/convert.h"
+
+namespace gac::cli {
+
+GacdClient& Context::client() {
+  if (!client_) client_ = std::make_unique<GacdClient>(connection_);
+  return *client_;
+}
+
+std::int64_t Context::NowNs() const {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(env_.now().time_since_epoch()).count();
+}
+
+void Context::Progress(const std::string& line) {
+  if (!env_.progress) return;
+  err_ << "\r" << line << "\033[K" << std::flush;
+  progress_shown_ = true;
+}
+
+void Context::EndProgress() {
+  if (!progress_shown_) return;
+  err_ << "\r\033[K" << std::flush;
+  progress_shown_ = false;
+}
+
+Status Interrupted() { return Status::Cancelled("interrupted"); }
+
+StatusOr<Format> FormatFlag(const ParsedFlags& flags) {
+  const std::string* f = flags.Get("format");
+  if (f == nullptr) return Format::kTable;
+  StatusOr<Format> format = ParseFormat(*f);
+  if (!format.ok()) return Status::InvalidArgument("--format: " + format.status().message());
+  return format;
+}
+
+std::string RegimeText(v1::Regime regime) {
+  StatusOr<Regime> r = proto::FromProto(regime);
+  return r.ok() ? RegimeName(*r) : "unspecified";
+}
+
+std::string ModeText(v1::ControlMode mode) {
+  if (mode == v1::CONTROL_MODE_UNSPECIFIED) return ModeName(Mode::kMonitor);
+  StatusOr<Mode> m = proto::FromProto(mode);
+  return m.ok() ? ModeName(*m) : "unknown";
+}
+
+std::string AlphaModeText(v1::AlphaMode mode) {
+  StatusOr<AlphaMode> m = proto::FromProto(mode);
+  return m.ok() ? AlphaModeName(*m) : "unknown";
+}
+
+std::string SettingsText(const v1::RunConfig& config) {
+  return "c_low " + FormatExact(config.thresholds().c_low()) + ", c_high " +
+         FormatExact(config.thresholds().c_high()) + ", alpha " + AlphaModeText(config.thresholds().alpha_mode()) +
+         ", mode " + ModeText(config.mode());
+}
+
+std::string Percent(double fraction) {
+  std::ostringstream s;
+  s.setf(std::ios::fixed);
+  s.precision(1);
+  s << fraction * 100.0 << " %";
+  return s.str();
+}
+
+std::string NoSuggestionReason(const v1::CalibrationSummary& calibration) {
+  CalibrationStats stats;
+  stats.count = calibration.count();
+  stats.q90 = calibration.q90();
+  stats.max = calibration.max();
+  StatusOr<Thresholds> suggested = SuggestThresholds(stats);
+  return suggested.ok() ? "gacd made no suggestion" : suggested.status().message();
+}
+
+Status StepRangeFlags(const ParsedFlags& flags, std::int64_t* from, std::int64_t* end) {
+  auto f = OptionalInt(flags, "from", 0, INT64_MAX - 1);
+  if (!f.ok()) return f.status();
+  auto t = OptionalInt(flags, "to", 0, INT64_MAX - 1);
+  if (!t.ok()) return t.status();
+  *from = f->value_or(0);
+  *end = 0;
+  if (*t) {
+    if (**t < *from) {
+      return Status::InvalidArgument("--to " + std::to_string(**t) + " is below --from " + std::to_string(*from));
+    }
+    *end = **t + 1;
+  }
+  return Status::Ok();
+}
+
+}  // namespace gac::cli

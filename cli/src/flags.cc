@@ -1,0 +1,145 @@
+#include "cli/src/flags.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+
+namespace gac::cli {
+
+const std::string* ParsedFlags::Get(const std::string& name) const {
+  auto it = values_.find(name);
+  return it == values_.end() ? nullptr : &it->second;
+}
+
+StatusOr<ParsedFlags> ParseFlags(const std::vector<std::string>& args, const std::vector<FlagSpec>& specs) {
+  ParsedFlags parsed;
+  auto find_long = [&](const std::string& name) -> const FlagSpec* {
+    for (const FlagSpec& s : specs) {
+      if (s.name == name) return &s;
+    }
+    return nullptr;
+  };
+  auto find_short = [&](char c) -> const FlagSpec* {
+    for (const FlagSpec& s : specs) {
+      if (s.short_name != 0 && s.short_name == c) return &s;
+    }
+    return nullptr;
+  };
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    const std::string& arg = args[i];
+    if (arg == "--") {
+      parsed.positional_.insert(parsed.positional_.end(), args.begin() + static_cast<std::ptrdiff_t>(i) + 1,
+                                args.end());
+      break;
+    }
+    if (arg.size() < 2 || arg[0] != '-') {
+      parsed.positional_.push_back(arg);
+      continue;
+    }
+    const FlagSpec* spec = nullptr;
+    std::optional<std::string> inline_value;
+    std::string shown;  // the flag as written, for errors
+    if (arg[1] == '-') {
+      const auto eq = arg.find('=');
+      const std::string name = arg.substr(2, eq == std::string::npos ? std::string::npos : eq - 2);
+      if (eq != std::string::npos) inline_value = arg.substr(eq + 1);
+      spec = find_long(name);
+      shown = "--" + name;
+    } else if (arg.size() == 2) {
+      spec = find_short(arg[1]);
+      shown = arg;
+    }
+    if (spec == nullptr) return Status::InvalidArgument("unknown flag '" + (shown.empty() ? arg : shown) + "'");
+    if (spec->value_name.empty()) {
+      if (inline_value) return Status::InvalidArgument(shown + " takes no value");
+      parsed.values_[spec->name] = "";
+      continue;
+    }
+    if (!inline_value) {
+      if (i + 1 >= args.size()) return Status::InvalidArgument(shown + " needs a value (" + spec->value_name + ")");
+      inline_value = args[++i];
+    }
+    parsed.values_[spec->name] = *inline_value;
+  }
+  return parsed;
+}
+
+StatusOr<std::int64_t> ParseIntFlag(const std::string& flag, const std::string& text, std::int64_t min,
+                                    std::int64_t max) {
+  errno = 0;
+  char* end = nullptr;
+  const long long v = std::strtoll(text.c_str(), &end, 10);
+  if (text.empty() || end == nullptr || *end != '\0' || errno == ERANGE) {
+    return Status::InvalidArgument(flag + ": expected an integer, got '" + text + "'");
+  }
+  if (v < min || v > max) {
+    return Status::InvalidArgument(flag + ": " + text + " is outside [" + std::to_string(min) + ", " +
+                                   std::to_string(max) + "]");
+  }
+  return static_cast<std::int64_t>(v);
+}
+
+StatusOr<double> ParseRealFlag(const std::string& flag, const std::string& text) {
+  errno = 0;
+  char* end = nullptr;
+  const double v = std::strtod(text.c_str(), &end);
+  if (text.empty() || end == nullptr || *end != '\0' || !std::isfinite(v)) {
+    return Status::InvalidArgument(flag + ": expected a number, got '" + text + "'");
+  }
+  return v;
+}
+
+StatusOr<std::vector<double>> ParseRealListFlag(const std::string& flag, const std::string& text) {
+  std::vector<double> values;
+  std::size_t start = 0;
+  for (;;) {
+    const auto comma = text.find(',', start);
+    StatusOr<double> v = ParseRealFlag(flag, text.substr(start, comma == std::string::npos ? std::string::npos
+                                                                                            : comma - start));
+    if (!v.ok()) return v.status();
+    values.push_back(*v);
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  return values;
+}
+
+StatusOr<std::chrono::milliseconds> ParseDurationFlag(const std::string& flag, const std::string& text) {
+  std::size_t unit_at = text.find_first_not_of("0123456789.");
+  const std::string number = text.substr(0, unit_at);
+  const std::string unit = unit_at == std::string::npos ? "s" : text.substr(unit_at);
+  double scale_ms = 0;
+  if (unit == "ms") scale_ms = 1;
+  else if (unit == "s") scale_ms = 1000;
+  else if (unit == "m") scale_ms = 60e3;
+  else if (unit == "h") scale_ms = 3600e3;
+  char* end = nullptr;
+  const double v = number.empty() ? -1 : std::strtod(number.c_str(), &end);
+  if (scale_ms == 0 || number.empty() || end == nullptr || *end != '\0' || !(v > 0) || !std::isfinite(v)) {
+    return Status::InvalidArgument(flag + ": expected a duration above zero such as 500ms, 10s or 2m, got '" +
+                                   text + "'");
+  }
+  const double ms = v * scale_ms;
+  if (ms > 1e12) return Status::InvalidArgument(flag + ": " + text + " is too long");
+  return std::chrono::milliseconds(std::max<std::int64_t>(1, static_cast<std::int64_t>(std::llround(ms))));
+}
+
+StatusOr<std::optional<std::int64_t>> OptionalInt(const ParsedFlags& flags, const std::string& name,
+                                                  std::int64_t min, std::int64_t max) {
+  const std::string* text = flags.Get(name);
+  if (text == nullptr) return std::optional<std::int64_t>();
+  StatusOr<std::int64_t> v = ParseIntFlag("--" + name, *text, min, max);
+  if (!v.ok()) return v.status();
+  return std::optional<std::int64_t>(*v);
+}
+
+StatusOr<std::optional<double>> OptionalReal(const ParsedFlags& flags, const std::string& name) {
+  const std::string* text = flags.Get(name);
+  if (text == nullptr) return std::optional<double>();
+  StatusOr<double> v = ParseRealFlag("--" + name, *text);
+  if (!v.ok()) return v.status();
+  return std::optional<double>(*v);
+}
+
+}  // namespace gac::cli

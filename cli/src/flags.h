@@ -1,0 +1,59 @@
+// gacctl's flag syntax: --name=value, --name value, switches (--layers),
+// short forms (-f, -n 5), "--" before arguments that start with a dash.
+// A flag given twice keeps its last value. Every error is InvalidArgument
+// with a one-line message naming the flag, which gacctl reports as a usage
+// error (exit status 2).
+#ifndef GAC_CLI_SRC_FLAGS_H_
+#define GAC_CLI_SRC_FLAGS_H_
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "gac/status.h"
+
+namespace gac::cli {
+
+struct FlagSpec {
+  std::string name;        // "from" for --from
+  std::string value_name;  // "N" for --from N; "" for a switch
+  std::string help;        // one line for --help
+  char short_name = 0;     // 'f' for -f; 0 for none
+};
+
+class ParsedFlags {
+ public:
+  bool Has(const std::string& name) const { return values_.count(name) > 0; }
+  // The value of --name (empty for a switch); nullptr when not given.
+  const std::string* Get(const std::string& name) const;
+  const std::vector<std::string>& positional() const { return positional_; }
+
+ private:
+  friend StatusOr<ParsedFlags> ParseFlags(const std::vector<std::string>& args, const std::vector<FlagSpec>& specs);
+  std::map<std::string, std::string> values_;
+  std::vector<std::string> positional_;
+};
+
+StatusOr<ParsedFlags> ParseFlags(const std::vector<std::string>& args, const std::vector<FlagSpec>& specs);
+
+// Typed values of flags; `flag` ("--from") names the flag in errors.
+StatusOr<std::int64_t> ParseIntFlag(const std::string& flag, const std::string& text, std::int64_t min,
+                                    std::int64_t max);
+// A finite number.
+StatusOr<double> ParseRealFlag(const std::string& flag, const std::string& text);
+// Comma-separated finite numbers ("0.03,0.05,0.07").
+StatusOr<std::vector<double>> ParseRealListFlag(const std::string& flag, const std::string& text);
+// "500ms", "10s", "2m", "1h"; a bare number is seconds ("1.5"). Above zero.
+StatusOr<std::chrono::milliseconds> ParseDurationFlag(const std::string& flag, const std::string& text);
+
+// The optional values of a parsed flag set, typed (nullopt when absent).
+StatusOr<std::optional<std::int64_t>> OptionalInt(const ParsedFlags& flags, const std::string& name,
+                                                  std::int64_t min, std::int64_t max);
+StatusOr<std::optional<double>> OptionalReal(const ParsedFlags& flags, const std::string& name);
+
+}  // namespace gac::cli
+
+#endif  // GAC_CLI_SRC_FLAGS_H_

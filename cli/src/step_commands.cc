@@ -1,0 +1,436 @@
+// gacctl steps and tail.
+#include <algorithm>
+#include <map>
+#include <set>
+
+#include "cli/src/commands.h"
+
+namespace gac::cli {
+namespace {
+
+// Records per GetSteps page: a page of records without layers is about
+// 1 MB; with layers (up to 4096 a record) pages are kept short.
+constexpr std::uint32_t kStepPage = 5000;
+constexpr std::uint32_t kLayerPage = 200;
+
+// The columns of a step row, before the scalars.
+std::vector<Column> StepColumns() {
+  return {
+      {"run", "RUN"},
+      {"step", "STEP", true},
+      {"rank", "RANK", true},
+      {"world_size", "WORLD", true},
+      {"wall_time_ns", "WALL_TIME"},
+      {"mode", "MODE"},
+      {"regime", "REGIME"},
+      {"cosine", "C_T", true},
+      {"cosine_after", "C_AFTER", true},
+      {"alpha", "ALPHA", true},
+      {"grad_norm", "|G|", true},
+      {"ref_norm", "|P|", true},
+      {"staleness", "STALENESS", true},
+      {"fallback", "FALLBACK"},
+      {"agent_overhead_seconds", "OVERHEAD_S", true},
+  };
+}
+
+std::vector<Cell> StepCells(const v1::StepRecord& r) {
+  return {
+      Cell::Text(r.run()),
+      Cell::Int(r.step()),
+      Cell::Int(r.rank()),
+      Cell::Int(r.world_size()),
+      Cell::TimeNs(r.wall_time_ns()),
+      Cell::Text(ModeText(r.mode())),
+      Cell::Text(RegimeText(r.regime())),
+      r.has_cosine() ? Cell::Real(r.cosine()) : Cell(),
+      r.has_cosine_after() ? Cell::Real(r.cosine_after()) : Cell(),
+      Cell::Real(r.alpha()),
+      Cell::Real(r.grad_norm()),
+      Cell::Real(r.ref_norm()),
+      r.has_staleness() ? Cell::Int(r.staleness()) : Cell(),
+      Cell::Bool(r.fallback()),
+      Cell::Real(r.agent_overhead_seconds()),
+  };
+}
+
+std::vector<Column> LayerColumns() {
+  return {
+      {"run", "RUN"},        {"step", "STEP", true},        {"rank", "RANK", true},
+      {"layer", "LAYER"},    {"cosine", "C_T", true},       {"grad_norm", "|G|", true},
+      {"ref_norm", "|P|", true},
+  };
+}
+
+std::map<std::string, double> SortedScalars(const v1::StepRecord& r) {
+  return std::map<std::string, double>(r.scalars().begin(), r.scalars().end());
+}
+
+std::string ScalarColumn(const std::string& name) { return "scalar." + name; }
+
+// Writes step records as rows, choosing the scalar columns from the first
+// page (or --scalars); scalars outside them go to other_scalars as a JSON
+// object, so nothing is dropped. JSON Lines writes every scalar as its own
+// "scalar.NAME" key.
+class StepRows {
+ public:
+  StepRows(Context& ctx, Format format, bool layers, std::optional<std::vector<std::string>> scalars)
+      : ctx_(ctx), format_(format), layers_(layers), scalars_(std::move(scalars)) {}
+
+  void AddPage(const v1::GetStepsResponse& page) {
+    if (!writer_) Start(&page);
+    for (const v1::StepRecord& r : page.steps()) {
+      if (layers_) {
+        for (const v1::LayerRecord& l : r.layers()) {
+          writer_->Add({Cell::Text(r.run()), Cell::Int(r.step()), Cell::Int(r.rank()), Cell::Text(l.name()),
+                        l.has_cosine() ? Cell::Real(l.cosine()) : Cell(), Cell::Real(l.grad_norm()),
+                        Cell::Real(l.ref_norm())});
+        }
+        continue;
+      }
+      AddStep(r);
+    }
+    writer_->Flush();
+  }
+
+  // Writes the header of an empty export.
+  void Finish() {
+    if (!writer_) Start(nullptr);
+    writer_->Flush();
+  }
+
+ private:
+  void Start(const v1::GetStepsResponse* first) {
+    std::vector<Column> columns = layers_ ? LayerColumns() : StepColumns();
+    if (!layers_ && format_ != Format::kJsonl) {
+      if (!scalars_) {
+        std::set<std::string> names;
+        if (first != nullptr) {
+          for (const v1::StepRecord& r : first->steps()) {
+            for (const auto& [name, value] : r.scalars()) names.insert(name);
+          }
+        }
+        scalars_ = std::vector<std::string>(names.begin(), names.end());
+      }
+      for (const std::string& name : *scalars_) {
+        Column col{ScalarColumn(name), name, true};
+        for (char& ch : col.table_header) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+        columns.push_back(std::move(col));
+      }
+      columns.push_back({"other_scalars", "OTHER_SCALARS"});
+    }
+    writer_ = RowWriter::Create(format_, &ctx_.out(), std::move(columns));
+  }
+
+  void AddStep(const v1::StepRecord& r) {
+    std::vector<Cell> row = StepCells(r);
+    std::vector<std::pair<std::string, Cell>> extra;
+    const std::map<std::string, double> scalars = SortedScalars(r);
+    if (format_ == Format::kJsonl) {
+      for (const auto& [name, value] : scalars) extra.emplace_back(ScalarColumn(name), Cell::Real(value));
+    } else {
+      std::map<std::string, double> others = scalars;
+      for (const std::string& name : *scalars_) {
+        auto it = others.find(name);
+        if (it == others.end()) {
+          row.emplace_back();
+        } else {
+          row.push_back(Cell::Real(it->second));
+          others.erase(it);
+        }
+      }
+      if (others.empty()) {
+        row.emplace_back();
+      } else {
+        std::string json = "{";
+        for (const auto& [name, value] : others) {
+          json += (json.size() > 1 ? "," : "") + JsonString(name) + ":" + FormatExact(value);
+        }
+        row.push_back(Cell::Text(json + "}"));
+      }
+    }
+    writer_->Add(std::move(row), std::move(extra));
+  }
+
+  Context& ctx_;
+  Format format_;
+  bool layers_;
+  std::optional<std::vector<std::string>> scalars_;
+  std::unique_ptr<RowWriter> writer_;
+};
+
+struct StepsOptions {
+  std::string run;
+  std::int64_t from = 0;
+  std::int64_t end = 0;  // exclusive; 0 = no limit
+  std::optional<std::uint32_t> rank;
+  bool layers = false;
+  Format format = Format::kTable;
+  std::optional<std::vector<std::string>> scalars;
+};
+
+Status ExportSteps(Context& ctx, const StepsOptions& o) {
+  v1::GetStepsRequest request;
+  request.set_run(o.run);
+  request.set_start_step(o.from);
+  request.set_end_step(o.end);
+  if (o.rank) request.set_rank(*o.rank);
+  request.set_include_layers(o.layers);
+  request.set_page_size(o.layers ? kLayerPage : kStepPage);
+  StepRows rows(ctx, o.format, o.layers, o.scalars);
+  std::uint64_t records = 0;
+  GAC_RETURN_IF_ERROR(ctx.client().ForEachStepPage(request, [&](const v1::GetStepsResponse& page) -> Status {
+    rows.AddPage(page);
+    records += static_cast<std::uint64_t>(page.steps_size());
+    if (page.steps_size() > 0) {
+      ctx.Progress("gacctl: " + std::to_string(records) + " records, at step " +
+                   std::to_string(page.steps(page.steps_size() - 1).step()));
+    }
+    if (ctx.interrupted() && !page.next_page_token().empty()) return Interrupted();
+    return Status::Ok();
+  }));
+  rows.Finish();
+  return Status::Ok();
+}
+
+StatusOr<std::vector<std::string>> ParseNames(const std::string& text) {
+  std::vector<std::string> names;
+  std::size_t start = 0;
+  for (;;) {
+    const auto comma = text.find(',', start);
+    std::string name = text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    if (name.empty()) return Status::InvalidArgument("--scalars: empty name in '" + text + "'");
+    names.push_back(std::move(name));
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  return names;
+}
+
+CommandSpec StepsCommand() {
+  CommandSpec c;
+  c.name = "steps";
+  c.args = "RUN";
+  c.summary = "export a run's step records (table, CSV or JSON Lines), streamed page by page";
+  c.description =
+      "Records are in (step, rank) order. CSV has a header line and loads as is in pandas\n"
+      "(pd.read_csv) and spreadsheets; CSV and JSON Lines carry every stored value exactly\n"
+      "(doubles in their shortest exact form, times in ns since the Unix epoch, an absent\n"
+      "value as an empty field or null). The table rounds to 6 digits and shows UTC times.\n\n"
+      "columns, in this order (the table's header in brackets):\n"
+      "  run [RUN], step [STEP], rank [RANK], world_size [WORLD], wall_time_ns [WALL_TIME],\n"
+      "  mode [MODE]: monitor, local or remote, regime [REGIME]: safe, project, skip or\n"
+      "  invalid, cosine [C_T]: c_t, cosine_after [C_AFTER]: cosine of the applied update,\n"
+      "  alpha [ALPHA], grad_norm [|G|], ref_norm [|P|], staleness [STALENESS],\n"
+      "  fallback [FALLBACK]: true when a remote decision was replaced by the local one,\n"
+      "  agent_overhead_seconds [OVERHEAD_S],\n"
+      "  then scalar.NAME [NAME] for each trainer scalar (reward, loss...), by name: the\n"
+      "  names in the first page of records, or --scalars; a record's other scalars go in\n"
+      "  other_scalars [OTHER_SCALARS] as a JSON object. JSON Lines has no other_scalars:\n"
+      "  each line carries all of its record's scalars as scalar.NAME keys.\n\n"
+      "with --layers, one row per layer (parameter group) record instead:\n"
+      "  run, step, rank, layer, cosine, grad_norm, ref_norm\n"
+      "  (join with the step rows on step and rank).\n";
+  c.flags = {
+      {"from", "N", "first step (default 0)"},
+      {"to", "N", "last step, inclusive (default: the latest)"},
+      {"rank", "R", "only this rank (default: all ranks)"},
+      {"layers", "", "per-layer rows instead of step rows"},
+      {"scalars", "A,B", "the scalar columns of CSV and the table (default: the first page's)"},
+      FormatFlagSpec(),
+  };
+  c.positionals = 1;
+  c.prepare = [](const ParsedFlags& flags, const std::vector<std::string>& args) -> StatusOr<Action> {
+    StepsOptions o;
+    o.run = args[0];
+    GAC_RETURN_IF_ERROR(StepRangeFlags(flags, &o.from, &o.end));
+    auto rank = OptionalInt(flags, "rank", 0, UINT32_MAX);
+    if (!rank.ok()) return rank.status();
+    if (*rank) o.rank = static_cast<std::uint32_t>(**rank);
+    o.layers = flags.Has("layers");
+    StatusOr<Format> format = FormatFlag(flags);
+    if (!format.ok()) return format.status();
+    o.format = *format;
+    if (const std::string* s = flags.Get("scalars")) {
+      if (o.layers) return Status::InvalidArgument("--scalars does not apply to --layers");
+      StatusOr<std::vector<std::string>> names = ParseNames(*s);
+      if (!names.ok()) return names.status();
+      o.scalars = *names;
+    }
+    return Action([o](Context& ctx) { return ExportSteps(ctx, o); });
+  };
+  return c;
+}
+
+// ---- tail ----
+
+struct TailOptions {
+  std::string run;
+  std::int64_t lines = 10;
+  std::uint32_t rank = 0;
+  bool follow = false;
+  std::chrono::milliseconds interval{1000};
+  Format format = Format::kTable;
+};
+
+std::vector<Column> TailColumns() {
+  return {
+      {"step", "STEP", true, 6},        {"cosine", "C_T", true, 11},      {"regime", "REGIME", false, 7},
+      {"alpha", "ALPHA", true, 9},      {"grad_norm", "|G|", true, 9},    {"staleness", "STALENESS", true, 9},
+      {"reward", "REWARD", true, 10},
+  };
+}
+
+std::vector<Cell> TailCells(const v1::StepRecord& r) {
+  auto reward = r.scalars().find("reward");
+  return {
+      Cell::Int(r.step()),
+      r.has_cosine() ? Cell::Real(r.cosine()) : Cell(),
+      Cell::Text(RegimeText(r.regime())),
+      Cell::Real(r.alpha()),
+      Cell::Real(r.grad_norm()),
+      r.has_staleness() ? Cell::Int(r.staleness()) : Cell(),
+      reward == r.scalars().end() ? Cell() : Cell::Real(reward->second),
+  };
+}
+
+// All records of `rank` from `start` on.
+StatusOr<std::vector<v1::StepRecord>> StepsFrom(Context& ctx, const std::string& run, std::uint32_t rank,
+                                                std::int64_t start) {
+  v1::GetStepsRequest request;
+  request.set_run(run);
+  request.set_rank(rank);
+  request.set_start_step(start);
+  request.set_page_size(kStepPage);
+  std::vector<v1::StepRecord> out;
+  Status st = ctx.client().ForEachStepPage(request, [&](const v1::GetStepsResponse& page) {
+    for (const v1::StepRecord& r : page.steps()) out.push_back(r);
+    return Status::Ok();
+  });
+  if (!st.ok()) return st;
+  return out;
+}
+
+// The last `n` records of the rank (fewer when it has fewer). `next` is
+// where following starts: after the last record, or after the run's latest
+// step when n is 0.
+Status LastSteps(Context& ctx, const TailOptions& o, std::vector<v1::StepRecord>* records, std::int64_t* next) {
+  StatusOr<v1::RunSummary> summary = ctx.client().GetRunSummary(o.run, 1);
+  if (!summary.ok()) return summary.status();
+  const std::int64_t last =
+      o.rank == 0 && summary->has_latest() ? summary->latest().step() : summary->info().last_step();
+  records->clear();
+  *next = last + 1;
+  if (o.lines == 0) return Status::Ok();
+  // Steps may be missing: widen the window until it holds n records.
+  for (std::int64_t span = o.lines;; span = span > INT64_MAX / 4 ? INT64_MAX : span * 4) {
+    const std::int64_t start = last - span + 1 > 0 ? last - span + 1 : 0;
+    StatusOr<std::vector<v1::StepRecord>> got = StepsFrom(ctx, o.run, o.rank, start);
+    if (!got.ok()) return got.status();
+    if (static_cast<std::int64_t>(got->size()) >= o.lines || start == 0) {
+      const std::size_t keep = std::min(got->size(), static_cast<std::size_t>(o.lines));
+      records->assign(got->end() - static_cast<std::ptrdiff_t>(keep), got->end());
+      *next = records->empty() ? 0 : records->back().step() + 1;
+      return Status::Ok();
+    }
+  }
+}
+
+bool IsConnectionError(const Status& st) { return st.IsUnavailable() || st.IsDeadlineExceeded(); }
+
+Status Tail(Context& ctx, const TailOptions& o) {
+  std::unique_ptr<RowWriter> writer = RowWriter::Create(o.format, &ctx.out(), TailColumns());
+  std::vector<v1::StepRecord> records;
+  std::int64_t next = 0;
+  Status st = LastSteps(ctx, o, &records, &next);
+  if (!st.ok()) {
+    if (!o.follow || !st.IsNotFound()) return st;
+    // Following a run that has not reported yet: wait for it.
+    ctx.err() << "gacctl: waiting for run '" << o.run << "' (" << st.ToString() << ")\n" << std::flush;
+    next = 0;
+  }
+  for (const v1::StepRecord& r : records) writer->Add(TailCells(r));
+  writer->Flush();
+  if (!o.follow) return Status::Ok();
+
+  Interrupt never;
+  Interrupt* interrupt = ctx.env().interrupt != nullptr ? ctx.env().interrupt : &never;
+  bool outage = false;
+  while (!interrupt->WaitFor(o.interval)) {
+    v1::GetStepsRequest request;
+    request.set_run(o.run);
+    request.set_rank(o.rank);
+    request.set_start_step(next);
+    request.set_page_size(kStepPage);
+    st = ctx.client().ForEachStepPage(request, [&](const v1::GetStepsResponse& page) {
+      for (const v1::StepRecord& r : page.steps()) {
+        writer->Add(TailCells(r));
+        next = r.step() + 1;
+      }
+      writer->Flush();
+      return Status::Ok();
+    });
+    if (st.ok()) {
+      if (outage) ctx.err() << "gacctl: reconnected to " << ctx.client().options().address << "\n" << std::flush;
+      outage = false;
+    } else if (st.IsNotFound()) {
+      continue;  // the run has not reported yet
+    } else if (IsConnectionError(st)) {
+      // gacd restarting or the network: keep trying, say so once.
+      if (!outage) ctx.err() << "gacctl: " << st.ToString() << "; retrying\n" << std::flush;
+      outage = true;
+    } else {
+      return st;
+    }
+  }
+  return Status::Ok();
+}
+
+CommandSpec TailCommand() {
+  CommandSpec c;
+  c.name = "tail";
+  c.args = "RUN";
+  c.summary = "a run's last steps; with -f, new steps as they arrive, until interrupted";
+  c.description =
+      "One line per step of one rank (rank 0 by default):\n"
+      "  step [STEP], cosine [C_T], regime [REGIME], alpha [ALPHA], grad_norm [|G|],\n"
+      "  staleness [STALENESS], reward [REWARD] (the trainer scalar \"reward\").\n"
+      "With -f gacctl asks gacd for newer steps every --interval and prints them as they\n"
+      "come, until SIGINT or SIGTERM (exit 0). A run that does not exist yet is waited for;\n"
+      "while gacd cannot be reached gacctl says so once and keeps trying.\n";
+  c.flags = {
+      {"lines", "N", "how many of the last steps (default 10; 0 = none, with -f only new ones)", 'n'},
+      {"follow", "", "keep printing new steps until interrupted", 'f'},
+      {"rank", "R", "the rank (default 0)"},
+      {"interval", "DURATION", "with -f, how often to ask for new steps (default 1s)"},
+      FormatFlagSpec(),
+  };
+  c.positionals = 1;
+  c.prepare = [](const ParsedFlags& flags, const std::vector<std::string>& args) -> StatusOr<Action> {
+    TailOptions o;
+    o.run = args[0];
+    auto lines = OptionalInt(flags, "lines", 0, 1000000);
+    if (!lines.ok()) return lines.status();
+    o.lines = lines->value_or(10);
+    auto rank = OptionalInt(flags, "rank", 0, UINT32_MAX);
+    if (!rank.ok()) return rank.status();
+    o.rank = static_cast<std::uint32_t>(rank->value_or(0));
+    o.follow = flags.Has("follow");
+    if (const std::string* i = flags.Get("interval")) {
+      StatusOr<std::chrono::milliseconds> d = ParseDurationFlag("--interval", *i);
+      if (!d.ok()) return d.status();
+      o.interval = *d;
+    }
+    StatusOr<Format> format = FormatFlag(flags);
+    if (!format.ok()) return format.status();
+    o.format = *format;
+    return Action([o](Context& ctx) { return Tail(ctx, o); });
+  };
+  return c;
+}
+
+}  // namespace
+
+std::vector<CommandSpec> StepCommands() { return {StepsCommand(), TailCommand()}; }
+
+}  // namespace gac::cli

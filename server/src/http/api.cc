@@ -1,0 +1,695 @@
+#include "server/src/http/api.h"
+
+#include <google/protobuf/struct.pb.h>
+#include <google/protobuf/util/json_util.h>
+
+#include <cmath>
+#include <limits>
+#include <memory>
+#include <optional>
+
+#include "gac/mutex.h"
+#include "gac/proto/convert.h"
+#include "gac/server/queries.h"
+#include "gac/server/validate.h"
+#include "server/src/http/json.h"
+
+namespace gac::server {
+namespace {
+
+using google::protobuf::Struct;
+using google::protobuf::Value;
+
+constexpr std::string_view kRunsPath = "/api/v1/runs";
+
+bool EndsWith(std::string_view s, std::string_view suffix) {
+  return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
+}
+
+int HexDigit(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
+StatusOr<std::string> PercentDecode(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (c == '+') {
+      out.push_back(' ');
+    } else if (c != '%') {
+      out.push_back(c);
+    } else {
+      const bool complete = i + 2 < text.size();
+      const int hi = complete ? HexDigit(text[i + 1]) : -1;
+      const int lo = complete ? HexDigit(text[i + 2]) : -1;
+      if (hi < 0 || lo < 0) {
+        return Status::InvalidArgument("malformed query string: bad escape at '" +
+                                       std::string(text.substr(i, 3)) + "'");
+      }
+      out.push_back(static_cast<char>(hi * 16 + lo));
+      i += 2;
+    }
+  }
+  return out;
+}
+
+// A decimal integer in [0, max] without sign or spaces. Values above `max`
+// that are still digits report "above the maximum" so that a huge page size
+// reads as what it is.
+StatusOr<std::uint64_t> ParseUnsigned(std::string_view name, const std::string& text, std::uint64_t max) {
+  if (text.empty() || text.find_first_not_of("0123456789") != std::string::npos) {
+    return Status::InvalidArgument(std::string(name) + ": expected a non-negative integer, got '" + text + "'");
+  }
+  const auto above = [&] {
+    return Status::InvalidArgument(std::string(name) + " " + text + " above the maximum " + std::to_string(max));
+  };
+  std::uint64_t value = 0;
+  for (char c : text) {
+    const auto digit = static_cast<std::uint64_t>(c - '0');
+    if (digit > max || value > (max - digit) / 10) return above();
+    value = value * 10 + digit;
+  }
+  return value;
+}
+
+StatusOr<bool> ParseFlag(std::string_view name, const std::string& text) {
+  if (text == "1" || text == "true") return true;
+  if (text == "0" || text == "false") return false;
+  return Status::InvalidArgument(std::string(name) + ": expected true or false (1 or 0), got '" + text + "'");
+}
+
+// "limit" as a page size of `limits` (0 = the default, as page_size 0).
+StatusOr<std::uint32_t> ParseLimit(const std::string& text, PageLimits limits) {
+  StatusOr<std::uint64_t> n = ParseUnsigned("limit", text, limits.max_size);
+  if (!n.ok()) return n.status();
+  return static_cast<std::uint32_t>(*n);
+}
+
+constexpr std::int64_t kMaxStep = std::numeric_limits<std::int64_t>::max();
+
+// ------------------------------------------------------------ encoding
+
+const char* RegimeText(v1::Regime regime) {
+  StatusOr<Regime> r = proto::FromProto(regime);
+  return r.ok() ? RegimeName(*r) : "unspecified";
+}
+
+// A step record's mode: UNSPECIFIED is monitor (telemetry.proto).
+const char* ModeText(v1::ControlMode mode) {
+  StatusOr<Mode> m = proto::FromProto(mode);
+  return m.ok() ? ModeName(*m) : ModeName(Mode::kMonitor);
+}
+
+const char* AlphaModeText(v1::AlphaMode mode) {
+  StatusOr<AlphaMode> m = proto::FromProto(mode);
+  return m.ok() ? AlphaModeName(*m) : "unspecified";
+}
+
+void WriteOptionalDouble(JsonWriter& w, std::string_view key, bool has, double value) {
+  w.Key(key);
+  if (has) {
+    w.Double(value);
+  } else {
+    w.Null();
+  }
+}
+
+void WriteThresholds(JsonWriter& w, const v1::Thresholds& t) {
+  w.BeginObject();
+  w.Key("c_low");
+  w.Double(t.c_low());
+  w.Key("c_high");
+  w.Double(t.c_high());
+  w.Key("alpha_mode");
+  w.String(AlphaModeText(t.alpha_mode()));
+  w.EndObject();
+}
+
+void WriteRunConfig(JsonWriter& w, const v1::RunConfig& c) {
+  w.BeginObject();
+  w.Key("thresholds");
+  WriteThresholds(w, c.thresholds());
+  w.Key("mode");
+  w.String(ModeText(c.mode()));
+  w.Key("version");
+  w.Uint(c.version());
+  w.Key("updated_ns");
+  w.IntString(c.updated_ns());
+  w.Key("updated_by");
+  w.String(c.updated_by());
+  w.EndObject();
+}
+
+void WriteRunInfo(JsonWriter& w, const v1::RunInfo& info) {
+  w.BeginObject();
+  w.Key("run");
+  w.String(info.run());
+  w.Key("first_step");
+  w.Int(info.first_step());
+  w.Key("last_step");
+  w.Int(info.last_step());
+  w.Key("step_records");
+  w.Uint(info.step_records());
+  w.Key("first_seen_ns");
+  w.IntString(info.first_seen_ns());
+  w.Key("last_seen_ns");
+  w.IntString(info.last_seen_ns());
+  w.Key("world_size");
+  w.Uint(info.world_size());
+  w.Key("config");
+  WriteRunConfig(w, info.config());
+  w.EndObject();
+}
+
+void WriteStep(JsonWriter& w, const v1::StepRecord& r, bool with_layers) {
+  w.BeginObject();
+  w.Key("run");
+  w.String(r.run());
+  w.Key("rank");
+  w.Uint(r.rank());
+  w.Key("world_size");
+  w.Uint(r.world_size());
+  w.Key("step");
+  w.Int(r.step());
+  WriteOptionalDouble(w, "cosine", r.has_cosine(), r.cosine());
+  w.Key("grad_norm");
+  w.Double(r.grad_norm());
+  w.Key("ref_norm");
+  w.Double(r.ref_norm());
+  w.Key("regime");
+  w.String(RegimeText(r.regime()));
+  w.Key("alpha");
+  w.Double(r.alpha());
+  WriteOptionalDouble(w, "cosine_after", r.has_cosine_after(), r.cosine_after());
+  w.Key("staleness");
+  if (r.has_staleness()) {
+    w.Int(r.staleness());
+  } else {
+    w.Null();
+  }
+  w.Key("scalars");
+  w.BeginObject();
+  for (const auto& [name, value] : r.scalars()) {
+    w.Key(name);
+    w.Double(value);
+  }
+  w.EndObject();
+  if (with_layers) {
+    w.Key("layers");
+    w.BeginArray();
+    for (const v1::LayerRecord& l : r.layers()) {
+      w.BeginObject();
+      w.Key("name");
+      w.String(l.name());
+      WriteOptionalDouble(w, "cosine", l.has_cosine(), l.cosine());
+      w.Key("grad_norm");
+      w.Double(l.grad_norm());
+      w.Key("ref_norm");
+      w.Double(l.ref_norm());
+      w.EndObject();
+    }
+    w.EndArray();
+  }
+  w.Key("wall_time_ns");
+  w.IntString(r.wall_time_ns());
+  w.Key("agent_overhead_seconds");
+  w.Double(r.agent_overhead_seconds());
+  w.Key("mode");
+  w.String(ModeText(r.mode()));
+  w.Key("fallback");
+  w.Bool(r.fallback());
+  w.EndObject();
+}
+
+// ------------------------------------------------------------ PUT body
+
+const char* KindName(const Value& v) {
+  switch (v.kind_case()) {
+    case Value::kNullValue: return "null";
+    case Value::kNumberValue: return "a number";
+    case Value::kStringValue: return "a string";
+    case Value::kBoolValue: return "a boolean";
+    case Value::kStructValue: return "an object";
+    case Value::kListValue: return "an array";
+    default: return "nothing";
+  }
+}
+
+Status WrongType(std::string_view field, const char* expected, const Value& v) {
+  return Status::InvalidArgument(std::string(field) + ": expected " + expected + ", got " + KindName(v));
+}
+
+StatusOr<double> NumberField(std::string_view field, const Value& v) {
+  if (v.kind_case() != Value::kNumberValue) return WrongType(field, "a number", v);
+  return v.number_value();
+}
+
+StatusOr<std::string> StringField(std::string_view field, const Value& v) {
+  if (v.kind_case() != Value::kStringValue) return WrongType(field, "a string", v);
+  return v.string_value();
+}
+
+Status ParseThresholdsObject(const Value& v, v1::Thresholds* out) {
+  if (v.kind_case() != Value::kStructValue) return WrongType("thresholds", "an object", v);
+  bool have_low = false, have_high = false;
+  for (const auto& [key, member] : v.struct_value().fields()) {
+    if (key == "c_low" || key == "c_high") {
+      StatusOr<double> x = NumberField("thresholds." + key, member);
+      if (!x.ok()) return x.status();
+      if (key == "c_low") {
+        out->set_c_low(*x);
+        have_low = true;
+      } else {
+        out->set_c_high(*x);
+        have_high = true;
+      }
+    } else if (key == "alpha_mode") {
+      StatusOr<std::string> name = StringField("thresholds.alpha_mode", member);
+      if (!name.ok()) return name.status();
+      StatusOr<AlphaMode> mode = ParseAlphaMode(name->c_str());
+      if (!mode.ok()) return mode.status().WithPrefix("thresholds.alpha_mode");
+      out->set_alpha_mode(proto::ToProto(*mode));
+    } else {
+      return Status::InvalidArgument("thresholds: unknown member '" + key + "' (expected c_low, c_high, alpha_mode)");
+    }
+  }
+  if (!have_low || !have_high) return Status::InvalidArgument("thresholds: c_low and c_high are required");
+  if (out->alpha_mode() == v1::ALPHA_MODE_UNSPECIFIED) out->set_alpha_mode(v1::ALPHA_MODE_PAPER);
+  return Status::Ok();
+}
+
+// ------------------------------------------------------------ routes
+
+const char* MethodName(ApiRoute::Kind kind, std::string_view http_method) {
+  const bool get = http_method == "GET";
+  switch (kind) {
+    case ApiRoute::kRuns: return get ? "ListRuns" : nullptr;
+    case ApiRoute::kSummary: return get ? "GetRunSummary" : nullptr;
+    case ApiRoute::kSteps: return get ? "GetSteps" : nullptr;
+    case ApiRoute::kConfig: return get ? "GetRunConfig" : http_method == "PUT" ? "SetRunConfig" : nullptr;
+  }
+  return nullptr;
+}
+
+const char* AllowedMethods(ApiRoute::Kind kind) { return kind == ApiRoute::kConfig ? "GET, PUT" : "GET"; }
+
+HttpResponse ErrorResponse(const Status& status) {
+  HttpResponse resp;
+  resp.status = proto::ToHttpStatus(status.code());
+  resp.body = EncodeError(status);
+  if (status.IsUnauthenticated()) resp.headers.emplace_back("WWW-Authenticate", "Bearer realm=\"gacd\"");
+  return resp;
+}
+
+// Counts the request as an open call of the Core (shutdown waits for those).
+class OpenCall {
+ public:
+  explicit OpenCall(Core* core) : core_(core) { core_->CallStarted(); }
+  ~OpenCall() { core_->CallFinished(); }
+  OpenCall(const OpenCall&) = delete;
+  OpenCall& operator=(const OpenCall&) = delete;
+
+ private:
+  Core* core_;
+};
+
+// Where a settings change's result arrives (on the writer's thread).
+struct ConfigResult {
+  Mutex mu;
+  CondVar cv;
+  std::optional<StatusOr<v1::RunConfig>> result GAC_GUARDED_BY(mu);
+};
+
+}  // namespace
+
+StatusOr<ApiRoute> ParseApiRoute(std::string_view method, std::string_view path) {
+  ApiRoute route;
+  if (path == kRunsPath || path == "/api/v1/runs/") {
+    route.kind = ApiRoute::kRuns;
+  } else if (path.size() > kRunsPath.size() + 1 && path.substr(0, kRunsPath.size() + 1) == "/api/v1/runs/") {
+    std::string_view rest = path.substr(kRunsPath.size() + 1);
+    route.kind = ApiRoute::kSummary;
+    for (const auto& [suffix, kind] : {std::pair<std::string_view, ApiRoute::Kind>{"/steps", ApiRoute::kSteps},
+                                       {"/config", ApiRoute::kConfig},
+                                       {"/summary", ApiRoute::kSummary}}) {
+      if (rest.size() > suffix.size() && EndsWith(rest, suffix)) {
+        route.kind = kind;
+        rest.remove_suffix(suffix.size());
+        break;
+      }
+    }
+    GAC_RETURN_IF_ERROR(ValidateRunId(rest));
+    route.run = std::string(rest);
+  } else {
+    return Status::NotFound("no such endpoint: " + std::string(path) +
+                            " (see /api/v1/runs, /api/v1/runs/{run}, .../steps, .../config)");
+  }
+  route.method = MethodName(route.kind, method);
+  if (route.method == nullptr) {
+    return Status::Unimplemented("method " + std::string(method) + " is not allowed on " + std::string(path) +
+                                 " (allowed: " + AllowedMethods(route.kind) + ")");
+  }
+  return route;
+}
+
+StatusOr<std::vector<std::pair<std::string, std::string>>> ParseQueryString(
+    std::string_view query, const std::vector<std::string_view>& allowed) {
+  std::vector<std::pair<std::string, std::string>> params;
+  while (!query.empty()) {
+    const std::size_t amp = query.find('&');
+    const std::string_view part = query.substr(0, amp);
+    query = amp == std::string_view::npos ? std::string_view() : query.substr(amp + 1);
+    if (part.empty()) continue;  // "a=1&&b=2"
+    const std::size_t eq = part.find('=');
+    StatusOr<std::string> name = PercentDecode(part.substr(0, eq));
+    if (!name.ok()) return name.status();
+    StatusOr<std::string> value =
+        PercentDecode(eq == std::string_view::npos ? std::string_view() : part.substr(eq + 1));
+    if (!value.ok()) return value.status();
+    if (name->empty()) return Status::InvalidArgument("malformed query string: a parameter without a name");
+    bool known = false;
+    for (std::string_view a : allowed) known = known || a == *name;
+    if (!known) {
+      std::string list;
+      for (std::string_view a : allowed) list += (list.empty() ? "" : ", ") + std::string(a);
+      return Status::InvalidArgument("unknown parameter '" + *name + "' (expected " +
+                                     (list.empty() ? std::string("none") : list) + ")");
+    }
+    for (const auto& [seen, unused] : params) {
+      if (seen == *name) return Status::InvalidArgument("parameter '" + *name + "' given twice");
+    }
+    params.emplace_back(std::move(*name), std::move(*value));
+  }
+  return params;
+}
+
+StatusOr<v1::ListRunsRequest> ParseRunsParams(std::string_view query) {
+  auto params = ParseQueryString(query, {"limit", "page_token"});
+  if (!params.ok()) return params.status();
+  v1::ListRunsRequest req;
+  for (const auto& [name, value] : *params) {
+    if (name == "limit") {
+      StatusOr<std::uint32_t> n = ParseLimit(value, kRunPages);
+      if (!n.ok()) return n.status();
+      req.set_page_size(*n);
+    } else {
+      req.set_page_token(value);
+    }
+  }
+  GAC_RETURN_IF_ERROR(DecodeRunToken(req.page_token()).status());
+  return req;
+}
+
+StatusOr<v1::GetRunSummaryRequest> ParseSummaryParams(const std::string& run, std::string_view query) {
+  auto params = ParseQueryString(query, {"window"});
+  if (!params.ok()) return params.status();
+  v1::GetRunSummaryRequest req;
+  req.set_run(run);
+  for (const auto& [name, value] : *params) {
+    StatusOr<std::uint64_t> n = ParseUnsigned("window", value, std::numeric_limits<std::uint32_t>::max());
+    if (!n.ok()) return n.status();
+    req.set_window(static_cast<std::uint32_t>(*n));
+  }
+  return req;
+}
+
+StatusOr<v1::GetStepsRequest> ParseStepsParams(const std::string& run, std::string_view query) {
+  auto params = ParseQueryString(query, {"from", "to", "rank", "layers", "limit", "page_token"});
+  if (!params.ok()) return params.status();
+  v1::GetStepsRequest req;
+  req.set_run(run);
+  bool have_to = false;
+  for (const auto& [name, value] : *params) {
+    if (name == "from" || name == "to") {
+      StatusOr<std::uint64_t> n = ParseUnsigned(name, value, kMaxStep);
+      if (!n.ok()) return n.status();
+      if (name == "from") {
+        req.set_start_step(static_cast<std::int64_t>(*n));
+      } else {
+        req.set_end_step(static_cast<std::int64_t>(*n));
+        have_to = true;
+      }
+    } else if (name == "rank") {
+      StatusOr<std::uint64_t> n = ParseUnsigned(name, value, std::numeric_limits<std::uint32_t>::max());
+      if (!n.ok()) return n.status();
+      req.set_rank(static_cast<std::uint32_t>(*n));
+    } else if (name == "layers") {
+      StatusOr<bool> b = ParseFlag(name, value);
+      if (!b.ok()) return b.status();
+      req.set_include_layers(*b);
+    } else if (name == "limit") {
+      StatusOr<std::uint32_t> n = ParseLimit(value, kStepPages);
+      if (!n.ok()) return n.status();
+      req.set_page_size(*n);
+    } else {
+      req.set_page_token(value);
+    }
+  }
+  // GetSteps reads end_step 0 as "no limit"; over HTTP `to` is always a bound.
+  if (have_to && req.end_step() <= req.start_step()) {
+    return Status::InvalidArgument("to must be above from (to is exclusive)");
+  }
+  GAC_RETURN_IF_ERROR(StepQueryFromRequest(req).status());
+  return req;
+}
+
+StatusOr<v1::SetRunConfigRequest> ParseConfigBody(const std::string& run, std::string_view body) {
+  Struct doc;
+  google::protobuf::util::JsonParseOptions options;
+  const auto parsed = google::protobuf::util::JsonStringToMessage(
+      google::protobuf::StringPiece(body.data(), body.size()), &doc, options);
+  if (!parsed.ok()) {
+    return Status::InvalidArgument("body is not a JSON object: " + std::string(parsed.message()));
+  }
+  v1::SetRunConfigRequest req;
+  req.set_run(run);
+  bool have_thresholds = false, have_mode = false;
+  for (const auto& [key, v] : doc.fields()) {
+    if (key == "thresholds") {
+      GAC_RETURN_IF_ERROR(ParseThresholdsObject(v, req.mutable_thresholds()));
+      have_thresholds = true;
+    } else if (key == "mode") {
+      StatusOr<std::string> name = StringField("mode", v);
+      if (!name.ok()) return name.status();
+      StatusOr<Mode> mode = ParseMode(name->c_str());
+      if (!mode.ok()) return mode.status().WithPrefix("mode");
+      req.set_mode(proto::ToProto(*mode));
+      have_mode = true;
+    } else if (key == "reason") {
+      StatusOr<std::string> reason = StringField("reason", v);
+      if (!reason.ok()) return reason.status();
+      req.set_reason(std::move(*reason));
+    } else if (key == "expected_version") {
+      StatusOr<double> x = NumberField("expected_version", v);
+      if (!x.ok()) return x.status();
+      // Exact integers only: a double holds every integer up to 2^53.
+      if (!(*x >= 0 && *x <= 9007199254740992.0) || std::floor(*x) != *x) {
+        return Status::InvalidArgument("expected_version: expected a non-negative integer");
+      }
+      req.set_expected_version(static_cast<std::uint64_t>(*x));
+    } else {
+      return Status::InvalidArgument("unknown member '" + key +
+                                     "' (expected thresholds, mode, reason, expected_version)");
+    }
+  }
+  if (!have_thresholds) return Status::InvalidArgument("thresholds are required");
+  if (!have_mode) return Status::InvalidArgument("mode is required (monitor, local or remote)");
+  return req;
+}
+
+std::string EncodeRunsPage(const v1::ListRunsResponse& page, std::int64_t now_ns) {
+  std::string out;
+  JsonWriter w(&out);
+  w.BeginObject();
+  w.Key("runs");
+  w.BeginArray();
+  for (const v1::RunInfo& info : page.runs()) WriteRunInfo(w, info);
+  w.EndArray();
+  w.Key("next_page_token");
+  w.String(page.next_page_token());
+  w.Key("server_time_ns");
+  w.IntString(now_ns);
+  w.EndObject();
+  return out;
+}
+
+std::string EncodeSummary(const v1::RunSummary& summary, std::int64_t now_ns) {
+  std::string out;
+  JsonWriter w(&out);
+  w.BeginObject();
+  w.Key("info");
+  WriteRunInfo(w, summary.info());
+  w.Key("steps_by_regime");
+  w.BeginObject();
+  for (Regime r : kAllRegimes) {
+    const auto it = summary.steps_by_regime().find(RegimeName(r));
+    w.Key(RegimeName(r));
+    w.Uint(it == summary.steps_by_regime().end() ? 0 : it->second);
+  }
+  w.EndObject();
+  const v1::CalibrationSummary& cal = summary.calibration();
+  w.Key("calibration");
+  w.BeginObject();
+  w.Key("count");
+  w.Uint(cal.count());
+  w.Key("q90");
+  w.Double(cal.q90());
+  w.Key("max");
+  w.Double(cal.max());
+  w.Key("mean");
+  w.Double(cal.mean());
+  w.Key("fraction_le_c_low");
+  w.Double(cal.fraction_le_c_low());
+  w.Key("suggested");
+  if (cal.has_suggested()) {
+    WriteThresholds(w, cal.suggested());
+  } else {
+    w.Null();
+  }
+  w.EndObject();
+  w.Key("latest");
+  if (summary.has_latest()) {
+    WriteStep(w, summary.latest(), /*with_layers=*/false);
+  } else {
+    w.Null();
+  }
+  w.Key("server_time_ns");
+  w.IntString(now_ns);
+  w.EndObject();
+  return out;
+}
+
+std::string EncodeStepsPage(const std::string& run, const v1::GetStepsResponse& page, bool with_layers) {
+  std::string out;
+  // About 400 bytes a record without layers, 90 a layer.
+  out.reserve(64 + static_cast<std::size_t>(page.steps_size()) * (with_layers ? 4096 : 448));
+  JsonWriter w(&out);
+  w.BeginObject();
+  w.Key("run");
+  w.String(run);
+  w.Key("steps");
+  w.BeginArray();
+  for (const v1::StepRecord& r : page.steps()) WriteStep(w, r, with_layers);
+  w.EndArray();
+  w.Key("next_page_token");
+  w.String(page.next_page_token());
+  w.EndObject();
+  return out;
+}
+
+std::string EncodeRunConfig(const std::string& run, const v1::RunConfig& config) {
+  std::string out;
+  JsonWriter w(&out);
+  w.BeginObject();
+  w.Key("run");
+  w.String(run);
+  w.Key("config");
+  WriteRunConfig(w, config);
+  w.EndObject();
+  return out;
+}
+
+std::string EncodeError(const Status& status) {
+  std::string out;
+  JsonWriter w(&out);
+  w.BeginObject();
+  w.Key("code");
+  w.String(StatusCodeName(status.code()));
+  w.Key("message");
+  w.String(status.message());
+  w.EndObject();
+  return out;
+}
+
+HttpApi::HttpApi(Core* core, bool enabled, std::string disabled_reason)
+    : core_(core), enabled_(enabled), disabled_reason_(std::move(disabled_reason)) {}
+
+HttpResponse HttpApi::Handle(const HttpRequest& request) {
+  OpenCall call(core_);
+  StatusOr<ApiRoute> route = ParseApiRoute(request.method, request.path);
+  if (!route.ok()) {
+    HttpResponse resp = ErrorResponse(route.status());
+    if (route.status().IsUnimplemented()) {
+      // A known resource, another method: 405 with the methods it takes.
+      StatusOr<ApiRoute> get = ParseApiRoute("GET", request.path);
+      resp.status = 405;
+      if (get.ok()) resp.headers.emplace_back("Allow", AllowedMethods(get->kind));
+    }
+    core_->metrics->ObserveRpcError("http", StatusCodeName(route.status().code()));
+    return resp;
+  }
+  StatusOr<std::string> body = enabled_ ? Serve(request, *route) : Status::PermissionDenied(disabled_reason_);
+  if (!body.ok()) {
+    core_->metrics->ObserveRpcError(std::string("http.") + route->method, StatusCodeName(body.status().code()));
+    return ErrorResponse(body.status());
+  }
+  HttpResponse resp;
+  resp.body = std::move(*body);
+  resp.headers.emplace_back("Cache-Control", "no-store");
+  return resp;
+}
+
+StatusOr<std::string> HttpApi::Serve(const HttpRequest& request, const ApiRoute& route) {
+  StatusOr<const Principal*> principal = core_->Authenticate(request.authorization);
+  if (!principal.ok()) return principal.status();
+  const Principal& p = **principal;
+  if (route.kind != ApiRoute::kRuns) {
+    const Right right = route.kind == ApiRoute::kConfig && request.method == "PUT" ? kAdmin : kRead;
+    GAC_RETURN_IF_ERROR(Authenticator::Authorize(p, right, route.run));
+  }
+  switch (route.kind) {
+    case ApiRoute::kRuns: {
+      StatusOr<v1::ListRunsRequest> req = ParseRunsParams(request.query);
+      if (!req.ok()) return req.status();
+      auto page = ListRunsPage(*core_->store, *core_->registry, p, *req);
+      if (!page.ok()) return page.status();
+      return EncodeRunsPage(*page, NowNs());
+    }
+    case ApiRoute::kSummary: {
+      StatusOr<v1::GetRunSummaryRequest> req = ParseSummaryParams(route.run, request.query);
+      if (!req.ok()) return req.status();
+      auto summary = GetRunSummary(*core_->store, *core_->registry, route.run, req->window());
+      if (!summary.ok()) return summary.status();
+      return EncodeSummary(*summary, NowNs());
+    }
+    case ApiRoute::kSteps: {
+      StatusOr<v1::GetStepsRequest> req = ParseStepsParams(route.run, request.query);
+      if (!req.ok()) return req.status();
+      StatusOr<StepQuery> query = StepQueryFromRequest(*req);
+      if (!query.ok()) return query.status();
+      auto page = GetStepsPage(*core_->store, *query);
+      if (!page.ok()) return page.status();
+      return EncodeStepsPage(route.run, *page, req->include_layers());
+    }
+    case ApiRoute::kConfig:
+      if (request.method == "PUT") return SetConfig(p, route.run, request.body);
+      GAC_RETURN_IF_ERROR(ParseQueryString(request.query, {}).status());
+      return EncodeRunConfig(route.run, core_->registry->Get(route.run));
+  }
+  return Status::Internal("unhandled route");
+}
+
+StatusOr<std::string> HttpApi::SetConfig(const Principal& principal, const std::string& run, std::string_view body) {
+  StatusOr<v1::SetRunConfigRequest> req = ParseConfigBody(run, body);
+  if (!req.ok()) return req.status();
+  auto result = std::make_shared<ConfigResult>();
+  // `done` runs once: here, or on the writer's thread after the commit.
+  core_->ChangeRunConfig(*req, principal, [result](const StatusOr<v1::RunConfig>& config) {
+    MutexLock lock(&result->mu);
+    result->result = config;
+    result->cv.SignalAll();
+  });
+  MutexLock lock(&result->mu);
+  while (!result->result.has_value()) result->cv.Wait(&result->mu);
+  // A full write queue is gacd's overload, not a request too large: over
+  // HTTP it is 503 (retry later) rather than RESOURCE_EXHAUSTED's 413.
+  if (result->result->status().IsResourceExhausted()) return Status::Unavailable(result->result->status().message());
+  if (!result->result->ok()) return result->result->status();
+  return EncodeRunConfig(run, **result->result);
+}
+
+}  // namespace gac::server

@@ -1,0 +1,127 @@
+// HttpApi: gacd's HTTP JSON API (/api/v1/...), the plain-HTTP twin of the
+// query and admin gRPC services, for curl, notebooks, Grafana's JSON data
+// sources and gacd's own page:
+//
+//   GET /api/v1/runs                   ListRuns        ?limit=&page_token=
+//   GET /api/v1/runs/{run}             GetRunSummary   ?window=
+//   GET /api/v1/runs/{run}/summary     the same (for a run id ending in /steps or /config)
+//   GET /api/v1/runs/{run}/steps       GetSteps        ?from=&to=&rank=&layers=&limit=&page_token=
+//   GET /api/v1/runs/{run}/config      GetRunConfig
+//   PUT /api/v1/runs/{run}/config      SetRunConfig    (admin; JSON body)
+//
+// Each request is authenticated with the same bearer tokens ("Authorization:
+// Bearer <token>"), authorised with the same rights on the run, checked by
+// the same rules and limits, and answered from the same domain functions
+// (gac/server/queries.h, Core::ChangeRunConfig) as its gRPC method. A run id
+// may contain '/'; the route is read from the end of the path. Errors are
+// the gRPC codes, sent with their HTTP status (proto::ToHttpStatus) and the
+// body {"code": "INVALID_ARGUMENT", "message": "..."}, and counted in
+// gac_rpc_errors_total under the method "http.<gRPC method>". The JSON
+// shapes are in docs/GACD.md.
+//
+// Reads go to the store's read side on the calling (HTTP worker) thread;
+// nothing here waits on the writer except a settings change, which waits
+// for its own commit as SetRunConfig does.
+//
+// The parsing functions take the raw text a client sent and return a
+// Status: they are the surface a fuzzer drives.
+//
+// Thread safety: Handle may be called from many threads at once.
+#ifndef GAC_SERVER_SRC_HTTP_API_H_
+#define GAC_SERVER_SRC_HTTP_API_H_
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "gac/status.h"
+#include "gac/v1/control.pb.h"
+#include "gac/v1/query.pb.h"
+#include "server/src/core.h"
+
+namespace gac::server {
+
+// One request as the HTTP server received it.
+struct HttpRequest {
+  std::string method;         // "GET", "PUT", ...
+  std::string path;           // percent-decoded, not normalised ("a/../b" stays)
+  std::string query;          // after '?', still percent-encoded; "" when none
+  std::string authorization;  // the Authorization header's value; "" when none
+  std::string body;
+};
+
+struct HttpResponse {
+  int status = 200;
+  std::string content_type = "application/json";
+  std::string body;
+  std::vector<std::pair<std::string, std::string>> headers;  // more header lines
+};
+
+// The resource a path and method name.
+struct ApiRoute {
+  enum Kind { kRuns, kSummary, kSteps, kConfig } kind = kRuns;
+  std::string run;     // a valid run id; empty for kRuns
+  const char* method;  // the gRPC method it mirrors, e.g. "GetSteps"
+};
+
+// The route of `path` (which starts with "/api/v1/") for `method`:
+// NotFound for a path that names no resource, InvalidArgument for a bad run
+// id, Unimplemented for a method the resource does not take.
+StatusOr<ApiRoute> ParseApiRoute(std::string_view method, std::string_view path);
+
+// The parameters of a query string ("a=1&b=x%2Fy"), percent-decoded, '+'
+// read as a space. InvalidArgument for a malformed escape, an empty name, a
+// name outside `allowed` or one given twice.
+StatusOr<std::vector<std::pair<std::string, std::string>>> ParseQueryString(
+    std::string_view query, const std::vector<std::string_view>& allowed);
+
+// The gRPC request each read endpoint stands for; InvalidArgument (naming
+// the HTTP parameter) for a value that is not a number in range or a page
+// size above the maximum.
+StatusOr<v1::ListRunsRequest> ParseRunsParams(std::string_view query);
+StatusOr<v1::GetRunSummaryRequest> ParseSummaryParams(const std::string& run, std::string_view query);
+StatusOr<v1::GetStepsRequest> ParseStepsParams(const std::string& run, std::string_view query);
+
+// The SetRunConfigRequest of a PUT body:
+//   {"thresholds": {"c_low": 0.1, "c_high": 0.4, "alpha_mode": "paper"},
+//    "mode": "remote", "reason": "...", "expected_version": 3}
+// thresholds (c_low, c_high) and mode are required, alpha_mode ("paper" by
+// default), reason and expected_version optional. InvalidArgument for text
+// that is not JSON, a member of the wrong type, an unknown member or an
+// unknown enum name. Thresholds themselves are checked by the registry, as
+// for SetRunConfig.
+StatusOr<v1::SetRunConfigRequest> ParseConfigBody(const std::string& run, std::string_view body);
+
+// JSON bodies (shapes in docs/GACD.md). `now_ns` is the server's clock, sent
+// so that a client can compute ages without trusting its own.
+std::string EncodeRunsPage(const v1::ListRunsResponse& page, std::int64_t now_ns);
+std::string EncodeSummary(const v1::RunSummary& summary, std::int64_t now_ns);
+// `with_layers`: each record has a "layers" array (layers=1 was asked).
+std::string EncodeStepsPage(const std::string& run, const v1::GetStepsResponse& page, bool with_layers);
+std::string EncodeRunConfig(const std::string& run, const v1::RunConfig& config);
+std::string EncodeError(const Status& status);
+
+class HttpApi {
+ public:
+  // `core` must outlive this object. `enabled` false refuses every request
+  // (PermissionDenied, with `disabled_reason`): gacd does so in insecure mode
+  // on an address other than loopback.
+  HttpApi(Core* core, bool enabled, std::string disabled_reason = "");
+
+  // Answers a request whose path starts with "/api/".
+  HttpResponse Handle(const HttpRequest& request);
+
+ private:
+  StatusOr<std::string> Serve(const HttpRequest& request, const ApiRoute& route);
+  StatusOr<std::string> SetConfig(const Principal& principal, const std::string& run, std::string_view body);
+
+  Core* const core_;
+  const bool enabled_;
+  const std::string disabled_reason_;
+};
+
+}  // namespace gac::server
+
+#endif  // GAC_SERVER_SRC_HTTP_API_H_

@@ -23,7 +23,7 @@ jobs=${GAC_FUZZ_JOBS:-1}
 targets=("$@")
 if ((${#targets[@]} == 0)); then
   targets=(ingest_request decide_request decide_response admin_request query_request page_token spool config_file
-           token_file)
+           token_file http_api)
 fi
 if [ ! -x "$dir/tests/fuzz/fuzz_${targets[0]}" ]; then
   GAC_SANITIZE_TEST=0 bash scripts/sanitize.sh asan
@@ -64,7 +64,7 @@ for t in "${names[@]}"; do
   found=none
   if compgen -G "$work/$t/crash-*" >/dev/null || compgen -G "$work/$t/leak-*" >/dev/null ||
      compgen -G "$work/$t/timeout-*" >/dev/null || compgen -G "$work/$t/oom-*" >/dev/null ||
-     grep -q "ERROR: libFuzzer\|ERROR: AddressSanitizer\|runtime error\|property broken" "$log"; then
+     grep -aq "ERROR: libFuzzer\|ERROR: AddressSanitizer\|runtime error\|property broken" "$log"; then
     found="see $log"
     status=1
   fi

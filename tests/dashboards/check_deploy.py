@@ -419,6 +419,7 @@ def gacd_accepts(gacd, args, what):
         tokens = f"{tmp}/tokens"
         with open(tokens, "w") as f:
             f.write("check " + "0123456789abcdef0123 write *\n")
+        os.chmod(tokens, 0o600)  # gacd refuses a token file others can read
         import socket
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))

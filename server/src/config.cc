@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <functional>
+#include <limits>
 #include <map>
 #include <sstream>
 
@@ -230,6 +231,13 @@ StatusOr<std::chrono::seconds> ParseDuration(const std::string& text) {
   std::size_t n = 0;
   Status st = ParseSize(num, &n);
   if (!st.ok()) return Status::InvalidArgument("bad duration '" + text + "' (e.g. 30s, 15m, 12h, 30d)");
+  // A duration must also fit in nanoseconds (std::chrono arithmetic): at
+  // most about 292 years. Found by fuzz_config_file (a signed overflow).
+  constexpr long long kMaxSeconds = std::numeric_limits<long long>::max() / 1000000000LL;
+  if (n > static_cast<std::size_t>(kMaxSeconds / mult)) {
+    return Status::InvalidArgument("duration '" + text + "' is too long (at most " + std::to_string(kMaxSeconds / 86400) +
+                                   "d)");
+  }
   return std::chrono::seconds(static_cast<long long>(n) * mult);
 }
 

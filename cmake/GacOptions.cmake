@@ -69,3 +69,29 @@ if(GAC_HAVE_CUDA)
     message(WARNING "CUDA toolkit without nvcc: gac::agent_cuda (the CUDA passes) is not built")
   endif()
 endif()
+
+# Sanitizers and fuzzing, for the checking builds of scripts/sanitize.sh.
+# GAC_SANITIZE is a -fsanitize= list ("address,undefined" or "thread") applied
+# to every C++ target of the project, with -fno-sanitize-recover=all so that
+# the first report fails the test. Libraries found outside the project
+# (LibTorch, gRPC, Protobuf, SQLite, prometheus-cpp) stay uninstrumented.
+# GAC_BUILD_FUZZERS builds the libFuzzer targets of tests/fuzz (clang only):
+# every target then carries libFuzzer's coverage instrumentation, so one
+# sanitized tree serves both the tests and the fuzzers.
+set(GAC_SANITIZE "" CACHE STRING "Sanitizers for every target: address,undefined | thread | \"\" (none)")
+option(GAC_BUILD_FUZZERS "Build the libFuzzer targets of tests/fuzz (clang)" OFF)
+if(GAC_SANITIZE)
+  add_compile_options("$<$<COMPILE_LANGUAGE:CXX>:-fsanitize=${GAC_SANITIZE};-fno-sanitize-recover=all;-fno-omit-frame-pointer>")
+  if(CMAKE_CXX_COMPILER_ID MATCHES "Clang")
+    # The instrumentation keeps the kernels' "omp simd" loops from vectorising;
+    # clang says so for each (-Wpass-failed), which is expected here.
+    add_compile_options("$<$<COMPILE_LANGUAGE:CXX>:-Wno-pass-failed>")
+  endif()
+  add_link_options("-fsanitize=${GAC_SANITIZE}")
+endif()
+if(GAC_BUILD_FUZZERS)
+  if(NOT CMAKE_CXX_COMPILER_ID MATCHES "Clang")
+    message(FATAL_ERROR "GAC_BUILD_FUZZERS needs clang (libFuzzer): configure with -DCMAKE_CXX_COMPILER=clang++")
+  endif()
+  add_compile_options("$<$<COMPILE_LANGUAGE:CXX>:-fsanitize=fuzzer-no-link>")
+endif()

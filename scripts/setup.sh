@@ -13,6 +13,9 @@ packages=(
   # The PostgreSQL store (libpq) and the PostgreSQL 15 server its tests start.
   libpq-dev postgresql
   libgtest-dev libgmock-dev
+  # The checking builds (scripts/sanitize.sh, scripts/fuzz.sh): clang with its
+  # sanitizer and libFuzzer runtimes, llvm-symbolizer for readable reports.
+  clang-14 libclang-rt-14-dev llvm-14
   python3-yaml python3-matplotlib
   # The gac Python package: headers and pybind11 to build it, Debian's torch
   # (the same LibTorch as libtorch-dev) to run it, pytest and mypy for its

@@ -1,7 +1,18 @@
 #!/usr/bin/env bash
-# The test suite: installs what it needs, builds, runs every test with ctest.
+# The test suite: installs what it needs, builds, runs every test with ctest;
+# then the checking builds of scripts/sanitize.sh (the suite again under
+# AddressSanitizer + UndefinedBehaviorSanitizer with the fuzz corpora, and
+# the ThreadSanitizer tests) and each fuzz target for GAC_FUZZ_SECONDS
+# (default 15) with scripts/fuzz.sh. GAC_CHECKS=0 leaves the checking
+# builds out.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+start=$(date +%s)
 bash scripts/setup.sh
 bash scripts/build.sh -DGAC_BUILD_TESTS=ON -DGAC_BUILD_BENCHMARKS=ON -DGAC_BUILD_EXAMPLES=ON
 ctest --test-dir "${GAC_BUILD_DIR:-build}" --output-on-failure -j "$(nproc)" --timeout 900
+if [ "${GAC_CHECKS:-1}" != 0 ]; then
+  bash scripts/sanitize.sh all
+  GAC_FUZZ_JOBS=$(nproc) bash scripts/fuzz.sh "${GAC_FUZZ_SECONDS:-15}"
+fi
+echo "test: everything passed in $(( ($(date +%s) - start) / 60 )) min"

@@ -131,6 +131,16 @@ Decision Controller::Decide(const AlignmentStats& s) const {
   }
   d.alpha = Alpha(c);
   d.projection_coeff = (1.0 - d.alpha) * s.dot / s.pp;
+  if (!std::isfinite(d.projection_coeff)) {
+    // pp is so small (subnormal) that dot / pp overflows although
+    // |coeff * p| <= |g| stays finite: the reference is numerically zero,
+    // as pp == 0 is, and an infinite coefficient would turn the update into
+    // NaN. Found by fuzz_decide_request.
+    Decision none;
+    none.grad_norm = d.grad_norm;
+    none.ref_norm = d.ref_norm;
+    return none;
+  }
   // The post-projection cosine follows from the exact cosine of g and p.
   const double exact_c = norms > 0.0 ? s.dot / norms : 0.0;
   d.cosine_after = CosineAfterProjection(exact_c, d.alpha);

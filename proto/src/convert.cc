@@ -126,6 +126,17 @@ Status CheckCosine(const char* field, double c) {
   return Status::Ok();
 }
 
+// What the other side sent, fit for an error message: at most 128
+// characters, anything but printable ASCII as '?'.
+std::string Printable(const std::string& text) {
+  std::string out = text.substr(0, 128);
+  for (char& c : out) {
+    if (c < 0x20 || c > 0x7e) c = '?';
+  }
+  if (text.size() > out.size()) out += "... (" + std::to_string(text.size()) + " bytes)";
+  return out;
+}
+
 }  // namespace
 
 StatusOr<Decision> DecodeDecision(const v1::DecideResponse& response, const AlignmentStats& stats) {
@@ -173,6 +184,23 @@ StatusOr<Decision> DecodeDecision(const v1::DecideResponse& response, const Alig
   d.grad_norm = std::sqrt(stats.gg);
   d.ref_norm = std::sqrt(stats.pp);
   return d;
+}
+
+void EncodeDecideResponse(const v1::DecideRequest& request, const Decision& decision,
+                          v1::DecideResponse* response) {
+  EncodeDecision(decision, response);
+  response->set_run(request.run());
+  response->set_step(request.step());
+}
+
+StatusOr<Decision> DecodeDecideResponse(const v1::DecideRequest& request, const v1::DecideResponse& response) {
+  // A run id is never empty, so an empty one is an answer that does not say.
+  if (response.run() != request.run() || response.step() != request.step()) {
+    return Status::InvalidArgument("answer for run '" + Printable(response.run()) + "' step " +
+                                   std::to_string(response.step()) + ", asked for run '" + request.run() +
+                                   "' step " + std::to_string(request.step()));
+  }
+  return DecodeDecision(response, StatsFromProto(request));
 }
 
 grpc::Status ToGrpcStatus(const Status& status) {

@@ -1,9 +1,15 @@
 #include "gac/server/auth.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
 #include <sstream>
+#include <unordered_map>
 #include <unordered_set>
 
-#include "gac/file_util.h"
 
 namespace gac::server {
 namespace {
@@ -29,6 +35,30 @@ bool ConstantTimeEqual(std::string_view a, std::string_view b) {
     diff |= static_cast<unsigned char>(a[i] ^ b[i]);
   }
   return diff == 0;
+}
+
+Status CheckTokenFileMode(const std::string& path, unsigned mode) {
+  // Like ssh with a private key: secrets that others can read are refused,
+  // and so is a file that others could change to add a token of their own.
+  if ((mode & (S_IRWXO | S_IWGRP)) == 0) return Status::Ok();
+  char octal[8];
+  std::snprintf(octal, sizeof octal, "%04o", mode & 07777u);
+  return Status::FailedPrecondition("token file '" + path + "' has mode " + octal +
+                                    ": other users may read or change the tokens; make it readable by gacd "
+                                    "alone (chmod 600, or 640 with a group of gacd's own)");
+}
+
+// The whole file behind `fd`.
+StatusOr<std::string> ReadAll(int fd) {
+  std::string text;
+  char buf[4096];
+  for (;;) {
+    const ssize_t n = read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return ErrnoToStatus(errno, "read failed");
+    if (n == 0) return text;
+    text.append(buf, static_cast<std::size_t>(n));
+  }
 }
 
 }  // namespace
@@ -75,8 +105,23 @@ bool Principal::Allows(Right right, std::string_view run) const {
 }
 
 StatusOr<Authenticator> Authenticator::FromFile(const std::string& path) {
-  StatusOr<std::string> text = ReadFileToString(path, "token file");
-  if (!text.ok()) return text.status();
+  // The mode is checked on the file that is read (no swap between the two).
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return ErrnoToStatus(errno, "cannot read token file '" + path + "'");
+  struct stat st;
+  if (fstat(fd, &st) != 0) {
+    const Status err = ErrnoToStatus(errno, "cannot stat token file '" + path + "'");
+    close(fd);
+    return err;
+  }
+  Status mode = CheckTokenFileMode(path, st.st_mode);
+  if (!mode.ok()) {
+    close(fd);
+    return mode;
+  }
+  StatusOr<std::string> text = ReadAll(fd);
+  close(fd);
+  if (!text.ok()) return Status(text.status().code(), "cannot read token file '" + path + "': " + text.status().message());
   StatusOr<Authenticator> auth = FromText(*text);
   if (!auth.ok()) {
     return Status(auth.status().code(), "token file '" + path + "': " + auth.status().message());
@@ -87,7 +132,8 @@ StatusOr<Authenticator> Authenticator::FromFile(const std::string& path) {
 StatusOr<Authenticator> Authenticator::FromText(std::string_view text) {
   Authenticator auth;
   auth.principals_ = std::make_shared<std::vector<Principal>>();
-  std::unordered_set<std::string> names, tokens;
+  std::unordered_map<std::string, int> names;  // line of each
+  std::unordered_set<std::string> tokens;
   std::istringstream in{std::string(text)};
   std::string line;
   int lineno = 0;
@@ -118,14 +164,18 @@ StatusOr<Authenticator> Authenticator::FromText(std::string_view text) {
       } else if (r == "admin") {
         p.rights |= kAdmin;
       } else {
-        return Status::InvalidArgument(where + "unknown right '" + r + "' (read, write, admin)");
+        // The field is not repeated: a token pasted into it would land in
+        // the log.
+        return Status::InvalidArgument(where + "the third field must list read, write or admin, comma-separated");
       }
     }
     p.run_patterns = SplitComma(f[3]);
     for (const std::string& pat : p.run_patterns) {
       if (pat.empty()) return Status::InvalidArgument(where + "empty run pattern");
     }
-    if (!names.insert(p.name).second) return Status::InvalidArgument(where + "duplicate name '" + p.name + "'");
+    if (const auto [it, fresh] = names.emplace(p.name, lineno); !fresh) {
+      return Status::InvalidArgument(where + "duplicate name (as on line " + std::to_string(it->second) + ")");
+    }
     if (!tokens.insert(p.token).second) return Status::InvalidArgument(where + "duplicate token");
     auth.principals_->push_back(std::move(p));
   }

@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <functional>
+#include <limits>
 #include <map>
 #include <sstream>
 
@@ -72,6 +73,7 @@ const std::map<std::string, Setter>& Setters() {
       {"insecure", [](ServerConfig& c, const std::string& v) { return ParseBool(v, &c.insecure); }},
       {"tls-cert", [](ServerConfig& c, const std::string& v) { c.tls_cert = v; return Status::Ok(); }},
       {"tls-key", [](ServerConfig& c, const std::string& v) { c.tls_key = v; return Status::Ok(); }},
+      {"tls-client-ca", [](ServerConfig& c, const std::string& v) { c.tls_client_ca = v; return Status::Ok(); }},
       {"ready-file", [](ServerConfig& c, const std::string& v) { c.ready_file = v; return Status::Ok(); }},
       {"sync",
        [](ServerConfig& c, const std::string& v) {
@@ -186,6 +188,7 @@ std::string Usage() {
   --token-file FILE         bearer tokens: "name token rights runs" per line
   --insecure                no authentication (loopback addresses only; for local use)
   --tls-cert FILE --tls-key FILE  serve gRPC over TLS
+  --tls-client-ca FILE      with TLS: require client certificates signed by these CAs (mTLS)
   --sync full|normal        SQLite commit durability (default full: fsync per commit)
   --retention DURATION      delete runs idle this long (e.g. 30d; default 0 = keep)
   --run-ttl DURATION        idle runs leave /metrics after this (default 15m)
@@ -228,6 +231,13 @@ StatusOr<std::chrono::seconds> ParseDuration(const std::string& text) {
   std::size_t n = 0;
   Status st = ParseSize(num, &n);
   if (!st.ok()) return Status::InvalidArgument("bad duration '" + text + "' (e.g. 30s, 15m, 12h, 30d)");
+  // A duration must also fit in nanoseconds (std::chrono arithmetic): at
+  // most about 292 years. Found by fuzz_config_file (a signed overflow).
+  constexpr long long kMaxSeconds = std::numeric_limits<long long>::max() / 1000000000LL;
+  if (n > static_cast<std::size_t>(kMaxSeconds / mult)) {
+    return Status::InvalidArgument("duration '" + text + "' is too long (at most " + std::to_string(kMaxSeconds / 86400) +
+                                   "d)");
+  }
   return std::chrono::seconds(static_cast<long long>(n) * mult);
 }
 
@@ -246,6 +256,9 @@ Status ValidateConfig(const ServerConfig& c) {
   if (c.listen.empty()) return Status::InvalidArgument("--listen must not be empty");
   if (c.tls_cert.empty() != c.tls_key.empty()) {
     return Status::InvalidArgument("--tls-cert and --tls-key must be given together");
+  }
+  if (!c.tls_client_ca.empty() && c.tls_cert.empty()) {
+    return Status::InvalidArgument("--tls-client-ca needs --tls-cert and --tls-key (client certificates are checked over TLS)");
   }
   if (c.insecure && !c.token_file.empty()) {
     return Status::InvalidArgument("--insecure and --token-file exclude each other");

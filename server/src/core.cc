@@ -53,7 +53,7 @@ void Core::WaitForCalls(std::chrono::steady_clock::time_point deadline) {
 void Core::Decide(const v1::DecideRequest& request, v1::DecideResponse* response,
                   std::chrono::steady_clock::time_point received) {
   const Decision d = registry->Decide(request.run(), proto::StatsFromProto(request), response->mutable_config());
-  proto::EncodeDecision(d, response);
+  proto::EncodeDecideResponse(request, d, response);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - received).count();
   metrics->ObserveDecide(request.run(), response->regime(), seconds, std::chrono::system_clock::now());
 }

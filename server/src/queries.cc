@@ -1,5 +1,6 @@
 #include "gac/server/queries.h"
 
+#include <charconv>
 #include <climits>
 #include <exception>
 
@@ -36,17 +37,19 @@ std::string EncodeStepToken(std::int64_t step, std::uint32_t rank) {
 }
 
 StatusOr<std::pair<std::int64_t, std::uint32_t>> DecodeStepToken(const std::string& token) {
+  // Exactly "s<step>.<rank>", each a decimal number in its type's range.
   const auto dot = token.find('.');
-  if (token.size() < 4 || token[0] != 's' || dot == std::string::npos ||
-      token.find_first_not_of("0123456789.", 1) != std::string::npos || token.size() > 32) {
+  if (token.size() > 32 || token.size() < 4 || token[0] != 's' || dot == std::string::npos) return MalformedToken();
+  std::int64_t step = 0;
+  std::uint32_t rank = 0;
+  const char* end = token.data() + token.size();
+  const auto s = std::from_chars(token.data() + 1, token.data() + dot, step);
+  const auto r = std::from_chars(token.data() + dot + 1, end, rank);
+  if (s.ec != std::errc() || s.ptr != token.data() + dot || r.ec != std::errc() || r.ptr != end || step < 0 ||
+      token[1] == '-' || token[dot + 1] == '-') {
     return MalformedToken();
   }
-  try {
-    return std::make_pair(static_cast<std::int64_t>(std::stoll(token.substr(1, dot - 1))),
-                          static_cast<std::uint32_t>(std::stoul(token.substr(dot + 1))));
-  } catch (const std::exception&) {
-    return MalformedToken();
-  }
+  return std::make_pair(step, rank);
 }
 
 std::string EncodeOffsetToken(std::uint64_t offset) { return "o" + std::to_string(offset); }

@@ -17,6 +17,12 @@
 #include "server/src/services/services.h"
 
 namespace gac::server {
+namespace {
+
+// The largest request metadata gacd accepts (gRPC's default is 8 KiB).
+constexpr int kMaxMetadataBytes = 16 * 1024;
+
+}  // namespace
 
 struct GacServer::Impl {
   Core core;
@@ -122,6 +128,13 @@ StatusOr<std::unique_ptr<GacServer>> GacServer::Start(const ServerConfig& config
     pair.cert_chain = std::move(*cert);
     grpc::SslServerCredentialsOptions opts;
     opts.pem_key_cert_pairs.push_back(pair);
+    if (!config.tls_client_ca.empty()) {  // mTLS: a client without a certificate of these CAs cannot connect
+      StatusOr<std::string> ca = ReadFileToString(config.tls_client_ca, "TLS client CA");
+      if (!ca.ok()) return ca.status();
+      if (ca->empty()) return Status::InvalidArgument("TLS client CA '" + config.tls_client_ca + "' is empty");
+      opts.pem_root_certs = std::move(*ca);
+      opts.client_certificate_request = GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY;
+    }
     creds = grpc::SslServerCredentials(opts);
   }
 
@@ -134,6 +147,9 @@ StatusOr<std::unique_ptr<GacServer>> GacServer::Start(const ServerConfig& config
   int port = 0;
   builder.AddListeningPort(config.listen, creds, &port);
   builder.SetMaxReceiveMessageSize(static_cast<int>(config.max_message_bytes));
+  // Request metadata (headers) above this is refused before any handler
+  // runs; a bearer token needs well under 1 KiB.
+  builder.AddChannelArgument(GRPC_ARG_MAX_METADATA_SIZE, kMaxMetadataBytes);
   builder.RegisterService(impl->ingest.get());
   builder.RegisterService(impl->control.get());
   builder.RegisterService(impl->admin.get());

@@ -3,6 +3,7 @@
 #include "gac/proto/convert.h"
 
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <string>
 #include <tuple>
@@ -49,7 +50,11 @@ Status CheckCosine(const std::string& prefix, const char* field, double v) {
 Status ValidateRecordWithPrefix(const v1::StepRecord& r, const Limits& limits, const std::string& p) {
   Status st = ValidateRunId(r.run());
   if (!st.ok()) return Bad(p, st.message());
-  if (r.step() < 0) return Bad(p, "step must be >= 0, got " + std::to_string(r.step()));
+  // The largest int64 is left out: queries end their step range before an
+  // exclusive bound, so a record there could never be read back.
+  if (r.step() < 0 || r.step() == INT64_MAX) {
+    return Bad(p, "step must be in [0, 2^63 - 2], got " + std::to_string(r.step()));
+  }
   const std::uint32_t world = r.world_size() == 0 ? 1 : r.world_size();
   if (r.rank() >= world) {
     return Bad(p, "rank " + std::to_string(r.rank()) + " must be < world_size " + std::to_string(world));
@@ -160,6 +165,18 @@ Status ValidateDecideRequest(const v1::DecideRequest& request) {
   // Non-finite statistics are a valid input: they give REGIME_INVALID.
   if (request.grad_sq() < 0) return Status::InvalidArgument("grad_sq must be >= 0, got " + Num(request.grad_sq()));
   if (request.ref_sq() < 0) return Status::InvalidArgument("ref_sq must be >= 0, got " + Num(request.ref_sq()));
+  // Sums of one g and one p obey Cauchy-Schwarz, |dot| <= |g| |p|: beyond
+  // rounding (the tolerance of a cosine on the wire), no cosine in [-1, 1]
+  // follows from them, and the agent would refuse the answer.
+  if (request.has_reference() && request.ref_sq() > 0 && std::isfinite(request.dot()) &&
+      std::isfinite(request.grad_sq()) && std::isfinite(request.ref_sq())) {
+    const double c =
+        request.dot() / (std::sqrt(request.grad_sq()) * std::sqrt(request.ref_sq()) + kCosineEpsilon);
+    if (std::fabs(c) > 1.0 + 1e-6) {
+      return Status::InvalidArgument("dot does not fit grad_sq and ref_sq: |dot| / sqrt(grad_sq * ref_sq) = " +
+                                     Num(c) + ", above 1");
+    }
+  }
   return Status::Ok();
 }
 

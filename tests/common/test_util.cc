@@ -1,10 +1,13 @@
 #include "tests/common/test_util.h"
 
+#include <grpcpp/generic/generic_stub.h>
+
 #include <arpa/inet.h>
 #include <google/protobuf/util/json_util.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <spawn.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -12,6 +15,8 @@
 
 #include <cctype>
 #include <chrono>
+#include <condition_variable>
+#include <mutex>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -57,6 +62,7 @@ std::string WriteTestTokens(const ScratchDir& dir) {
                       "reader " + kReaderToken + " read *\n" +
                       "admin " + kAdminToken + " read,write,admin *\n" +
                       "other " + kOtherToken + " read,write other-*\n");
+  chmod(path.c_str(), 0600);  // gacd refuses a token file others can read
   return path;
 }
 
@@ -135,7 +141,9 @@ grpc::Status Client::AllSteps(const std::string& run, std::vector<v1::StepRecord
   v1::GetStepsRequest req;
   req.set_run(run);
   req.set_include_layers(include_layers);
-  req.set_page_size(10000);
+  // A page of 10,000 records with their layers can pass gRPC's default 4 MiB
+  // limit on a received message (RESOURCE_EXHAUSTED in this client).
+  req.set_page_size(include_layers ? 1000 : 10000);
   for (;;) {
     v1::GetStepsResponse resp;
     grpc::Status st = GetSteps(req, &resp);
@@ -271,6 +279,66 @@ int RunProcess(const std::vector<std::string>& argv, const std::string& input, s
   int status = 0;
   waitpid(pid, &status, 0);
   return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+grpc::Status RawUnary(const std::string& address, const std::string& method, const std::string& bytes) {
+  auto channel = grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
+  grpc::GenericStub stub(channel);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  ctx.AddMetadata("authorization", std::string("Bearer ") + kAdminToken);
+  grpc::Slice slice(bytes);
+  grpc::ByteBuffer req(&slice, 1), resp;
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  grpc::Status result;
+  stub.UnaryCall(&ctx, method, grpc::StubOptions(), &req, &resp, [&](grpc::Status st) {
+    std::lock_guard lock(mu);
+    result = st;
+    done = true;
+    cv.notify_one();
+  });
+  std::unique_lock lock(mu);
+  cv.wait(lock, [&] { return done; });
+  return result;
+}
+
+grpc::Status RawIngest(const std::string& address, const std::string& bytes) {
+  auto channel = grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
+  grpc::GenericStub stub(channel);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  ctx.AddMetadata("authorization", std::string("Bearer ") + kAdminToken);
+  grpc::CompletionQueue cq;
+  auto call = stub.PrepareCall(&ctx, "/gac.v1.IngestService/Ingest", &cq);
+  void* tag;
+  bool ok;
+  auto step = [&](void* t) {
+    cq.Next(&tag, &ok);
+    EXPECT_EQ(tag, t);
+    return ok;
+  };
+  call->StartCall(reinterpret_cast<void*>(1));
+  step(reinterpret_cast<void*>(1));
+  grpc::Slice slice(bytes);
+  grpc::ByteBuffer msg(&slice, 1);
+  call->Write(msg, reinterpret_cast<void*>(2));
+  step(reinterpret_cast<void*>(2));
+  call->WritesDone(reinterpret_cast<void*>(3));
+  step(reinterpret_cast<void*>(3));
+  // Read the acks (if the batch was good) until the server ends the stream.
+  for (grpc::ByteBuffer ack;;) {
+    call->Read(&ack, reinterpret_cast<void*>(5));
+    if (!step(reinterpret_cast<void*>(5))) break;
+  }
+  grpc::Status st;
+  call->Finish(&st, reinterpret_cast<void*>(4));
+  step(reinterpret_cast<void*>(4));
+  cq.Shutdown();
+  while (cq.Next(&tag, &ok)) {
+  }
+  return st;
 }
 
 std::string HttpReply::Header(const std::string& name) const {

@@ -129,6 +129,12 @@ int SpawnLogged(const std::vector<std::string>& argv, const std::string& log_pat
 // and fills `output` with stdout and stderr together.
 int RunProcess(const std::vector<std::string>& argv, const std::string& input, std::string* output);
 
+// Raw bytes as the request of unary `method` ("/gac.v1.ControlService/Decide"),
+// or as the one message of an Ingest stream (reading acks until it ends),
+// with the admin token; the call's status.
+grpc::Status RawUnary(const std::string& address, const std::string& method, const std::string& bytes);
+grpc::Status RawIngest(const std::string& address, const std::string& bytes);
+
 // An HTTP exchange's answer: status, headers (names lower-cased) and body.
 struct HttpReply {
   int status = 0;

@@ -430,6 +430,12 @@ std::vector<DecideCase> BoundaryCases() {
   rows.push_back({"no_reference_nonzero_fields", AlignmentStats{0.9, 1.0, 1.0, false}, Regime::kSafe, false, 0.0});
   rows.push_back({"pp_zero", AlignmentStats{0.0, 1.0, 0.0, true}, Regime::kSafe, false, 0.0});
   rows.push_back({"pp_zero_gg_zero", AlignmentStats{0.0, 0.0, 0.0, true}, Regime::kSafe, false, 0.0});
+  // A subnormal pp with c in the projection band: (1 - alpha) dot / pp
+  // overflows to -inf (|g| = 1e153, |p| = 2.2e-162, c = -0.076). The
+  // reference is numerically zero: safe, as pp == 0 (found by fuzzing).
+  rows.push_back({"pp_subnormal_coefficient_overflows",
+                  AlignmentStats{-9.3132275225116241e-10, 1e306, 4.94065645841247e-324, true}, Regime::kSafe, false,
+                  0.0});
   // Non-finite inputs, in each field: invalid. A non-finite gradient must never
   // be stepped, reference or not.
   const struct {

@@ -419,6 +419,7 @@ def gacd_accepts(gacd, args, what):
         tokens = f"{tmp}/tokens"
         with open(tokens, "w") as f:
             f.write("check " + "0123456789abcdef0123 write *\n")
+        os.chmod(tokens, 0o600)  # gacd refuses a token file others can read
         import socket
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
@@ -443,6 +444,7 @@ def gacd_starts(gacd, args, what):
         tokens = f"{tmp}/tokens"
         with open(tokens, "w") as f:
             f.write("check " + "0123456789abcdef0123 write *\n")
+        os.chmod(tokens, 0o600)  # gacd refuses a token file others can read
         override = {"listen": "127.0.0.1:0", "metrics-listen": "127.0.0.1:0", "data-dir": tmp,
                     "token-file": tokens, "ready-file": f"{tmp}/ready"}
         argv = [gacd] + [a for a in args if a.split("=", 1)[0][2:] not in override]

@@ -178,6 +178,45 @@ TEST(ConvertTest, AnswersNoControllerGivesAreRefused) {
   EXPECT_TRUE(d.status().IsInvalidArgument()) << d.status().ToString();
 }
 
+// An answer names the run and step it answers; one for another run or
+// step, or one that does not say, is refused.
+TEST(ConvertTest, AnswerForAnotherRunOrStepIsRefused) {
+  const AlignmentStats stats{0.2, 1.0, 1.0, true};
+  const v1::DecideRequest request = ToDecideRequest("exp-a", 3, 41, stats);
+  const Decision honest = Controller::Create({0.05, 0.3}, AlphaMode::kPaper)->Decide(stats);
+  v1::DecideResponse good;
+  EncodeDecideResponse(request, honest, &good);
+  EXPECT_EQ(good.run(), "exp-a");
+  EXPECT_EQ(good.step(), 41);
+  StatusOr<Decision> d = DecodeDecideResponse(request, good);
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  EXPECT_EQ(d->projection_coeff, honest.projection_coeff);
+
+  v1::DecideResponse other_run = good;
+  other_run.set_run("exp-b");
+  v1::DecideResponse other_step = good;
+  other_step.set_step(40);
+  v1::DecideResponse silent = good;
+  silent.clear_run();
+  silent.clear_step();
+  v1::DecideResponse huge = good;
+  huge.set_run(std::string(100000, '\n'));
+  for (const v1::DecideResponse* bad : {&other_run, &other_step, &silent, &huge}) {
+    d = DecodeDecideResponse(request, *bad);
+    ASSERT_FALSE(d.ok());
+    EXPECT_TRUE(d.status().IsInvalidArgument()) << d.status().ToString();
+    EXPECT_NE(d.status().message().find("asked for run 'exp-a' step 41"), std::string::npos)
+        << d.status().ToString();
+    // What the other side sent is cut short and made printable.
+    EXPECT_LT(d.status().message().size(), 400u);
+    EXPECT_EQ(d.status().message().find('\n'), std::string::npos);
+  }
+  // The checks of DecodeDecision still apply to a well-addressed answer.
+  v1::DecideResponse absurd = good;
+  absurd.set_alpha(2.0);
+  EXPECT_TRUE(DecodeDecideResponse(request, absurd).status().IsInvalidArgument());
+}
+
 TEST(ConvertTest, StatusCrossesTheRpcBoundaryUnchanged) {
   for (int code = 0; code <= 16; ++code) {
     const Status st(static_cast<StatusCode>(code), "message " + std::to_string(code));
@@ -188,7 +227,9 @@ TEST(ConvertTest, StatusCrossesTheRpcBoundaryUnchanged) {
   }
   EXPECT_EQ(FromGrpcStatus(grpc::Status(grpc::StatusCode::NOT_FOUND, "no run"), "gacd GetSteps"),
             Status::NotFound("gacd GetSteps: no run"));
-  EXPECT_TRUE(FromGrpcStatus(grpc::Status(static_cast<grpc::StatusCode>(99), "odd")).IsUnknown());
+  // A code gRPC does not define (20 is still inside the enum's range of
+  // values: 99 would be undefined behaviour to make).
+  EXPECT_TRUE(FromGrpcStatus(grpc::Status(static_cast<grpc::StatusCode>(20), "odd")).IsUnknown());
 }
 
 // The HTTP API's statuses: the classes of the list (400, 401, 403,

@@ -94,67 +94,10 @@ grpc::Status Steps(GacServer& s, F f) {
   return Client(s.address(), kReaderToken).GetSteps(req, &resp);
 }
 
-// Sends raw bytes as the request of a unary method.
 grpc::Status RawUnary(GacServer& s, const std::string& method, const std::string& bytes) {
-  auto channel = grpc::CreateChannel(s.address(), grpc::InsecureChannelCredentials());
-  grpc::GenericStub stub(channel);
-  grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
-  ctx.AddMetadata("authorization", std::string("Bearer ") + kAdminToken);
-  grpc::Slice slice(bytes);
-  grpc::ByteBuffer req(&slice, 1), resp;
-  std::mutex mu;
-  std::condition_variable cv;
-  bool done = false;
-  grpc::Status result;
-  stub.UnaryCall(&ctx, method, grpc::StubOptions(), &req, &resp, [&](grpc::Status st) {
-    std::lock_guard lock(mu);
-    result = st;
-    done = true;
-    cv.notify_one();
-  });
-  std::unique_lock lock(mu);
-  cv.wait(lock, [&] { return done; });
-  return result;
+  return testing::RawUnary(s.address(), method, bytes);
 }
-
-// Sends raw bytes as one message of an Ingest stream.
-grpc::Status RawIngest(GacServer& s, const std::string& bytes) {
-  auto channel = grpc::CreateChannel(s.address(), grpc::InsecureChannelCredentials());
-  grpc::GenericStub stub(channel);
-  grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
-  ctx.AddMetadata("authorization", std::string("Bearer ") + kAdminToken);
-  grpc::CompletionQueue cq;
-  auto call = stub.PrepareCall(&ctx, "/gac.v1.IngestService/Ingest", &cq);
-  void* tag;
-  bool ok;
-  auto step = [&](void* t) {
-    cq.Next(&tag, &ok);
-    EXPECT_EQ(tag, t);
-    return ok;
-  };
-  call->StartCall(reinterpret_cast<void*>(1));
-  step(reinterpret_cast<void*>(1));
-  grpc::Slice slice(bytes);
-  grpc::ByteBuffer msg(&slice, 1);
-  call->Write(msg, reinterpret_cast<void*>(2));
-  step(reinterpret_cast<void*>(2));
-  call->WritesDone(reinterpret_cast<void*>(3));
-  step(reinterpret_cast<void*>(3));
-  // Read the acks (if the batch was good) until the server ends the stream.
-  for (grpc::ByteBuffer ack;;) {
-    call->Read(&ack, reinterpret_cast<void*>(5));
-    if (!step(reinterpret_cast<void*>(5))) break;
-  }
-  grpc::Status st;
-  call->Finish(&st, reinterpret_cast<void*>(4));
-  step(reinterpret_cast<void*>(4));
-  cq.Shutdown();
-  while (cq.Next(&tag, &ok)) {
-  }
-  return st;
-}
+grpc::Status RawIngest(GacServer& s, const std::string& bytes) { return testing::RawIngest(s.address(), bytes); }
 
 const std::vector<Case>& Catalogue() {
   static const auto* cases = new std::vector<Case>{
@@ -196,6 +139,8 @@ const std::vector<Case>& Catalogue() {
        }},
       // Ingest: records
       {"negative step", Code::INVALID_ARGUMENT, [](GacServer& s) { return Ingest(s, {One(Step(-1))}); }},
+      {"step 2^63 - 1 (no query could read it back)", Code::INVALID_ARGUMENT,
+       [](GacServer& s) { return Ingest(s, {One(Step(std::numeric_limits<std::int64_t>::max()))}); }},
       {"NaN cosine", Code::INVALID_ARGUMENT,
        [](GacServer& s) { return Ingest(s, {One(With([](auto& r) { r.set_cosine(kNaN); }))}); }},
       {"cosine above 1", Code::INVALID_ARGUMENT,
@@ -257,6 +202,8 @@ const std::vector<Case>& Catalogue() {
        [](GacServer& s) { return Decide(s, [](auto& r) { r.set_grad_sq(-1); }); }},
       {"decide with negative ref_sq", Code::INVALID_ARGUMENT,
        [](GacServer& s) { return Decide(s, [](auto& r) { r.set_ref_sq(-1e-3); }); }},
+      {"decide with |dot| above sqrt(grad_sq * ref_sq)", Code::INVALID_ARGUMENT,
+       [](GacServer& s) { return Decide(s, [](auto& r) { r.set_ref_sq(1e-300); }); }},
       {"decide with a negative step", Code::INVALID_ARGUMENT,
        [](GacServer& s) { return Decide(s, [](auto& r) { r.set_step(-5); }); }},
       {"decide with a bad run id", Code::INVALID_ARGUMENT,

@@ -38,7 +38,10 @@ TEST(JsonWriter, StringsReadBackExactlyAndInvalidUtf8BecomesReplacement) {
       "",
       "plain run-1/exp.2:3",
       "quote \" backslash \\ slash /",
-      std::string("controls \x01\x02\x1f \n\r\t\b\f and NUL \0 end", 36),
+      [] {
+        static const char kText[] = "controls \x01\x02\x1f \n\r\t\b\f and NUL \0 end";
+        return std::string(kText, sizeof kText - 1);  // the NUL inside included
+      }(),
       "\x7f delete",
       "two bytes \xc3\xa9, three \xe2\x82\xac, four \xf0\x9f\x98\x80",
   };

@@ -108,6 +108,9 @@ TEST_F(InProcess, DecideMatchesTheControllerWithTheRunSettings) {
       EXPECT_EQ(resp.alpha(), d.alpha);
       EXPECT_EQ(resp.projection_coeff(), d.projection_coeff);
       EXPECT_EQ(resp.apply_update(), d.apply_update);
+      EXPECT_EQ(resp.run(), "exp-d");  // the answer says what it answers
+      EXPECT_EQ(resp.step(), i);
+      EXPECT_TRUE(proto::DecodeDecideResponse(req, resp).ok());
       EXPECT_EQ(resp.config().thresholds().c_low(), t.c_low);
       EXPECT_EQ(resp.config().thresholds().c_high(), t.c_high);
     }

@@ -74,6 +74,36 @@ TEST(Spool, EntriesSurviveReopenUntilAcknowledged) {
   EXPECT_EQ((*spool)->unacknowledged_bytes(), 0u);
 }
 
+// A spool whose entries were all acknowledged (so its segments are gone)
+// keeps ACKED: the next process must number its batches above it, or they
+// would count as acknowledged and be dropped by the recovery after a crash.
+// (Found by the spool fuzzer: tests/fuzz/corpus/spool/crash-bcf8...)
+TEST(Spool, EntriesAfterARestartFollowTheAcknowledgedOnes) {
+  ScratchDir dir;
+  SpoolOptions o{dir.path(), 1 << 20, 64, SpoolFsync::kNone};
+  {
+    auto spool = Spool::Open(o, nullptr);
+    ASSERT_TRUE(spool.ok());
+    for (std::uint64_t s = 1; s <= 5; ++s) ASSERT_TRUE((*spool)->Append(s, Payload(s)).ok());
+    ASSERT_TRUE((*spool)->Acknowledge(5).ok());
+    EXPECT_TRUE(Segments(dir.path()).empty());
+  }
+  std::uint64_t next = 0;
+  {
+    // The next process: a new batch, then a crash before it is acknowledged.
+    auto spool = Spool::Open(o, nullptr);
+    ASSERT_TRUE(spool.ok());
+    next = (*spool)->last_sequence() + 1;
+    EXPECT_GT(next, 5u);
+    ASSERT_TRUE((*spool)->Append(next, "unacknowledged").ok());
+  }
+  SpoolRecovery rec;
+  auto spool = Spool::Open(o, &rec);
+  ASSERT_TRUE(spool.ok());
+  EXPECT_EQ(rec.entries, 1u);
+  EXPECT_EQ(Contents(**spool), (std::vector<std::pair<std::uint64_t, std::string>>{{next, "unacknowledged"}}));
+}
+
 TEST(Spool, FullSpoolRefusesAppends) {
   ScratchDir dir;
   auto spool = Spool::Open({dir.path(), 100, 1 << 20, SpoolFsync::kNone}, nullptr);

@@ -76,7 +76,9 @@ StatusOr<std::unique_ptr<RemoteController>> RemoteController::Create(const Remot
   impl->options = options;
   for (const std::string& address : *addresses) {
     Impl::Replica& r = impl->replicas.emplace_back();
-    r.channel = MakeGacdChannel(address, options.tls_root_certs, std::chrono::milliseconds(1000));
+    r.channel = MakeGacdChannel(
+        address, ChannelTls{options.tls_root_certs, options.tls_cert_chain, options.tls_private_key},
+        std::chrono::milliseconds(1000));
     r.stub = v1::ControlService::NewStub(r.channel);
     r.admin = v1::AdminService::NewStub(r.channel);
   }
@@ -91,7 +93,7 @@ StatusOr<Decision> RemoteController::Decide(std::int64_t step, const AlignmentSt
       std::chrono::system_clock::now() + o.deadline,
       [&](Impl::Replica& r, grpc::ClientContext* ctx) { return r.stub->Decide(ctx, req, &resp); });
   if (!st.ok()) return proto::FromGrpcStatus(st, "gacd Decide");
-  StatusOr<Decision> decision = proto::DecodeDecision(resp, stats);
+  StatusOr<Decision> decision = proto::DecodeDecideResponse(req, resp);
   if (!decision.ok()) return decision.status().WithPrefix("gacd Decide answered nonsense");
   return decision;
 }

@@ -179,7 +179,11 @@ Status Spool::Recover(SpoolRecovery* recovery) {
     bytes_ += seg.payload_bytes;
     segments_.push_back(seg);
   }
-  acked_ = std::max(acked_, std::uint64_t{0});
+  // New entries must come after everything acknowledged, even when no entry
+  // survived (all acknowledged and deleted, or damaged): an entry numbered at
+  // or below ACKED would count as acknowledged and be lost in the next
+  // recovery.
+  last_seq_ = std::max(last_seq_, acked_);
   return Status::Ok();
 }
 

@@ -361,7 +361,9 @@ StatusOr<std::unique_ptr<Telemetry>> Telemetry::Start(const TelemetryOptions& op
   }
   impl->addresses = std::move(*addresses);
   for (const std::string& address : impl->addresses) {
-    impl->channels.push_back(MakeGacdChannel(address, options.tls_root_certs, options.backoff_max));
+    impl->channels.push_back(MakeGacdChannel(
+        address, ChannelTls{options.tls_root_certs, options.tls_cert_chain, options.tls_private_key},
+        options.backoff_max));
     impl->stubs.push_back(v1::IngestService::NewStub(impl->channels.back()));
   }
   Impl* raw = impl.get();

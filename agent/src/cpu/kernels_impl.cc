@@ -6,7 +6,7 @@
 
 #include "agent/src/cpu/kernels.h"
 
-#if defined(__AVX2__) || defined(__AVX512F__)
+#if defined(__AVX2__) || defined(__AVX512F__) || defined(__F16C__)
 #include <immintrin.h>
 #endif
 
@@ -26,7 +26,18 @@ constexpr int kLanes = 16;
 struct BF16 {
   std::uint16_t bits;
 };
+#if defined(__clang__) && __clang_major__ < 15
+// Clang before 15 has no _Float16 on x86 (Debian 12's clang 14 builds the
+// sanitizer and fuzzing trees): fp16 is kept as its bits and converted with
+// F16C where the instruction set has it, in software otherwise; both round
+// to nearest even, as the _Float16 conversions of the GCC build do.
+struct F16 {
+  std::uint16_t bits;
+};
+#define GAC_F16_AS_BITS 1
+#else
 using F16 = _Float16;
+#endif
 
 inline float Load(float x) { return x; }
 inline float Load(BF16 x) {
@@ -35,7 +46,31 @@ inline float Load(BF16 x) {
   std::memcpy(&f, &b, sizeof f);
   return f;
 }
+#ifdef GAC_F16_AS_BITS
+inline float Load(F16 x) {
+#if defined(__F16C__)
+  return _cvtsh_ss(x.bits);
+#else
+  const std::uint32_t sign = static_cast<std::uint32_t>(x.bits & 0x8000u) << 16;
+  const std::uint32_t exp = (x.bits >> 10) & 0x1fu, mant = x.bits & 0x3ffu;
+  std::uint32_t b;
+  if (exp == 0) {  // zero or subnormal: mant * 2^-24, exact in fp32
+    float f = static_cast<float>(mant) * 5.9604644775390625e-8f;
+    std::memcpy(&b, &f, sizeof b);
+    b |= sign;
+  } else if (exp == 31) {  // infinity, or NaN made quiet with its payload kept
+    b = sign | 0x7f800000u | (mant != 0 ? 0x400000u : 0u) | (mant << 13);
+  } else {
+    b = sign | ((exp + 112u) << 23) | (mant << 13);
+  }
+  float f;
+  std::memcpy(&f, &b, sizeof f);
+  return f;
+#endif
+}
+#else
 inline float Load(F16 x) { return static_cast<float>(x); }
+#endif
 
 inline void Store(float* dst, float v) { *dst = v; }
 inline void Store(BF16* dst, float v) {
@@ -45,7 +80,36 @@ inline void Store(BF16* dst, float v) {
   const std::uint32_t rounded = (b + 0x7FFFu + ((b >> 16) & 1u)) >> 16;
   dst->bits = static_cast<std::uint16_t>((b & 0x7FFFFFFFu) > 0x7F800000u ? 0x7FC0u : rounded);
 }
+#ifdef GAC_F16_AS_BITS
+inline void Store(F16* dst, float v) {
+#if defined(__F16C__)
+  dst->bits = static_cast<std::uint16_t>(_cvtss_sh(v, _MM_FROUND_TO_NEAREST_INT));
+#else
+  std::uint32_t x;
+  std::memcpy(&x, &v, sizeof x);
+  const std::uint32_t sign = x & 0x80000000u;
+  x ^= sign;
+  std::uint32_t h;
+  if (x >= 0x47800000u) {  // >= 65536, infinity or NaN
+    h = x > 0x7f800000u ? 0x7e00u | ((x >> 13) & 0x3ffu) : 0x7c00u;
+  } else if (x < 0x38800000u) {  // below 2^-14: subnormal or zero. Adding 0.5 aligns
+    // the 10 bits at the bottom of the mantissa, rounded to nearest even by the FPU.
+    constexpr std::uint32_t kMagic = 126u << 23;
+    float f, magic;
+    std::memcpy(&f, &x, sizeof f);
+    std::memcpy(&magic, &kMagic, sizeof magic);
+    f += magic;
+    std::memcpy(&h, &f, sizeof h);
+    h -= kMagic;
+  } else {  // normal: rebias the exponent and round the 13 dropped bits to even
+    h = (x + 0xc8000fffu + ((x >> 13) & 1u)) >> 13;
+  }
+  dst->bits = static_cast<std::uint16_t>(h | (sign >> 16));
+#endif
+}
+#else
 inline void Store(F16* dst, float v) { *dst = static_cast<F16>(v); }
+#endif
 
 #define GAC_INLINE inline __attribute__((always_inline))
 
@@ -295,7 +359,8 @@ GAC_INLINE void ProjectSnapshotT(G* __restrict g, P* __restrict p, std::int64_t 
 template <typename G, typename P>
 void SnapshotT(const G* __restrict g, P* __restrict p, std::int64_t n) {
   if constexpr (sizeof(G) == sizeof(P) && std::is_same_v<G, P>) {
-    std::memcpy(p, g, static_cast<std::size_t>(n) * sizeof(G));
+    // An empty tensor's data pointer may be null, which memcpy must not get.
+    if (n > 0) std::memcpy(p, g, static_cast<std::size_t>(n) * sizeof(G));
   } else {
 #pragma omp simd
     for (std::int64_t i = 0; i < n; ++i) Store(&p[i], Load(g[i]));

@@ -28,7 +28,7 @@ class IngestStreams {
 // OnDone never races with a writer callback.
 class IngestReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
  public:
-  static constexpr int kMaxInflight = 64;  // batches per stream awaiting commit
+  static constexpr int kMaxInflight = 64;  // batches per stream awaiting commit or their ack's write
 
   struct Actions {
     bool read = false;
@@ -199,7 +199,10 @@ class IngestReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grp
       writing_ = true;
       a.write = true;
     }
-    if (!reading_ && !reading_done_ && inflight_ < kMaxInflight) {
+    // Batches awaiting commit and acks the client has not taken yet both
+    // count: a client that never reads its acks stops being read, so its
+    // writes back up in its own flow control instead of in gacd's memory.
+    if (!reading_ && !reading_done_ && inflight_ + static_cast<int>(acks_.size()) < kMaxInflight) {
       reading_ = true;
       a.read = true;
     }

@@ -6,6 +6,9 @@
 //
 //   c = dot / (sqrt(gg * pp) + 1e-8)
 //   no reference (first step or pp == 0)  -> safe, cosine absent
+//   project, but (1-alpha)(dot/pp) not
+//   finite (pp so small, e.g. subnormal,
+//   that the quotient overflows)           -> safe, cosine absent, as pp == 0
 //   any of dot, gg, pp non-finite, or gg/pp
 //   negative                               -> invalid: skip, keep the snapshot
 //   |c| <= c_low                           -> safe: gradient untouched

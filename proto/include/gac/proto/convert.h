@@ -59,6 +59,15 @@ void EncodeDecision(const Decision& decision, v1::DecideResponse* response);
 // [-1, 1]. The norms come from `stats`, not from the answer.
 StatusOr<Decision> DecodeDecision(const v1::DecideResponse& response, const AlignmentStats& stats);
 
+// gacd's whole answer to `request`: EncodeDecision, plus the run and step it
+// answers (echoed, so that the asker can check them).
+void EncodeDecideResponse(const v1::DecideRequest& request, const Decision& decision,
+                          v1::DecideResponse* response);
+// The asker's check of that answer: INVALID_ARGUMENT when it is for another
+// run or step than `request` (an answer that does not say which is refused
+// too), else DecodeDecision with the request's statistics.
+StatusOr<Decision> DecodeDecideResponse(const v1::DecideRequest& request, const v1::DecideResponse& response);
+
 // Status across the RPC boundary: the codes are the same numbers.
 grpc::Status ToGrpcStatus(const Status& status);
 // UNKNOWN for a code outside gRPC's range; `prefix` (when not empty) goes in

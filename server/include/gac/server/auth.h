@@ -12,6 +12,11 @@
 // admin (each independent: admin does not imply read); runs: comma-separated
 // glob patterns ('*' any run, '?' one character) over run ids.
 //
+// The file must not be readable or writable by other users, nor writable by
+// its group (mode 0600, or 0640 with a group of gacd's own): FromFile
+// refuses it otherwise (FAILED_PRECONDITION), as ssh refuses a private key
+// others can read. No error message or log line repeats a token.
+//
 // Clients send the header "authorization: Bearer <token>". A missing or
 // unknown token is UNAUTHENTICATED; a known token without the right on the
 // run is PERMISSION_DENIED. In insecure mode (explicit, for local use) every
@@ -55,7 +60,8 @@ class Authenticator {
  public:
   // Parses a token file (format above). InvalidArgument with the line number
   // for a malformed line; the errno's code (NotFound, PermissionDenied...)
-  // when it cannot be read.
+  // when it cannot be read; FailedPrecondition when others may read it or
+  // change it (see above).
   static StatusOr<Authenticator> FromFile(const std::string& path);
   static StatusOr<Authenticator> FromText(std::string_view text);
   // Every call allowed; the principal is named "insecure".

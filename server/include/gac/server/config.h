@@ -27,6 +27,7 @@ struct ServerConfig {
   std::string token_file;                         // bearer tokens (see auth.h)
   bool insecure = false;                          // no auth; only on loopback addresses
   std::string tls_cert, tls_key;                  // PEM files; both or neither
+  std::string tls_client_ca;                      // PEM CA file: clients need a certificate it signed (mTLS)
   std::string sync = "full";                      // SQLite synchronous: full | normal
   std::chrono::seconds retention{0};              // delete runs idle this long; 0 = keep
   std::chrono::seconds run_ttl{15 * 60};          // idle runs leave /metrics after this

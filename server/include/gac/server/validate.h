@@ -31,7 +31,9 @@ Status ValidateStepRecord(const v1::StepRecord& record, const Limits& limits);
 // Sequence >= 1, 1..max records, each record valid, no (run, rank, step)
 // repeated within the batch.
 Status ValidateIngestRequest(const v1::IngestRequest& request, const Limits& limits);
-// Finite, gg and pp >= 0, step >= 0, valid run id.
+// Step >= 0, valid run id, gg and pp >= 0, and |dot| <= sqrt(gg * pp) up to
+// rounding when they are finite (non-finite statistics are valid: they give
+// REGIME_INVALID).
 Status ValidateDecideRequest(const v1::DecideRequest& request);
 
 }  // namespace gac::server

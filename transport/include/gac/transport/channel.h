@@ -29,6 +29,18 @@ namespace gac::transport {
 std::shared_ptr<grpc::Channel> MakeGacdChannel(const std::string& address, const std::string& tls_root_certs,
                                                std::chrono::milliseconds max_backoff);
 
+// TLS settings of a channel, PEM text: the roots that verify gacd, and the
+// agent's own certificate chain and key for a gacd that requires client
+// certificates (mTLS; gacd --tls-client-ca). Plaintext when root_certs is "".
+struct ChannelTls {
+  std::string root_certs;
+  std::string cert_chain;
+  std::string private_key;
+};
+// As above, with a client certificate when `tls` has one.
+std::shared_ptr<grpc::Channel> MakeGacdChannel(const std::string& address, const ChannelTls& tls,
+                                               std::chrono::milliseconds max_backoff);
+
 // The gacd addresses of a TelemetryOptions or RemoteControllerOptions
 // address: one host:port, or several replicas sharing one store as a
 // comma-separated list ("gacd-0:7070,gacd-1:7070"; spaces around the commas

@@ -5,8 +5,9 @@
 // is an error, on which the agent falls back to its local decision and
 // counts the fallback. gRPC's fail-fast default applies: while gacd is
 // unreachable, calls fail at once instead of waiting for the deadline. An
-// answer that no controller would give (gac/proto/convert.h: DecodeDecision)
-// is an error too: a broken or hostile gacd cannot change the update.
+// answer that no controller would give, or one for another run or step
+// (gac/proto/convert.h: DecodeDecideResponse), is an error too: a broken or
+// hostile gacd cannot change the update.
 //
 // With several gacd replicas sharing one store (`address` a comma-separated
 // list), a call that a replica answers with UNAVAILABLE (down, draining) is
@@ -31,6 +32,7 @@ struct RemoteControllerOptions {
   std::string address;                     // gacd host:port, or a comma-separated list of replicas
   std::string token;                       // bearer token with write rights on the run
   std::string tls_root_certs;              // PEM roots; "" = plaintext
+  std::string tls_cert_chain, tls_private_key;  // PEM client certificate and key (mTLS); "" = none
   std::string run;                         // run id
   std::uint32_t rank = 0;
   std::chrono::milliseconds deadline{50};  // per Decide

@@ -77,6 +77,8 @@ class Spool {
   Status ForEachUnacknowledged(const std::function<void(std::uint64_t, std::string&&)>& fn) const;
 
   std::uint64_t unacknowledged_bytes() const { return bytes_; }
+  // The highest sequence appended or acknowledged (the next append must be
+  // above it).
   std::uint64_t last_sequence() const { return last_seq_; }
   std::uint64_t acknowledged_sequence() const { return acked_; }
 

@@ -57,6 +57,7 @@ struct TelemetryOptions {
   std::string address;                // gacd host:port, or a comma-separated list of replicas
   std::string token;                  // bearer token; "" for an insecure local gacd
   std::string tls_root_certs;         // PEM roots; "" = plaintext
+  std::string tls_cert_chain, tls_private_key;  // PEM client certificate and key (mTLS); "" = none
   std::string spool_dir;              // "" = no spool (unacknowledged batches die with the process)
   std::uint64_t spool_max_bytes = 256ull << 20;
   SpoolFsync spool_fsync = SpoolFsync::kNone;

@@ -1,0 +1,304 @@
+// A broken or hostile gacd must not hurt a trainer: a fake ControlService
+// answers Decide with what no controller gives (alpha outside [0, 1], a
+// non-finite coefficient, an unknown regime, the answer for another run or
+// step, bytes that are no message, or no answer at all). RemoteController
+// refuses each with a reason; with GAC_TEST_AGENT the agent in remote mode
+// falls back to its local decision, counts the fallback, says why, and
+// changes the gradients exactly as a local agent does.
+
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <memory>
+#include <string>
+
+#include "gac/controller/controller.h"
+#include "gac/mutex.h"
+#include "gac/proto/convert.h"
+#include "gac/transport/remote_controller.h"
+#include "gac/v1/control.grpc.pb.h"
+
+#ifdef GAC_TEST_AGENT
+#include <ATen/ATen.h>
+
+#include "gac/agent/agent.h"
+#endif
+
+namespace gac::transport {
+namespace {
+
+using namespace std::chrono_literals;
+
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+// What the fake gacd does with one Decide request: fill `bytes` with the
+// answer, or return false to never answer (the call ends only when the
+// client cancels it or its deadline passes).
+using Answer = std::function<bool(const v1::DecideRequest& request, std::string* bytes)>;
+
+// A ControlService that answers as told, on an OS-chosen loopback port.
+class FakeGacd final : public v1::ControlService::WithRawCallbackMethod_Decide<v1::ControlService::Service> {
+ public:
+  explicit FakeGacd(Answer answer) : answer_(std::move(answer)) {
+    grpc::ServerBuilder builder;
+    int port = 0;
+    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+    builder.RegisterService(this);
+    server_ = builder.BuildAndStart();
+    address_ = "127.0.0.1:" + std::to_string(port);
+  }
+  ~FakeGacd() override { server_->Shutdown(std::chrono::system_clock::now()); }
+
+  const std::string& address() const { return address_; }
+  int hung() {
+    MutexLock lock(&mu_);
+    return hung_;
+  }
+
+  grpc::ServerUnaryReactor* Decide(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* raw,
+                                   grpc::ByteBuffer* response) override {
+    v1::DecideRequest request;
+    if (!grpc::SerializationTraits<v1::DecideRequest>::Deserialize(const_cast<grpc::ByteBuffer*>(raw), &request)
+             .ok()) {
+      grpc::ServerUnaryReactor* r = ctx->DefaultReactor();
+      r->Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "fake gacd: malformed request"));
+      return r;
+    }
+    std::string bytes;
+    if (!answer_(request, &bytes)) {
+      {
+        MutexLock lock(&mu_);
+        ++hung_;
+      }
+      return new Hanging();
+    }
+    grpc::Slice slice(bytes);
+    *response = grpc::ByteBuffer(&slice, 1);
+    grpc::ServerUnaryReactor* r = ctx->DefaultReactor();
+    r->Finish(grpc::Status::OK);
+    return r;
+  }
+
+ private:
+  // Never answers; finishes only when gRPC cancels the call.
+  class Hanging final : public grpc::ServerUnaryReactor {
+   public:
+    void OnCancel() override { Finish(grpc::Status::CANCELLED); }
+    void OnDone() override { delete this; }
+  };
+
+  Answer answer_;
+  std::unique_ptr<grpc::Server> server_;
+  std::string address_;
+  Mutex mu_;
+  int hung_ GAC_GUARDED_BY(mu_) = 0;
+};
+
+// The honest answer to `request` (the default thresholds), serialised after
+// `damage` changed it.
+Answer Damaged(std::function<void(v1::DecideResponse*)> damage) {
+  return [damage](const v1::DecideRequest& request, std::string* bytes) {
+    const Controller controller = *Controller::Create(Thresholds{}, AlphaMode::kPaper);
+    v1::DecideResponse response;
+    proto::EncodeDecideResponse(request, controller.Decide(proto::StatsFromProto(request)), &response);
+    damage(&response);
+    response.SerializeToString(bytes);
+    return true;
+  };
+}
+
+Answer Honest() {
+  return Damaged([](v1::DecideResponse*) {});
+}
+
+struct HostileCase {
+  const char* name;
+  Answer answer;
+  const char* reason;  // in the refusal's message
+};
+
+// Statistics for which the honest controller projects (cosine 0.6 with the
+// default thresholds 0.05 / 0.3 would skip; 0.2 projects).
+constexpr AlignmentStats kProjecting{0.2, 1.0, 1.0, true};
+
+std::vector<HostileCase> HostileCases() {
+  return {
+      {"alpha above 1", Damaged([](v1::DecideResponse* r) { r->set_alpha(1.5); }), "alpha must be in [0, 1]"},
+      {"negative alpha", Damaged([](v1::DecideResponse* r) { r->set_alpha(-0.25); }), "alpha must be in [0, 1]"},
+      {"NaN alpha", Damaged([](v1::DecideResponse* r) { r->set_alpha(kNaN); }), "alpha must be in [0, 1]"},
+      {"infinite coefficient", Damaged([](v1::DecideResponse* r) { r->set_projection_coeff(kInf); }),
+       "projection_coeff must be finite"},
+      {"NaN coefficient", Damaged([](v1::DecideResponse* r) { r->set_projection_coeff(kNaN); }),
+       "projection_coeff must be finite"},
+      {"coefficient larger than alpha gives", Damaged([](v1::DecideResponse* r) { r->set_projection_coeff(40.0); }),
+       "projection_coeff"},
+      {"unknown regime", Damaged([](v1::DecideResponse* r) { r->set_regime(static_cast<v1::Regime>(42)); }),
+       "regime must be"},
+      {"answer for another run", Damaged([](v1::DecideResponse* r) { r->set_run("exp-other"); }),
+       "answer for run 'exp-other'"},
+      {"answer for another step", Damaged([](v1::DecideResponse* r) { r->set_step(r->step() - 1); }),
+       "asked for run"},
+      {"answer that does not say what it answers", Damaged([](v1::DecideResponse* r) {
+         r->clear_run();
+         r->clear_step();
+       }),
+       "answer for run ''"},
+      {"bytes that are no DecideResponse",
+       [](const v1::DecideRequest&, std::string* bytes) {
+         *bytes = std::string("\xff\xff\xff\xff\x0f garbage", 13);
+         return true;
+       },
+       ""},
+  };
+}
+
+RemoteControllerOptions Options(const std::string& address, std::chrono::milliseconds deadline = 2000ms) {
+  RemoteControllerOptions o;
+  o.address = address;
+  o.run = "exp-hostile";
+  o.deadline = deadline;
+  return o;
+}
+
+TEST(HostileGacd, HonestAnswerIsTaken) {
+  FakeGacd gacd(Honest());
+  auto remote = RemoteController::Create(Options(gacd.address()));
+  ASSERT_TRUE(remote.ok());
+  StatusOr<Decision> d = (*remote)->Decide(7, kProjecting);
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  const Decision local = Controller::Create(Thresholds{}, AlphaMode::kPaper)->Decide(kProjecting);
+  EXPECT_EQ(d->regime, Regime::kProject);
+  EXPECT_EQ(d->alpha, local.alpha);
+  EXPECT_EQ(d->projection_coeff, local.projection_coeff);
+}
+
+TEST(HostileGacd, EveryAbsurdAnswerIsRefusedWithItsReason) {
+  for (HostileCase& c : HostileCases()) {
+    SCOPED_TRACE(c.name);
+    FakeGacd gacd(c.answer);
+    auto remote = RemoteController::Create(Options(gacd.address()));
+    ASSERT_TRUE(remote.ok());
+    StatusOr<Decision> d = (*remote)->Decide(7, kProjecting);
+    ASSERT_FALSE(d.ok());
+    EXPECT_NE(d.status().message().find(c.reason), std::string::npos) << d.status().ToString();
+    if (std::string(c.reason).empty()) continue;  // a transport error, not a decoded answer
+    EXPECT_EQ(d.status().code(), StatusCode::kInvalidArgument) << d.status().ToString();
+    EXPECT_NE(d.status().message().find("gacd Decide answered nonsense"), std::string::npos);
+  }
+}
+
+TEST(HostileGacd, AnAnswerThatNeverComesEndsAtTheDeadline) {
+  FakeGacd gacd([](const v1::DecideRequest&, std::string*) { return false; });
+  auto remote = RemoteController::Create(Options(gacd.address(), 100ms));
+  ASSERT_TRUE(remote.ok());
+  for (int i = 0; i < 3; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    StatusOr<Decision> d = (*remote)->Decide(i, kProjecting);
+    const auto waited = std::chrono::steady_clock::now() - t0;
+    ASSERT_FALSE(d.ok());
+    EXPECT_EQ(d.status().code(), StatusCode::kDeadlineExceeded) << d.status().ToString();
+    // The call waits for its deadline, not for the server (generous bound
+    // for a loaded machine; the server would hang forever).
+    EXPECT_LT(waited, 5s);
+  }
+  EXPECT_EQ(gacd.hung(), 3);
+}
+
+#ifdef GAC_TEST_AGENT
+
+// The agent in remote mode next to a local agent on the same gradients.
+struct AgentPair {
+  std::shared_ptr<RemoteController> remote;
+  std::unique_ptr<agent::Agent> agent, local;
+  at::Tensor param = at::zeros({4096}).set_requires_grad(true);
+  at::Tensor local_param = at::zeros({4096}).set_requires_grad(true);
+
+  AgentPair(const std::string& address, std::chrono::milliseconds deadline) {
+    remote = std::shared_ptr<RemoteController>(std::move(*RemoteController::Create(Options(address, deadline))));
+    agent::AgentOptions o;
+    o.num_threads = 1;
+    o.mode = Mode::kRemote;
+    o.decision_source = remote;
+    agent = std::move(*agent::Agent::Create(o));
+    agent::AgentOptions lo;
+    lo.num_threads = 1;
+    local = std::move(*agent::Agent::Create(lo));
+  }
+
+  // Steps both agents with gradient g; returns the remote agent's report.
+  StepReport Step(std::int64_t step, const at::Tensor& g) {
+    param.mutable_grad() = g.clone();
+    local_param.mutable_grad() = g.clone();
+    StatusOr<StepReport> r = agent->Step(step, {param});
+    StatusOr<StepReport> rl = local->Step(step, {local_param});
+    EXPECT_TRUE(r.ok() && rl.ok());
+    if (!r.ok() || !rl.ok()) return {};
+    EXPECT_EQ(r->decision.regime, rl->decision.regime);
+    EXPECT_EQ(r->step_optimizer, rl->step_optimizer);
+    EXPECT_TRUE(at::equal(param.grad(), local_param.grad())) << "step " << step;
+    return *r;
+  }
+};
+
+// Gradients whose consecutive cosine is about 0.2: the local decision
+// projects, so a smuggled coefficient would show in the gradients.
+std::vector<at::Tensor> ProjectingGradients(int n) {
+  at::manual_seed(15);
+  const at::Tensor base = at::randn({4096});
+  std::vector<at::Tensor> out;
+  for (int i = 0; i < n; ++i) out.push_back(base + 2.0 * at::randn({4096}));
+  return out;
+}
+
+TEST(HostileGacdAgent, FallsBackToTheLocalDecisionCountsAndSaysWhy) {
+  const std::vector<at::Tensor> grads = ProjectingGradients(4);
+  for (HostileCase& c : HostileCases()) {
+    SCOPED_TRACE(c.name);
+    FakeGacd gacd(c.answer);
+    AgentPair pair(gacd.address(), 2000ms);
+    bool projected = false;
+    for (int step = 1; step <= 4; ++step) {
+      const StepReport r = pair.Step(step, grads[static_cast<std::size_t>(step - 1)]);
+      projected |= r.decision.regime == Regime::kProject;
+      EXPECT_TRUE(r.fallback) << "step " << step;
+      EXPECT_NE(r.remote_error.find(c.reason), std::string::npos) << r.remote_error;
+    }
+    EXPECT_TRUE(projected) << "the gradients should make the local decision project";
+    EXPECT_EQ(pair.agent->fallbacks(), 4u);
+  }
+}
+
+TEST(HostileGacdAgent, AnswerThatNeverComesFallsBackAtTheDeadline) {
+  const std::vector<at::Tensor> grads = ProjectingGradients(3);
+  FakeGacd gacd([](const v1::DecideRequest&, std::string*) { return false; });
+  AgentPair pair(gacd.address(), 100ms);
+  for (int step = 1; step <= 3; ++step) {
+    const StepReport r = pair.Step(step, grads[static_cast<std::size_t>(step - 1)]);
+    EXPECT_TRUE(r.fallback);
+    EXPECT_NE(r.remote_error.find("DEADLINE_EXCEEDED"), std::string::npos) << r.remote_error;
+    EXPECT_LT(r.decide_seconds, 5.0);
+  }
+  EXPECT_EQ(pair.agent->fallbacks(), 3u);
+  EXPECT_EQ(gacd.hung(), 3);
+}
+
+TEST(HostileGacdAgent, HonestGacdIsFollowed) {
+  const std::vector<at::Tensor> grads = ProjectingGradients(4);
+  FakeGacd gacd(Honest());
+  AgentPair pair(gacd.address(), 2000ms);
+  for (int step = 1; step <= 4; ++step) {
+    const StepReport r = pair.Step(step, grads[static_cast<std::size_t>(step - 1)]);
+    EXPECT_FALSE(r.fallback) << r.remote_error;
+  }
+  EXPECT_EQ(pair.agent->fallbacks(), 0u);
+}
+
+#endif  // GAC_TEST_AGENT
+
+}  // namespace
+}  // namespace gac::transport

@@ -37,9 +37,9 @@
 # matplotlib).
 #
 # The full grid of docs/RESULTS.md: scripts/experiment.sh (defaults; about
-# 550 runs of 5-7 CPU s each). The reduced grid that was run there:
-#   SEEDS="1 2 3 4 5" STALENESS="0 16" VARIANTS="grpo m2po bapo is gac gacexact gacwin gac005" \
-#   CONTROLS="gac gacwin" BETAS="" scripts/experiment.sh
+# 550 runs of 5-7 CPU s each). The grid that was run there (271 runs):
+#   SEEDS="1 2 3 4 5" STALENESS="0 4 8 16 32" VARIANTS="grpo m2po bapo is gac gacexact gacwin gac005" \
+#   CONTROLS="gac gacwin" BETAS="0.5 2" scripts/experiment.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-results/grpo}

@@ -578,9 +578,54 @@ def plots(args, runs, stale, seeds, cal):
     fig.savefig(os.path.join(args.out, "results_lambda.png"), dpi=90)
     plt.close(fig)
 
+    # Top row: the dose-response, final held-out accuracy against s (mean ± sd over seeds). A control
+    # is drawn only at the s where it exists for every seed its GAC run has (it runs only where GAC
+    # skipped a step), so that each point averages the same seeds. Bottom row: s = 16 over steps.
+    def final_vs_s(ax, v, label=None, color=None, marker="o", ls="-"):
+        xs, ys, es = [], [], []
+        for s in stale:
+            vv = "grpo" if s == 0 and v in BASE_VARIANTS else v
+            fs = [runs[(vv, s, seed)]["m"]["final"] for seed in seeds if (vv, s, seed) in runs]
+            base = v[v.index("-") + 1:] if v.startswith(("rskip-", "lrs-")) else None
+            if base and len(fs) < len([seed for seed in seeds if (base, s, seed) in runs]):
+                continue
+            if fs:
+                xs.append(s)
+                ys.append(statistics.mean(fs))
+                es.append(statistics.stdev(fs) if len(fs) > 1 else 0.0)
+        if xs:
+            ax.errorbar(xs, ys, yerr=es, marker=marker, ls=ls, capsize=3, lw=1.2, ms=4,
+                        color=color or palette.get(v, "tab:gray"), label=label or v)
+
     s_ctrl = 16 if 16 in stale else stale[-1]
-    fig, axes = plt.subplots(1, 4, figsize=(14, 3.2), sharey=True)
-    for ax, g in zip(axes, GAC_VARIANTS):
+    fig, axes = plt.subplots(2, 4, figsize=(14, 6.6), sharey=True)
+    top = [("GRPO and the off-policy losses", [("grpo", None, None), ("m2po", None, None), ("bapo", None, None),
+                                               ("is", None, None)]),
+           ("the GAC variants", [("grpo", None, None), ("gac", None, None), ("gacexact", None, None),
+                                 ("gacwin", None, None), ("gac005", None, None)]),
+           ("gac and its controls", [("grpo", None, None), ("gac", None, "tab:green"),
+                                     ("rskip-gac", "random skip, same rate", "tab:gray"),
+                                     ("lrs-gac", "lr x (1 - skip rate)", "k")]),
+           ("gacwin and its controls", [("grpo", None, None), ("gacwin", None, "tab:green"),
+                                        ("rskip-gacwin", "random skip, same rate", "tab:gray"),
+                                        ("lrs-gacwin", "lr x (1 - skip rate)", "k")])]
+    for ax, (title, lines) in zip(axes[0], top):
+        for v, label, color in lines:
+            final_vs_s(ax, v, label, color)
+        if title == "the GAC variants":
+            for b, mk in [("0.5", "v"), ("2", "^")]:
+                fs = [runs[(f"gacb{b}", s_ctrl, seed)]["m"]["final"] for seed in seeds if (f"gacb{b}", s_ctrl, seed) in runs]
+                if fs:
+                    ax.errorbar([s_ctrl + (-1 if b == "0.5" else 1)], [statistics.mean(fs)],
+                                yerr=[statistics.stdev(fs) if len(fs) > 1 else 0.0], marker=mk, ls="none",
+                                capsize=3, ms=5, color="tab:pink", label=f"gac, β = {b}")
+        ax.set_title(f"{title}: final, by staleness", fontsize=9)
+        ax.set_xlabel("staleness s")
+        ax.set_xticks(stale)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7, loc="lower left")
+    axes[0][0].set_ylabel("final held-out exact match")
+    for ax, g in zip(axes[1], GAC_VARIANTS):
         band(ax, "grpo", s_ctrl, heldout, "grpo")
         band(ax, g, s_ctrl, heldout, g, "tab:green")
         band(ax, f"rskip-{g}", s_ctrl, heldout, "random skip, same rate", "tab:gray")
@@ -589,7 +634,7 @@ def plots(args, runs, stale, seeds, cal):
         ax.set_xlabel("step")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7, loc="lower left")
-    axes[0].set_ylabel("held-out exact match")
+    axes[1][0].set_ylabel("held-out exact match")
     fig.tight_layout()
     fig.savefig(os.path.join(args.out, "results_controls.png"), dpi=90)
     plt.close(fig)

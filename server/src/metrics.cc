@@ -18,6 +18,7 @@
 #include "prometheus/gauge.h"
 #include "prometheus/histogram.h"
 #include "prometheus/labels.h"
+#include "prometheus/metric_family.h"
 #include "prometheus/registry.h"
 #include "prometheus/text_serializer.h"
 
@@ -72,6 +73,15 @@ void RemoveIfSet(Family<T>& family, T*& metric) {
 // cached metric pointers through runs_ under mu_ and sets them (atomic, no
 // family lock). Removing a run takes it out of runs_ under mu_, then removes
 // its series from the families without mu_ (see pending_).
+//
+// The run bound in a scrape: a collection never overlaps a removal. Collect
+// waits until no run is pending, and a run is detached only while no
+// collection runs, so the families hold at most the runs of runs_ while
+// they are collected. Collect itself runs without mu_; what waits for it is
+// only the ingest or expiry that must detach a run, and a Collect that
+// arrives while detached runs are being removed waits for them. Neither
+// side starves: a collection that ends with a detach waiting hands the
+// next turn to it (detach_turn_).
 struct Metrics::Impl {
   // The cached series of one layer of one rank.
   struct LayerSeries {
@@ -133,6 +143,11 @@ struct Metrics::Impl {
   // Takes `it` out of runs_ and lru_ and marks the run pending until Finish.
   void Detach(std::unordered_map<std::string, RunState>::iterator it, std::vector<Detached>* out)
       GAC_REQUIRES(mu_);
+  // Whether a run may be detached now (no collection in progress, and none
+  // waiting unless a detach has the turn).
+  bool MayDetach() const GAC_REQUIRES(mu_) {
+    return collecting_ == 0 && (collect_waiting_ == 0 || detach_turn_);
+  }
   // Removes the series of detached runs from their families and ends their
   // pending state.
   void Finish(std::vector<Detached>& detached) GAC_EXCLUDES(mu_);
@@ -195,7 +210,13 @@ struct Metrics::Impl {
   // (ingest of other runs goes on). A pending run is not re-created until
   // then: Family::Add would hand back the series about to be deleted.
   std::unordered_set<std::string> pending_ GAC_GUARDED_BY(mu_);
-  CondVar pending_done_;  // signalled when pending_ shrinks
+  // The collection gate (see the comment above Impl).
+  int collecting_ GAC_GUARDED_BY(mu_) = 0;       // Collect calls collecting now
+  int collect_waiting_ GAC_GUARDED_BY(mu_) = 0;  // Collect calls waiting for pending_ to empty
+  int detach_waiting_ GAC_GUARDED_BY(mu_) = 0;   // callers waiting for MayDetach
+  bool detach_turn_ GAC_GUARDED_BY(mu_) = false;  // a waiting detach goes before the next Collect
+  // Signalled when pending_ shrinks, a collection ends or the turn changes.
+  CondVar pending_done_;
 };
 
 Metrics::Impl::Impl(MetricsOptions options)
@@ -333,11 +354,39 @@ Metrics::Impl::Impl(MetricsOptions options)
 
 Metrics::Impl::RunState& Metrics::Impl::Touch(const std::string& run, std::chrono::system_clock::time_point now,
                                               std::vector<Detached>* evicted) {
-  while (pending_.count(run) != 0) pending_done_.Wait(&mu_);
-  auto it = runs_.find(run);
-  if (it == runs_.end()) {
-    // A limit of 0 is read as 1: the newest run is always exported.
-    const std::size_t max_runs = std::max<std::size_t>(options_.max_runs, 1);
+  // A limit of 0 is read as 1: the newest run is always exported.
+  const std::size_t max_runs = std::max<std::size_t>(options_.max_runs, 1);
+  bool counted = false;  // this call is in detach_waiting_
+  // Every wait releases mu_, so each pass checks everything again; the
+  // detach below happens in the same pass as its MayDetach check.
+  for (;;) {
+    if (pending_.count(run) != 0) {
+      pending_done_.Wait(&mu_);
+      continue;
+    }
+    auto it = runs_.find(run);
+    if (it != runs_.end()) {
+      if (counted) {
+        --detach_waiting_;
+        pending_done_.SignalAll();  // a Collect may wait on this caller's turn
+      }
+      RunState& state = it->second;
+      // Concurrent callers may pass slightly older times; never move back.
+      state.last_seen = std::max(state.last_seen, now);
+      lru_.splice(lru_.end(), lru_, state.lru_pos);
+      return state;
+    }
+    if (runs_.size() >= max_runs && !MayDetach()) {
+      if (!counted) ++detach_waiting_;
+      counted = true;
+      pending_done_.Wait(&mu_);
+      continue;
+    }
+    if (counted) --detach_waiting_;
+    if (runs_.size() >= max_runs) {
+      detach_turn_ = false;
+      pending_done_.SignalAll();  // a Collect may wait on the turn
+    }
     while (runs_.size() >= max_runs) {
       Detach(runs_.find(lru_.front()), evicted);
     }
@@ -347,11 +396,6 @@ Metrics::Impl::RunState& Metrics::Impl::Touch(const std::string& run, std::chron
     runs_exported_value_.Set(static_cast<double>(runs_.size()));
     return it->second;
   }
-  RunState& state = it->second;
-  // Concurrent callers may pass slightly older times; never move back.
-  state.last_seen = std::max(state.last_seen, now);
-  lru_.splice(lru_.end(), lru_, state.lru_pos);
-  return state;
 }
 
 Metrics::Impl::RankSeries& Metrics::Impl::Rank(const std::string& run, RunState& state,
@@ -592,6 +636,13 @@ std::size_t Metrics::ExpireIdle(std::chrono::system_clock::time_point now) {
   std::vector<Impl::Detached> idle;
   {
     MutexLock lock(&m.mu_);
+    if (!m.MayDetach()) {
+      ++m.detach_waiting_;
+      while (!m.MayDetach()) m.pending_done_.Wait(&m.mu_);
+      --m.detach_waiting_;
+    }
+    m.detach_turn_ = false;
+    m.pending_done_.SignalAll();
     const auto cutoff = now - m.options_.run_ttl;
     // Scans every run rather than stopping at the first recent one in lru_:
     // lru_ is in call order, and callers' clocks may differ slightly.
@@ -605,11 +656,32 @@ std::size_t Metrics::ExpireIdle(std::chrono::system_clock::time_point now) {
   return idle.size();
 }
 
-std::string Metrics::Render() const {
-  // Families lock themselves; mu_ is not needed (and not taken, so a scrape
-  // never stalls ingest).
-  return prometheus::TextSerializer().Serialize(impl_->registry_->Collect());
+std::vector<prometheus::MetricFamily> Metrics::Collect() const {
+  Impl& m = *impl_;
+  {
+    MutexLock lock(&m.mu_);
+    ++m.collect_waiting_;
+    // A detach that waits goes first when it has the turn, and a Collect
+    // does not join a running one past it (scrapes back to back would
+    // starve it).
+    while (!m.pending_.empty() || (m.detach_waiting_ > 0 && (m.detach_turn_ || m.collecting_ > 0))) {
+      m.pending_done_.Wait(&m.mu_);
+    }
+    --m.collect_waiting_;
+    ++m.collecting_;
+  }
+  // Families lock themselves; mu_ is not held, so ingest of exported runs
+  // goes on during the collection.
+  std::vector<prometheus::MetricFamily> families = m.registry_->Collect();
+  {
+    MutexLock lock(&m.mu_);
+    if (--m.collecting_ == 0 && m.detach_waiting_ > 0) m.detach_turn_ = true;
+  }
+  m.pending_done_.SignalAll();
+  return families;
 }
+
+std::string Metrics::Render() const { return prometheus::TextSerializer().Serialize(Collect()); }
 
 std::size_t Metrics::runs_exported() const {
   MutexLock lock(&impl_->mu_);

@@ -150,6 +150,14 @@ StatusOr<std::unique_ptr<GacServer>> GacServer::Start(const ServerConfig& config
   // Request metadata (headers) above this is refused before any handler
   // runs; a bearer token needs well under 1 KiB.
   builder.AddChannelArgument(GRPC_ARG_MAX_METADATA_SIZE, kMaxMetadataBytes);
+  // No bandwidth probing: HTTP/2 receive windows stay at their 64 KiB
+  // default instead of growing to megabytes. A client that writes but never
+  // reads its acks stops gacd's reads once 64 batches await their acks
+  // (ingest_service.cc); with probing, gRPC's transport went on taking in
+  // its unread batches, 7 to 28 MiB a stream before flow control held it;
+  // without, under 1.5 MiB. 64 KiB per round trip still carries far more
+  // than a trainer's telemetry on one stream.
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_BDP_PROBE, 0);
   builder.RegisterService(impl->ingest.get());
   builder.RegisterService(impl->control.get());
   builder.RegisterService(impl->admin.get());

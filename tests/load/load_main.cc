@@ -781,7 +781,14 @@ void StalledPhase(const Options& o, const ScratchDir& dir, Gacd& gacd, Sampler& 
   // The unread acks wait in the writers' own receive buffers, not in gacd
   // (which keeps at most 64 a stream).
   std::printf("  the writers' own process (holding the unread acks): %.1f MiB anonymous\n", self.anon_kib / 1024.0);
+  // What gacd took on for them: before gacd stopped growing its HTTP/2
+  // receive windows by bandwidth probing (server.cc), 7 to 14 MiB a stream
+  // with 8 of them and 28 MiB with 64; about 1 MiB since.
+  const double per_stream_mib =
+      static_cast<double>(mid.anon_kib - before.anon_kib) / 1024.0 / static_cast<double>(std::max(1, o.stalled));
+  std::printf("  gacd's anonymous memory per stalled stream: %.2f MiB\n", per_stream_mib);
   Check(still >= 3 && later == held, "the writers that never read are held back by flow control");
+  Check(per_stream_mib <= 3.0, "gacd holds at most 3 MiB for each stream that never reads");
   Check(late.rss_kib <= mid.rss_kib + 16 * 1024, "gacd's memory stays flat while they stall");
   Check(served, "an ordinary sender is served beside them");
 }

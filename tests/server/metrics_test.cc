@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -13,6 +14,7 @@
 #include <cstdlib>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <sys/wait.h>
 #include <thread>
@@ -652,6 +654,61 @@ TEST(MetricsTest, PromtoolLintIsClean) {
   const auto [status, output] = RunWithInput(std::string(promtool) + " check metrics", text);
   EXPECT_EQ(status, 0) << output;
   EXPECT_EQ(output, "") << output;
+}
+
+// The run bound holds in every scrape while new runs evict old ones: a
+// scrape never catches an evicted run's series beside the series of the run
+// that replaced it (they are removed after the lock is released).
+TEST(MetricsTest, ScrapesDuringEvictionNeverShowMoreThanMaxRuns) {
+  MetricsOptions options;
+  options.per_layer = true;
+  constexpr std::size_t kMaxRuns = 6;
+  constexpr int kThreads = 4;
+  constexpr int kRunsPerThread = 400;
+  constexpr int kLayers = 32;  // many series make removal slow: a wider window
+  options.max_runs = kMaxRuns;
+  options.max_layers_per_run = kLayers;
+  Metrics m(options);
+
+  std::atomic<bool> done{false};
+  std::size_t most_runs = 0;
+  int scrapes = 0;
+  std::thread scraper([&] {
+    while (!done.load()) {
+      std::set<std::string> runs;
+      for (const Sample& x : Parse(m.Render())) {
+        auto it = x.labels.find("run");
+        if (it != x.labels.end()) runs.insert(it->second);
+      }
+      most_runs = std::max(most_runs, runs.size());
+      ++scrapes;
+    }
+  });
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&m, t] {
+      for (int i = 0; i < kRunsPerThread; ++i) {
+        const std::string run = "t" + std::to_string(t) + "-" + std::to_string(i);
+        v1::StepRecord r = Step(run, 0, i);
+        r.set_cosine(0.5);
+        for (int l = 0; l < kLayers; ++l) AddLayer(r, "fc" + std::to_string(l), 0.5, 1.0);
+        m.ObserveStep(r, kT0);
+        if (i % 3 == 0) m.ObserveDecide(run, v1::REGIME_SAFE, 1e-4, kT0);
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  done = true;
+  scraper.join();
+
+  RecordProperty("scrapes", scrapes);
+  EXPECT_GT(scrapes, 0);
+  EXPECT_LE(most_runs, kMaxRuns) << "in " << scrapes << " scrapes";
+  auto s = Parse(m.Render());
+  // At least every run but the last kMaxRuns was evicted (a run evicted
+  // between its step and its decision comes back and is evicted again).
+  EXPECT_GE(Value(s, "gac_expired_runs_total").value_or(0), static_cast<double>(kThreads * kRunsPerThread - kMaxRuns));
+  EXPECT_EQ(m.runs_exported(), kMaxRuns);
 }
 
 }  // namespace

@@ -6,11 +6,13 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <memory>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -280,6 +282,44 @@ TEST(TsanMetrics, ObserveExpireAndRenderAtOnce) {
   observing.store(false);
   expirer.join();
   EXPECT_LE(metrics.runs_exported(), o.max_runs);
+}
+
+// New runs keep evicting old ones while a scraper renders: no scrape shows
+// more run labels than max_runs (the gate between Collect and eviction).
+TEST(TsanMetrics, ScrapesDuringEvictionNeverShowMoreThanMaxRuns) {
+  server::MetricsOptions o;
+  o.per_layer = true;
+  o.max_layers_per_run = 8;
+  o.max_runs = 4;
+  server::Metrics metrics(o);
+  const auto now = std::chrono::system_clock::now();
+  std::atomic<bool> observing{true};
+  std::size_t most_runs = 0;
+  int scrapes = 0;
+  std::thread scraper([&] {
+    while (observing.load()) {
+      const std::string text = metrics.Render();
+      std::set<std::string> runs;
+      for (std::size_t pos = text.find("run=\""); pos != std::string::npos; pos = text.find("run=\"", pos)) {
+        pos += 5;
+        runs.insert(text.substr(pos, text.find('"', pos) - pos));
+      }
+      most_runs = std::max(most_runs, runs.size());
+      ++scrapes;
+    }
+  });
+  RunThreads(4, [&](int t) {
+    for (int i = 0; i < 150; ++i) {
+      const std::string run = "new-" + std::to_string(t) + "-" + std::to_string(i);
+      metrics.ObserveStep(Record(run, i, 8), now);
+      metrics.ObserveDecide(run, v1::REGIME_SAFE, 1e-4, now);
+    }
+  });
+  observing.store(false);
+  scraper.join();
+  EXPECT_GT(scrapes, 0);
+  EXPECT_LE(most_runs, o.max_runs) << "in " << scrapes << " scrapes";
+  EXPECT_EQ(metrics.runs_exported(), o.max_runs);
 }
 
 // The telemetry sender's use of the spool: its sender thread appends, its

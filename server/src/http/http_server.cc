@@ -109,7 +109,7 @@ int HttpServer::Impl::Dispatch(mg_connection* conn) {
 int HttpServer::Impl::ServeMetrics(mg_connection* conn, bool head_only) {
   const auto start = std::chrono::steady_clock::now();
   std::vector<prometheus::MetricFamily> families = exposer_registry->Collect();
-  std::vector<prometheus::MetricFamily> gac = core->metrics->registry()->Collect();
+  std::vector<prometheus::MetricFamily> gac = core->metrics->Collect();
   families.insert(families.end(), std::make_move_iterator(gac.begin()), std::make_move_iterator(gac.end()));
   std::string body = prometheus::TextSerializer().Serialize(families);
   Headers headers;

@@ -32,12 +32,14 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "gac/v1/control.pb.h"
 #include "gac/v1/telemetry.pb.h"
 
 namespace prometheus {
 class Registry;
+struct MetricFamily;
 }
 
 namespace gac::server {
@@ -56,7 +58,8 @@ class Metrics {
   Metrics(const Metrics&) = delete;
   Metrics& operator=(const Metrics&) = delete;
 
-  // The registry to hand to an exposer (prometheus::Exposer::RegisterCollectable).
+  // The registry itself. Collecting it directly can catch a run eviction
+  // half done (max_runs + 1 runs); scrapes use Collect or Render.
   std::shared_ptr<prometheus::Registry> registry() const;
 
   // Updates the latest-value gauges and the counters of the record's run and
@@ -86,7 +89,13 @@ class Metrics {
   // number of runs removed.
   std::size_t ExpireIdle(std::chrono::system_clock::time_point now);
 
-  // The text exposition format of everything registered (what /metrics serves).
+  // Everything registered, never more than max_runs runs: waits while
+  // evicted or expired runs' series are being removed, and a run eviction
+  // or expiry waits while a collection is in progress (ingest of runs
+  // already exported goes on meanwhile). Include prometheus/metric_family.h
+  // to use the result.
+  std::vector<prometheus::MetricFamily> Collect() const;
+  // The text exposition format of Collect() (what /metrics serves).
   std::string Render() const;
 
   // Runs currently exported.

@@ -54,6 +54,16 @@
 #include "gac/transport/telemetry.h"
 #include "tests/common/test_util.h"
 
+
+// clang spells "built with AddressSanitizer" as a feature, GCC as a macro.
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define GAC_LOAD_HAS_ASAN 1
+#endif
+#endif
+#ifndef GAC_LOAD_HAS_ASAN
+#define GAC_LOAD_HAS_ASAN 0
+#endif
 namespace gac::load {
 namespace {
 
@@ -788,7 +798,14 @@ void StalledPhase(const Options& o, const ScratchDir& dir, Gacd& gacd, Sampler& 
       static_cast<double>(mid.anon_kib - before.anon_kib) / 1024.0 / static_cast<double>(std::max(1, o.stalled));
   std::printf("  gacd's anonymous memory per stalled stream: %.2f MiB\n", per_stream_mib);
   Check(still >= 3 && later == held, "the writers that never read are held back by flow control");
+#if defined(__SANITIZE_ADDRESS__) || GAC_LOAD_HAS_ASAN
+  // ASan's redzones and its quarantine of freed memory (256 MiB by default)
+  // make gacd's memory say nothing about its buffers; the batch count above
+  // (held at the same ~7,600 a stream as in Release) still checks the bound.
+  std::printf("  (the 3 MiB per stream check is left to builds without AddressSanitizer)\n");
+#else
   Check(per_stream_mib <= 3.0, "gacd holds at most 3 MiB for each stream that never reads");
+#endif
   Check(late.rss_kib <= mid.rss_kib + 16 * 1024, "gacd's memory stays flat while they stall");
   Check(served, "an ordinary sender is served beside them");
 }

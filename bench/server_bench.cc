@@ -82,11 +82,11 @@
 
 #include "bench/bench_util.h"
 #include "gac/server/config.h"
-#include "gac/server/metrics.h"
 #include "gac/server/server.h"
 #include "gac/server/store.h"
 #include "gac/v1/control.grpc.pb.h"
 #include "gac/v1/telemetry.grpc.pb.h"
+#include "server/src/metrics.h"
 #include "server/src/store/postgres_codec.h"
 
 namespace {

@@ -1,4 +1,4 @@
-#include "gac/server/auth.h"
+#include "server/src/auth.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>

@@ -10,7 +10,7 @@
 
 #include "gac/proto/convert.h"
 #include "gac/server/store.h"
-#include "gac/server/validate.h"
+#include "server/src/validate.h"
 
 namespace gac::server {
 namespace {

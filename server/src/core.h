@@ -17,16 +17,16 @@
 #include <string_view>
 
 #include "gac/mutex.h"
-#include "gac/server/auth.h"
 #include "gac/server/config.h"
-#include "gac/server/metrics.h"
-#include "gac/server/registry.h"
 #include "gac/server/store.h"
-#include "gac/server/validate.h"
-#include "gac/server/writer.h"
 #include "gac/v1/control.pb.h"
 #include "gac/v1/telemetry.pb.h"
+#include "server/src/auth.h"
 #include "server/src/executor.h"
+#include "server/src/metrics.h"
+#include "server/src/registry.h"
+#include "server/src/validate.h"
+#include "server/src/writer.h"
 
 namespace gac::server {
 

@@ -1,4 +1,4 @@
-#include "gac/server/metrics.h"
+#include "server/src/metrics.h"
 
 #include <algorithm>
 #include <array>

@@ -1,4 +1,4 @@
-#include "gac/server/queries.h"
+#include "server/src/queries.h"
 
 #include <charconv>
 #include <climits>
@@ -6,7 +6,7 @@
 
 #include "gac/controller/calibration.h"
 #include "gac/proto/convert.h"
-#include "gac/server/validate.h"
+#include "server/src/validate.h"
 
 namespace gac::server {
 namespace {

@@ -1,4 +1,4 @@
-#include "gac/server/registry.h"
+#include "server/src/registry.h"
 
 #include "gac/proto/convert.h"
 

@@ -10,11 +10,11 @@
 
 #include "gac/file_util.h"
 #include "gac/mutex.h"
-#include "gac/server/metrics.h"
 #include "server/src/core.h"
 #include "server/src/http/http_server.h"
-#include "server/src/settings_sync.h"
+#include "server/src/metrics.h"
 #include "server/src/services/services.h"
+#include "server/src/settings_sync.h"
 
 namespace gac::server {
 namespace {

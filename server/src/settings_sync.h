@@ -24,9 +24,9 @@
 #include <vector>
 
 #include "gac/mutex.h"
-#include "gac/server/metrics.h"
-#include "gac/server/registry.h"
 #include "gac/server/store.h"
+#include "server/src/metrics.h"
+#include "server/src/registry.h"
 
 namespace gac::server {
 

@@ -1,4 +1,4 @@
-#include "gac/server/validate.h"
+#include "server/src/validate.h"
 
 #include "gac/proto/convert.h"
 

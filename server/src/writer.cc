@@ -1,9 +1,9 @@
-#include "gac/server/writer.h"
+#include "server/src/writer.h"
 
 #include <chrono>
 #include <vector>
 
-#include "gac/server/metrics.h"
+#include "server/src/metrics.h"
 
 namespace gac::server {
 

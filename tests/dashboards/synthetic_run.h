@@ -24,9 +24,9 @@
 #include "gac/controller/controller.h"
 #include "gac/proto/convert.h"
 #include "gac/server/store.h"
-#include "gac/server/validate.h"
 #include "gac/v1/control.pb.h"
 #include "gac/v1/telemetry.pb.h"
+#include "server/src/validate.h"
 
 namespace gac::testing {
 

@@ -10,9 +10,9 @@
 
 #include "gac/mutex.h"
 #include "gac/proto/convert.h"
-#include "gac/server/queries.h"
-#include "gac/server/validate.h"
 #include "server/src/core.h"
+#include "server/src/queries.h"
+#include "server/src/validate.h"
 #include "tests/fuzz/fuzz_util.h"
 
 namespace gac::fuzz {

@@ -7,8 +7,8 @@
 #include <cstdint>
 
 #include "gac/proto/convert.h"
-#include "gac/server/registry.h"
-#include "gac/server/validate.h"
+#include "server/src/registry.h"
+#include "server/src/validate.h"
 #include "tests/fuzz/fuzz_util.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {

@@ -13,10 +13,10 @@
 #include <cstdint>
 #include <string>
 
-#include "gac/server/queries.h"
-#include "gac/server/validate.h"
 #include "server/src/http/api.h"
 #include "server/src/http/json.h"
+#include "server/src/queries.h"
+#include "server/src/validate.h"
 #include "tests/fuzz/fuzz_util.h"
 
 namespace gac::fuzz {

@@ -7,9 +7,9 @@
 #include <cstdint>
 #include <memory>
 
-#include "gac/server/metrics.h"
 #include "gac/server/store.h"
-#include "gac/server/validate.h"
+#include "server/src/metrics.h"
+#include "server/src/validate.h"
 #include "tests/fuzz/fuzz_util.h"
 
 namespace gac::fuzz {

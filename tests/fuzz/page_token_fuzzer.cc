@@ -1,11 +1,11 @@
-// The page tokens of gac/server/queries.h (run, step and offset tokens):
+// The page tokens of server/src/queries.h (run, step and offset tokens):
 // whatever a client sends as a page_token. Properties: a token that decodes
 // means exactly the number it spells (no wrap-around, no silent cut), and
 // encoding what was decoded gives a token that decodes to the same key.
 #include <cstdint>
 #include <string>
 
-#include "gac/server/queries.h"
+#include "server/src/queries.h"
 #include "tests/fuzz/fuzz_util.h"
 
 namespace {

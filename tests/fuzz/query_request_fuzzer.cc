@@ -1,4 +1,4 @@
-// gacd's QueryService after the bytes arrive, through gac/server/queries.h
+// gacd's QueryService after the bytes arrive, through server/src/queries.h
 // as its handlers call it: the first byte picks ListRuns, GetSteps or
 // GetRunSummary, the rest is the request, over a store holding a few runs.
 // Properties: a page never exceeds its size, a next page token decodes and
@@ -6,8 +6,8 @@
 #include <cstdint>
 #include <memory>
 
-#include "gac/server/queries.h"
-#include "gac/server/validate.h"
+#include "server/src/queries.h"
+#include "server/src/validate.h"
 #include "tests/fuzz/fuzz_util.h"
 
 namespace gac::fuzz {

@@ -1,4 +1,4 @@
-// gacd's token file (gac/server/auth.h) and the authorization header. The
+// gacd's token file (server/src/auth.h) and the authorization header. The
 // input is the file's text; its last line is also sent as a header value.
 // Properties: a refusal never repeats a token (a secret) of the file; every
 // token of an accepted file authenticates as its own principal and a
@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "gac/server/auth.h"
+#include "server/src/auth.h"
 #include "tests/fuzz/fuzz_util.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {

@@ -33,6 +33,14 @@ if(count LESS 10)
 endif()
 message(STATUS "the consumer includes all ${count} installed headers")
 
+# gacd's library installs only what its users need (server.h, config.h,
+# store.h); its internals stay in server/src.
+file(GLOB server_headers RELATIVE ${prefix}/include ${prefix}/include/gac/server/*)
+list(LENGTH server_headers server_count)
+if(server_count GREATER 3)
+  message(FATAL_ERROR "${server_count} headers installed under include/gac/server (at most 3): ${server_headers}")
+endif()
+
 # gacctl next to gacd, with its bash completion where bash-completion looks.
 if(GAC_WITH_GRPC)
   foreach(f bin/gacctl share/bash-completion/completions/gacctl)

@@ -14,8 +14,8 @@
 #include <map>
 #include <random>
 
-#include "gac/server/metrics.h"
-#include "gac/server/validate.h"
+#include "server/src/metrics.h"
+#include "server/src/validate.h"
 #include "tests/common/test_util.h"
 
 namespace gac::testing {

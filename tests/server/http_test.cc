@@ -12,9 +12,9 @@
 #include <random>
 #include <string>
 
-#include "gac/server/queries.h"
 #include "server/src/http/api.h"
 #include "server/src/http/json.h"
+#include "server/src/queries.h"
 #include "tests/common/test_util.h"
 
 namespace gac::server {

@@ -1,7 +1,7 @@
 // Tests of the Prometheus exporter through its text exposition: every
 // assertion reads Render() back with a small parser of the text format.
 
-#include "gac/server/metrics.h"
+#include "server/src/metrics.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>

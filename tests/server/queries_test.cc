@@ -1,7 +1,7 @@
-// gac/server/queries.h without gRPC: page tokens, the paging of runs and
+// server/src/queries.h without gRPC: page tokens, the paging of runs and
 // steps over an in-memory store, and the run summary against a
 // recomputation written here from the definitions of the paper's Table 3.
-#include "gac/server/queries.h"
+#include "server/src/queries.h"
 
 #include <gtest/gtest.h>
 

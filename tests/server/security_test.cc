@@ -10,9 +10,9 @@
 #include <string>
 #include <vector>
 
-#include "gac/server/auth.h"
 #include "gac/transport/remote_controller.h"
 #include "gac/transport/telemetry.h"
+#include "server/src/auth.h"
 #include "tests/common/test_util.h"
 
 namespace gac::testing {

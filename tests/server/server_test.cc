@@ -11,9 +11,9 @@
 
 #include "gac/controller/calibration.h"
 #include "gac/controller/controller.h"
-#include "gac/server/store.h"
 #include "gac/proto/convert.h"
-#include "gac/server/validate.h"
+#include "gac/server/store.h"
+#include "server/src/validate.h"
 #include "tests/common/test_util.h"
 
 namespace gac::testing {

@@ -7,7 +7,7 @@
 #include <cmath>
 #include <limits>
 
-#include "gac/server/validate.h"
+#include "server/src/validate.h"
 
 namespace gac::transport {
 namespace {

@@ -19,12 +19,12 @@
 
 #include "gac/mutex.h"
 #include "gac/proto/convert.h"
-#include "gac/server/metrics.h"
-#include "gac/server/registry.h"
 #include "gac/server/store.h"
-#include "gac/server/writer.h"
 #include "gac/transport/spool.h"
 #include "server/src/executor.h"
+#include "server/src/metrics.h"
+#include "server/src/registry.h"
+#include "server/src/writer.h"
 
 // Protobuf 3.21's MapFieldBase has two more members when these macros are
 // set (google/protobuf/map_field.h): instrumented code would then disagree

@@ -10,9 +10,9 @@
 
 #include "gac/mutex.h"
 #include "gac/proto/convert.h"
-#include "gac/server/queries.h"
-#include "gac/server/validate.h"
 #include "server/src/http/json.h"
+#include "server/src/queries.h"
+#include "server/src/validate.h"
 
 namespace gac::server {
 namespace {

@@ -12,7 +12,7 @@
 // Each request is authenticated with the same bearer tokens ("Authorization:
 // Bearer <token>"), authorised with the same rights on the run, checked by
 // the same rules and limits, and answered from the same domain functions
-// (gac/server/queries.h, Core::ChangeRunConfig) as its gRPC method. A run id
+// (server/src/queries.h, Core::ChangeRunConfig) as its gRPC method. A run id
 // may contain '/'; the route is read from the end of the path. Errors are
 // the gRPC codes, sent with their HTTP status (proto::ToHttpStatus) and the
 // body {"code": "INVALID_ARGUMENT", "message": "..."}, and counted in

@@ -1,4 +1,4 @@
-#include "gac/server/queries.h"
+#include "server/src/queries.h"
 #include "server/src/services/services.h"
 #include "server/src/unary_call.h"
 

@@ -1,5 +1,5 @@
 // gacd's gRPC services. Each only translates between the wire and the Core
-// (and the functions of gac/server/queries.h): decode and check the request,
+// (and the functions of server/src/queries.h): decode and check the request,
 // authorise, ask the domain, encode the answer. Ingest and Decide take raw
 // bytes and parse them themselves, so that a malformed message gets a clear
 // INVALID_ARGUMENT instead of a bare stream failure.

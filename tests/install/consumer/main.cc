@@ -54,15 +54,9 @@
 #include "grpc/health/v1/health.pb.h"
 #endif
 #ifdef CONSUMER_WITH_SERVER
-#include "gac/server/auth.h"
 #include "gac/server/config.h"
-#include "gac/server/metrics.h"
-#include "gac/server/queries.h"
-#include "gac/server/registry.h"
 #include "gac/server/server.h"
 #include "gac/server/store.h"
-#include "gac/server/validate.h"
-#include "gac/server/writer.h"
 #endif
 
 namespace {
@@ -203,7 +197,7 @@ int main(int argc, char** argv) {
     config.listen = "127.0.0.1:0";
     config.metrics_listen = "";
     config.insecure = true;
-    config.db = ":memory:";
+    config.store = "memory";
     auto server = gac::server::GacServer::Start(config);
     Check(server.ok(), "GacServer::Start");
     if (!server.ok()) return 1;
@@ -218,7 +212,6 @@ int main(int argc, char** argv) {
     auto telemetry = gac::transport::Telemetry::Start(topts);
     Check(telemetry.ok(), "Telemetry::Start");
     gac::v1::StepRecord record = gac::transport::MakeStepRecord(report, {"consumer", 0, 1}, gac::Mode::kLocal);
-    Check(gac::server::ValidateStepRecord(record, gac::server::Limits{}).ok(), "ValidateStepRecord");
     Check((*telemetry)->Enqueue(std::move(record)) && (*telemetry)->Flush(std::chrono::seconds(30)), "Flush");
     gac::transport::RemoteControllerOptions ro;
     ro.address = (*server)->address();
@@ -226,19 +219,12 @@ int main(int argc, char** argv) {
     ro.deadline = std::chrono::seconds(5);
     auto remote = gac::transport::RemoteController::Create(ro);
     Check(remote.ok() && (*remote)->Decide(4, {0.5, 1.0, 1.0, true}).ok(), "RemoteController::Decide");
-    const gac::server::RunRegistry registry(gac::proto::ToProto(gac::Thresholds{}, gac::AlphaMode::kPaper),
-                                            gac::v1::CONTROL_MODE_LOCAL);
-    const gac::server::Principal reader{"reader", "", gac::server::kRead, {"consumer*"}};
-    auto runs = gac::server::ListRunsPage((*server)->store(), registry, reader, {});
-    Check(runs.ok() && runs->runs_size() == 1 && runs->runs(0).run() == "consumer", "ListRunsPage");
-    auto summary = gac::server::GetRunSummary((*server)->store(), registry, "consumer", 0);
-    Check(summary.ok() && summary->info().step_records() == 1, "GetRunSummary");
-    Check((*server)->metrics().Render().find("gac_steps_total") != std::string::npos, "Metrics::Render");
-    Check(gac::server::Authenticator::Insecure().insecure(), "Authenticator");
+    auto runs = (*server)->store().ListRuns("", 10);
+    Check(runs.ok() && runs->size() == 1 && (*runs)[0].run() == "consumer", "Store::ListRuns");
+    auto info = (*server)->store().GetRun("consumer");
+    Check(info.ok() && info->step_records() == 1, "Store::GetRun");
     auto store = gac::server::NewMemoryStore();
-    gac::server::Writer writer(store.get(), nullptr, 1000);
-    Check(writer.queued_rows() == 0, "Writer");
-    writer.Stop();
+    Check(store->GetRun("consumer").status().code() == gac::StatusCode::kNotFound, "NewMemoryStore");
     std::ostringstream steps, steps_err;
     Check(gac::cli::RunGacctl({"steps", "consumer", "--format", "csv", "--address", (*server)->address()}, {}, steps,
                               steps_err) == gac::cli::kExitOk &&

@@ -79,7 +79,7 @@ class Store {
   // times, world size). A settings op is written (with its audit record)
   // only when the run's stored version equals change.before().version();
   // otherwise it sets config_conflict and the other ops still commit.
-  // REQUIRES: the records were validated (server/validate.h).
+  // REQUIRES: the records were validated (server/src/validate.h).
   virtual Status Apply(std::vector<WriteOp>* ops) = 0;
 
   // Every run that has stored settings (version >= 1), for start-up.

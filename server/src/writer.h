@@ -6,8 +6,8 @@
 //
 // Thread safety: Submit and queued_rows may be called from any thread.
 
-#ifndef GAC_SERVER_WRITER_H_
-#define GAC_SERVER_WRITER_H_
+#ifndef GAC_SERVER_SRC_WRITER_H_
+#define GAC_SERVER_SRC_WRITER_H_
 
 #include <cstddef>
 #include <deque>
@@ -69,4 +69,4 @@ class Writer {
 
 }  // namespace gac::server
 
-#endif  // GAC_SERVER_WRITER_H_
+#endif  // GAC_SERVER_SRC_WRITER_H_

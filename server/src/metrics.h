@@ -24,8 +24,8 @@
 //
 // Thread safety: all methods are safe to call concurrently.
 
-#ifndef GAC_SERVER_METRICS_H_
-#define GAC_SERVER_METRICS_H_
+#ifndef GAC_SERVER_SRC_METRICS_H_
+#define GAC_SERVER_SRC_METRICS_H_
 
 #include <chrono>
 #include <cstddef>
@@ -108,4 +108,4 @@ class Metrics {
 
 }  // namespace gac::server
 
-#endif  // GAC_SERVER_METRICS_H_
+#endif  // GAC_SERVER_SRC_METRICS_H_

@@ -3,8 +3,8 @@
 // INVALID_ARGUMENT status whose message names the offending field (and the
 // record index within a batch).
 
-#ifndef GAC_SERVER_VALIDATE_H_
-#define GAC_SERVER_VALIDATE_H_
+#ifndef GAC_SERVER_SRC_VALIDATE_H_
+#define GAC_SERVER_SRC_VALIDATE_H_
 
 #include <cstddef>
 #include <string_view>
@@ -38,4 +38,4 @@ Status ValidateDecideRequest(const v1::DecideRequest& request);
 
 }  // namespace gac::server
 
-#endif  // GAC_SERVER_VALIDATE_H_
+#endif  // GAC_SERVER_SRC_VALIDATE_H_

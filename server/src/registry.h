@@ -5,8 +5,8 @@
 //
 // Thread safety: safe for concurrent use (a reader-writer lock).
 
-#ifndef GAC_SERVER_REGISTRY_H_
-#define GAC_SERVER_REGISTRY_H_
+#ifndef GAC_SERVER_SRC_REGISTRY_H_
+#define GAC_SERVER_SRC_REGISTRY_H_
 
 #include <string>
 #include <unordered_map>
@@ -67,4 +67,4 @@ class RunRegistry {
 
 }  // namespace gac::server
 
-#endif  // GAC_SERVER_REGISTRY_H_
+#endif  // GAC_SERVER_SRC_REGISTRY_H_

@@ -7,20 +7,20 @@
 // The functions that read the store block on it: call them off the RPC
 // threads. Thread safety: as safe as the Store and RunRegistry they read
 // (both are safe for concurrent use).
-#ifndef GAC_SERVER_QUERIES_H_
-#define GAC_SERVER_QUERIES_H_
+#ifndef GAC_SERVER_SRC_QUERIES_H_
+#define GAC_SERVER_SRC_QUERIES_H_
 
 #include <cstdint>
 #include <string>
 #include <utility>
 #include <vector>
 
-#include "gac/server/auth.h"
-#include "gac/server/registry.h"
 #include "gac/server/store.h"
 #include "gac/status.h"
 #include "gac/v1/control.pb.h"
 #include "gac/v1/query.pb.h"
+#include "server/src/auth.h"
+#include "server/src/registry.h"
 
 namespace gac::server {
 
@@ -76,4 +76,4 @@ StatusOr<v1::ListConfigChangesResponse> ListConfigChangesPage(Store& store,
 
 }  // namespace gac::server
 
-#endif  // GAC_SERVER_QUERIES_H_
+#endif  // GAC_SERVER_SRC_QUERIES_H_

@@ -24,8 +24,8 @@
 //
 // Thread safety: immutable after construction; safe for concurrent use.
 
-#ifndef GAC_SERVER_AUTH_H_
-#define GAC_SERVER_AUTH_H_
+#ifndef GAC_SERVER_SRC_AUTH_H_
+#define GAC_SERVER_SRC_AUTH_H_
 
 #include <cstdint>
 #include <memory>
@@ -87,4 +87,4 @@ class Authenticator {
 
 }  // namespace gac::server
 
-#endif  // GAC_SERVER_AUTH_H_
+#endif  // GAC_SERVER_SRC_AUTH_H_

@@ -129,18 +129,18 @@ def main():
         # gacd on OS-chosen loopback ports.
         ready = f"{tmp}/ready"
         gacd_log = f"{tmp}/gacd.log"
-        gacd = subprocess.Popen([gacd_bin, "--insecure", "--listen=127.0.0.1:0", "--metrics-listen=127.0.0.1:0",
-                                 "--db=:memory:", f"--data-dir={tmp}", "--per-layer-metrics", f"--ready-file={ready}"],
+        gacd = subprocess.Popen([gacd_bin, "--insecure", "--listen=127.0.0.1:0", "--http-listen=127.0.0.1:0",
+                                 "--store=memory", "--per-layer-metrics", f"--ready-file={ready}"],
                                 stdout=open(gacd_log, "w"), stderr=subprocess.STDOUT)
         procs.append(gacd)
-        wait_for(lambda: os.path.exists(ready) and "metrics=" in open(ready).read(), 30, "gacd", gacd, gacd_log)
+        wait_for(lambda: os.path.exists(ready) and "http=" in open(ready).read(), 30, "gacd", gacd, gacd_log)
         addrs = dict(line.split("=", 1) for line in open(ready).read().split())
 
         # Prometheus scraping it every second.
         with open(f"{tmp}/prometheus.yml", "w") as f:
             f.write("global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n  evaluation_interval: 1s\n"
                     "scrape_configs:\n  - job_name: gacd\n    static_configs:\n"
-                    f"      - targets: ['{addrs['metrics']}']\n")
+                    f"      - targets: ['{addrs['http']}']\n")
         port = free_port()
         prom_log = f"{tmp}/prometheus.log"
         prom = subprocess.Popen([args.prometheus, f"--config.file={tmp}/prometheus.yml",

@@ -53,7 +53,7 @@ ready=$(mktemp -u /tmp/gacd-ready.XXXXXX)
 gacd_pid=""
 start_gacd() {  # $1: metrics address
   rm -f "$ready"
-  "$build/server/gacd" --insecure --listen=127.0.0.1:0 --metrics-listen="$1" --data-dir="$data" \
+  "$build/server/gacd" --insecure --listen=127.0.0.1:0 --http-listen="$1" --store=sqlite:"$data" \
     --ready-file="$ready" 2>>"$data/gacd.log" &
   gacd_pid=$!
   for _ in $(seq 100); do
@@ -80,7 +80,7 @@ if ! start_gacd "$metrics_listen"; then
   start_gacd 127.0.0.1:0 || { tail -n 20 "$data/gacd.log" >&2; exit 1; }
 fi
 grpc=$(sed -n 's/^grpc=//p' "$ready")
-metrics=$(sed -n 's/^metrics=//p' "$ready")
+metrics=$(sed -n 's/^http=//p' "$ready")
 echo "demo: gacd serves gRPC on $grpc and metrics on http://$metrics/metrics; store $data/gacd.db"
 echo "demo: watch the runs live in a browser: http://$metrics/"
 # deploy/prometheus.yml, pointed at this gacd and the repository's rules (no Alertmanager).

@@ -6,6 +6,7 @@
 #include <functional>
 #include <limits>
 #include <map>
+#include <string_view>
 #include <sstream>
 
 #include "gac/proto/convert.h"
@@ -51,24 +52,52 @@ Status ParseDouble(const std::string& v, double* out) {
   return Status::Ok();
 }
 
+// --store: sqlite:DIR, memory, a postgresql:// URI; or, deprecated, sqlite
+// (SQLite at --db or in --data-dir) and "" (the same).
+Status SetStore(ServerConfig& c, const std::string& v) {
+  constexpr std::string_view kSqlite = "sqlite:";
+  if (v.compare(0, kSqlite.size(), kSqlite) == 0) {
+    if (v.size() == kSqlite.size()) return Status::InvalidArgument("sqlite: needs a data directory (sqlite:DIR)");
+    c.store = "sqlite";
+    c.data_dir = v.substr(kSqlite.size());
+    c.db.clear();
+    return Status::Ok();
+  }
+  if (v.empty() || v == "sqlite" || v == "memory" || IsPostgresUri(v)) {
+    c.store = v;
+    return Status::Ok();
+  }
+  return Status::InvalidArgument("expected sqlite:DIR, memory or a postgresql:// URI, got '" +
+                                 (v.find("://") != std::string::npos ? v.substr(0, v.find("://") + 3) + "..." : v) +
+                                 "'");
+}
+
+// The deprecated spellings, which still work: what replaces each, as
+// {key, value}. A deprecated value of a current key has its own entry.
+struct Replacement {
+  const char* key;
+  const char* value;
+};
+const Replacement* Deprecated(const std::string& key, const std::string& value) {
+  static constexpr Replacement kHttpListen{"http-listen", "HOST:PORT"};
+  static constexpr Replacement kSqliteStore{"store", "sqlite:DIR"};
+  static constexpr Replacement kSqliteOrMemory{"store", "sqlite:DIR (the database DIR/gacd.db) or --store=memory"};
+  if (key == "metrics-listen") return &kHttpListen;
+  if (key == "data-dir" || (key == "store" && value == "sqlite")) return &kSqliteStore;
+  if (key == "db") return &kSqliteOrMemory;
+  return nullptr;
+}
+
 using Setter = std::function<Status(ServerConfig&, const std::string&)>;
 
 const std::map<std::string, Setter>& Setters() {
   static const auto* setters = new std::map<std::string, Setter>{
       {"listen", [](ServerConfig& c, const std::string& v) { c.listen = v; return Status::Ok(); }},
+      {"http-listen", [](ServerConfig& c, const std::string& v) { c.metrics_listen = v; return Status::Ok(); }},
       {"metrics-listen", [](ServerConfig& c, const std::string& v) { c.metrics_listen = v; return Status::Ok(); }},
       {"data-dir", [](ServerConfig& c, const std::string& v) { c.data_dir = v; return Status::Ok(); }},
       {"db", [](ServerConfig& c, const std::string& v) { c.db = v; return Status::Ok(); }},
-      {"store",
-       [](ServerConfig& c, const std::string& v) {
-         if (!v.empty() && v != "sqlite" && !IsPostgresUri(v)) {
-           return Status::InvalidArgument("expected sqlite or a postgresql:// URI, got '" +
-                                          (v.find("://") != std::string::npos ? v.substr(0, v.find("://") + 3) + "..." : v) +
-                                          "'");
-         }
-         c.store = v;
-         return Status::Ok();
-       }},
+      {"store", SetStore},
       {"token-file", [](ServerConfig& c, const std::string& v) { c.token_file = v; return Status::Ok(); }},
       {"insecure", [](ServerConfig& c, const std::string& v) { return ParseBool(v, &c.insecure); }},
       {"tls-cert", [](ServerConfig& c, const std::string& v) { c.tls_cert = v; return Status::Ok(); }},
@@ -139,16 +168,25 @@ const std::map<std::string, Setter>& Setters() {
   return *setters;
 }
 
-Status Set(ServerConfig& config, const std::string& key, const std::string& value, const std::string& where) {
+// `where` is "--" for a flag, "FILE:LINE: " for a config file line. A
+// deprecated key or value adds a note to `notes`.
+Status Set(ServerConfig& config, const std::string& key, const std::string& value, const std::string& where,
+           std::vector<std::string>* notes) {
   const auto& setters = Setters();
   auto it = setters.find(key);
   if (it == setters.end()) return Status::InvalidArgument(where + "unknown option '" + key + "' (see --help)");
   Status st = it->second(config, value);
   if (!st.ok()) return Status::InvalidArgument(where + key + ": " + st.message());
+  if (const Replacement* r = Deprecated(key, value); r != nullptr) {
+    const bool flag = where == "--";
+    const std::string old_spelling = key == "store" ? key + (flag ? "=" : " = ") + value : key;
+    notes->push_back(where + old_spelling + " is deprecated; use " + (flag ? "--" : "") + r->key +
+                     (flag ? "=" : " = ") + r->value);
+  }
   return Status::Ok();
 }
 
-Status LoadConfigFile(const std::string& path, ServerConfig& config) {
+Status LoadConfigFile(const std::string& path, ServerConfig& config, std::vector<std::string>* notes) {
   std::ifstream in(path);
   if (!in) return Status::InvalidArgument("cannot read config file '" + path + "'");
   std::string line;
@@ -161,7 +199,7 @@ Status LoadConfigFile(const std::string& path, ServerConfig& config) {
     const std::string where = path + ":" + std::to_string(lineno) + ": ";
     const auto eq = line.find('=');
     if (eq == std::string::npos) return Status::InvalidArgument(where + "expected 'key = value'");
-    Status st = Set(config, Trim(line.substr(0, eq)), Trim(line.substr(eq + 1)), where);
+    Status st = Set(config, Trim(line.substr(0, eq)), Trim(line.substr(eq + 1)), where, notes);
     if (!st.ok()) return st;
   }
   return Status::Ok();
@@ -180,11 +218,12 @@ std::string Usage() {
 
   --config FILE             "key = value" lines with the flag names below
   --listen HOST:PORT        gRPC address (default 127.0.0.1:7070; port 0 = any)
-  --metrics-listen HOST:PORT  HTTP address: /metrics, the JSON API and the page (default 127.0.0.1:9464; "" = off)
-  --data-dir DIR            data directory (default ./gacd-data)
-  --db PATH                 SQLite file (default DATA_DIR/gacd.db; ":memory:" = not persisted)
-  --store sqlite|postgresql://USER@HOST:PORT/DB  the store (default sqlite, at --db); several
-                            gacd may share one PostgreSQL database (password: PGPASSWORD or a passfile)
+  --http-listen HOST:PORT   HTTP address: /metrics, the JSON API and the page (default 127.0.0.1:9464; "" = off)
+  --store STORE             where the history is kept (default sqlite:gacd-data):
+                              sqlite:DIR  SQLite at DIR/gacd.db (DIR is created)
+                              postgresql://USER@HOST:PORT/DB  PostgreSQL, which several gacd may
+                                share (password: PGPASSWORD or a passfile)
+                              memory      in memory, not persisted
   --token-file FILE         bearer tokens: "name token rights runs" per line
   --insecure                no authentication (loopback addresses only; for local use)
   --tls-cert FILE --tls-key FILE  serve gRPC over TLS
@@ -201,7 +240,13 @@ std::string Usage() {
   --c-low X --c-high X      default thresholds (0.05, 0.3)
   --alpha-mode paper|exact  default alpha mode (paper)
   --mode monitor|local|remote  default control mode of new runs (local)
-  --ready-file FILE         written once serving: "grpc=HOST:PORT" and "metrics=HOST:PORT"
+  --ready-file FILE         written once serving: "grpc=HOST:PORT" and "http=HOST:PORT"
+
+deprecated (still accepted; gacd logs a note):
+  --metrics-listen HOST:PORT  = --http-listen HOST:PORT
+  --data-dir DIR            = --store=sqlite:DIR
+  --db PATH                 the SQLite file PATH (":memory:" = --store=memory)
+  --store sqlite            SQLite at --db, or in --data-dir
 )";
 }
 
@@ -276,6 +321,9 @@ Status ValidateConfig(const ServerConfig& c) {
   if (IsPostgresUri(c.store) && !c.db.empty()) {
     return Status::InvalidArgument("--db names a SQLite file; it does not go with --store=postgresql://...");
   }
+  if (c.store == "memory" && !c.db.empty() && c.db != ":memory:") {
+    return Status::InvalidArgument("--db names a SQLite file; it does not go with --store=memory");
+  }
   if (c.max_message_bytes < 1024) return Status::InvalidArgument("--max-message-bytes must be >= 1024");
   if (c.max_queue_rows == 0) return Status::InvalidArgument("--max-queue-rows must be > 0");
   if (c.max_layers_per_run == 0 && c.per_layer_metrics) {
@@ -285,6 +333,14 @@ Status ValidateConfig(const ServerConfig& c) {
 }
 
 std::string ServerConfig::DatabasePath() const { return db.empty() ? data_dir + "/gacd.db" : db; }
+
+bool ServerConfig::UsesMemoryStore() const { return store == "memory" || (db == ":memory:" && !IsPostgresUri(store)); }
+
+std::string ServerConfig::StoreDescription() const {
+  if (IsPostgresUri(store)) return DescribePostgresUri(store);
+  if (UsesMemoryStore()) return "in memory (not persisted)";
+  return DatabasePath();
+}
 
 StatusOr<Flags> ParseFlags(int argc, const char* const* argv) {
   std::vector<std::pair<std::string, std::string>> flags;
@@ -312,19 +368,11 @@ StatusOr<Flags> ParseFlags(int argc, const char* const* argv) {
       flags.emplace_back(key, value);
     }
   }
-  ServerConfig config;
-  if (!config_file.empty()) {
-    Status st = LoadConfigFile(config_file, config);
-    if (!st.ok()) return st;
-  }
-  for (const auto& [key, value] : flags) {
-    Status st = Set(config, key, value, "--");
-    if (!st.ok()) return st;
-  }
-  Status st = ValidateConfig(config);
-  if (!st.ok()) return st;
   Flags parsed;
-  parsed.config = std::move(config);
+  ServerConfig& config = parsed.config;
+  if (!config_file.empty()) GAC_RETURN_IF_ERROR(LoadConfigFile(config_file, config, &parsed.deprecations));
+  for (const auto& [key, value] : flags) GAC_RETURN_IF_ERROR(Set(config, key, value, "--", &parsed.deprecations));
+  GAC_RETURN_IF_ERROR(ValidateConfig(config));
   return parsed;
 }
 

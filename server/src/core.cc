@@ -1,5 +1,8 @@
 #include "server/src/core.h"
 
+#include <cassert>
+#include <utility>
+
 #include "gac/proto/convert.h"
 
 namespace gac::server {
@@ -9,8 +12,21 @@ std::int64_t NowNs() {
       .count();
 }
 
+Core::Core(Parts parts)
+    : config_(std::move(parts.config)),
+      limits_(parts.limits),
+      auth_(std::move(parts.auth)),
+      store_(std::move(parts.store)),
+      metrics_(std::move(parts.metrics)),
+      registry_(std::move(parts.registry)),
+      writer_(std::move(parts.writer)),
+      executor_(std::move(parts.executor)) {
+  assert(store_ != nullptr && metrics_ != nullptr && registry_ != nullptr && writer_ != nullptr &&
+         executor_ != nullptr);
+}
+
 StatusOr<const Principal*> Core::Authenticate(std::string_view authorization) const {
-  return auth.Authenticate(authorization);
+  return auth_.Authenticate(authorization);
 }
 
 StatusOr<const Principal*> Core::Authenticate(const grpc::CallbackServerContext& ctx) const {
@@ -30,7 +46,7 @@ StatusOr<const Principal*> Core::Authorize(const grpc::CallbackServerContext& ct
 }
 
 grpc::Status Core::Fail(const char* method, const Status& status) {
-  metrics->ObserveRpcError(method, StatusCodeName(status.code()));
+  metrics_->ObserveRpcError(method, StatusCodeName(status.code()));
   return proto::ToGrpcStatus(status);
 }
 
@@ -52,10 +68,10 @@ void Core::WaitForCalls(std::chrono::steady_clock::time_point deadline) {
 
 void Core::Decide(const v1::DecideRequest& request, v1::DecideResponse* response,
                   std::chrono::steady_clock::time_point received) {
-  const Decision d = registry->Decide(request.run(), proto::StatsFromProto(request), response->mutable_config());
+  const Decision d = registry_->Decide(request.run(), proto::StatsFromProto(request), response->mutable_config());
   proto::EncodeDecideResponse(request, d, response);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - received).count();
-  metrics->ObserveDecide(request.run(), response->regime(), seconds, std::chrono::system_clock::now());
+  metrics_->ObserveDecide(request.run(), response->regime(), seconds, std::chrono::system_clock::now());
 }
 
 void Core::ChangeRunConfig(const v1::SetRunConfigRequest& request, const Principal& principal, ConfigDone done) {
@@ -63,8 +79,8 @@ void Core::ChangeRunConfig(const v1::SetRunConfigRequest& request, const Princip
     done(Status::InvalidArgument("thresholds are required"));
     return;
   }
-  if (request.reason().size() > limits.max_reason_bytes) {
-    done(Status::InvalidArgument("reason longer than " + std::to_string(limits.max_reason_bytes) + " bytes"));
+  if (request.reason().size() > limits_.max_reason_bytes) {
+    done(Status::InvalidArgument("reason longer than " + std::to_string(limits_.max_reason_bytes) + " bytes"));
     return;
   }
   TryChangeRunConfig(std::make_shared<const v1::SetRunConfigRequest>(request), principal.name,
@@ -81,7 +97,7 @@ void Core::TryChangeRunConfig(std::shared_ptr<const v1::SetRunConfigRequest> req
   // change without expected_version is made again on top of them.
   auto write = std::make_shared<ConfigWrite>();
   write->run = request->run();
-  StatusOr<v1::RunConfig> next = registry->Change(request->run(), request->thresholds(), request->mode(),
+  StatusOr<v1::RunConfig> next = registry_->Change(request->run(), request->thresholds(), request->mode(),
                                                   request->expected_version(), principal, NowNs(),
                                                   write->change.mutable_before());
   if (!next.ok()) {
@@ -94,16 +110,16 @@ void Core::TryChangeRunConfig(std::shared_ptr<const v1::SetRunConfigRequest> req
   WriteOp op;
   op.config = write.get();
   op.received_ns = NowNs();
-  const Status st = writer->Submit(op, 1, [this, write, request, principal, done, attempts](const Status& s,
+  const Status st = writer_->Submit(op, 1, [this, write, request, principal, done, attempts](const Status& s,
                                                                                           const WriteOp& result) {
     if (!s.ok()) {
-      registry->Revert(write->run, write->config, write->change.before());
+      registry_->Revert(write->run, write->config, write->change.before());
       (*done)(Status::Unavailable("settings not stored: " + s.message()));
       return;
     }
     if (result.config_conflict) {
-      registry->Revert(write->run, write->config, result.stored_config);
-      metrics->ObserveConfig(write->run, registry->Get(write->run), std::chrono::system_clock::now());
+      registry_->Revert(write->run, write->config, result.stored_config);
+      metrics_->ObserveConfig(write->run, registry_->Get(write->run), std::chrono::system_clock::now());
       if (request->expected_version() != 0 || attempts <= 1) {
         (*done)(Status(StatusCode::kAborted, "run '" + write->run + "' was changed through another gacd: it is at version " +
                                                  std::to_string(result.stored_config.version()) + ", not " +
@@ -113,11 +129,11 @@ void Core::TryChangeRunConfig(std::shared_ptr<const v1::SetRunConfigRequest> req
       TryChangeRunConfig(request, principal, done, attempts - 1);
       return;
     }
-    metrics->ObserveConfig(write->run, write->config, std::chrono::system_clock::now());
+    metrics_->ObserveConfig(write->run, write->config, std::chrono::system_clock::now());
     (*done)(write->config);
   });
   if (!st.ok()) {
-    registry->Revert(write->run, write->config, write->change.before());
+    registry_->Revert(write->run, write->config, write->change.before());
     (*done)(st);
   }
 }
@@ -132,15 +148,15 @@ void Core::ObserveCommitted(const v1::IngestRequest& request, const WriteOp& op)
   std::string last_run;
   for (const v1::StepRecord& r : request.records()) {
     if (r.run() != last_run) {
-      metrics->ObserveConfig(r.run(), registry->Get(r.run()), now);
+      metrics_->ObserveConfig(r.run(), registry_->Get(r.run()), now);
       last_run = r.run();
     }
     if (all_new) {
-      metrics->ObserveStep(r, now);
+      metrics_->ObserveStep(r, now);
       layer_rows += static_cast<std::uint64_t>(r.layers_size());
     }
   }
-  metrics->ObserveIngest(op.stored, layer_rows, op.duplicates);
+  metrics_->ObserveIngest(op.stored, layer_rows, op.duplicates);
 }
 
 }  // namespace gac::server

@@ -3,7 +3,10 @@
 // committed batch). The services translate between the wire and these; the
 // HTTP API calls the same operations.
 //
-// Thread safety: the components are each safe for concurrent use; the call
+// A Core is built from its parts (Core::Parts) and holds them for its whole
+// life: no part can be replaced once gacd serves.
+//
+// Thread safety: the parts are each safe for concurrent use; the call
 // counter is guarded by calls_mu_.
 #ifndef GAC_SERVER_SRC_CORE_H_
 #define GAC_SERVER_SRC_CORE_H_
@@ -32,15 +35,31 @@ namespace gac::server {
 
 class Core {
  public:
-  // Constant after GacServer::Start.
-  ServerConfig config;
-  Limits limits;
-  Authenticator auth = Authenticator::Insecure();
-  std::unique_ptr<Store> store;
-  std::unique_ptr<Metrics> metrics;
-  std::unique_ptr<RunRegistry> registry;
-  std::unique_ptr<Writer> writer;
-  std::unique_ptr<Executor> executor;
+  // What gacd is assembled from. The writer writes into `store` and counts
+  // into `metrics`; GacServer::Start (or a test) builds them in that order.
+  struct Parts {
+    ServerConfig config;
+    Limits limits;
+    Authenticator auth = Authenticator::Insecure();
+    std::unique_ptr<Store> store;
+    std::unique_ptr<Metrics> metrics;
+    std::unique_ptr<RunRegistry> registry;
+    std::unique_ptr<Writer> writer;
+    std::unique_ptr<Executor> executor;
+  };
+  // REQUIRES: every pointer of `parts` is set.
+  explicit Core(Parts parts);
+  Core(const Core&) = delete;
+  Core& operator=(const Core&) = delete;
+
+  // The parts, fixed for the core's lifetime (each is safe for concurrent use).
+  const ServerConfig& config() const { return config_; }
+  const Limits& limits() const { return limits_; }
+  Store& store() const { return *store_; }
+  Metrics& metrics() const { return *metrics_; }
+  RunRegistry& registry() const { return *registry_; }
+  Writer& writer() const { return *writer_; }
+  Executor& executor() const { return *executor_; }
 
   // The principal of the "authorization" header value (may be empty).
   StatusOr<const Principal*> Authenticate(std::string_view authorization) const;
@@ -84,6 +103,18 @@ class Core {
   static constexpr int kConfigAttempts = 5;
   void TryChangeRunConfig(std::shared_ptr<const v1::SetRunConfigRequest> request, std::string principal,
                           std::shared_ptr<ConfigDone> done, int attempts);
+
+  // Constant after construction. Declared in dependency order: the writer
+  // (which commits what is queued when it stops) goes before the store and
+  // the metrics it uses.
+  const ServerConfig config_;
+  const Limits limits_;
+  const Authenticator auth_;
+  const std::unique_ptr<Store> store_;
+  const std::unique_ptr<Metrics> metrics_;
+  const std::unique_ptr<RunRegistry> registry_;
+  const std::unique_ptr<Writer> writer_;
+  const std::unique_ptr<Executor> executor_;
 
   Mutex calls_mu_;
   CondVar calls_cv_;

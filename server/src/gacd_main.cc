@@ -19,6 +19,7 @@ int main(int argc, char** argv) {
     std::fputs(gac::server::Usage().c_str(), stdout);
     return 0;
   }
+  for (const std::string& note : flags->deprecations) std::fprintf(stderr, "gacd: warning: %s\n", note.c_str());
   const gac::server::ServerConfig* config = &flags->config;
   // Every thread inherits the blocked set; the main thread takes the signals
   // synchronously with sigwait.
@@ -35,8 +36,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "gacd: cannot start: %s\n", server.status().ToString().c_str());
     return 2;
   }
-  const std::string store =
-      gac::server::IsPostgresUri(config->store) ? gac::server::DescribePostgresUri(config->store) : config->DatabasePath();
+  const std::string store = config->StoreDescription();
   std::fprintf(stderr, "gacd: serving gRPC on %s%s, store %s%s\n", (*server)->address().c_str(),
                config->tls_cert.empty() ? "" : " (TLS)", store.c_str(),
                config->insecure ? ", INSECURE: no authentication" : "");

@@ -47,7 +47,7 @@ class UnaryCall {
   template <typename Work>
   grpc::ServerUnaryReactor* FinishInBackground(Work work) const {
     const UnaryCall call = *this;
-    core_->executor->Post([call, work = std::move(work)]() mutable { call.Finish(work()); });
+    core_->executor().Post([call, work = std::move(work)]() mutable { call.Finish(work()); });
     return reactor_;
   }
 

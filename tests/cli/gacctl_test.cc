@@ -201,8 +201,8 @@ class Gacctl : public ::testing::Test {
   static void SetUpTestSuite() {
     dir_ = new ScratchDir;
     const std::string tokens = WriteTestTokens(*dir_);
-    gacd_ = new GacdProcess({"--listen=127.0.0.1:0", "--metrics-listen=", "--db=:memory:",
-                             "--data-dir=" + dir_->path(), "--token-file=" + tokens, "--sync=normal"});
+    gacd_ = new GacdProcess(
+        {"--listen=127.0.0.1:0", "--http-listen=", "--store=memory", "--token-file=" + tokens, "--sync=normal"});
     if (!gacd_->Start(dir_->File("ready"))) {
       setup_error_ = gacd_->error();
       return;
@@ -1219,7 +1219,7 @@ TEST_F(Gacctl, TlsWithTheRightCaAndNameAndEveryMismatchIsAnError) {
   };
   if (make_cert("tls") != 0 || make_cert("other") != 0) GTEST_SKIP() << "openssl cannot make a certificate: " << log;
   ScratchDir tls_dir;
-  GacdProcess tls({"--listen=127.0.0.1:0", "--metrics-listen=", "--db=:memory:", "--data-dir=" + tls_dir.path(),
+  GacdProcess tls({"--listen=127.0.0.1:0", "--http-listen=", "--store=memory",
                    "--token-file=" + WriteTestTokens(tls_dir), "--tls-cert=" + dir_->File("tls.pem"),
                    "--tls-key=" + dir_->File("tls.key")});
   ASSERT_TRUE(tls.Start(tls_dir.File("ready"))) << tls.error();

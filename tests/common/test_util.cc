@@ -175,7 +175,7 @@ bool GacdProcess::Start(const std::string& ready_file) {
       std::string line;
       while (std::getline(in, line)) {
         if (line.rfind("grpc=", 0) == 0) address_ = line.substr(5);
-        if (line.rfind("metrics=", 0) == 0) metrics_address_ = line.substr(8);
+        if (line.rfind("http=", 0) == 0) metrics_address_ = line.substr(5);
       }
       if (!address_.empty()) return true;
     }

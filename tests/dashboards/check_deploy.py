@@ -163,7 +163,7 @@ def check_k8s(repo):
         if ep["port"] not in svc_ports:
             problem(f"servicemonitor.yaml: port {ep['port']} is no Service port")
     args = dict(a[2:].split("=", 1) for a in container["args"] if "=" in a)
-    for flag, name in (("listen", "grpc"), ("metrics-listen", "metrics")):
+    for flag, name in (("listen", "grpc"), ("http-listen", "metrics")):
         if not args.get(flag, "").endswith(f":{port_names.get(name)}"):
             problem(f"deployment.yaml: --{flag} does not use the container port {name}")
     volumes = {v["name"]: v for v in pod["volumes"]}
@@ -171,8 +171,8 @@ def check_k8s(repo):
     for m in mounts.values():
         if m["name"] not in volumes:
             problem(f"deployment.yaml: volumeMount {m['name']} has no volume")
-    if args.get("data-dir") not in mounts:
-        problem("deployment.yaml: --data-dir is not a mounted volume")
+    if sqlite_dir(args) not in mounts:
+        problem("deployment.yaml: --store=sqlite:DIR is not a mounted volume")
     token_dir = os.path.dirname(args.get("token-file", ""))
     if token_dir not in mounts or "secret" not in volumes[mounts[token_dir]["name"]]:
         problem("deployment.yaml: --token-file is not in a mounted secret")
@@ -200,6 +200,12 @@ def check_k8s(repo):
     pr = objects.get(("PrometheusRule", "gac"))
     if not pr or pr["spec"] != rules:
         problem("prometheusrule.yaml: the rules differ from dashboards/gac.rules.yml")
+
+
+def sqlite_dir(flags):
+    """The data directory of --store=sqlite:DIR, or None."""
+    store = flags.get("store", "")
+    return store[len("sqlite:"):] if store.startswith("sqlite:") else None
 
 
 def compose_flags(command):
@@ -233,7 +239,7 @@ def check_compose(repo):
             problem(f"compose.yaml: secret {name} has no {secret['file']}.example")
 
     gacd_flags = compose_flags(services["gacd"]["command"])
-    metrics_port = gacd_flags.get("metrics-listen", "").rsplit(":", 1)[-1]
+    metrics_port = gacd_flags.get("http-listen", "").rsplit(":", 1)[-1]
     if f"/run/secrets/{services['gacd']['secrets'][0]}" != gacd_flags.get("token-file"):
         problem("compose.yaml: gacd --token-file is not its secret")
 
@@ -361,8 +367,8 @@ def check_k8s_postgresql(repo):
     env = {e["name"]: e for e in container.get("env", [])}
     if "secretKeyRef" not in env.get("PGPASSWORD", {}).get("valueFrom", {}):
         problem("k8s-postgresql/deployment.yaml: PGPASSWORD does not come from a secret")
-    if "data-dir" in args or "db" in args:
-        problem("k8s-postgresql/deployment.yaml: --data-dir/--db are the SQLite store's")
+    if "data-dir" in args or "db" in args or "metrics-listen" in args:
+        problem("k8s-postgresql/deployment.yaml: --data-dir/--db/--metrics-listen are deprecated")
     sts = objects.get(("StatefulSet", host))
     if ("Service", host) in objects and not sts:
         problem(f"k8s-postgresql: Service {host} has no StatefulSet")
@@ -406,7 +412,7 @@ def check_compose_postgresql(repo):
         return
     prom = load(os.path.normpath(f"{deploy}/{prom_src[0]}"))
     jobs = {j["job_name"]: j for j in prom.get("scrape_configs", [])}
-    metrics_port = int(flags.get("metrics-listen", "").rsplit(":", 1)[-1] or 0)
+    metrics_port = int(flags.get("http-listen", "").rsplit(":", 1)[-1] or 0)
     sd = [d for d in jobs.get("gacd", {}).get("dns_sd_configs", []) if "gacd" in d.get("names", [])]
     if not sd or sd[0].get("port") != metrics_port:
         problem(f"{prom_src[0]}: job gacd does not find every replica (dns_sd_configs gacd, port {metrics_port})")
@@ -426,7 +432,7 @@ def gacd_accepts(gacd, args, what):
             closed = s.getsockname()[1]
         store = re.sub(r"@[^/]+/", f"@127.0.0.1:{closed}/", dict(
             a[2:].split("=", 1) for a in args if "=" in a).get("store", ""))
-        override = {"listen": "127.0.0.1:0", "metrics-listen": "127.0.0.1:0", "token-file": tokens,
+        override = {"listen": "127.0.0.1:0", "http-listen": "127.0.0.1:0", "token-file": tokens,
                     "store": store}
         argv = [gacd] + [a for a in args if a.split("=", 1)[0][2:] not in override]
         argv += [f"--{k}={v}" for k, v in override.items()]
@@ -434,6 +440,9 @@ def gacd_accepts(gacd, args, what):
         text = (out.stdout + out.stderr).strip()
         if out.returncode != 2 or "cannot start: UNAVAILABLE" not in text:
             problem(f"{what}: gacd does not accept the flags: {text} ({shlex.join(argv)})")
+        for line in text.splitlines():
+            if "deprecated" in line:  # deployments use the current flag names
+                problem(f"{what}: {line.strip()}")
 
 
 # ---------------------------------------------------------------- gacd
@@ -445,7 +454,7 @@ def gacd_starts(gacd, args, what):
         with open(tokens, "w") as f:
             f.write("check " + "0123456789abcdef0123 write *\n")
         os.chmod(tokens, 0o600)  # gacd refuses a token file others can read
-        override = {"listen": "127.0.0.1:0", "metrics-listen": "127.0.0.1:0", "data-dir": tmp,
+        override = {"listen": "127.0.0.1:0", "http-listen": "127.0.0.1:0", "store": f"sqlite:{tmp}",
                     "token-file": tokens, "ready-file": f"{tmp}/ready"}
         argv = [gacd] + [a for a in args if a.split("=", 1)[0][2:] not in override]
         argv += [f"--{k}={v}" for k, v in override.items()]
@@ -469,6 +478,10 @@ def gacd_starts(gacd, args, what):
                 except subprocess.TimeoutExpired:
                     proc.kill()
                     proc.wait()
+            log = proc.stdout.read()
+            for line in log.splitlines():
+                if "deprecated" in line:  # deployments use the current flag names
+                    problem(f"{what}: {line.strip()}")
 
 
 def check_gacd(repo, gacd):

@@ -529,8 +529,8 @@ TEST(Prometheus, DashboardQueriesAndAlertsOnLiveData) {
     GTEST_SKIP() << "prometheus is not installed (apt-get install prometheus)";
   }
   ScratchDir dir;
-  GacdProcess gacd({"--insecure", "--listen=127.0.0.1:0", "--metrics-listen=127.0.0.1:0", "--db=:memory:",
-                    "--data-dir=" + dir.path(), "--per-layer-metrics"});
+  GacdProcess gacd(
+      {"--insecure", "--listen=127.0.0.1:0", "--http-listen=127.0.0.1:0", "--store=memory", "--per-layer-metrics"});
   ASSERT_TRUE(gacd.Start(dir.File("ready"))) << gacd.error();
   ASSERT_FALSE(gacd.metrics_address().empty());
 

@@ -19,12 +19,14 @@ namespace gac::fuzz {
 namespace {
 
 std::unique_ptr<server::Core> MakeCore() {
-  auto core = std::make_unique<server::Core>();
-  core->store = server::NewMemoryStore();
-  core->metrics = std::make_unique<server::Metrics>();
-  core->registry = std::make_unique<server::RunRegistry>(core->config.default_thresholds, core->config.default_mode);
-  core->writer = std::make_unique<server::Writer>(core->store.get(), core->metrics.get(), 1 << 20);
-  return core;
+  server::Core::Parts parts;
+  parts.store = server::NewMemoryStore();
+  parts.metrics = std::make_unique<server::Metrics>();
+  parts.registry =
+      std::make_unique<server::RunRegistry>(parts.config.default_thresholds, parts.config.default_mode);
+  parts.writer = std::make_unique<server::Writer>(parts.store.get(), parts.metrics.get(), 1 << 20);
+  parts.executor = std::make_unique<server::Executor>(1);
+  return std::make_unique<server::Core>(std::move(parts));
 }
 
 // ChangeRunConfig, waiting for its durable result.
@@ -68,7 +70,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     v1::GetRunConfigRequest req;
     if (!in.ParseRest(&req)) return 0;
     if (!server::ValidateRunId(req.run()).ok()) return 0;
-    const v1::RunConfig c = core->registry->Get(req.run());
+    const v1::RunConfig c = core->registry().Get(req.run());
     GAC_FUZZ_CHECK(proto::ThresholdsFromProto(c.thresholds()).ok(), "settings in use are valid");
     return 0;
   }
@@ -78,9 +80,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     if (!server::ValidateRunId(req.run()).ok()) return 0;
     // A fresh core now and then keeps the audit logs small.
     if (++changes % 4096 == 0) core = fuzz::MakeCore();
-    const v1::RunConfig before = core->registry->Get(req.run());
+    const v1::RunConfig before = core->registry().Get(req.run());
     StatusOr<v1::RunConfig> after = fuzz::Change(*core, req);
-    const v1::RunConfig now = core->registry->Get(req.run());
+    const v1::RunConfig now = core->registry().Get(req.run());
     if (!after.ok()) {
       GAC_FUZZ_CHECK(after.status().IsInvalidArgument() || after.status().IsAborted(), after.status().ToString());
       GAC_FUZZ_CHECK(now.SerializeAsString() == before.SerializeAsString(), "a refused change changes nothing");
@@ -89,7 +91,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     GAC_FUZZ_CHECK(after->version() == before.version() + 1, "versions go up by one");
     GAC_FUZZ_CHECK(now.SerializeAsString() == after->SerializeAsString(), "Decide uses the accepted settings");
     GAC_FUZZ_CHECK(proto::ControllerFromProto(now.thresholds()).ok(), "accepted settings make a controller");
-    auto log = core->store->ListConfigChanges(req.run(), after->version() - 1, 2);
+    auto log = core->store().ListConfigChanges(req.run(), after->version() - 1, 2);
     GAC_FUZZ_CHECK(log.ok() && log->size() == 1, "the change is the last audit entry");
     GAC_FUZZ_CHECK((*log)[0].after().SerializeAsString() == after->SerializeAsString() &&
                        (*log)[0].reason() == req.reason(),
@@ -98,7 +100,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   }
   v1::ListConfigChangesRequest req;
   if (!in.ParseRest(&req)) return 0;
-  StatusOr<v1::ListConfigChangesResponse> page = server::ListConfigChangesPage(*core->store, req);
+  StatusOr<v1::ListConfigChangesResponse> page = server::ListConfigChangesPage(core->store(), req);
   if (!page.ok()) {
     GAC_FUZZ_CHECK(page.status().IsInvalidArgument(), page.status().ToString());
     return 0;

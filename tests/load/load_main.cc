@@ -192,8 +192,8 @@ class Gacd {
     const std::string grpc_port = address_.empty() ? "0" : address_.substr(address_.rfind(':') + 1);
     const std::string metrics_port = metrics_.empty() ? "0" : metrics_.substr(metrics_.rfind(':') + 1);
     auto p = std::make_unique<GacdProcess>(std::vector<std::string>{
-        "--listen=127.0.0.1:" + grpc_port, "--metrics-listen=127.0.0.1:" + metrics_port,
-        "--data-dir=" + dir_.File("gacd"), "--token-file=" + tokens_, "--per-layer-metrics",
+        "--listen=127.0.0.1:" + grpc_port, "--http-listen=127.0.0.1:" + metrics_port,
+        "--store=sqlite:" + dir_.File("gacd"), "--token-file=" + tokens_, "--per-layer-metrics",
         "--max-layers-per-run=64", "--sync=" + o_.sync, "--drain-timeout=2s",
         "--max-runs-exported=" + std::to_string(o_.max_runs_exported)});
     if (!p->Start(dir_.File("ready"))) {

@@ -45,8 +45,8 @@ class Gacd:
         self.starts += 1
         log = open(self.data_dir / f"gacd-{self.starts}.log", "wb")
         self.proc = subprocess.Popen(
-            [GACD, "--insecure", f"--listen=127.0.0.1:{self.port}", "--metrics-listen=",
-             f"--data-dir={self.data_dir}", f"--ready-file={ready}", *self.extra_args],
+            [GACD, "--insecure", f"--listen=127.0.0.1:{self.port}", "--http-listen=",
+             f"--store=sqlite:{self.data_dir}", f"--ready-file={ready}", *self.extra_args],
             stdout=log, stderr=subprocess.STDOUT)
         log.close()
         deadline = time.monotonic() + timeout

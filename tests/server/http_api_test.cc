@@ -115,8 +115,8 @@ class HttpApiTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     dir_ = new ScratchDir;
-    gacd_ = new GacdProcess({"--listen=127.0.0.1:0", "--metrics-listen=127.0.0.1:0",
-                             "--data-dir=" + dir_->File("data"), "--token-file=" + WriteTestTokens(*dir_),
+    gacd_ = new GacdProcess({"--listen=127.0.0.1:0", "--http-listen=127.0.0.1:0",
+                             "--store=sqlite:" + dir_->File("data"), "--token-file=" + WriteTestTokens(*dir_),
                              "--max-message-bytes=" + std::to_string(kMaxMessageBytes), "--drain-timeout=2s"});
     ASSERT_TRUE(gacd_->Start(dir_->File("ready"))) << gacd_->error();
     // A spiky synthetic run of two ranks with per-layer records, and a run
@@ -539,13 +539,13 @@ TEST_F(HttpApiTest, MetricsStayWhatTheExposerServed) {
 
 TEST(HttpApiInsecure, AnswersOnlyOnLoopback) {
   ScratchDir dir;
-  GacdProcess local({"--insecure", "--listen=127.0.0.1:0", "--metrics-listen=127.0.0.1:0", "--db=:memory:"});
+  GacdProcess local({"--insecure", "--listen=127.0.0.1:0", "--http-listen=127.0.0.1:0", "--store=memory"});
   ASSERT_TRUE(local.Start(dir.File("ready-local"))) << local.error();
   auto ok = HttpFetch(local.metrics_address(), "GET", "/api/v1/runs");
   ASSERT_TRUE(ok.has_value());
   EXPECT_EQ(ok->status, 200) << ok->body;
 
-  GacdProcess open({"--insecure", "--listen=127.0.0.1:0", "--metrics-listen=0.0.0.0:0", "--db=:memory:"});
+  GacdProcess open({"--insecure", "--listen=127.0.0.1:0", "--http-listen=0.0.0.0:0", "--store=memory"});
   ASSERT_TRUE(open.Start(dir.File("ready-open"))) << open.error();
   const std::string port = open.metrics_address().substr(open.metrics_address().rfind(':') + 1);
   auto refused = HttpFetch("127.0.0.1:" + port, "GET", "/api/v1/runs");

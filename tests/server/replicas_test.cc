@@ -61,7 +61,7 @@ class Replica {
 
   bool Start() {
     proc_ = std::make_unique<GacdProcess>(std::vector<std::string>{
-        "--listen=127.0.0.1:" + std::to_string(port_), "--metrics-listen=127.0.0.1:0", "--store=" + store_,
+        "--listen=127.0.0.1:" + std::to_string(port_), "--http-listen=127.0.0.1:0", "--store=" + store_,
         "--token-file=" + tokens_, "--drain-timeout=1s"});
     if (!proc_->Start(dir_.File("ready-" + name_))) {
       ADD_FAILURE() << name_ << ": " << proc_->error();
@@ -443,11 +443,11 @@ TEST_F(Replicas, BadConfigurationIsOneLineAndExitStatusTwo) {
        "UNAVAILABLE"},
       {cluster_->Uri(db, secret), {}, "password authentication failed"},
       {newer, {}, "schema version 7 is newer than this build's"},
-      {"mysql://gac:" + secret + "@127.0.0.1/gac", {}, "expected sqlite or a postgresql:// URI"},
+      {"mysql://gac:" + secret + "@127.0.0.1/gac", {}, "expected sqlite:DIR, memory or a postgresql:// URI"},
       {cluster_->Uri(db, secret), {"--db=/tmp/x.db"}, "--db names a SQLite file"},
   };
   for (const Case& c : cases) {
-    std::vector<std::string> argv = {GacdProcess::Binary(), "--listen=127.0.0.1:0", "--metrics-listen=",
+    std::vector<std::string> argv = {GacdProcess::Binary(), "--listen=127.0.0.1:0", "--http-listen=",
                                      "--token-file=" + tokens_, "--store=" + c.store};
     argv.insert(argv.end(), c.extra.begin(), c.extra.end());
     std::string out;

@@ -61,8 +61,8 @@ TEST(TokenFile, GacdRefusesToStartWithAWorldReadableOne) {
   const std::string tokens = WriteTestTokens(dir);
   ASSERT_EQ(chmod(tokens.c_str(), 0644), 0);
   std::string out;
-  const int rc = RunProcess({GacdProcess::Binary(), "--listen=127.0.0.1:0", "--metrics-listen=",
-                             "--data-dir=" + dir.File("data"), "--token-file=" + tokens},
+  const int rc = RunProcess({GacdProcess::Binary(), "--listen=127.0.0.1:0", "--http-listen=",
+                             "--store=sqlite:" + dir.File("data"), "--token-file=" + tokens},
                             "", &out);
   EXPECT_NE(rc, 0);
   EXPECT_NE(out.find("has mode 0644"), std::string::npos) << out;
@@ -80,7 +80,7 @@ std::string Near(const std::string& token) {
 
 TEST(Secrets, NoErrorMessageOrLogLineRepeatsAToken) {
   ScratchDir dir;
-  GacdProcess gacd({"--listen=127.0.0.1:0", "--metrics-listen=", "--data-dir=" + dir.File("data"),
+  GacdProcess gacd({"--listen=127.0.0.1:0", "--http-listen=", "--store=sqlite:" + dir.File("data"),
                     "--token-file=" + WriteTestTokens(dir), "--drain-timeout=1s"});
   ASSERT_TRUE(gacd.Start(dir.File("ready"))) << gacd.error();
   std::vector<std::string> errors;

@@ -354,7 +354,7 @@ TEST(InProcessStart, BadConfigurationIsAClearError) {
 // ---- real gacd processes ----
 
 std::vector<std::string> ProcessArgs(const ScratchDir& dir) {
-  return {"--listen=127.0.0.1:0", "--metrics-listen=127.0.0.1:0", "--data-dir=" + dir.File("data"),
+  return {"--listen=127.0.0.1:0", "--http-listen=127.0.0.1:0", "--store=sqlite:" + dir.File("data"),
           "--token-file=" + WriteTestTokens(dir), "--drain-timeout=2s"};
 }
 
@@ -504,8 +504,8 @@ TEST(GacdProcess, BadFlagsExitWithAClearMessage) {
 
 TEST(GacdProcess, ConfigFileIsReadAndFlagsOverrideIt) {
   ScratchDir dir;
-  WriteFile(dir.File("gacd.conf"), "# test\nlisten = 127.0.0.1:0\nmetrics-listen = \ninsecure = true\n"
-                                   "data-dir = " + dir.File("d") + "\nc-low = 0.11\nc-high = 0.5\n");
+  WriteFile(dir.File("gacd.conf"), "# test\nlisten = 127.0.0.1:0\nhttp-listen = \ninsecure = true\n"
+                                   "store = sqlite:" + dir.File("d") + "\nc-low = 0.11\nc-high = 0.5\n");
   GacdProcess gacd({"--config=" + dir.File("gacd.conf"), "--c-high=0.6"});
   ASSERT_TRUE(gacd.Start(dir.File("ready"))) << gacd.error();
   EXPECT_TRUE(gacd.metrics_address().empty());
@@ -514,6 +514,116 @@ TEST(GacdProcess, ConfigFileIsReadAndFlagsOverrideIt) {
   EXPECT_EQ(cfg.thresholds().c_low(), 0.11);
   EXPECT_EQ(cfg.thresholds().c_high(), 0.6);
   EXPECT_EQ(cfg.version(), 0u);
+}
+
+// ---- the store and HTTP flags, and their deprecated spellings ----
+
+StatusOr<server::Flags> Parse(std::vector<std::string> args) {
+  args.insert(args.begin(), {"gacd", "--insecure"});
+  std::vector<const char*> argv;
+  for (const std::string& a : args) argv.push_back(a.c_str());
+  return server::ParseFlags(static_cast<int>(argv.size()), argv.data());
+}
+
+TEST(Flags, OneFlagSelectsTheStore) {
+  auto f = Parse({"--db=/old.db", "--store=sqlite:/var/lib/gacd"});
+  ASSERT_TRUE(f.ok()) << f.status().ToString();
+  EXPECT_EQ(f->config.DatabasePath(), "/var/lib/gacd/gacd.db");
+  EXPECT_FALSE(f->config.UsesMemoryStore());
+  f = Parse({"--store=memory"});
+  ASSERT_TRUE(f.ok()) << f.status().ToString();
+  EXPECT_TRUE(f->config.UsesMemoryStore());
+  EXPECT_TRUE(f->deprecations.empty());
+  f = Parse({"--store", "postgresql://gacd@db:5432/gac"});
+  ASSERT_TRUE(f.ok()) << f.status().ToString();
+  EXPECT_EQ(f->config.store, "postgresql://gacd@db:5432/gac");
+  EXPECT_EQ(f->config.StoreDescription(), "postgresql://gacd@db:5432/gac");
+  EXPECT_TRUE(f->deprecations.empty());
+  f = Parse({"--store=sqlite:"});
+  ASSERT_FALSE(f.ok());
+  EXPECT_NE(f.status().message().find("sqlite: needs a data directory"), std::string::npos) << f.status().ToString();
+  f = Parse({"--store=mysql://x"});
+  ASSERT_FALSE(f.ok());
+  EXPECT_NE(f.status().message().find("expected sqlite:DIR, memory or a postgresql:// URI"), std::string::npos)
+      << f.status().ToString();
+  f = Parse({"--store=memory", "--db=/x.db"});
+  ASSERT_FALSE(f.ok());
+}
+
+TEST(Flags, OldStoreFlagsWorkWithADeprecationNote) {
+  auto f = Parse({"--data-dir=/srv/gacd"});
+  ASSERT_TRUE(f.ok()) << f.status().ToString();
+  EXPECT_EQ(f->config.DatabasePath(), "/srv/gacd/gacd.db");
+  ASSERT_EQ(f->deprecations.size(), 1u);
+  EXPECT_EQ(f->deprecations[0], "--data-dir is deprecated; use --store=sqlite:DIR");
+  f = Parse({"--store", "sqlite", "--db=/srv/x.db"});
+  ASSERT_TRUE(f.ok()) << f.status().ToString();
+  EXPECT_EQ(f->config.DatabasePath(), "/srv/x.db");
+  ASSERT_EQ(f->deprecations.size(), 2u);
+  EXPECT_EQ(f->deprecations[0], "--store=sqlite is deprecated; use --store=sqlite:DIR");
+  EXPECT_NE(f->deprecations[1].find("--db is deprecated; use --store=sqlite:DIR"), std::string::npos);
+  f = Parse({"--db=:memory:"});
+  ASSERT_TRUE(f.ok()) << f.status().ToString();
+  EXPECT_TRUE(f->config.UsesMemoryStore());
+  ASSERT_EQ(f->deprecations.size(), 1u);
+  EXPECT_NE(f->deprecations[0].find("--store=memory"), std::string::npos) << f->deprecations[0];
+}
+
+TEST(Flags, HttpListenNamesTheHttpPortAndMetricsListenIsItsOldName) {
+  auto f = Parse({"--http-listen=127.0.0.1:9999"});
+  ASSERT_TRUE(f.ok()) << f.status().ToString();
+  EXPECT_EQ(f->config.metrics_listen, "127.0.0.1:9999");
+  EXPECT_TRUE(f->deprecations.empty());
+  f = Parse({"--metrics-listen=127.0.0.1:9998"});
+  ASSERT_TRUE(f.ok()) << f.status().ToString();
+  EXPECT_EQ(f->config.metrics_listen, "127.0.0.1:9998");
+  ASSERT_EQ(f->deprecations.size(), 1u);
+  EXPECT_EQ(f->deprecations[0], "--metrics-listen is deprecated; use --http-listen=HOST:PORT");
+}
+
+TEST(Flags, ConfigFileKeysOfTheOldNamesWorkWithADeprecationNote) {
+  ScratchDir dir;
+  WriteFile(dir.File("gacd.conf"), "metrics-listen = 127.0.0.1:9997\ndata-dir = /srv/d\n");
+  auto f = Parse({"--config=" + dir.File("gacd.conf")});
+  ASSERT_TRUE(f.ok()) << f.status().ToString();
+  EXPECT_EQ(f->config.metrics_listen, "127.0.0.1:9997");
+  EXPECT_EQ(f->config.DatabasePath(), "/srv/d/gacd.db");
+  ASSERT_EQ(f->deprecations.size(), 2u);
+  EXPECT_EQ(f->deprecations[0], dir.File("gacd.conf") + ":1: metrics-listen is deprecated; use http-listen = HOST:PORT");
+  EXPECT_EQ(f->deprecations[1], dir.File("gacd.conf") + ":2: data-dir is deprecated; use store = sqlite:DIR");
+}
+
+// A real gacd with the new flags logs no note; with the old ones it serves
+// the same and logs a note per old flag.
+TEST(GacdProcess, StoreAndHttpFlagsAndTheirOldSpellings) {
+  ScratchDir dir;
+  const std::string tokens = WriteTestTokens(dir);
+  GacdProcess current({"--listen=127.0.0.1:0", "--http-listen=127.0.0.1:0", "--store=sqlite:" + dir.File("new"),
+                       "--token-file=" + tokens});
+  ASSERT_TRUE(current.Start(dir.File("ready-new"))) << current.error();
+  EXPECT_TRUE(HttpGet(current.metrics_address(), "/metrics").has_value());
+  EXPECT_EQ(access(dir.File("new/gacd.db").c_str(), F_OK), 0);
+  EXPECT_EQ(current.Terminate(), 0) << current.Log();
+  EXPECT_EQ(current.Log().find("deprecated"), std::string::npos) << current.Log();
+  EXPECT_NE(current.Log().find("store " + dir.File("new/gacd.db")), std::string::npos) << current.Log();
+
+  GacdProcess old({"--listen=127.0.0.1:0", "--metrics-listen=127.0.0.1:0", "--data-dir=" + dir.File("old"),
+                   "--token-file=" + tokens});
+  ASSERT_TRUE(old.Start(dir.File("ready-old"))) << old.error();
+  EXPECT_TRUE(HttpGet(old.metrics_address(), "/metrics").has_value());
+  EXPECT_EQ(access(dir.File("old/gacd.db").c_str(), F_OK), 0);
+  EXPECT_NE(old.Log().find("gacd: warning: --metrics-listen is deprecated; use --http-listen=HOST:PORT"),
+            std::string::npos)
+      << old.Log();
+  EXPECT_NE(old.Log().find("gacd: warning: --data-dir is deprecated; use --store=sqlite:DIR"), std::string::npos)
+      << old.Log();
+  EXPECT_EQ(old.Terminate(), 0) << old.Log();
+
+  GacdProcess memory({"--insecure", "--listen=127.0.0.1:0", "--http-listen=", "--db=:memory:"});
+  ASSERT_TRUE(memory.Start(dir.File("ready-memory"))) << memory.error();
+  EXPECT_EQ(memory.Terminate(), 0) << memory.Log();
+  EXPECT_NE(memory.Log().find("gacd: warning: --db is deprecated"), std::string::npos) << memory.Log();
+  EXPECT_NE(memory.Log().find("store in memory (not persisted)"), std::string::npos) << memory.Log();
 }
 
 }  // namespace

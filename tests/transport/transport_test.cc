@@ -32,7 +32,7 @@ class Gacd {
 
   bool Start(const std::string& port = "0") {
     proc_ = std::make_unique<GacdProcess>(std::vector<std::string>{
-        "--listen=127.0.0.1:" + port, "--metrics-listen=", "--data-dir=" + dir_.File("gacd"),
+        "--listen=127.0.0.1:" + port, "--http-listen=", "--store=sqlite:" + dir_.File("gacd"),
         "--token-file=" + tokens_, "--drain-timeout=1s"});
     if (!proc_->Start(dir_.File("ready"))) {
       ADD_FAILURE() << proc_->error();
@@ -422,7 +422,7 @@ TEST(Telemetry, OneNameForSeveralReplicas) {
   const std::string tokens = testing::WriteTestTokens(dir_a);
   auto start = [&](const ScratchDir& dir, const std::string& listen) {
     auto p = std::make_unique<GacdProcess>(std::vector<std::string>{
-        "--listen=" + listen, "--metrics-listen=", "--data-dir=" + dir.File("gacd"), "--token-file=" + tokens});
+        "--listen=" + listen, "--http-listen=", "--store=sqlite:" + dir.File("gacd"), "--token-file=" + tokens});
     return p->Start(dir.File("ready")) ? std::move(p) : nullptr;
   };
   auto a = start(dir_a, "127.0.0.1:0");

@@ -236,9 +236,9 @@ void ExpectCleanEvents(Browser& browser, const std::vector<std::pair<int, std::s
 class WebPageTest : public ::testing::Test {
  protected:
   void StartGacd(std::vector<std::string> extra = {}) {
-    std::vector<std::string> args = {"--listen=127.0.0.1:0", "--metrics-listen=127.0.0.1:0",
+    std::vector<std::string> args = {"--listen=127.0.0.1:0", "--http-listen=127.0.0.1:0",
                                      "--token-file=" + WriteTestTokens(dir_), "--drain-timeout=2s"};
-    if (extra.empty()) extra.push_back("--data-dir=" + dir_.File("data"));
+    if (extra.empty()) extra.push_back("--store=sqlite:" + dir_.File("data"));
     args.insert(args.end(), extra.begin(), extra.end());
     gacd_ = std::make_unique<GacdProcess>(args);
     ASSERT_TRUE(gacd_->Start(dir_.File("ready"))) << gacd_->error();

@@ -619,12 +619,12 @@ HttpResponse HttpApi::Handle(const HttpRequest& request) {
       resp.status = 405;
       if (get.ok()) resp.headers.emplace_back("Allow", AllowedMethods(get->kind));
     }
-    core_->metrics->ObserveRpcError("http", StatusCodeName(route.status().code()));
+    core_->metrics().ObserveRpcError("http", StatusCodeName(route.status().code()));
     return resp;
   }
   StatusOr<std::string> body = enabled_ ? Serve(request, *route) : Status::PermissionDenied(disabled_reason_);
   if (!body.ok()) {
-    core_->metrics->ObserveRpcError(std::string("http.") + route->method, StatusCodeName(body.status().code()));
+    core_->metrics().ObserveRpcError(std::string("http.") + route->method, StatusCodeName(body.status().code()));
     return ErrorResponse(body.status());
   }
   HttpResponse resp;
@@ -645,14 +645,14 @@ StatusOr<std::string> HttpApi::Serve(const HttpRequest& request, const ApiRoute&
     case ApiRoute::kRuns: {
       StatusOr<v1::ListRunsRequest> req = ParseRunsParams(request.query);
       if (!req.ok()) return req.status();
-      auto page = ListRunsPage(*core_->store, *core_->registry, p, *req);
+      auto page = ListRunsPage(core_->store(), core_->registry(), p, *req);
       if (!page.ok()) return page.status();
       return EncodeRunsPage(*page, NowNs());
     }
     case ApiRoute::kSummary: {
       StatusOr<v1::GetRunSummaryRequest> req = ParseSummaryParams(route.run, request.query);
       if (!req.ok()) return req.status();
-      auto summary = GetRunSummary(*core_->store, *core_->registry, route.run, req->window());
+      auto summary = GetRunSummary(core_->store(), core_->registry(), route.run, req->window());
       if (!summary.ok()) return summary.status();
       return EncodeSummary(*summary, NowNs());
     }
@@ -661,14 +661,14 @@ StatusOr<std::string> HttpApi::Serve(const HttpRequest& request, const ApiRoute&
       if (!req.ok()) return req.status();
       StatusOr<StepQuery> query = StepQueryFromRequest(*req);
       if (!query.ok()) return query.status();
-      auto page = GetStepsPage(*core_->store, *query);
+      auto page = GetStepsPage(core_->store(), *query);
       if (!page.ok()) return page.status();
       return EncodeStepsPage(route.run, *page, req->include_layers());
     }
     case ApiRoute::kConfig:
       if (request.method == "PUT") return SetConfig(p, route.run, request.body);
       GAC_RETURN_IF_ERROR(ParseQueryString(request.query, {}).status());
-      return EncodeRunConfig(route.run, core_->registry->Get(route.run));
+      return EncodeRunConfig(route.run, core_->registry().Get(route.run));
   }
   return Status::Internal("unhandled route");
 }

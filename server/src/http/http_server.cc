@@ -109,7 +109,7 @@ int HttpServer::Impl::Dispatch(mg_connection* conn) {
 int HttpServer::Impl::ServeMetrics(mg_connection* conn, bool head_only) {
   const auto start = std::chrono::steady_clock::now();
   std::vector<prometheus::MetricFamily> families = exposer_registry->Collect();
-  std::vector<prometheus::MetricFamily> gac = core->metrics->Collect();
+  std::vector<prometheus::MetricFamily> gac = core->metrics().Collect();
   families.insert(families.end(), std::make_move_iterator(gac.begin()), std::make_move_iterator(gac.end()));
   std::string body = prometheus::TextSerializer().Serialize(families);
   Headers headers;
@@ -136,7 +136,7 @@ int HttpServer::Impl::ServeApi(mg_connection* conn, const mg_request_info& ri, s
   // The body, up to the same limit as a gRPC message.
   const std::size_t max = options.max_body_bytes;
   const auto too_large = [&] {
-    core->metrics->ObserveRpcError("http", StatusCodeName(StatusCode::kResourceExhausted));
+    core->metrics().ObserveRpcError("http", StatusCodeName(StatusCode::kResourceExhausted));
     return SendError(conn, Status::ResourceExhausted("request body larger than " + std::to_string(max) +
                                                      " bytes (--max-message-bytes)"));
   };

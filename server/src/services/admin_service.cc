@@ -10,7 +10,7 @@ grpc::ServerUnaryReactor* AdminServiceImpl::GetRunConfig(grpc::CallbackServerCon
   UnaryCall call(core_, "GetRunConfig", ctx);
   Status st = ValidateRunId(request->run());
   if (st.ok()) st = call.Authorize(kRead, request->run()).status();
-  if (st.ok()) *response = core_->registry->Get(request->run());
+  if (st.ok()) *response = core_->registry().Get(request->run());
   return call.Finish(st);
 }
 
@@ -37,7 +37,7 @@ grpc::ServerUnaryReactor* AdminServiceImpl::ListConfigChanges(grpc::CallbackServ
   Status st = ValidateRunId(request->run());
   if (st.ok()) st = call.Authorize(kRead, request->run()).status();
   if (!st.ok()) return call.Finish(st);
-  Store* store = core_->store.get();
+  Store* store = &core_->store();
   return call.ReplyInBackground(response, [store, request] { return ListConfigChangesPage(*store, *request); });
 }
 

@@ -71,7 +71,7 @@ class IngestReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grp
         const Status st = Accept();
         if (!st.ok()) {
           error_ = st;
-          core_->metrics->ObserveRpcError("Ingest", StatusCodeName(st.code()));
+          core_->metrics().ObserveRpcError("Ingest", StatusCodeName(st.code()));
           reading_done_ = true;
         }
       }
@@ -143,7 +143,7 @@ class IngestReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grp
     WriteOp op;
     op.steps = req.get();
     op.received_ns = NowNs();
-    Status st = core_->writer->Submit(op, rows, [this, req](const Status& s, const WriteOp& done) {
+    Status st = core_->writer().Submit(op, rows, [this, req](const Status& s, const WriteOp& done) {
       OnCommitted(*req, s, done);
     });
     if (st.ok()) ++inflight_;
@@ -157,7 +157,7 @@ class IngestReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grp
                                 " is not above the previous " + std::to_string(last_sequence_) +
                                 " on this stream");
     }
-    GAC_RETURN_IF_ERROR(ValidateIngestRequest(request_, core_->limits));
+    GAC_RETURN_IF_ERROR(ValidateIngestRequest(request_, core_->limits()));
     const std::string* allowed = nullptr;
     for (const v1::StepRecord& r : request_.records()) {
       if (allowed != nullptr && *allowed == r.run()) continue;

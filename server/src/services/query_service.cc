@@ -17,7 +17,7 @@ grpc::ServerUnaryReactor* QueryServiceImpl::ListRuns(grpc::CallbackServerContext
   Core* core = core_;
   const Principal* p = *principal;
   return call.ReplyInBackground(response,
-                                [core, p, request] { return ListRunsPage(*core->store, *core->registry, *p, *request); });
+                                [core, p, request] { return ListRunsPage(core->store(), core->registry(), *p, *request); });
 }
 
 grpc::ServerUnaryReactor* QueryServiceImpl::GetSteps(grpc::CallbackServerContext* ctx,
@@ -28,7 +28,7 @@ grpc::ServerUnaryReactor* QueryServiceImpl::GetSteps(grpc::CallbackServerContext
   if (st.ok()) st = call.Authorize(kRead, request->run()).status();
   StatusOr<StepQuery> query = st.ok() ? StepQueryFromRequest(*request) : StatusOr<StepQuery>(st);
   if (!query.ok()) return call.Finish(query.status());
-  Store* store = core_->store.get();
+  Store* store = &core_->store();
   return call.ReplyInBackground(response, [store, q = std::move(*query)] { return GetStepsPage(*store, q); });
 }
 
@@ -41,7 +41,7 @@ grpc::ServerUnaryReactor* QueryServiceImpl::GetRunSummary(grpc::CallbackServerCo
   if (!st.ok()) return call.Finish(st);
   Core* core = core_;
   return call.ReplyInBackground(response, [core, request] {
-    return server::GetRunSummary(*core->store, *core->registry, request->run(), request->window());
+    return server::GetRunSummary(core->store(), core->registry(), request->run(), request->window());
   });
 }
 

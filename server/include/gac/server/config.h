@@ -2,7 +2,9 @@
 //
 // The config file (--config FILE) holds "key = value" lines with the flag
 // names as keys ('#' starts a comment); flags given on the command line
-// override it. Durations accept a number with an optional unit s, m, h or d.
+// override it. The old spellings --metrics-listen (now --http-listen),
+// --data-dir and --db (now --store=sqlite:DIR or --store=memory) and
+// --store=sqlite still work, with a deprecation note in Flags. Durations accept a number with an optional unit s, m, h or d.
 
 #ifndef GAC_SERVER_CONFIG_H_
 #define GAC_SERVER_CONFIG_H_
@@ -19,11 +21,13 @@ namespace gac::server {
 
 struct ServerConfig {
   std::string listen = "127.0.0.1:7070";          // gRPC address; port 0 = OS-chosen
-  std::string metrics_listen = "127.0.0.1:9464";  // HTTP port: /metrics, JSON API, page; "" = none
-  std::string data_dir = "gacd-data";             // created if missing
+  std::string metrics_listen = "127.0.0.1:9464";  // HTTP port (--http-listen): /metrics, JSON API, page; "" = none
+  // The store (--store): "" or "sqlite" = SQLite at DatabasePath(); "memory"
+  // = the in-memory store; or a postgresql://... URI (replicas may share it).
+  // --store=sqlite:DIR sets store = "sqlite", data_dir = DIR and clears db.
+  std::string store;
+  std::string data_dir = "gacd-data";             // SQLite: created if missing
   std::string db;                                 // "" = <data_dir>/gacd.db; ":memory:" = in-memory store
-  std::string store;                              // "" or "sqlite" = SQLite at DatabasePath(); or a
-                                                  // postgresql://... URI (replicas may share it)
   std::string token_file;                         // bearer tokens (see auth.h)
   bool insecure = false;                          // no auth; only on loopback addresses
   std::string tls_cert, tls_key;                  // PEM files; both or neither
@@ -45,11 +49,19 @@ struct ServerConfig {
 
   // The SQLite file: `db`, or <data_dir>/gacd.db when it is empty.
   std::string DatabasePath() const;
+  // True when the store is the in-memory one (nothing persisted).
+  bool UsesMemoryStore() const;
+  // The store for logs: the SQLite file, the PostgreSQL URI without its
+  // password, or "in memory (not persisted)".
+  std::string StoreDescription() const;
 };
 
 struct Flags {
   bool help = false;    // --help / -h was given: print Usage(); config is not set
   ServerConfig config;  // the validated configuration otherwise
+  // One line per deprecated flag or config key used (it still works), e.g.
+  // "--data-dir is deprecated; use --store=sqlite:DIR", for the log.
+  std::vector<std::string> deprecations;
 };
 
 // Parses argv (argv[0] skipped). Returns InvalidArgument with the offending

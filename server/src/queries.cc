@@ -1,5 +1,7 @@
 #include "server/src/queries.h"
 
+#include <google/protobuf/io/coded_stream.h>
+
 #include <charconv>
 #include <climits>
 #include <exception>
@@ -117,7 +119,7 @@ StatusOr<StepQuery> StepQueryFromRequest(const v1::GetStepsRequest& request) {
   return q;
 }
 
-StatusOr<v1::GetStepsResponse> GetStepsPage(Store& store, const StepQuery& query) {
+StatusOr<v1::GetStepsResponse> GetStepsPage(Store& store, const StepQuery& query, std::size_t max_bytes) {
   if (auto run = store.GetRun(query.run); !run.ok()) {
     // A store that cannot answer (a database that went away) keeps its code.
     if (run.status().code() != StatusCode::kNotFound) return run.status();
@@ -127,8 +129,17 @@ StatusOr<v1::GetStepsResponse> GetStepsPage(Store& store, const StepQuery& query
   if (!steps.ok()) return steps.status();
   v1::GetStepsResponse resp;
   const std::size_t page = query.limit - 1;
-  for (std::size_t i = 0; i < steps->size() && i < page; ++i) *resp.add_steps() = std::move((*steps)[i]);
-  if (steps->size() > page) {
+  std::size_t bytes = 0;
+  std::size_t taken = 0;
+  for (; taken < steps->size() && taken < page; ++taken) {
+    // A record's share of the response: its bytes, its tag and its length.
+    const std::size_t size = (*steps)[taken].ByteSizeLong();
+    const std::size_t share = size + 1 + google::protobuf::io::CodedOutputStream::VarintSize64(size);
+    if (taken > 0 && bytes + share > max_bytes) break;
+    bytes += share;
+    *resp.add_steps() = std::move((*steps)[taken]);
+  }
+  if (steps->size() > taken) {
     const v1::StepRecord& last = resp.steps(resp.steps_size() - 1);
     resp.set_next_page_token(EncodeStepToken(last.step(), last.rank()));
   }

@@ -10,6 +10,7 @@
 #ifndef GAC_SERVER_SRC_QUERIES_H_
 #define GAC_SERVER_SRC_QUERIES_H_
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <utility>
@@ -51,13 +52,22 @@ StatusOr<std::uint64_t> DecodeOffsetToken(const std::string& token);
 StatusOr<v1::ListRunsResponse> ListRunsPage(Store& store, const RunRegistry& registry, const Principal& principal,
                                             const v1::ListRunsRequest& request);
 
+// The most bytes of records one GetSteps page carries (their serialized
+// size): a page ends early, with a next_page_token, rather than pass it, so
+// that it stays under a client's default 4 MiB receive limit whatever the
+// records' layers (query.proto says so too). A page holds at least one
+// record.
+inline constexpr std::size_t kMaxStepsPageBytes = 3 << 20;
+
 // A GetSteps request checked (run id, step range, page size and token) and
 // turned into the store query of one page plus one record (to know whether
 // a next page exists).
 StatusOr<StepQuery> StepQueryFromRequest(const v1::GetStepsRequest& request);
-// One page of records of `query` (from StepQueryFromRequest). NotFound for
-// an unknown run.
-StatusOr<v1::GetStepsResponse> GetStepsPage(Store& store, const StepQuery& query);
+// One page of records of `query` (from StepQueryFromRequest): at most
+// query.limit - 1 records and at most `max_bytes` of them (see
+// kMaxStepsPageBytes). NotFound for an unknown run.
+StatusOr<v1::GetStepsResponse> GetStepsPage(Store& store, const StepQuery& query,
+                                            std::size_t max_bytes = kMaxStepsPageBytes);
 
 // The summary of a run from its stored info, its settings and its last
 // steps of rank 0 (in step order): regime counts, the calibration

@@ -209,6 +209,60 @@ TEST_F(InProcess, StepsArePagedInStepRankOrder) {
   for (const auto& s : resp.steps()) EXPECT_EQ(s.rank(), 1u);
 }
 
+// Records whose default page (1000 records) would pass gRPC's default 4 MiB
+// receive limit come back in smaller pages (the byte cap of
+// server/src/queries.h), each within the limit, every record exactly once.
+TEST_F(InProcess, StepPagesStayUnderTheClientsDefaultReceiveLimit) {
+  constexpr int kSteps = 1200;
+  constexpr int kLayers = 96;
+  std::vector<v1::IngestRequest> batches;
+  std::vector<v1::StepRecord> recs;
+  std::size_t record_bytes = 0;
+  for (int s = 0; s < kSteps; ++s) {
+    v1::StepRecord r = MakeStep("exp-wide", s, 0.02);
+    for (int l = 0; l < kLayers; ++l) {
+      v1::LayerRecord* layer = r.add_layers();
+      layer->set_name("model.layers." + std::to_string(l) + ".self_attention.query_key_value");
+      layer->set_cosine(0.001 * l);
+      layer->set_grad_norm(1.5 + l);
+      layer->set_ref_norm(2.5 + l);
+    }
+    if (s < 1000) record_bytes += r.ByteSizeLong();
+    recs.push_back(std::move(r));
+    if (recs.size() == 200) {  // ~1.5 MB a batch, under gacd's 4 MiB receive limit
+      batches.push_back(MakeBatch(batches.size() + 1, std::move(recs)));
+      recs.clear();
+    }
+  }
+  ASSERT_GT(record_bytes, std::size_t{4} << 20) << "the default page of these records must pass 4 MiB";
+  std::vector<v1::IngestAck> acks;
+  ASSERT_TRUE(Writer().Ingest(batches, &acks).ok());
+  ASSERT_EQ(acks.size(), batches.size());
+  Client rd = Reader();  // gRPC's default receive limit: 4 MiB
+  v1::GetStepsRequest req;
+  req.set_run("exp-wide");
+  req.set_include_layers(true);
+  std::vector<std::int64_t> steps;
+  int pages = 0;
+  for (;;) {
+    v1::GetStepsResponse resp;
+    const grpc::Status st = rd.GetSteps(req, &resp);
+    ASSERT_TRUE(st.ok()) << st.error_code() << ": " << st.error_message();
+    ++pages;
+    ASSERT_GT(resp.steps_size(), 0);
+    EXPECT_LE(resp.ByteSizeLong(), std::size_t{3} << 20);
+    for (const v1::StepRecord& r : resp.steps()) {
+      EXPECT_EQ(r.layers_size(), kLayers);
+      steps.push_back(r.step());
+    }
+    if (resp.next_page_token().empty()) break;
+    req.set_page_token(resp.next_page_token());
+  }
+  EXPECT_GE(pages, 3);
+  ASSERT_EQ(steps.size(), static_cast<std::size_t>(kSteps));
+  for (int s = 0; s < kSteps; ++s) EXPECT_EQ(steps[s], s);
+}
+
 TEST_F(InProcess, ListRunsShowsOnlyReadableRunsInPages) {
   Client w = Writer();
   Client o(server_->address(), kOtherToken);

@@ -375,7 +375,8 @@ TEST_F(HttpApiTest, EveryFieldOfTheRecordSchemaRoundTripsThroughJson) {
   auto reply = Get("/api/v1/runs/exp-web/every/steps?layers=1");
   ASSERT_TRUE(reply.has_value());
   ASSERT_EQ(reply->status, 200) << reply->body;
-  const ListValue& steps = List(JsonMember(ParseJson(reply->body), "steps"));
+  const Value page = ParseJson(reply->body);
+  const ListValue& steps = List(JsonMember(page, "steps"));
   ASSERT_EQ(steps.values_size(), 1);
   ExpectStep(steps.values(0), want, true);
 }
@@ -400,7 +401,8 @@ TEST_F(HttpApiTest, MonitorModeRunsReadAsWhatGacWouldHaveDone) {
   EXPECT_EQ(JsonMember(labels, "safe").string_value(), "safe");
   EXPECT_EQ(JsonMember(JsonMember(v, "steps_by_regime"), "skip").number_value(), 3.0);
   bool listed = false;
-  for (const Value& run : List(JsonMember(ParseJson(Get("/api/v1/runs")->body), "runs")).values()) {
+  const Value runs = ParseJson(Get("/api/v1/runs")->body);
+  for (const Value& run : List(JsonMember(runs, "runs")).values()) {
     if (JsonMember(run, "run").string_value() != "exp-web/monitor") continue;
     listed = true;
     EXPECT_EQ(JsonMember(run, "steps_mode").string_value(), "monitor");
@@ -447,11 +449,15 @@ TEST_F(HttpApiTest, BadParametersUnknownRunsAndEndpoints) {
       {"/api/v1/runs/exp-web/a/steps?limit=18446744073709551616", 400, "INVALID_ARGUMENT", "above the maximum 10000"},
       {"/api/v1/runs?limit=1001", 400, "INVALID_ARGUMENT", "limit 1001 above the maximum 1000"},
       {"/api/v1/runs/exp-web/a/steps?from=-3", 400, "INVALID_ARGUMENT", "from: expected a non-negative integer"},
-      {"/api/v1/runs/exp-web/a/steps?from=10&to=10", 400, "INVALID_ARGUMENT", "to must be above from"},
+      {"/api/v1/runs/exp-web/a/steps?from=10&to=10", 400, "INVALID_ARGUMENT", "end_step must be above start_step"},
+      {"/api/v1/runs/exp-web/a/steps?start_step=10&end_step=10", 400, "INVALID_ARGUMENT",
+       "end_step must be above start_step"},
+      {"/api/v1/runs/exp-web/a/steps?page_size=10001", 400, "INVALID_ARGUMENT", "page_size 10001 above the maximum 10000"},
+      {"/api/v1/runs/exp-web/a/steps?from=1&start_step=1", 400, "INVALID_ARGUMENT", "given twice"},
       {"/api/v1/runs/exp-web/a/steps?rank=one", 400, "INVALID_ARGUMENT", "rank: expected a non-negative integer"},
       {"/api/v1/runs/exp-web/a/steps?layers=yes", 400, "INVALID_ARGUMENT", "layers: expected true or false"},
       {"/api/v1/runs/exp-web/a/steps?page_token=zzz", 400, "INVALID_ARGUMENT", "malformed page_token"},
-      {"/api/v1/runs/exp-web/a/steps?start_step=1", 400, "INVALID_ARGUMENT", "unknown parameter 'start_step'"},
+      {"/api/v1/runs/exp-web/a/steps?first=1", 400, "INVALID_ARGUMENT", "unknown parameter 'first'"},
       {"/api/v1/runs/exp-web/a/steps?from=%zz", 400, "INVALID_ARGUMENT", "malformed query string"},
       {"/api/v1/runs/exp-web/a?window=x", 400, "INVALID_ARGUMENT", "window: expected a non-negative integer"},
       {"/api/v1/runs/exp-web/a/config?x=1", 400, "INVALID_ARGUMENT", "unknown parameter 'x'"},

@@ -10,6 +10,8 @@
 
 #include "gac/mutex.h"
 #include "gac/proto/convert.h"
+#include "gac/proto/record_schema.h"
+#include "gac/proto/wire_rules.h"
 #include "server/src/http/json.h"
 #include "server/src/queries.h"
 #include "server/src/validate.h"
@@ -82,32 +84,56 @@ StatusOr<bool> ParseFlag(std::string_view name, const std::string& text) {
   return Status::InvalidArgument(std::string(name) + ": expected true or false (1 or 0), got '" + text + "'");
 }
 
-// "limit" as a page size of `limits` (0 = the default, as page_size 0).
-StatusOr<std::uint32_t> ParseLimit(const std::string& text, PageLimits limits) {
-  StatusOr<std::uint64_t> n = ParseUnsigned("limit", text, limits.max_size);
+// Parameter `name` as a page size of `limits` (0 = the default, as page_size 0).
+StatusOr<std::uint32_t> ParseLimit(std::string_view name, const std::string& text, PageLimits limits) {
+  StatusOr<std::uint64_t> n = ParseUnsigned(name, text, limits.max_size);
   if (!n.ok()) return n.status();
   return static_cast<std::uint32_t>(*n);
 }
 
 constexpr std::int64_t kMaxStep = std::numeric_limits<std::int64_t>::max();
 
+// A deprecated query parameter and the name it stands for.
+struct Alias {
+  std::string_view old_name;
+  std::string_view name;
+};
+constexpr Alias kAliases[] = {{"from", "start_step"}, {"to", "end_step"}, {"limit", "page_size"}};
+
+// Notes each deprecated alias in `params` in `deprecated` (when not null);
+// InvalidArgument when a name and its alias are both given. Errors about a
+// value name the parameter as it was given.
+Status CheckAliases(const std::vector<std::pair<std::string, std::string>>* params,
+                      std::vector<std::string>* deprecated) {
+  for (const Alias& alias : kAliases) {
+    bool have_name = false, have_alias = false;
+    for (const auto& [name, unused] : *params) {
+      have_name = have_name || name == alias.name;
+      have_alias = have_alias || name == alias.old_name;
+    }
+    if (!have_alias) continue;
+    if (have_name) {
+      return Status::InvalidArgument("parameter '" + std::string(alias.name) + "' given twice (also as its alias '" +
+                                     std::string(alias.old_name) + "')");
+    }
+    if (deprecated != nullptr) {
+      deprecated->push_back("'" + std::string(alias.old_name) + "' is deprecated: use '" + std::string(alias.name) +
+                            "'");
+    }
+  }
+  return Status::Ok();
+}
+
+// True when parameter `given` is `name` or its deprecated alias.
+bool Names(std::string_view given, std::string_view name) {
+  if (given == name) return true;
+  for (const Alias& alias : kAliases) {
+    if (alias.name == name && given == alias.old_name) return true;
+  }
+  return false;
+}
+
 // ------------------------------------------------------------ encoding
-
-const char* RegimeText(v1::Regime regime) {
-  StatusOr<Regime> r = proto::FromProto(regime);
-  return r.ok() ? RegimeName(*r) : "unspecified";
-}
-
-// A step record's mode: UNSPECIFIED is monitor (telemetry.proto).
-const char* ModeText(v1::ControlMode mode) {
-  StatusOr<Mode> m = proto::FromProto(mode);
-  return m.ok() ? ModeName(*m) : ModeName(Mode::kMonitor);
-}
-
-const char* AlphaModeText(v1::AlphaMode mode) {
-  StatusOr<AlphaMode> m = proto::FromProto(mode);
-  return m.ok() ? AlphaModeName(*m) : "unspecified";
-}
 
 void WriteOptionalDouble(JsonWriter& w, std::string_view key, bool has, double value) {
   w.Key(key);
@@ -125,7 +151,7 @@ void WriteThresholds(JsonWriter& w, const v1::Thresholds& t) {
   w.Key("c_high");
   w.Double(t.c_high());
   w.Key("alpha_mode");
-  w.String(AlphaModeText(t.alpha_mode()));
+  w.String(proto::EnumName(t.alpha_mode()));
   w.EndObject();
 }
 
@@ -134,7 +160,7 @@ void WriteRunConfig(JsonWriter& w, const v1::RunConfig& c) {
   w.Key("thresholds");
   WriteThresholds(w, c.thresholds());
   w.Key("mode");
-  w.String(ModeText(c.mode()));
+  w.String(proto::EnumName(c.mode()));
   w.Key("version");
   w.Uint(c.version());
   w.Key("updated_ns");
@@ -160,37 +186,71 @@ void WriteRunInfo(JsonWriter& w, const v1::RunInfo& info) {
   w.IntString(info.last_seen_ns());
   w.Key("world_size");
   w.Uint(info.world_size());
+  // What the regimes of the run's steps mean: applied decisions (local,
+  // remote) or, in monitor mode, what GAC would have done.
+  w.Key("steps_mode");
+  w.String(proto::EnumName(info.steps_mode()));
+  w.Key("decisions_applied");
+  w.Bool(proto::ModeApplies(info.steps_mode()));
   w.Key("config");
   WriteRunConfig(w, info.config());
   w.EndObject();
 }
 
+// A record field as the schema types it: enums by name, wide integers as
+// decimal strings, absent optional fields as null.
+void WriteField(JsonWriter& w, const proto::StepField& field, const v1::StepRecord& r) {
+  const proto::FieldValue v = field.get(r);
+  w.Key(field.name);
+  if (!v.present) {
+    w.Null();
+    return;
+  }
+  switch (field.type) {
+    case proto::FieldType::kReal:
+      w.Double(v.real);
+      return;
+    case proto::FieldType::kEnum:
+      w.String(field.enum_name(v.integer));
+      return;
+    case proto::FieldType::kBool:
+      w.Bool(v.integer != 0);
+      return;
+    case proto::FieldType::kInteger:
+    case proto::FieldType::kText:
+      if (field.json_string) {
+        w.IntString(v.integer);
+      } else {
+        w.Int(v.integer);
+      }
+      return;
+  }
+}
+
+void WriteLayers(JsonWriter& w, const v1::StepRecord& r) {
+  w.Key("layers");
+  w.BeginArray();
+  for (const v1::LayerRecord& l : r.layers()) {
+    w.BeginObject();
+    w.Key("name");
+    w.String(l.name());
+    WriteOptionalDouble(w, "cosine", l.has_cosine(), l.cosine());
+    w.Key("grad_norm");
+    w.Double(l.grad_norm());
+    w.Key("ref_norm");
+    w.Double(l.ref_norm());
+    w.EndObject();
+  }
+  w.EndArray();
+}
+
+// A step: run, the schema's fields (record_schema.h) in order, scalars,
+// layers (when asked).
 void WriteStep(JsonWriter& w, const v1::StepRecord& r, bool with_layers) {
   w.BeginObject();
   w.Key("run");
   w.String(r.run());
-  w.Key("rank");
-  w.Uint(r.rank());
-  w.Key("world_size");
-  w.Uint(r.world_size());
-  w.Key("step");
-  w.Int(r.step());
-  WriteOptionalDouble(w, "cosine", r.has_cosine(), r.cosine());
-  w.Key("grad_norm");
-  w.Double(r.grad_norm());
-  w.Key("ref_norm");
-  w.Double(r.ref_norm());
-  w.Key("regime");
-  w.String(RegimeText(r.regime()));
-  w.Key("alpha");
-  w.Double(r.alpha());
-  WriteOptionalDouble(w, "cosine_after", r.has_cosine_after(), r.cosine_after());
-  w.Key("staleness");
-  if (r.has_staleness()) {
-    w.Int(r.staleness());
-  } else {
-    w.Null();
-  }
+  for (const proto::StepField& field : proto::kStepFields) WriteField(w, field, r);
   w.Key("scalars");
   w.BeginObject();
   for (const auto& [name, value] : r.scalars()) {
@@ -198,30 +258,7 @@ void WriteStep(JsonWriter& w, const v1::StepRecord& r, bool with_layers) {
     w.Double(value);
   }
   w.EndObject();
-  if (with_layers) {
-    w.Key("layers");
-    w.BeginArray();
-    for (const v1::LayerRecord& l : r.layers()) {
-      w.BeginObject();
-      w.Key("name");
-      w.String(l.name());
-      WriteOptionalDouble(w, "cosine", l.has_cosine(), l.cosine());
-      w.Key("grad_norm");
-      w.Double(l.grad_norm());
-      w.Key("ref_norm");
-      w.Double(l.ref_norm());
-      w.EndObject();
-    }
-    w.EndArray();
-  }
-  w.Key("wall_time_ns");
-  w.IntString(r.wall_time_ns());
-  w.Key("agent_overhead_seconds");
-  w.Double(r.agent_overhead_seconds());
-  w.Key("mode");
-  w.String(ModeText(r.mode()));
-  w.Key("fallback");
-  w.Bool(r.fallback());
+  if (with_layers) WriteLayers(w, r);
   w.EndObject();
 }
 
@@ -270,9 +307,9 @@ Status ParseThresholdsObject(const Value& v, v1::Thresholds* out) {
     } else if (key == "alpha_mode") {
       StatusOr<std::string> name = StringField("thresholds.alpha_mode", member);
       if (!name.ok()) return name.status();
-      StatusOr<AlphaMode> mode = ParseAlphaMode(name->c_str());
+      StatusOr<v1::AlphaMode> mode = proto::ParseAlphaModeName(*name);
       if (!mode.ok()) return mode.status().WithPrefix("thresholds.alpha_mode");
-      out->set_alpha_mode(proto::ToProto(*mode));
+      out->set_alpha_mode(*mode);
     } else {
       return Status::InvalidArgument("thresholds: unknown member '" + key + "' (expected c_low, c_high, alpha_mode)");
     }
@@ -387,13 +424,14 @@ StatusOr<std::vector<std::pair<std::string, std::string>>> ParseQueryString(
   return params;
 }
 
-StatusOr<v1::ListRunsRequest> ParseRunsParams(std::string_view query) {
-  auto params = ParseQueryString(query, {"limit", "page_token"});
+StatusOr<v1::ListRunsRequest> ParseRunsParams(std::string_view query, std::vector<std::string>* deprecated) {
+  auto params = ParseQueryString(query, {"page_size", "page_token", "limit"});
   if (!params.ok()) return params.status();
+  GAC_RETURN_IF_ERROR(CheckAliases(&*params, deprecated));
   v1::ListRunsRequest req;
   for (const auto& [name, value] : *params) {
-    if (name == "limit") {
-      StatusOr<std::uint32_t> n = ParseLimit(value, kRunPages);
+    if (Names(name, "page_size")) {
+      StatusOr<std::uint32_t> n = ParseLimit(name, value, kRunPages);
       if (!n.ok()) return n.status();
       req.set_page_size(*n);
     } else {
@@ -417,17 +455,20 @@ StatusOr<v1::GetRunSummaryRequest> ParseSummaryParams(const std::string& run, st
   return req;
 }
 
-StatusOr<v1::GetStepsRequest> ParseStepsParams(const std::string& run, std::string_view query) {
-  auto params = ParseQueryString(query, {"from", "to", "rank", "layers", "limit", "page_token"});
+StatusOr<v1::GetStepsRequest> ParseStepsParams(const std::string& run, std::string_view query,
+                                               std::vector<std::string>* deprecated) {
+  auto params = ParseQueryString(
+      query, {"start_step", "end_step", "rank", "layers", "page_size", "page_token", "from", "to", "limit"});
   if (!params.ok()) return params.status();
+  GAC_RETURN_IF_ERROR(CheckAliases(&*params, deprecated));
   v1::GetStepsRequest req;
   req.set_run(run);
   bool have_to = false;
   for (const auto& [name, value] : *params) {
-    if (name == "from" || name == "to") {
+    if (Names(name, "start_step") || Names(name, "end_step")) {
       StatusOr<std::uint64_t> n = ParseUnsigned(name, value, kMaxStep);
       if (!n.ok()) return n.status();
-      if (name == "from") {
+      if (Names(name, "start_step")) {
         req.set_start_step(static_cast<std::int64_t>(*n));
       } else {
         req.set_end_step(static_cast<std::int64_t>(*n));
@@ -441,17 +482,17 @@ StatusOr<v1::GetStepsRequest> ParseStepsParams(const std::string& run, std::stri
       StatusOr<bool> b = ParseFlag(name, value);
       if (!b.ok()) return b.status();
       req.set_include_layers(*b);
-    } else if (name == "limit") {
-      StatusOr<std::uint32_t> n = ParseLimit(value, kStepPages);
+    } else if (Names(name, "page_size")) {
+      StatusOr<std::uint32_t> n = ParseLimit(name, value, kStepPages);
       if (!n.ok()) return n.status();
       req.set_page_size(*n);
     } else {
       req.set_page_token(value);
     }
   }
-  // GetSteps reads end_step 0 as "no limit"; over HTTP `to` is always a bound.
+  // GetSteps reads end_step 0 as "no limit"; over HTTP end_step is always a bound.
   if (have_to && req.end_step() <= req.start_step()) {
-    return Status::InvalidArgument("to must be above from (to is exclusive)");
+    return Status::InvalidArgument("end_step must be above start_step (end_step is exclusive)");
   }
   GAC_RETURN_IF_ERROR(StepQueryFromRequest(req).status());
   return req;
@@ -475,9 +516,9 @@ StatusOr<v1::SetRunConfigRequest> ParseConfigBody(const std::string& run, std::s
     } else if (key == "mode") {
       StatusOr<std::string> name = StringField("mode", v);
       if (!name.ok()) return name.status();
-      StatusOr<Mode> mode = ParseMode(name->c_str());
+      StatusOr<v1::ControlMode> mode = proto::ParseControlModeName(*name);
       if (!mode.ok()) return mode.status().WithPrefix("mode");
-      req.set_mode(proto::ToProto(*mode));
+      req.set_mode(*mode);
       have_mode = true;
     } else if (key == "reason") {
       StatusOr<std::string> reason = StringField("reason", v);
@@ -525,10 +566,18 @@ std::string EncodeSummary(const v1::RunSummary& summary, std::int64_t now_ns) {
   WriteRunInfo(w, summary.info());
   w.Key("steps_by_regime");
   w.BeginObject();
-  for (Regime r : kAllRegimes) {
-    const auto it = summary.steps_by_regime().find(RegimeName(r));
-    w.Key(RegimeName(r));
+  for (v1::Regime r : proto::kKnownRegimes) {
+    const auto it = summary.steps_by_regime().find(proto::EnumName(r));
+    w.Key(proto::EnumName(r));
     w.Uint(it == summary.steps_by_regime().end() ? 0 : it->second);
+  }
+  w.EndObject();
+  // How a view names each count: "would skip" and "would project" in monitor mode.
+  w.Key("regime_labels");
+  w.BeginObject();
+  for (v1::Regime r : proto::kKnownRegimes) {
+    w.Key(proto::EnumName(r));
+    w.String(proto::RegimeInModeName(r, summary.info().steps_mode()));
   }
   w.EndObject();
   const v1::CalibrationSummary& cal = summary.calibration();
@@ -622,7 +671,9 @@ HttpResponse HttpApi::Handle(const HttpRequest& request) {
     core_->metrics().ObserveRpcError("http", StatusCodeName(route.status().code()));
     return resp;
   }
-  StatusOr<std::string> body = enabled_ ? Serve(request, *route) : Status::PermissionDenied(disabled_reason_);
+  std::vector<std::string> warnings;
+  StatusOr<std::string> body =
+      enabled_ ? Serve(request, *route, &warnings) : Status::PermissionDenied(disabled_reason_);
   if (!body.ok()) {
     core_->metrics().ObserveRpcError(std::string("http.") + route->method, StatusCodeName(body.status().code()));
     return ErrorResponse(body.status());
@@ -630,10 +681,13 @@ HttpResponse HttpApi::Handle(const HttpRequest& request) {
   HttpResponse resp;
   resp.body = std::move(*body);
   resp.headers.emplace_back("Cache-Control", "no-store");
+  // RFC 9111's Warning, code 299 ("miscellaneous persistent warning").
+  for (const std::string& w : warnings) resp.headers.emplace_back("Warning", "299 - \"" + w + "\"");
   return resp;
 }
 
-StatusOr<std::string> HttpApi::Serve(const HttpRequest& request, const ApiRoute& route) {
+StatusOr<std::string> HttpApi::Serve(const HttpRequest& request, const ApiRoute& route,
+                                     std::vector<std::string>* warnings) {
   StatusOr<const Principal*> principal = core_->Authenticate(request.authorization);
   if (!principal.ok()) return principal.status();
   const Principal& p = **principal;
@@ -643,7 +697,7 @@ StatusOr<std::string> HttpApi::Serve(const HttpRequest& request, const ApiRoute&
   }
   switch (route.kind) {
     case ApiRoute::kRuns: {
-      StatusOr<v1::ListRunsRequest> req = ParseRunsParams(request.query);
+      StatusOr<v1::ListRunsRequest> req = ParseRunsParams(request.query, warnings);
       if (!req.ok()) return req.status();
       auto page = ListRunsPage(core_->store(), core_->registry(), p, *req);
       if (!page.ok()) return page.status();
@@ -657,7 +711,7 @@ StatusOr<std::string> HttpApi::Serve(const HttpRequest& request, const ApiRoute&
       return EncodeSummary(*summary, NowNs());
     }
     case ApiRoute::kSteps: {
-      StatusOr<v1::GetStepsRequest> req = ParseStepsParams(route.run, request.query);
+      StatusOr<v1::GetStepsRequest> req = ParseStepsParams(route.run, request.query, warnings);
       if (!req.ok()) return req.status();
       StatusOr<StepQuery> query = StepQueryFromRequest(*req);
       if (!query.ok()) return query.status();

@@ -603,11 +603,11 @@ Status SqliteStore::PrepareAll() {
       // The details of a page's records: its step range [?2, ?3], every rank
       // or rank ?4. The caller drops rows of keys not on the page.
       {r, &r_.layers_all,
-       "SELECT step, rank, name, cosine, grad_norm, ref_norm FROM layers WHERE run_id = ?1 "
-       "AND step >= ?2 AND step <= ?3 ORDER BY step, rank, idx"},
+       "SELECT step, rank, name, cosine, grad_norm, ref_norm, idx FROM layers WHERE run_id = ?1 "
+       "AND step >= ?2 AND step <= ?3 ORDER BY step, rank"},
       {r, &r_.layers_rank,
-       "SELECT step, rank, name, cosine, grad_norm, ref_norm FROM layers WHERE run_id = ?1 "
-       "AND step >= ?2 AND step <= ?3 AND rank = ?4 ORDER BY step, rank, idx"},
+       "SELECT step, rank, name, cosine, grad_norm, ref_norm, idx FROM layers WHERE run_id = ?1 "
+       "AND step >= ?2 AND step <= ?3 AND rank = ?4 ORDER BY step, rank"},
       {r, &r_.scalars_all,
        "SELECT step, rank, name, value FROM scalars WHERE run_id = ?1 AND step >= ?2 AND step <= ?3"},
       {r, &r_.scalars_rank,
@@ -930,20 +930,44 @@ Status SqliteStore::ReadDetails(std::int64_t run_id, std::optional<std::uint32_t
     if (rc != SQLITE_DONE) return StepError(db, rc, "reading scalars");
   }
   if (!include_layers) return Status();
+  // The rows come in the primary key's order, (step, rank, name): no sort of
+  // the page's layer rows in SQLite. Each record's layers are put back in
+  // the order they were sent (idx) here, one small sort per record.
   sqlite3_stmt* stmt = rank.has_value() ? r_.layers_rank.get() : r_.layers_all.get();
   ScopedReset reset(stmt);
   int rc = bind(stmt);
+  std::vector<std::int64_t> order;
+  v1::StepRecord* current = nullptr;
+  const auto put_in_order = [&order](v1::StepRecord* record) {
+    if (record == nullptr || std::is_sorted(order.begin(), order.end())) return;
+    auto* layers = record->mutable_layers();
+    std::vector<int> by_idx(order.size());
+    for (std::size_t i = 0; i < by_idx.size(); ++i) by_idx[i] = static_cast<int>(i);
+    std::sort(by_idx.begin(), by_idx.end(), [&order](int a, int b) { return order[a] < order[b]; });
+    google::protobuf::RepeatedPtrField<v1::LayerRecord> sorted;
+    sorted.Reserve(layers->size());
+    for (int i : by_idx) sorted.Add(std::move(*layers->Mutable(i)));
+    layers->Swap(&sorted);
+  };
   while (rc == SQLITE_OK && (rc = sqlite3_step(stmt)) == SQLITE_ROW) {
-    if (v1::StepRecord* record = find(stmt)) {
+    v1::StepRecord* record = find(stmt);
+    if (record != current) {
+      put_in_order(current);
+      current = record;
+      order.clear();
+    }
+    if (record != nullptr) {
       v1::LayerRecord* layer = record->add_layers();
       layer->set_name(ColumnText(stmt, 2));
       if (sqlite3_column_type(stmt, 3) != SQLITE_NULL) layer->set_cosine(sqlite3_column_double(stmt, 3));
       layer->set_grad_norm(sqlite3_column_double(stmt, 4));
       layer->set_ref_norm(sqlite3_column_double(stmt, 5));
+      order.push_back(sqlite3_column_int64(stmt, 6));
     }
     rc = SQLITE_OK;
   }
   if (rc != SQLITE_DONE) return StepError(db, rc, "reading layers");
+  put_in_order(current);
   return Status();
 }
 

@@ -93,8 +93,12 @@ std::string Percent(double fraction);
 // Why a run summary's calibration has no suggested thresholds, in the
 // words of the rule (gac/controller/calibration.h).
 std::string NoSuggestionReason(const v1::CalibrationSummary& calibration);
-// --from and --to (inclusive) as [*from, *end), *end 0 for no limit.
-Status StepRangeFlags(const ParsedFlags& flags, std::int64_t* from, std::int64_t* end);
+// The step range flags: --start-step and --end-step, the half-open range
+// [start_step, end_step) of the wire, and their former names --from (the
+// same as --start-step) and --to N (inclusive: --end-step N+1).
+std::vector<FlagSpec> StepRangeFlagSpecs();
+// Those flags as [*start, *end), *end 0 for no limit.
+Status StepRangeFlags(const ParsedFlags& flags, std::int64_t* start, std::int64_t* end);
 
 }  // namespace gac::cli
 

@@ -1,6 +1,8 @@
 // gacctl runs, show and health.
 #include <algorithm>
 #include <map>
+#include <utility>
+
 #include "cli/src/commands.h"
 
 namespace gac::cli {
@@ -16,6 +18,7 @@ std::vector<Column> RunColumns() {
       {"last_seen_ns", "LAST_REPORT", true},
       {"cosine", "C_T", true},
       {"regime", "REGIME"},
+      {"step_mode", "STEP_MODE"},
       {"mode", "MODE"},
       {"c_low", "C_LOW", true},
       {"c_high", "C_HIGH", true},
@@ -24,8 +27,17 @@ std::vector<Column> RunColumns() {
   };
 }
 
-std::vector<Cell> RunRow(const v1::RunInfo& info, const v1::StepRecord* latest, std::int64_t now_ns) {
+// A latest step's regime; in the table, a monitor-mode step's reads as what
+// GAC would have done ("would skip"): nothing was applied.
+Cell RegimeCell(const v1::StepRecord& latest) {
+  Cell cell = Cell::Text(RegimeText(latest.regime()));
+  if (latest.mode() != v1::CONTROL_MODE_MONITOR) return cell;
+  return std::move(cell).WithDisplay("would " + RegimeText(latest.regime()));
+}
+
+std::vector<Cell> RunRow(const v1::RunInfo& info, std::int64_t now_ns) {
   const v1::RunConfig& config = info.config();
+  const v1::StepRecord* latest = info.has_latest() ? &info.latest() : nullptr;
   return {
       Cell::Text(info.run()),
       Cell::Int(info.first_step()),
@@ -34,7 +46,8 @@ std::vector<Cell> RunRow(const v1::RunInfo& info, const v1::StepRecord* latest, 
       Cell::Int(info.world_size()),
       Cell::Int(info.last_seen_ns()).WithDisplay(FormatAge(now_ns - info.last_seen_ns()) + " ago"),
       latest != nullptr && latest->has_cosine() ? Cell::Real(latest->cosine()) : Cell(),
-      latest != nullptr ? Cell::Text(RegimeText(latest->regime())) : Cell(),
+      latest != nullptr ? RegimeCell(*latest) : Cell(),
+      latest != nullptr ? Cell::Text(ModeText(latest->mode())) : Cell(),
       Cell::Text(ModeText(config.mode())),
       Cell::Real(config.thresholds().c_low()),
       Cell::Real(config.thresholds().c_high()),
@@ -46,16 +59,12 @@ std::vector<Cell> RunRow(const v1::RunInfo& info, const v1::StepRecord* latest, 
 Status ListRuns(Context& ctx, Format format) {
   std::unique_ptr<RowWriter> writer = RowWriter::Create(format, &ctx.out(), RunColumns());
   const std::int64_t now = ctx.NowNs();
-  const Status st = ctx.client().ForEachRunPage([&](const v1::ListRunsResponse& page) -> Status {
-    for (const v1::RunInfo& info : page.runs()) {
-      if (ctx.interrupted()) return Interrupted();
-      // The latest step of rank 0 (a run whose history was just deleted by
-      // retention has none).
-      StatusOr<v1::RunSummary> summary = ctx.client().GetRunSummary(info.run(), 1);
-      if (!summary.ok() && !summary.status().IsNotFound()) return summary.status();
-      const v1::StepRecord* latest = summary.ok() && summary->has_latest() ? &summary->latest() : nullptr;
-      writer->Add(RunRow(info, latest, now));
-    }
+  // One call per page: each run's latest step (of rank 0) comes with it.
+  v1::ListRunsRequest request;
+  request.set_include_latest(true);
+  const Status st = ctx.client().ForEachRunPage(request, [&](const v1::ListRunsResponse& page) -> Status {
+    if (ctx.interrupted()) return Interrupted();
+    for (const v1::RunInfo& info : page.runs()) writer->Add(RunRow(info, now));
     writer->Flush();
     return Status::Ok();
   });
@@ -74,7 +83,9 @@ CommandSpec RunsCommand() {
       "  run [RUN], first_step [FIRST], last_step [LAST], step_records [RECORDS]: stored\n"
       "    records over all ranks, world_size [RANKS], last_seen_ns [LAST_REPORT]: when gacd\n"
       "    received the last record (ns since the Unix epoch; the table shows its age),\n"
-      "  cosine [C_T], regime [REGIME]: of rank 0's latest step,\n"
+      "  cosine [C_T], regime [REGIME], step_mode [STEP_MODE]: of rank 0's latest step, and\n"
+      "    the mode the agent ran it in; in monitor mode the regime is what GAC would have\n"
+      "    done (the table says \"would skip\"), never an applied decision,\n"
       "  mode [MODE], c_low [C_LOW], c_high [C_HIGH], alpha_mode [ALPHA], version [VERSION]:\n"
       "    the run's settings and their version (0 = gacd's defaults, never set).\n";
   c.flags = {FormatFlagSpec()};

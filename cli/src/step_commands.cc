@@ -161,22 +161,23 @@ class StepRows {
 
 struct StepsOptions {
   std::string run;
-  std::int64_t from = 0;
+  std::int64_t start = 0;
   std::int64_t end = 0;  // exclusive; 0 = no limit
   std::optional<std::uint32_t> rank;
   bool layers = false;
   Format format = Format::kTable;
   std::optional<std::vector<std::string>> scalars;
+  std::optional<std::uint32_t> page_size;
 };
 
 Status ExportSteps(Context& ctx, const StepsOptions& o) {
   v1::GetStepsRequest request;
   request.set_run(o.run);
-  request.set_start_step(o.from);
+  request.set_start_step(o.start);
   request.set_end_step(o.end);
   if (o.rank) request.set_rank(*o.rank);
   request.set_include_layers(o.layers);
-  request.set_page_size(o.layers ? kLayerPage : kStepPage);
+  request.set_page_size(o.page_size.value_or(o.layers ? kLayerPage : kStepPage));
   StepRows rows(ctx, o.format, o.layers, o.scalars);
   std::uint64_t records = 0;
   GAC_RETURN_IF_ERROR(ctx.client().ForEachStepPage(request, [&](const v1::GetStepsResponse& page) -> Status {
@@ -231,23 +232,27 @@ CommandSpec StepsCommand() {
       "with --layers, one row per layer (parameter group) record instead:\n"
       "  run, step, rank, layer, cosine, grad_norm, ref_norm\n"
       "  (join with the step rows on step and rank).\n";
-  c.flags = {
-      {"from", "N", "first step (default 0)"},
-      {"to", "N", "last step, inclusive (default: the latest)"},
+  c.flags = StepRangeFlagSpecs();
+  c.flags.insert(c.flags.end(), {
       {"rank", "R", "only this rank (default: all ranks)"},
       {"layers", "", "per-layer rows instead of step rows"},
       {"scalars", "A,B", "the scalar columns of CSV and the table (default: the first page's)"},
+      {"page-size", "N", "records asked of gacd per call (default " + std::to_string(kStepPage) + ", with --layers " +
+                             std::to_string(kLayerPage) + "; gacd may send fewer)"},
       FormatFlagSpec(),
-  };
+  });
   c.positionals = 1;
   c.prepare = [](const ParsedFlags& flags, const std::vector<std::string>& args) -> StatusOr<Action> {
     StepsOptions o;
     o.run = args[0];
-    GAC_RETURN_IF_ERROR(StepRangeFlags(flags, &o.from, &o.end));
+    GAC_RETURN_IF_ERROR(StepRangeFlags(flags, &o.start, &o.end));
     auto rank = OptionalInt(flags, "rank", 0, UINT32_MAX);
     if (!rank.ok()) return rank.status();
     if (*rank) o.rank = static_cast<std::uint32_t>(**rank);
     o.layers = flags.Has("layers");
+    auto page_size = OptionalInt(flags, "page-size", 1, INT32_MAX);
+    if (!page_size.ok()) return page_size.status();
+    if (*page_size) o.page_size = static_cast<std::uint32_t>(**page_size);
     StatusOr<Format> format = FormatFlag(flags);
     if (!format.ok()) return format.status();
     o.format = *format;

@@ -13,7 +13,7 @@ double FiniteNorm(double v) { return std::isfinite(v) && v >= 0.0 ? v : 0.0; }
 
 }  // namespace
 
-v1::StepRecord MakeStepRecord(const StepReport& report, const RunIdentity& who, Mode mode,
+v1::StepRecord MakeStepRecord(const StepReport& report, const RunIdentity& who,
                               const std::map<std::string, double>& scalars, std::optional<std::int64_t> staleness) {
   v1::StepRecord r;
   r.set_run(who.run);
@@ -31,19 +31,26 @@ v1::StepRecord MakeStepRecord(const StepReport& report, const RunIdentity& who, 
   for (const auto& [name, value] : scalars) {
     if (std::isfinite(value)) (*r.mutable_scalars())[name] = value;
   }
-  for (const GroupStats& g : report.groups) {
+  for (const LayerStats& layer : report.layers) {
     v1::LayerRecord* l = r.add_layers();
-    l->set_name(g.name);
-    if (auto c = g.cosine(); c && std::isfinite(*c)) l->set_cosine(ClampCosine(*c));
-    l->set_grad_norm(std::isfinite(g.gg) && g.gg >= 0 ? std::sqrt(g.gg) : 0.0);
-    l->set_ref_norm(std::isfinite(g.pp) && g.pp >= 0 ? std::sqrt(g.pp) : 0.0);
+    l->set_name(layer.name);
+    if (auto c = layer.cosine(); c && std::isfinite(*c)) l->set_cosine(ClampCosine(*c));
+    l->set_grad_norm(std::isfinite(layer.grad_sq) && layer.grad_sq >= 0 ? std::sqrt(layer.grad_sq) : 0.0);
+    l->set_ref_norm(std::isfinite(layer.ref_sq) && layer.ref_sq >= 0 ? std::sqrt(layer.ref_sq) : 0.0);
   }
   r.set_wall_time_ns(std::chrono::duration_cast<std::chrono::nanoseconds>(
                          std::chrono::system_clock::now().time_since_epoch())
                          .count());
-  r.set_agent_overhead_seconds(FiniteNorm(report.stats_seconds + report.decide_seconds + report.apply_seconds));
-  r.set_mode(proto::ToProto(mode));
+  r.set_agent_overhead_seconds(FiniteNorm(report.agent_overhead_seconds()));
+  r.set_mode(proto::ToProto(report.mode));
   r.set_fallback(report.fallback);
+  return r;
+}
+
+v1::StepRecord MakeStepRecord(const StepReport& report, const RunIdentity& who, Mode mode,
+                              const std::map<std::string, double>& scalars, std::optional<std::int64_t> staleness) {
+  v1::StepRecord r = MakeStepRecord(report, who, scalars, staleness);
+  r.set_mode(proto::ToProto(mode));
   return r;
 }
 

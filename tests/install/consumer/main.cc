@@ -98,7 +98,7 @@ class AlwaysSkip final : public gac::DecisionSource {
  public:
   gac::StatusOr<gac::Decision> Decide(std::int64_t, const gac::AlignmentStats& stats) override {
     gac::Decision d;
-    d.cosine = stats.dot / std::sqrt(stats.gg * stats.pp);
+    d.cosine = stats.dot / std::sqrt(stats.grad_sq * stats.ref_sq);
     d.regime = gac::Regime::kSkip;
     d.apply_update = false;
     return d;
@@ -126,8 +126,8 @@ int main(int argc, char** argv) {
   gac::StepReport report;
   report.step = 3;
   report.decision = ctl->Decide({0.1, 1.0, 1.0, true});  // cosine 0.1: project
-  report.groups.push_back(gac::GroupStats{"layer", 0.1, 1.0, 1.0});
-  Check(report.groups[0].cosine().has_value(), "GroupStats::cosine");
+  report.layers.push_back(gac::LayerStats{"layer", 0.1, 1.0, 1.0});
+  Check(report.layers[0].cosine().has_value(), "LayerStats::cosine");
 
 #ifdef CONSUMER_WITH_AGENT
   {
@@ -161,8 +161,7 @@ int main(int argc, char** argv) {
 #endif
 #ifdef CONSUMER_WITH_GRPC
   {
-    const gac::v1::StepRecord record = gac::transport::MakeStepRecord(report, {"consumer", 0, 1}, gac::Mode::kLocal,
-                                                                      {{"reward", 1.0}});
+    const gac::v1::StepRecord record = gac::transport::MakeStepRecord(report, {"consumer", 0, 1}, {{"reward", 1.0}});
     Check(record.step() == report.step && record.regime() == gac::proto::ToProto(report.decision.regime),
           "MakeStepRecord");
     gac::v1::DecideResponse response;
@@ -217,7 +216,7 @@ int main(int argc, char** argv) {
     topts.address = (*server)->address();
     auto telemetry = gac::transport::Telemetry::Start(topts);
     Check(telemetry.ok(), "Telemetry::Start");
-    gac::v1::StepRecord record = gac::transport::MakeStepRecord(report, {"consumer", 0, 1}, gac::Mode::kLocal);
+    gac::v1::StepRecord record = gac::transport::MakeStepRecord(report, {"consumer", 0, 1});
     Check(gac::server::ValidateStepRecord(record, gac::server::Limits{}).ok(), "ValidateStepRecord");
     Check((*telemetry)->Enqueue(std::move(record)) && (*telemetry)->Flush(std::chrono::seconds(30)), "Flush");
     gac::transport::RemoteControllerOptions ro;

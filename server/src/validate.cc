@@ -1,6 +1,8 @@
 #include "gac/server/validate.h"
 
 #include "gac/proto/convert.h"
+#include "gac/proto/record_schema.h"
+#include "gac/proto/wire_rules.h"
 
 #include <cmath>
 #include <cstdint>
@@ -11,11 +13,6 @@
 
 namespace gac::server {
 namespace {
-
-bool RunChar(char c) {
-  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
-         c == '_' || c == ':' || c == '/' || c == '-';
-}
 
 Status Bad(const std::string& prefix, const std::string& msg) {
   return Status::InvalidArgument(prefix + msg);
@@ -41,8 +38,33 @@ Status CheckNorm(const std::string& prefix, const char* field, double v) {
 
 Status CheckCosine(const std::string& prefix, const char* field, double v) {
   // A cosine computed in floating point may exceed 1 by rounding; allow 1e-6.
-  if (!std::isfinite(v) || std::fabs(v) > 1.0 + 1e-6) {
+  if (!std::isfinite(v) || std::fabs(v) > 1.0 + proto::kCosineSlack) {
     return Bad(prefix, std::string(field) + " must be in [-1, 1], got " + Num(v));
+  }
+  return Status::Ok();
+}
+
+// Checks the range the schema gives `field` (record_schema.h), when present.
+Status CheckField(const std::string& prefix, const proto::StepField& field, const v1::StepRecord& r) {
+  const proto::FieldValue v = field.get(r);
+  if (!v.present) return Status::Ok();
+  const bool real = field.type == proto::FieldType::kReal;
+  switch (field.range) {
+    case proto::FieldRange::kAny:
+      return real ? CheckFinite(prefix, field.name, v.real) : Status::Ok();
+    case proto::FieldRange::kNonNegative:
+      if (real) return CheckNorm(prefix, field.name, v.real);
+      if (v.integer < 0) {
+        return Bad(prefix, std::string(field.name) + " must be >= 0, got " + std::to_string(v.integer));
+      }
+      return Status::Ok();
+    case proto::FieldRange::kUnit:
+      if (!std::isfinite(v.real) || v.real < 0 || v.real > 1) {
+        return Bad(prefix, std::string(field.name) + " must be in [0, 1], got " + Num(v.real));
+      }
+      return Status::Ok();
+    case proto::FieldRange::kCosine:
+      return CheckCosine(prefix, field.name, v.real);
   }
   return Status::Ok();
 }
@@ -59,21 +81,10 @@ Status ValidateRecordWithPrefix(const v1::StepRecord& r, const Limits& limits, c
   if (r.rank() >= world) {
     return Bad(p, "rank " + std::to_string(r.rank()) + " must be < world_size " + std::to_string(world));
   }
-  if (r.has_cosine()) GAC_RETURN_IF_ERROR(CheckCosine(p, "cosine", r.cosine()));
-  if (r.has_cosine_after()) GAC_RETURN_IF_ERROR(CheckCosine(p, "cosine_after", r.cosine_after()));
-  GAC_RETURN_IF_ERROR(CheckNorm(p, "grad_norm", r.grad_norm()));
-  GAC_RETURN_IF_ERROR(CheckNorm(p, "ref_norm", r.ref_norm()));
-  if (!std::isfinite(r.alpha()) || r.alpha() < 0 || r.alpha() > 1) {
-    return Bad(p, "alpha must be in [0, 1], got " + Num(r.alpha()));
-  }
+  for (const proto::StepField& field : proto::kStepFields) GAC_RETURN_IF_ERROR(CheckField(p, field, r));
   if (StatusOr<Regime> regime = proto::FromProto(r.regime()); !regime.ok()) return Bad(p, regime.status().message());
   // UNSPECIFIED is allowed here: older agents do not report their mode.
   if (!v1::ControlMode_IsValid(r.mode())) return Bad(p, "unknown mode " + std::to_string(r.mode()));
-  if (r.has_staleness() && r.staleness() < 0) {
-    return Bad(p, "staleness must be >= 0, got " + std::to_string(r.staleness()));
-  }
-  if (r.wall_time_ns() < 0) return Bad(p, "wall_time_ns must be >= 0");
-  GAC_RETURN_IF_ERROR(CheckNorm(p, "agent_overhead_seconds", r.agent_overhead_seconds()));
   if (static_cast<std::size_t>(r.scalars_size()) > limits.max_scalars_per_record) {
     return Bad(p, "too many scalars: " + std::to_string(r.scalars_size()) + " > " +
                       std::to_string(limits.max_scalars_per_record));
@@ -104,28 +115,9 @@ Status ValidateRecordWithPrefix(const v1::StepRecord& r, const Limits& limits, c
 
 }  // namespace
 
-Status ValidateRunId(std::string_view run) {
-  if (run.empty()) return Status::InvalidArgument("run id is empty");
-  if (run.size() > 128) return Status::InvalidArgument("run id longer than 128 characters");
-  for (char c : run) {
-    if (!RunChar(c)) {
-      return Status::InvalidArgument("run id may contain only [A-Za-z0-9._:/-], got '" +
-                                     std::string(run) + "'");
-    }
-  }
-  return Status::Ok();
-}
+Status ValidateRunId(std::string_view run) { return proto::CheckRunId(run); }
 
-Status ValidateName(std::string_view what, std::string_view name) {
-  if (name.empty()) return Status::InvalidArgument(std::string(what) + " is empty");
-  if (name.size() > 256) return Status::InvalidArgument(std::string(what) + " longer than 256 characters");
-  for (char c : name) {
-    if (c < 0x20 || c > 0x7e) {
-      return Status::InvalidArgument(std::string(what) + " must be printable ASCII");
-    }
-  }
-  return Status::Ok();
-}
+Status ValidateName(std::string_view what, std::string_view name) { return proto::CheckName(what, name); }
 
 Status ValidateStepRecord(const v1::StepRecord& record, const Limits& limits) {
   return ValidateRecordWithPrefix(record, limits, "");

@@ -39,6 +39,7 @@
 #include <utility>
 #include <vector>
 
+#include "gac/proto/record_schema.h"
 #include "tests/common/postgres_cluster.h"
 
 namespace gac::server {
@@ -244,6 +245,8 @@ class StoreTest : public ::testing::TestWithParam<Impl> {
       StatusOr<std::unique_ptr<Store>> store = OpenPostgresStore(uri);
       ASSERT_TRUE(store.ok()) << store.status().ToString();
       store_ = std::move(store).value();
+      pg_cluster_ = cluster;
+      pg_database_ = uri.substr(uri.rfind('/') + 1);
     }
     ASSERT_NE(store_, nullptr);
   }
@@ -252,12 +255,121 @@ class StoreTest : public ::testing::TestWithParam<Impl> {
     dir_.reset();
   }
 
+  // The columns of the store's `steps` table after its key and before
+  // received_ns, in table order, as "name type null|not-null"; empty for the
+  // memory store.
+  std::vector<std::string> StepColumns();
+
   std::unique_ptr<TempDir> dir_;
   std::unique_ptr<Store> store_;
+  testing::PostgresCluster* pg_cluster_ = nullptr;
+  std::string pg_database_;
 };
 
 INSTANTIATE_TEST_SUITE_P(Impls, StoreTest, ::testing::Values(Impl::kMemory, Impl::kSqlite, Impl::kPostgres),
                          [](const ::testing::TestParamInfo<Impl>& info) { return ImplName(info.param); });
+
+// The expected column, in the same form as StoreTest::StepColumns.
+std::string ExpectedColumn(const proto::StepField& f, Impl impl) {
+  std::string type;
+  if (impl == Impl::kSqlite) {
+    // Reals are untyped (BLOB affinity keeps the double exact; see sqlite_store.cc).
+    type = f.type == proto::FieldType::kReal ? "" : "INTEGER";
+  } else {
+    switch (f.type) {
+      case proto::FieldType::kReal: type = "double precision"; break;
+      case proto::FieldType::kEnum: type = "integer"; break;
+      case proto::FieldType::kBool: type = "boolean"; break;
+      case proto::FieldType::kInteger: type = "bigint"; break;
+      case proto::FieldType::kText: type = "text"; break;
+    }
+  }
+  return std::string(f.column) + " " + type + " " + (f.optional ? "null" : "not-null");
+}
+
+std::vector<std::string> StoreTest::StepColumns() {
+  std::vector<std::string> out;
+  if (GetParam() == Impl::kSqlite) {
+    sqlite3* db = nullptr;
+    EXPECT_EQ(sqlite3_open_v2(dir_->File("gacd.db").c_str(), &db, SQLITE_OPEN_READONLY, nullptr), SQLITE_OK);
+    sqlite3_stmt* stmt = nullptr;
+    EXPECT_EQ(sqlite3_prepare_v2(db, "SELECT name, type, \"notnull\" FROM pragma_table_info('steps') ORDER BY cid",
+                                 -1, &stmt, nullptr),
+              SQLITE_OK);
+    while (stmt != nullptr && sqlite3_step(stmt) == SQLITE_ROW) {
+      const auto text = [&](int col) {
+        const unsigned char* t = sqlite3_column_text(stmt, col);
+        return t == nullptr ? std::string() : std::string(reinterpret_cast<const char*>(t));
+      };
+      out.push_back(text(0) + " " + text(1) + " " + (sqlite3_column_int(stmt, 2) != 0 ? "not-null" : "null"));
+    }
+    sqlite3_finalize(stmt);
+    sqlite3_close(db);
+  } else if (GetParam() == Impl::kPostgres) {
+    std::string error, columns;
+    EXPECT_TRUE(pg_cluster_->Exec(pg_database_,
+                                  "SELECT string_agg(column_name || ' ' || data_type || ' ' || "
+                                  "CASE is_nullable WHEN 'YES' THEN 'null' ELSE 'not-null' END, ',' "
+                                  "ORDER BY ordinal_position) FROM information_schema.columns "
+                                  "WHERE table_name = 'steps' AND table_schema = current_schema()",
+                                  &error, &columns))
+        << error;
+    for (std::size_t start = 0; start <= columns.size();) {
+      std::size_t end = columns.find(',', start);
+      if (end == std::string::npos) end = columns.size();
+      out.push_back(columns.substr(start, end - start));
+      start = end + 1;
+    }
+  }
+  // Not the record's: the key (run_id) and the server's receive time.
+  if (!out.empty()) out.erase(out.begin());
+  if (!out.empty()) out.pop_back();
+  return out;
+}
+
+// A record with every field of the record schema set through the table, to
+// a value unlike its default and unlike the other fields'.
+v1::StepRecord EveryFieldSet(const std::string& run) {
+  v1::StepRecord r = MakeStep(run, 0, 0, 2);
+  for (std::size_t i = 0; i < proto::kStepFieldCount; ++i) {
+    const proto::StepField& f = proto::kStepFields[i];
+    proto::FieldValue v;
+    switch (f.type) {
+      case proto::FieldType::kReal: v.real = 0.03125 * static_cast<double>(i + 1); break;
+      case proto::FieldType::kEnum: v.integer = 2; break;
+      case proto::FieldType::kBool: v.integer = 1; break;
+      default: v.integer = 100 + static_cast<std::int64_t>(i); break;
+    }
+    f.set(v, &r);
+  }
+  return r;
+}
+
+TEST_P(StoreTest, StepsTableHasTheRecordSchemasColumns) {
+  if (GetParam() == Impl::kMemory) GTEST_SKIP() << "no table";
+  ASSERT_EQ(ApplyRecords(store_.get(), {MakeStep("r", 0, 0)}, 1), Counts({1, 0}));
+  std::vector<std::string> expected;
+  for (const proto::StepField& f : proto::kStepFields) expected.push_back(ExpectedColumn(f, GetParam()));
+  EXPECT_EQ(StepColumns(), expected);
+}
+
+TEST_P(StoreTest, EveryFieldOfTheRecordSchemaRoundTrips) {
+  const v1::StepRecord want = EveryFieldSet("every");
+  ASSERT_EQ(ApplyRecords(store_.get(), {want}, 1), Counts({1, 0}));
+  StepQuery query;
+  query.run = "every";
+  query.include_layers = true;
+  const std::vector<v1::StepRecord> got = Steps(store_.get(), query);
+  ASSERT_EQ(got.size(), 1u);
+  for (const proto::StepField& f : proto::kStepFields) {
+    const proto::FieldValue a = f.get(got[0]);
+    const proto::FieldValue b = f.get(want);
+    EXPECT_TRUE(a.present) << f.name;
+    EXPECT_EQ(a.integer, b.integer) << f.name;
+    EXPECT_EQ(a.real, b.real) << f.name;
+  }
+  EXPECT_TRUE(SameMessages(got, {want}));
+}
 
 TEST_P(StoreTest, EmptyStoreAnswersEmpty) {
   StatusOr<std::vector<v1::RunInfo>> runs = store_->ListRuns("", 100);
@@ -876,12 +988,36 @@ TEST_F(SqliteStoreTest, SchemaVersionAndWal) {
   std::unique_ptr<Store> store = OpenOrDie(DbPath());
   ASSERT_NE(store, nullptr);
   ASSERT_EQ(ApplyRecords(store.get(), {MakeStep("r", 0, 0, 2)}, 1), Counts({1, 0}));
-  EXPECT_EQ(SqliteSchemaVersion(), 1);
+  EXPECT_EQ(SqliteSchemaVersion(), 2);
   RawDb raw(DbPath());
   EXPECT_EQ(raw.Query("PRAGMA user_version"), std::to_string(SqliteSchemaVersion()));
   EXPECT_EQ(raw.Query("PRAGMA journal_mode"), "wal");
   EXPECT_TRUE(std::filesystem::exists(DbPath() + "-wal"));
   EXPECT_EQ(raw.Query("SELECT count(*) FROM layers"), "2");
+}
+
+// Version 2 renamed steps.overhead_s to agent_overhead_seconds: a version 1
+// file (made here by undoing the rename) keeps its values across the upgrade.
+TEST_F(SqliteStoreTest, Version1FileMigratesAndKeepsItsRecords) {
+  const v1::StepRecord record = MakeStep("r", 0, 7, 2);
+  {
+    std::unique_ptr<Store> store = OpenOrDie(DbPath());
+    ASSERT_NE(store, nullptr);
+    ASSERT_EQ(ApplyRecords(store.get(), {record}, 1), Counts({1, 0}));
+  }
+  {
+    RawDb raw(DbPath());
+    raw.Exec("ALTER TABLE steps RENAME COLUMN agent_overhead_seconds TO overhead_s; PRAGMA user_version = 1");
+  }
+  std::unique_ptr<Store> store = OpenOrDie(DbPath());
+  ASSERT_NE(store, nullptr);
+  StepQuery query;
+  query.run = "r";
+  query.include_layers = true;
+  EXPECT_TRUE(SameMessages(Steps(store.get(), query), {record}));
+  RawDb raw(DbPath());
+  EXPECT_EQ(raw.Query("PRAGMA user_version"), "2");
+  EXPECT_EQ(raw.Query("SELECT count(*) FROM pragma_table_info('steps') WHERE name = 'overhead_s'"), "0");
 }
 
 TEST_F(SqliteStoreTest, GarbageFileIsDataLoss) {
@@ -1508,6 +1644,32 @@ TEST_F(PostgresStoreTest, RacingSettingsChangesHaveOneWinner) {
     EXPECT_TRUE(SameMessage(a_won[i] ? b_saw[i] : a_saw[i], winner.config)) << i;
     EXPECT_TRUE(SameMessages(*a->ListConfigChanges(winner.run, 0, 10), {winner.change})) << i;
   }
+}
+
+// Version 2 renamed steps.overhead_s to agent_overhead_seconds: a version 1
+// database (made here by undoing the rename) keeps its values across the upgrade.
+TEST_F(PostgresStoreTest, Version1DatabaseMigratesAndKeepsItsRecords) {
+  const v1::StepRecord record = MakeStep("r", 0, 7, 2);
+  {
+    std::unique_ptr<Store> store = OpenPostgresOrDie(uri_);
+    ASSERT_NE(store, nullptr);
+    ASSERT_EQ(ApplyRecords(store.get(), {record}, 1), Counts({1, 0}));
+  }
+  std::string error;
+  ASSERT_TRUE(cluster_->Exec(DatabaseName(),
+                             "ALTER TABLE steps RENAME COLUMN agent_overhead_seconds TO overhead_s; "
+                             "UPDATE gac_schema SET version = 1",
+                             &error))
+      << error;
+  std::unique_ptr<Store> store = OpenPostgresOrDie(uri_);
+  ASSERT_NE(store, nullptr);
+  StepQuery query;
+  query.run = "r";
+  query.include_layers = true;
+  EXPECT_TRUE(SameMessages(Steps(store.get(), query), {record}));
+  std::string version;
+  ASSERT_TRUE(cluster_->Exec(DatabaseName(), "SELECT version FROM gac_schema", &error, &version)) << error;
+  EXPECT_EQ(version, "2");
 }
 
 TEST_F(PostgresStoreTest, DataSurvivesReopenAndReplicasMigrateOnce) {

@@ -10,6 +10,8 @@
 
 #include "gac/mutex.h"
 #include "gac/proto/convert.h"
+#include "gac/proto/record_schema.h"
+#include "gac/proto/wire_rules.h"
 #include "gac/server/queries.h"
 #include "gac/server/validate.h"
 #include "server/src/http/json.h"
@@ -93,22 +95,6 @@ constexpr std::int64_t kMaxStep = std::numeric_limits<std::int64_t>::max();
 
 // ------------------------------------------------------------ encoding
 
-const char* RegimeText(v1::Regime regime) {
-  StatusOr<Regime> r = proto::FromProto(regime);
-  return r.ok() ? RegimeName(*r) : "unspecified";
-}
-
-// A step record's mode: UNSPECIFIED is monitor (telemetry.proto).
-const char* ModeText(v1::ControlMode mode) {
-  StatusOr<Mode> m = proto::FromProto(mode);
-  return m.ok() ? ModeName(*m) : ModeName(Mode::kMonitor);
-}
-
-const char* AlphaModeText(v1::AlphaMode mode) {
-  StatusOr<AlphaMode> m = proto::FromProto(mode);
-  return m.ok() ? AlphaModeName(*m) : "unspecified";
-}
-
 void WriteOptionalDouble(JsonWriter& w, std::string_view key, bool has, double value) {
   w.Key(key);
   if (has) {
@@ -125,7 +111,7 @@ void WriteThresholds(JsonWriter& w, const v1::Thresholds& t) {
   w.Key("c_high");
   w.Double(t.c_high());
   w.Key("alpha_mode");
-  w.String(AlphaModeText(t.alpha_mode()));
+  w.String(proto::EnumName(t.alpha_mode()));
   w.EndObject();
 }
 
@@ -134,7 +120,7 @@ void WriteRunConfig(JsonWriter& w, const v1::RunConfig& c) {
   w.Key("thresholds");
   WriteThresholds(w, c.thresholds());
   w.Key("mode");
-  w.String(ModeText(c.mode()));
+  w.String(proto::EnumName(c.mode()));
   w.Key("version");
   w.Uint(c.version());
   w.Key("updated_ns");
@@ -165,32 +151,60 @@ void WriteRunInfo(JsonWriter& w, const v1::RunInfo& info) {
   w.EndObject();
 }
 
+// A record field as the schema types it: enums by name, wide integers as
+// decimal strings, absent optional fields as null.
+void WriteField(JsonWriter& w, const proto::StepField& field, const v1::StepRecord& r) {
+  const proto::FieldValue v = field.get(r);
+  w.Key(field.name);
+  if (!v.present) {
+    w.Null();
+    return;
+  }
+  switch (field.type) {
+    case proto::FieldType::kReal:
+      w.Double(v.real);
+      return;
+    case proto::FieldType::kEnum:
+      w.String(field.enum_name(v.integer));
+      return;
+    case proto::FieldType::kBool:
+      w.Bool(v.integer != 0);
+      return;
+    case proto::FieldType::kInteger:
+    case proto::FieldType::kText:
+      if (field.json_string) {
+        w.IntString(v.integer);
+      } else {
+        w.Int(v.integer);
+      }
+      return;
+  }
+}
+
+void WriteLayers(JsonWriter& w, const v1::StepRecord& r) {
+  w.Key("layers");
+  w.BeginArray();
+  for (const v1::LayerRecord& l : r.layers()) {
+    w.BeginObject();
+    w.Key("name");
+    w.String(l.name());
+    WriteOptionalDouble(w, "cosine", l.has_cosine(), l.cosine());
+    w.Key("grad_norm");
+    w.Double(l.grad_norm());
+    w.Key("ref_norm");
+    w.Double(l.ref_norm());
+    w.EndObject();
+  }
+  w.EndArray();
+}
+
+// A step: run, the schema's fields (record_schema.h) in order, scalars,
+// layers (when asked).
 void WriteStep(JsonWriter& w, const v1::StepRecord& r, bool with_layers) {
   w.BeginObject();
   w.Key("run");
   w.String(r.run());
-  w.Key("rank");
-  w.Uint(r.rank());
-  w.Key("world_size");
-  w.Uint(r.world_size());
-  w.Key("step");
-  w.Int(r.step());
-  WriteOptionalDouble(w, "cosine", r.has_cosine(), r.cosine());
-  w.Key("grad_norm");
-  w.Double(r.grad_norm());
-  w.Key("ref_norm");
-  w.Double(r.ref_norm());
-  w.Key("regime");
-  w.String(RegimeText(r.regime()));
-  w.Key("alpha");
-  w.Double(r.alpha());
-  WriteOptionalDouble(w, "cosine_after", r.has_cosine_after(), r.cosine_after());
-  w.Key("staleness");
-  if (r.has_staleness()) {
-    w.Int(r.staleness());
-  } else {
-    w.Null();
-  }
+  for (const proto::StepField& field : proto::kStepFields) WriteField(w, field, r);
   w.Key("scalars");
   w.BeginObject();
   for (const auto& [name, value] : r.scalars()) {
@@ -198,30 +212,7 @@ void WriteStep(JsonWriter& w, const v1::StepRecord& r, bool with_layers) {
     w.Double(value);
   }
   w.EndObject();
-  if (with_layers) {
-    w.Key("layers");
-    w.BeginArray();
-    for (const v1::LayerRecord& l : r.layers()) {
-      w.BeginObject();
-      w.Key("name");
-      w.String(l.name());
-      WriteOptionalDouble(w, "cosine", l.has_cosine(), l.cosine());
-      w.Key("grad_norm");
-      w.Double(l.grad_norm());
-      w.Key("ref_norm");
-      w.Double(l.ref_norm());
-      w.EndObject();
-    }
-    w.EndArray();
-  }
-  w.Key("wall_time_ns");
-  w.IntString(r.wall_time_ns());
-  w.Key("agent_overhead_seconds");
-  w.Double(r.agent_overhead_seconds());
-  w.Key("mode");
-  w.String(ModeText(r.mode()));
-  w.Key("fallback");
-  w.Bool(r.fallback());
+  if (with_layers) WriteLayers(w, r);
   w.EndObject();
 }
 
@@ -270,9 +261,9 @@ Status ParseThresholdsObject(const Value& v, v1::Thresholds* out) {
     } else if (key == "alpha_mode") {
       StatusOr<std::string> name = StringField("thresholds.alpha_mode", member);
       if (!name.ok()) return name.status();
-      StatusOr<AlphaMode> mode = ParseAlphaMode(name->c_str());
+      StatusOr<v1::AlphaMode> mode = proto::ParseAlphaModeName(*name);
       if (!mode.ok()) return mode.status().WithPrefix("thresholds.alpha_mode");
-      out->set_alpha_mode(proto::ToProto(*mode));
+      out->set_alpha_mode(*mode);
     } else {
       return Status::InvalidArgument("thresholds: unknown member '" + key + "' (expected c_low, c_high, alpha_mode)");
     }
@@ -475,9 +466,9 @@ StatusOr<v1::SetRunConfigRequest> ParseConfigBody(const std::string& run, std::s
     } else if (key == "mode") {
       StatusOr<std::string> name = StringField("mode", v);
       if (!name.ok()) return name.status();
-      StatusOr<Mode> mode = ParseMode(name->c_str());
+      StatusOr<v1::ControlMode> mode = proto::ParseControlModeName(*name);
       if (!mode.ok()) return mode.status().WithPrefix("mode");
-      req.set_mode(proto::ToProto(*mode));
+      req.set_mode(*mode);
       have_mode = true;
     } else if (key == "reason") {
       StatusOr<std::string> reason = StringField("reason", v);
@@ -525,9 +516,9 @@ std::string EncodeSummary(const v1::RunSummary& summary, std::int64_t now_ns) {
   WriteRunInfo(w, summary.info());
   w.Key("steps_by_regime");
   w.BeginObject();
-  for (Regime r : kAllRegimes) {
-    const auto it = summary.steps_by_regime().find(RegimeName(r));
-    w.Key(RegimeName(r));
+  for (v1::Regime r : proto::kKnownRegimes) {
+    const auto it = summary.steps_by_regime().find(proto::EnumName(r));
+    w.Key(proto::EnumName(r));
     w.Uint(it == summary.steps_by_regime().end() ? 0 : it->second);
   }
   w.EndObject();

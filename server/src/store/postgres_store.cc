@@ -7,11 +7,13 @@
 // PostgresOptions::reconnect_interval), so Decide, which never reads the
 // store, keeps answering from memory.
 //
-// Schema (version 1; the table gac_schema holds the version), created in the
+// Schema (version 2; the table gac_schema holds the version), created in the
 // connection's current schema (the first of its search_path): the tables of
 // the SQLite store (sqlite_store.cc) with PostgreSQL types; floating-point
 // columns are float8, which keeps every IEEE value exactly (-0.0 included);
-// run_config has a version column for the compare-and-set of settings.
+// run_config has a version column for the compare-and-set of settings. The
+// record columns of `steps` are those of the record schema
+// (gac/proto/record_schema.h): COPY rows and reads walk it.
 //
 // Ingest (Apply): one transaction per call.
 //  1. The runs of the records are locked FOR KEY SHARE (created first when
@@ -57,8 +59,10 @@
 #include <vector>
 
 #include "gac/mutex.h"
+#include "gac/proto/record_schema.h"
 #include "gac/server/store.h"
 #include "server/src/store/postgres_codec.h"
+#include "server/src/store/step_columns.h"
 
 namespace gac::server {
 namespace {
@@ -147,19 +151,20 @@ CREATE INDEX config_changes_by_run ON config_changes (run, id);
 
 // Brings the schema from version i to i + 1 (kMigrations[i]), inside the
 // migration transaction. To change the schema, append one; never edit one.
-constexpr const char* kMigrations[] = {kSchemaV1};
+// Version 2: the agent's time per step takes its wire name.
+constexpr char kSchemaV2[] = "ALTER TABLE steps RENAME COLUMN overhead_s TO agent_overhead_seconds";
+
+constexpr const char* kMigrations[] = {kSchemaV1, kSchemaV2};
 constexpr int kSchemaVersion = static_cast<int>(std::size(kMigrations));
 
 // Column lists, in table order (COPY and the staging tables rely on it).
-#define GAC_PG_STEP_COLUMNS                                                             \
-  "run_id, step, rank, world_size, cosine, grad_norm, ref_norm, regime, alpha, "       \
-  "cosine_after, staleness, wall_time_ns, overhead_s, mode, fallback, received_ns"
+// The steps columns: run_id, the record schema's, received_ns.
+const std::string& PgStepColumns() {
+  static const auto* columns = new std::string("run_id, " + StepColumnList() + ", received_ns");
+  return *columns;
+}
 #define GAC_PG_LAYER_COLUMNS "run_id, step, rank, name, idx, cosine, grad_norm, ref_norm"
 #define GAC_PG_SCALAR_COLUMNS "run_id, step, rank, name, value"
-// What ReadStep reads, in order.
-#define GAC_PG_STEP_READ_COLUMNS                                                        \
-  "step, rank, world_size, cosine, grad_norm, ref_norm, regime, alpha, cosine_after, " \
-  "staleness, wall_time_ns, overhead_s, mode, fallback"
 #define GAC_PG_RUN_COLUMNS \
   "name, first_step, last_step, step_records, first_seen_ns, last_seen_ns, world_size"
 
@@ -169,7 +174,7 @@ constexpr int kSchemaVersion = static_cast<int>(std::size(kMigrations));
 
 struct StatementDef {
   const char* name;
-  const char* sql;
+  std::string sql;
   std::vector<unsigned> types;
 };
 
@@ -245,6 +250,7 @@ const std::vector<StatementDef>& WriteStatements() {
 }
 
 const std::vector<StatementDef>& ReadStatements() {
+  const std::string columns = StepColumnList();
   static const auto* defs = new std::vector<StatementDef>{
       {"run_id", "SELECT run_id FROM runs WHERE name = $1 AND step_records > 0", {kTextOid}},
       {"get_run", "SELECT " GAC_PG_RUN_COLUMNS " FROM runs WHERE name = $1 AND step_records > 0",
@@ -255,16 +261,16 @@ const std::vector<StatementDef>& ReadStatements() {
        {kTextOid, kInt8Oid}},
       // ($4, $5) is the `after` key, (INT64_MIN, -1) when there is none.
       {"steps_all",
-       "SELECT " GAC_PG_STEP_READ_COLUMNS " FROM steps WHERE run_id = $1 AND step >= $2 AND step < $3 "
+       "SELECT " + columns + " FROM steps WHERE run_id = $1 AND step >= $2 AND step < $3 "
        "AND (step, rank) > ($4, $5) ORDER BY step, rank LIMIT $6",
        {kInt8Oid, kInt8Oid, kInt8Oid, kInt8Oid, kInt8Oid, kInt8Oid}},
       {"steps_rank",
-       "SELECT " GAC_PG_STEP_READ_COLUMNS " FROM steps WHERE run_id = $1 AND rank = $7 "
+       "SELECT " + columns + " FROM steps WHERE run_id = $1 AND rank = $7 "
        "AND step >= $2 AND step < $3 AND (step, rank) > ($4, $5) ORDER BY step LIMIT $6",
        {kInt8Oid, kInt8Oid, kInt8Oid, kInt8Oid, kInt8Oid, kInt8Oid, kInt8Oid}},
       // LIMIT NULL is no limit.
       {"recent",
-       "SELECT " GAC_PG_STEP_READ_COLUMNS " FROM steps WHERE run_id = $1 AND rank = $2 "
+       "SELECT " + columns + " FROM steps WHERE run_id = $1 AND rank = $2 "
        "ORDER BY step DESC LIMIT $3",
        {kInt8Oid, kInt8Oid, kInt8Oid}},
       // The details of the records of a step range ($4: one rank, or NULL).
@@ -561,7 +567,7 @@ class Session {
       if (!s.ok()) return s;
     }
     for (const StatementDef& def : *statements_) {
-      Result r(PQprepare(conn_.get(), def.name, def.sql, static_cast<int>(def.types.size()),
+      Result r(PQprepare(conn_.get(), def.name, def.sql.c_str(), static_cast<int>(def.types.size()),
                          def.types.empty() ? nullptr : reinterpret_cast<const Oid*>(def.types.data())));
       if (PQresultStatus(r.get()) != PGRES_COMMAND_OK) return Error(r.get(), def.name);
     }
@@ -602,23 +608,44 @@ void EndFailedTransaction(Session* session) {
 // Reading rows
 // ---------------------------------------------------------------------------
 
-// Fills `record` (but its run, scalars and layers) from a row of
-// GAC_PG_STEP_READ_COLUMNS.
+// Fills `record` (but its run, scalars and layers) from a row whose columns
+// are StepColumnList(). Column types by field type: kInteger bigint, kReal
+// float8, kEnum integer, kBool boolean.
 void ReadStep(const PGresult* r, int row, v1::StepRecord* record) {
-  record->set_step(Int8At(r, row, 0));
-  record->set_rank(static_cast<std::uint32_t>(Int8At(r, row, 1)));
-  record->set_world_size(static_cast<std::uint32_t>(Int8At(r, row, 2)));
-  if (!NullAt(r, row, 3)) record->set_cosine(Float8At(r, row, 3));
-  record->set_grad_norm(Float8At(r, row, 4));
-  record->set_ref_norm(Float8At(r, row, 5));
-  record->set_regime(static_cast<v1::Regime>(Int4At(r, row, 6)));
-  record->set_alpha(Float8At(r, row, 7));
-  if (!NullAt(r, row, 8)) record->set_cosine_after(Float8At(r, row, 8));
-  if (!NullAt(r, row, 9)) record->set_staleness(Int8At(r, row, 9));
-  record->set_wall_time_ns(Int8At(r, row, 10));
-  record->set_agent_overhead_seconds(Float8At(r, row, 11));
-  record->set_mode(static_cast<v1::ControlMode>(Int4At(r, row, 12)));
-  record->set_fallback(BoolAt(r, row, 13));
+  for (std::size_t i = 0; i < proto::kStepFieldCount; ++i) {
+    const proto::StepField& field = proto::kStepFields[i];
+    const int col = static_cast<int>(i);
+    proto::FieldValue v;
+    v.present = !NullAt(r, row, col);
+    if (!v.present) {
+      if (field.optional) field.set(v, record);
+      continue;
+    }
+    switch (field.type) {
+      case proto::FieldType::kReal: v.real = Float8At(r, row, col); break;
+      case proto::FieldType::kEnum: v.integer = Int4At(r, row, col); break;
+      case proto::FieldType::kBool: v.integer = BoolAt(r, row, col) ? 1 : 0; break;
+      case proto::FieldType::kInteger:
+      case proto::FieldType::kText: v.integer = Int8At(r, row, col); break;
+    }
+    field.set(v, record);
+  }
+}
+
+// Appends a record field to a COPY row in its column's type (see ReadStep).
+void CopyField(const proto::StepField& field, const v1::StepRecord& record, pg::CopyStream* copy) {
+  const proto::FieldValue v = field.get(record);
+  if (!v.present) {
+    copy->Null();
+    return;
+  }
+  switch (field.type) {
+    case proto::FieldType::kReal: copy->Float8(v.real); return;
+    case proto::FieldType::kEnum: copy->Int4(static_cast<std::int32_t>(v.integer)); return;
+    case proto::FieldType::kBool: copy->Bool(v.integer != 0); return;
+    case proto::FieldType::kInteger:
+    case proto::FieldType::kText: copy->Int8(v.integer); return;
+  }
 }
 
 void ReadRunInfo(const PGresult* r, int row, v1::RunInfo* info) {
@@ -971,23 +998,9 @@ Status PostgresStore::WriteSteps(std::vector<WriteOp>* ops, bool slow) {
     const v1::StepRecord& r = *c.record;
     if (!slow && existing.count({c.run_id, r.step(), r.rank()}) != 0) continue;
     c.is_new = !slow;  // the slow path learns it from the INSERT
-    steps_copy_.Row(16)
-        .Int8(c.run_id)
-        .Int8(r.step())
-        .Int8(r.rank())
-        .Int8(r.world_size())
-        .OptFloat8(r.has_cosine(), r.cosine())
-        .Float8(r.grad_norm())
-        .Float8(r.ref_norm())
-        .Int4(r.regime())
-        .Float8(r.alpha())
-        .OptFloat8(r.has_cosine_after(), r.cosine_after())
-        .OptInt8(r.has_staleness(), r.staleness())
-        .Int8(r.wall_time_ns())
-        .Float8(r.agent_overhead_seconds())
-        .Int4(r.mode())
-        .Bool(r.fallback())
-        .Int8(c.op->received_ns);
+    steps_copy_.Row(static_cast<int>(proto::kStepFieldCount) + 2).Int8(c.run_id);
+    for (const proto::StepField& field : proto::kStepFields) CopyField(field, r, &steps_copy_);
+    steps_copy_.Int8(c.op->received_ns);
     std::int32_t idx = 0;
     for (const v1::LayerRecord& layer : r.layers()) {
       layers_copy_.Row(8)
@@ -1005,9 +1018,9 @@ Status PostgresStore::WriteSteps(std::vector<WriteOp>* ops, bool slow) {
     }
   }
   if (steps_copy_.rows() > 0) {
-    const char* steps_sql = slow ? "COPY stage_steps (" GAC_PG_STEP_COLUMNS ") FROM STDIN (FORMAT binary)"
-                                 : "COPY steps (" GAC_PG_STEP_COLUMNS ") FROM STDIN (FORMAT binary)";
-    GAC_RETURN_IF_ERROR(write_->Copy(steps_sql, steps_copy_.Finish(), "writing step records"));
+    const std::string steps_sql = std::string(slow ? "COPY stage_steps (" : "COPY steps (") + PgStepColumns() +
+                                  ") FROM STDIN (FORMAT binary)";
+    GAC_RETURN_IF_ERROR(write_->Copy(steps_sql.c_str(), steps_copy_.Finish(), "writing step records"));
     if (layers_copy_.rows() > 0) {
       const char* sql = slow ? "COPY stage_layers (" GAC_PG_LAYER_COLUMNS ") FROM STDIN (FORMAT binary)"
                              : "COPY layers (" GAC_PG_LAYER_COLUMNS ") FROM STDIN (FORMAT binary)";
@@ -1425,10 +1438,8 @@ StatusOr<std::unique_ptr<Store>> OpenPostgresStore(const std::string& uri, const
 
 int PostgresSchemaVersion() { return kSchemaVersion; }
 
-#undef GAC_PG_STEP_COLUMNS
 #undef GAC_PG_LAYER_COLUMNS
 #undef GAC_PG_SCALAR_COLUMNS
-#undef GAC_PG_STEP_READ_COLUMNS
 #undef GAC_PG_RUN_COLUMNS
 
 }  // namespace gac::server

@@ -3,10 +3,12 @@
 // last committed transaction while the writer holds its write transaction, so
 // queries never wait for ingest (only for other queries).
 //
-// Schema (version 1; PRAGMA user_version holds the version):
+// Schema (version 2; PRAGMA user_version holds the version):
 //   runs            one row per run with stored steps; run_id is the key of
 //                   the history tables; the RunInfo counters live here
-//   steps           one row per (run_id, step, rank); ordered for GetSteps
+//   steps           one row per (run_id, step, rank); ordered for GetSteps;
+//                   its record columns are those of the record schema
+//                   (gac/proto/record_schema.h), read and written by it
 //   steps_by_rank   index (run_id, rank, step) for rank queries
 //   layers          one row per (run_id, step, rank, name); idx keeps the
 //                   agent's order of the layers within a step
@@ -29,13 +31,16 @@
 #include <iterator>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <utility>
 #include <vector>
 
 #include "gac/mutex.h"
+#include "gac/proto/record_schema.h"
 #include "gac/server/store.h"
+#include "server/src/store/step_columns.h"
 
 namespace gac::server {
 namespace {
@@ -46,6 +51,18 @@ constexpr std::int64_t kInt64Min = std::numeric_limits<std::int64_t>::min();
 // The writer's name -> run_id cache is dropped when it grows past this many
 // runs; a miss costs one indexed lookup.
 constexpr std::size_t kMaxCachedRuns = 4096;
+
+// (step, rank): a record's key within its run.
+struct StepKey {
+  std::int64_t step;
+  std::int64_t rank;
+  bool operator==(const StepKey& o) const { return step == o.step && rank == o.rank; }
+};
+struct StepKeyHash {
+  std::size_t operator()(const StepKey& k) const {
+    return std::hash<std::int64_t>()(k.step) * 31 + std::hash<std::int64_t>()(k.rank);
+  }
+};
 
 // ---------------------------------------------------------------------------
 // Schema and migrations
@@ -123,7 +140,13 @@ int MigrateToV1(sqlite3* db, char** errmsg) {
   return sqlite3_exec(db, kSchemaV1, nullptr, nullptr, errmsg);
 }
 
-constexpr Migration kMigrations[] = {&MigrateToV1};
+// Version 2: the agent's time per step takes its wire name.
+int MigrateToV2(sqlite3* db, char** errmsg) {
+  return sqlite3_exec(db, "ALTER TABLE steps RENAME COLUMN overhead_s TO agent_overhead_seconds", nullptr,
+                      nullptr, errmsg);
+}
+
+constexpr Migration kMigrations[] = {&MigrateToV1, &MigrateToV2};
 constexpr int kSchemaVersion = static_cast<int>(std::size(kMigrations));
 
 // ---------------------------------------------------------------------------
@@ -200,6 +223,12 @@ class Binder {
   Binder& Null() { return Check(sqlite3_bind_null(stmt_, ++index_)); }
   Binder& OptDouble(bool has, double v) { return has ? Double(v) : Null(); }
   Binder& OptInt(bool has, std::int64_t v) { return has ? Int(v) : Null(); }
+  // A record field by its schema type; NULL when absent.
+  Binder& Field(const proto::StepField& field, const v1::StepRecord& record) {
+    const proto::FieldValue v = field.get(record);
+    if (field.type == proto::FieldType::kReal) return OptDouble(v.present, v.real);
+    return OptInt(v.present, v.integer);
+  }
   Binder& Text(const std::string& s) {
     return Check(
         sqlite3_bind_text(stmt_, ++index_, s.data(), static_cast<int>(s.size()), SQLITE_STATIC));
@@ -233,32 +262,24 @@ bool ParseColumn(sqlite3_stmt* stmt, int col, Message* message) {
   return message->ParseFromArray(data, size);
 }
 
-// Columns of `steps` that make up a StepRecord, in the order ReadStep reads.
-#define GAC_STEP_COLUMNS                                                               \
-  "step, rank, world_size, cosine, grad_norm, ref_norm, regime, alpha, cosine_after, " \
-  "staleness, wall_time_ns, overhead_s, mode, fallback"
-
 #define GAC_RUN_COLUMNS \
   "name, first_step, last_step, step_records, first_seen_ns, last_seen_ns, world_size"
 
-// Fills `record` (but its run, scalars and layers) from a row of GAC_STEP_COLUMNS.
+// Fills `record` (but its run, scalars and layers) from a row whose columns
+// are StepColumnList().
 void ReadStep(sqlite3_stmt* s, v1::StepRecord* record) {
-  record->set_step(sqlite3_column_int64(s, 0));
-  record->set_rank(static_cast<std::uint32_t>(sqlite3_column_int64(s, 1)));
-  record->set_world_size(static_cast<std::uint32_t>(sqlite3_column_int64(s, 2)));
-  if (sqlite3_column_type(s, 3) != SQLITE_NULL) record->set_cosine(sqlite3_column_double(s, 3));
-  record->set_grad_norm(sqlite3_column_double(s, 4));
-  record->set_ref_norm(sqlite3_column_double(s, 5));
-  record->set_regime(static_cast<v1::Regime>(sqlite3_column_int(s, 6)));
-  record->set_alpha(sqlite3_column_double(s, 7));
-  if (sqlite3_column_type(s, 8) != SQLITE_NULL) {
-    record->set_cosine_after(sqlite3_column_double(s, 8));
+  for (std::size_t i = 0; i < proto::kStepFieldCount; ++i) {
+    const proto::StepField& field = proto::kStepFields[i];
+    const int col = static_cast<int>(i);
+    proto::FieldValue v;
+    v.present = sqlite3_column_type(s, col) != SQLITE_NULL;
+    if (field.type == proto::FieldType::kReal) {
+      v.real = sqlite3_column_double(s, col);
+    } else {
+      v.integer = sqlite3_column_int64(s, col);
+    }
+    if (v.present || field.optional) field.set(v, record);
   }
-  if (sqlite3_column_type(s, 9) != SQLITE_NULL) record->set_staleness(sqlite3_column_int64(s, 9));
-  record->set_wall_time_ns(sqlite3_column_int64(s, 10));
-  record->set_agent_overhead_seconds(sqlite3_column_double(s, 11));
-  record->set_mode(static_cast<v1::ControlMode>(sqlite3_column_int(s, 12)));
-  record->set_fallback(sqlite3_column_int(s, 13) != 0);
 }
 
 // Fills a RunInfo (but its config) from a row of GAC_RUN_COLUMNS.
@@ -404,13 +425,15 @@ class SqliteStore final : public Store {
 
   // Sets *run_id to -1 for a run with no stored step.
   Status FindRunForRead(const std::string& run, std::int64_t* run_id) GAC_REQUIRES(read_mu_);
-  // Reads the scalars (and layers when asked) of `record`, whose step and rank
-  // are set.
-  Status ReadDetails(std::int64_t run_id, bool include_layers, v1::StepRecord* record) GAC_REQUIRES(read_mu_);
+  // Reads the scalars (and layers when asked) of `records`, whose steps and
+  // ranks are set and all of `rank` when it is given, in two queries (one
+  // without layers) whatever the number of records.
+  Status ReadDetails(std::int64_t run_id, std::optional<std::uint32_t> rank, bool include_layers,
+                     std::vector<v1::StepRecord>* records) GAC_REQUIRES(read_mu_);
   // Reads the step rows of a prepared statement whose binding returned
-  // bind_rc (an error there is reported, as in StepOnce).
+  // bind_rc (an error there is reported, as in StepOnce), then their details.
   Status ReadSteps(sqlite3_stmt* stmt, int bind_rc, std::int64_t run_id, const std::string& run,
-                   bool include_layers, std::uint32_t reserve, std::vector<v1::StepRecord>* out)
+                   std::optional<std::uint32_t> rank, bool include_layers, std::uint32_t reserve, std::vector<v1::StepRecord>* out)
       GAC_REQUIRES(read_mu_);
 
   const std::string path_;
@@ -434,7 +457,7 @@ class SqliteStore final : public Store {
   struct {
     Stmt begin, commit;
     Stmt run_id, get_run, list_runs;
-    Stmt steps_all, steps_rank, recent, layers, scalars;
+    Stmt steps_all, steps_rank, recent, layers_all, layers_rank, scalars_all, scalars_rank;
     Stmt changes, configs;
   } r_ GAC_GUARDED_BY(read_mu_);
 };
@@ -516,8 +539,9 @@ Status SqliteStore::PrepareAll() {
   struct Statement {
     sqlite3* db;
     Stmt* stmt;
-    const char* sql;
+    std::string sql;
   };
+  const std::string columns = StepColumnList();
   const Statement statements[] = {
       {w, &w_.begin, "BEGIN IMMEDIATE"},
       {w, &w_.commit, "COMMIT"},
@@ -534,9 +558,8 @@ Status SqliteStore::PrepareAll() {
        "first_seen_ns = MIN(first_seen_ns, ?6), last_seen_ns = MAX(last_seen_ns, ?6) "
        "WHERE run_id = ?1"},
       {w, &w_.insert_step,
-       "INSERT OR IGNORE INTO steps (run_id, step, rank, world_size, cosine, grad_norm, "
-       "ref_norm, regime, alpha, cosine_after, staleness, wall_time_ns, overhead_s, mode, "
-       "fallback, received_ns) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"},
+       "INSERT OR IGNORE INTO steps (run_id, " + columns + ", received_ns) VALUES (?1, " +
+           StepPlaceholders('?', 2) + ", ?" + std::to_string(2 + proto::kStepFieldCount) + ")"},
       {w, &w_.insert_layer,
        "INSERT OR IGNORE INTO layers (run_id, step, rank, name, idx, cosine, grad_norm, "
        "ref_norm) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"},
@@ -564,26 +587,34 @@ Status SqliteStore::PrepareAll() {
       // The step range comes first so that a resumed page seeks to `after`;
       // (?4, ?5) is the `after` key, (INT64_MIN, -1) when there is none.
       {r, &r_.steps_all,
-       "SELECT " GAC_STEP_COLUMNS " FROM steps WHERE run_id = ?1 AND step >= ?2 AND step < ?3 "
+       "SELECT " + columns + " FROM steps WHERE run_id = ?1 AND step >= ?2 AND step < ?3 "
        "AND (step > ?4 OR rank > ?5) ORDER BY step, rank LIMIT ?6"},
       {r, &r_.steps_rank,
-       "SELECT " GAC_STEP_COLUMNS " FROM steps INDEXED BY steps_by_rank WHERE run_id = ?1 "
+       "SELECT " + columns + " FROM steps INDEXED BY steps_by_rank WHERE run_id = ?1 "
        "AND rank = ?7 AND step >= ?2 AND step < ?3 AND (step > ?4 OR rank > ?5) "
        "ORDER BY step LIMIT ?6"},
       {r, &r_.recent,
-       "SELECT " GAC_STEP_COLUMNS " FROM steps INDEXED BY steps_by_rank WHERE run_id = ?1 "
+       "SELECT " + columns + " FROM steps INDEXED BY steps_by_rank WHERE run_id = ?1 "
        "AND rank = ?2 ORDER BY step DESC LIMIT ?3"},
-      {r, &r_.layers,
-       "SELECT name, cosine, grad_norm, ref_norm FROM layers WHERE run_id = ?1 AND step = ?2 "
-       "AND rank = ?3 ORDER BY idx"},
-      {r, &r_.scalars,
-       "SELECT name, value FROM scalars WHERE run_id = ?1 AND step = ?2 AND rank = ?3"},
+      // The details of a page's records: its step range [?2, ?3], every rank
+      // or rank ?4. The caller drops rows of keys not on the page.
+      {r, &r_.layers_all,
+       "SELECT step, rank, name, cosine, grad_norm, ref_norm FROM layers WHERE run_id = ?1 "
+       "AND step >= ?2 AND step <= ?3 ORDER BY step, rank, idx"},
+      {r, &r_.layers_rank,
+       "SELECT step, rank, name, cosine, grad_norm, ref_norm FROM layers WHERE run_id = ?1 "
+       "AND step >= ?2 AND step <= ?3 AND rank = ?4 ORDER BY step, rank, idx"},
+      {r, &r_.scalars_all,
+       "SELECT step, rank, name, value FROM scalars WHERE run_id = ?1 AND step >= ?2 AND step <= ?3"},
+      {r, &r_.scalars_rank,
+       "SELECT step, rank, name, value FROM scalars WHERE run_id = ?1 AND step >= ?2 AND step <= ?3 "
+       "AND rank = ?4"},
       {r, &r_.changes,
        "SELECT change FROM config_changes WHERE run = ?1 ORDER BY id LIMIT ?2 OFFSET ?3"},
       {r, &r_.configs, "SELECT run, config FROM run_config ORDER BY run"},
   };
   for (const Statement& statement : statements) {
-    Status s = Prepare(statement.db, statement.sql, statement.stmt);
+    Status s = Prepare(statement.db, statement.sql.c_str(), statement.stmt);
     if (!s.ok()) return s;
   }
   return Status();
@@ -686,24 +717,10 @@ Status SqliteStore::ApplySteps(WriteOp* op) {
     }
     RunDelta& delta = deltas_[current];
 
-    int bind_rc = Binder(insert_step)
-                      .Int(delta.run_id)
-                      .Int(r.step())
-                      .Int(r.rank())
-                      .Int(r.world_size())
-                      .OptDouble(r.has_cosine(), r.cosine())
-                      .Double(r.grad_norm())
-                      .Double(r.ref_norm())
-                      .Int(r.regime())
-                      .Double(r.alpha())
-                      .OptDouble(r.has_cosine_after(), r.cosine_after())
-                      .OptInt(r.has_staleness(), r.staleness())
-                      .Int(r.wall_time_ns())
-                      .Double(r.agent_overhead_seconds())
-                      .Int(r.mode())
-                      .Int(r.fallback() ? 1 : 0)
-                      .Int(op->received_ns)
-                      .rc();
+    Binder step_binder(insert_step);
+    step_binder.Int(delta.run_id);
+    for (const proto::StepField& field : proto::kStepFields) step_binder.Field(field, r);
+    int bind_rc = step_binder.Int(op->received_ns).rc();
     Status s = StepOnce(db, insert_step, bind_rc, "inserting a step record");
     if (!s.ok()) return s;
     if (sqlite3_changes(db) == 0) {
@@ -873,30 +890,53 @@ Status SqliteStore::FindRunForRead(const std::string& run, std::int64_t* run_id)
   return StepError(read_db_.get(), rc, "looking up a run");
 }
 
-Status SqliteStore::ReadDetails(std::int64_t run_id, bool include_layers, v1::StepRecord* record) {
+Status SqliteStore::ReadDetails(std::int64_t run_id, std::optional<std::uint32_t> rank, bool include_layers,
+                                std::vector<v1::StepRecord>* records) {
+  if (records->empty()) return Status();
   sqlite3* db = read_db_.get();
+  std::int64_t lo = kInt64Max;
+  std::int64_t hi = kInt64Min;
+  std::unordered_map<StepKey, v1::StepRecord*, StepKeyHash> by_key;
+  by_key.reserve(records->size());
+  for (v1::StepRecord& record : *records) {
+    lo = std::min<std::int64_t>(lo, record.step());
+    hi = std::max<std::int64_t>(hi, record.step());
+    by_key.emplace(StepKey{record.step(), record.rank()}, &record);
+  }
+  const auto find = [&](sqlite3_stmt* stmt) -> v1::StepRecord* {
+    const auto it = by_key.find(StepKey{sqlite3_column_int64(stmt, 0), sqlite3_column_int64(stmt, 1)});
+    return it == by_key.end() ? nullptr : it->second;
+  };
+  const auto bind = [&](sqlite3_stmt* stmt) {
+    Binder binder(stmt);
+    binder.Int(run_id).Int(lo).Int(hi);
+    if (rank.has_value()) binder.Int(*rank);
+    return binder.rc();
+  };
   {
-    sqlite3_stmt* stmt = r_.scalars.get();
+    sqlite3_stmt* stmt = rank.has_value() ? r_.scalars_rank.get() : r_.scalars_all.get();
     ScopedReset reset(stmt);
-    int rc = Binder(stmt).Int(run_id).Int(record->step()).Int(record->rank()).rc();
-    auto* scalars = record->mutable_scalars();
+    int rc = bind(stmt);
     while (rc == SQLITE_OK && (rc = sqlite3_step(stmt)) == SQLITE_ROW) {
-      (*scalars)[ColumnText(stmt, 0)] = sqlite3_column_double(stmt, 1);
+      if (v1::StepRecord* record = find(stmt)) {
+        (*record->mutable_scalars())[ColumnText(stmt, 2)] = sqlite3_column_double(stmt, 3);
+      }
       rc = SQLITE_OK;
     }
     if (rc != SQLITE_DONE) return StepError(db, rc, "reading scalars");
   }
   if (!include_layers) return Status();
-  sqlite3_stmt* stmt = r_.layers.get();
+  sqlite3_stmt* stmt = rank.has_value() ? r_.layers_rank.get() : r_.layers_all.get();
   ScopedReset reset(stmt);
-  int rc = Binder(stmt).Int(run_id).Int(record->step()).Int(record->rank()).rc();
+  int rc = bind(stmt);
   while (rc == SQLITE_OK && (rc = sqlite3_step(stmt)) == SQLITE_ROW) {
-    v1::LayerRecord* layer = record->add_layers();
-    layer->set_name(ColumnText(stmt, 0));
-    if (sqlite3_column_type(stmt, 1) != SQLITE_NULL)
-      layer->set_cosine(sqlite3_column_double(stmt, 1));
-    layer->set_grad_norm(sqlite3_column_double(stmt, 2));
-    layer->set_ref_norm(sqlite3_column_double(stmt, 3));
+    if (v1::StepRecord* record = find(stmt)) {
+      v1::LayerRecord* layer = record->add_layers();
+      layer->set_name(ColumnText(stmt, 2));
+      if (sqlite3_column_type(stmt, 3) != SQLITE_NULL) layer->set_cosine(sqlite3_column_double(stmt, 3));
+      layer->set_grad_norm(sqlite3_column_double(stmt, 4));
+      layer->set_ref_norm(sqlite3_column_double(stmt, 5));
+    }
     rc = SQLITE_OK;
   }
   if (rc != SQLITE_DONE) return StepError(db, rc, "reading layers");
@@ -904,7 +944,7 @@ Status SqliteStore::ReadDetails(std::int64_t run_id, bool include_layers, v1::St
 }
 
 Status SqliteStore::ReadSteps(sqlite3_stmt* stmt, int bind_rc, std::int64_t run_id, const std::string& run,
-                              bool include_layers, std::uint32_t reserve,
+                              std::optional<std::uint32_t> rank, bool include_layers, std::uint32_t reserve,
                               std::vector<v1::StepRecord>* out) {
   {
     ScopedReset reset(stmt);
@@ -918,11 +958,7 @@ Status SqliteStore::ReadSteps(sqlite3_stmt* stmt, int bind_rc, std::int64_t run_
     }
     if (rc != SQLITE_DONE) return StepError(read_db_.get(), rc, "reading step records");
   }
-  for (v1::StepRecord& record : *out) {
-    Status s = ReadDetails(run_id, include_layers, &record);
-    if (!s.ok()) return s;
-  }
-  return Status();
+  return ReadDetails(run_id, rank, include_layers, out);
 }
 
 StatusOr<std::vector<v1::StepRecord>> SqliteStore::GetSteps(const StepQuery& query) {
@@ -948,7 +984,7 @@ StatusOr<std::vector<v1::StepRecord>> SqliteStore::GetSteps(const StepQuery& que
   Binder binder(stmt);
   binder.Int(run_id).Int(low).Int(query.end_step).Int(after_step).Int(after_rank).Int(query.limit);
   if (query.rank.has_value()) binder.Int(*query.rank);
-  s = ReadSteps(stmt, binder.rc(), run_id, query.run, query.include_layers, query.limit, &out);
+  s = ReadSteps(stmt, binder.rc(), run_id, query.run, query.rank, query.include_layers, query.limit, &out);
   if (!s.ok()) return s;
   return out;
 }
@@ -967,7 +1003,7 @@ StatusOr<std::vector<v1::StepRecord>> SqliteStore::GetRecentSteps(const std::str
   sqlite3_stmt* stmt = r_.recent.get();
   // LIMIT -1 is no limit.
   const int rc = Binder(stmt).Int(run_id).Int(rank).Int(window == 0 ? -1 : std::int64_t{window}).rc();
-  s = ReadSteps(stmt, rc, run_id, run, /*include_layers=*/false, window, &out);
+  s = ReadSteps(stmt, rc, run_id, run, rank, /*include_layers=*/false, window, &out);
   if (!s.ok()) return s;
   std::reverse(out.begin(), out.end());
   return out;
@@ -1049,7 +1085,6 @@ StatusOr<std::unique_ptr<Store>> OpenSqliteStore(const std::string& path,
 
 int SqliteSchemaVersion() { return kSchemaVersion; }
 
-#undef GAC_STEP_COLUMNS
 #undef GAC_RUN_COLUMNS
 
 }  // namespace gac::server

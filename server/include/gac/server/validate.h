@@ -9,22 +9,24 @@
 #include <cstddef>
 #include <string_view>
 
+#include "gac/proto/wire_rules.h"
 #include "gac/status.h"
 #include "gac/v1/control.pb.h"
 #include "gac/v1/telemetry.pb.h"
 
 namespace gac::server {
 
+// The wire contract's limits (gac/proto/wire_rules.h); tests lower them.
 struct Limits {
-  std::size_t max_records_per_batch = 4096;
-  std::size_t max_layers_per_record = 4096;
-  std::size_t max_scalars_per_record = 64;
+  std::size_t max_records_per_batch = proto::kMaxRecordsPerBatch;
+  std::size_t max_layers_per_record = proto::kMaxLayersPerRecord;
+  std::size_t max_scalars_per_record = proto::kMaxScalarsPerRecord;
   std::size_t max_reason_bytes = 1024;
 };
 
-// 1-128 characters of [A-Za-z0-9._:/-].
+// proto::CheckRunId: 1-128 characters of [A-Za-z0-9._:/-].
 Status ValidateRunId(std::string_view run);
-// 1-256 printable ASCII characters (0x21-0x7e) and space.
+// proto::CheckName: 1-256 printable ASCII characters (0x21-0x7e) and space.
 Status ValidateName(std::string_view what, std::string_view name);
 
 Status ValidateStepRecord(const v1::StepRecord& record, const Limits& limits);

@@ -1,0 +1,69 @@
+// The rules of the wire contract (proto/gac/v1/*.proto) that code must check
+// or print, in one place: what a run id and a name may contain, the size
+// limits of a record and a batch, and the text of the enums.
+//
+// gacd's validation (server/src/validate.cc), the transport, gacctl and the
+// Python package use these instead of restating them, so every side refuses
+// and prints the same things.
+//
+// Thread safety: constants and pure functions.
+#ifndef GAC_PROTO_WIRE_RULES_H_
+#define GAC_PROTO_WIRE_RULES_H_
+
+#include <cstddef>
+#include <string_view>
+
+#include "gac/status.h"
+#include "gac/v1/control.pb.h"
+#include "gac/v1/telemetry.pb.h"
+
+namespace gac::proto {
+
+// A run id is 1..kMaxRunIdLength characters of [A-Za-z0-9._:/-].
+inline constexpr std::size_t kMaxRunIdLength = 128;
+// A layer or scalar name is 1..kMaxNameLength printable ASCII characters
+// (0x20-0x7e).
+inline constexpr std::size_t kMaxNameLength = 256;
+// The most scalars and layers one StepRecord may carry, and the most records
+// one IngestRequest may carry.
+inline constexpr std::size_t kMaxScalarsPerRecord = 64;
+inline constexpr std::size_t kMaxLayersPerRecord = 4096;
+inline constexpr std::size_t kMaxRecordsPerBatch = 4096;
+
+// True for a character a run id may contain.
+bool IsRunIdChar(char c);
+// OK, or INVALID_ARGUMENT saying what is wrong with `run`.
+Status CheckRunId(std::string_view run);
+// OK, or INVALID_ARGUMENT starting with `what` ("layer name", "scalar name").
+Status CheckName(std::string_view what, std::string_view name);
+
+// The text of the enums, as HTTP, gacctl and the page show them. A value
+// outside the enum is "unknown". UNSPECIFIED reads as the wire contract
+// says: a regime "unknown", a mode "monitor" (telemetry.proto), an alpha
+// mode "paper" (control.proto).
+const char* EnumName(v1::Regime regime);          // "safe", "project", "skip", "invalid"
+const char* EnumName(v1::ControlMode mode);       // "monitor", "local", "remote"
+const char* EnumName(v1::AlphaMode mode);         // "paper", "exact"
+inline constexpr const char kUnknownName[] = "unknown";
+
+// The regimes a step can be recorded with, in the order views list them.
+inline constexpr v1::Regime kKnownRegimes[] = {v1::REGIME_SAFE, v1::REGIME_PROJECT, v1::REGIME_SKIP,
+                                               v1::REGIME_INVALID};
+
+// The regime as a view shows a step: in monitor mode (and UNSPECIFIED, which
+// is monitor) GAC changed nothing, so "project" and "skip" read "would
+// project" and "would skip"; otherwise EnumName(regime).
+const char* RegimeInModeName(v1::Regime regime, v1::ControlMode mode);
+// True when steps of `mode` had their updates changed by GAC's decisions
+// (local and remote); false for monitor and UNSPECIFIED.
+bool ModeApplies(v1::ControlMode mode);
+
+// Parse the names above (exact, lower case); INVALID_ARGUMENT naming the
+// expected values otherwise. "unknown" is not parsed.
+StatusOr<v1::Regime> ParseRegimeName(std::string_view name);
+StatusOr<v1::ControlMode> ParseControlModeName(std::string_view name);
+StatusOr<v1::AlphaMode> ParseAlphaModeName(std::string_view name);
+
+}  // namespace gac::proto
+
+#endif  // GAC_PROTO_WIRE_RULES_H_

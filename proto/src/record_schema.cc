@@ -1,0 +1,88 @@
+#include "gac/proto/record_schema.h"
+
+#include <cstring>
+
+#include "gac/proto/wire_rules.h"
+
+namespace gac::proto {
+namespace {
+
+FieldValue Int(std::int64_t v) { return FieldValue{true, v, 0}; }
+FieldValue Real(double v) { return FieldValue{true, 0, v}; }
+FieldValue Absent() { return FieldValue{false, 0, 0}; }
+
+const char* RegimeNamer(std::int64_t v) {
+  return v1::Regime_IsValid(static_cast<int>(v)) ? EnumName(static_cast<v1::Regime>(v)) : kUnknownName;
+}
+const char* ModeNamer(std::int64_t v) {
+  return v1::ControlMode_IsValid(static_cast<int>(v)) ? EnumName(static_cast<v1::ControlMode>(v)) : kUnknownName;
+}
+
+// A non-optional integer field `f` of type T.
+#define GAC_INT_FIELD(f, T)                                                             \
+  [](const v1::StepRecord& r) { return Int(static_cast<std::int64_t>(r.f())); },       \
+      [](const FieldValue& v, v1::StepRecord* r) { r->set_##f(static_cast<T>(v.integer)); }
+// A non-optional real field `f`.
+#define GAC_REAL_FIELD(f)                                  \
+  [](const v1::StepRecord& r) { return Real(r.f()); },     \
+      [](const FieldValue& v, v1::StepRecord* r) { r->set_##f(v.real); }
+// An optional field `f`, read through `make` (Int or Real) from `member`.
+#define GAC_OPT_FIELD(f, make, member)                                            \
+  [](const v1::StepRecord& r) { return r.has_##f() ? make(r.f()) : Absent(); },    \
+      [](const FieldValue& v, v1::StepRecord* r) {                                \
+        if (v.present) {                                                          \
+          r->set_##f(v.member);                                                   \
+        } else {                                                                  \
+          r->clear_##f();                                                         \
+        }                                                                         \
+      }
+
+}  // namespace
+
+const StepField kStepFields[kStepFieldCount] = {
+    {"step", "step", FieldType::kInteger, false, FieldRange::kAny, false, "steps", "optimiser step index, in [0, 2^63 - 2]",
+     GAC_INT_FIELD(step, std::int64_t), nullptr},
+    {"rank", "rank", FieldType::kInteger, false, FieldRange::kAny, false, "", "reporting rank, < world_size",
+     GAC_INT_FIELD(rank, std::uint32_t), nullptr},
+    {"world_size", "world_size", FieldType::kInteger, false, FieldRange::kAny, false, "", "ranks of the run; 0 is read as 1",
+     GAC_INT_FIELD(world_size, std::uint32_t), nullptr},
+    {"cosine", "cosine", FieldType::kReal, true, FieldRange::kCosine, false, "", "c_t = cos(g, p); absent without a reference",
+     GAC_OPT_FIELD(cosine, Real, real), nullptr},
+    {"grad_norm", "grad_norm", FieldType::kReal, false, FieldRange::kNonNegative, false, "", "||g||", GAC_REAL_FIELD(grad_norm), nullptr},
+    {"ref_norm", "ref_norm", FieldType::kReal, false, FieldRange::kNonNegative, false, "", "||p||", GAC_REAL_FIELD(ref_norm), nullptr},
+    {"regime", "regime", FieldType::kEnum, false, FieldRange::kAny, false, "", "the controller's regime for the step",
+     [](const v1::StepRecord& r) { return Int(r.regime()); },
+     [](const FieldValue& v, v1::StepRecord* r) { r->set_regime(static_cast<v1::Regime>(v.integer)); },
+     &RegimeNamer},
+    {"alpha", "alpha", FieldType::kReal, false, FieldRange::kUnit, false, "", "gain on the parallel component, in [0, 1]",
+     GAC_REAL_FIELD(alpha), nullptr},
+    {"cosine_after", "cosine_after", FieldType::kReal, true, FieldRange::kCosine, false, "",
+     "cosine of the applied update with p", GAC_OPT_FIELD(cosine_after, Real, real), nullptr},
+    {"staleness", "staleness", FieldType::kInteger, true, FieldRange::kNonNegative, false, "versions",
+     "policy versions behind the learner", GAC_OPT_FIELD(staleness, Int, integer), nullptr},
+    {"wall_time_ns", "wall_time_ns", FieldType::kInteger, false, FieldRange::kNonNegative, true, "ns",
+     "when the step was decided, since the Unix epoch; 0 = unknown", GAC_INT_FIELD(wall_time_ns, std::int64_t),
+     nullptr},
+    {"agent_overhead_seconds", "agent_overhead_seconds", FieldType::kReal, false, FieldRange::kNonNegative, false, "s",
+     "agent time on the training thread this step", GAC_REAL_FIELD(agent_overhead_seconds), nullptr},
+    {"mode", "mode", FieldType::kEnum, false, FieldRange::kAny, false, "", "the agent's mode for the step",
+     [](const v1::StepRecord& r) { return Int(r.mode()); },
+     [](const FieldValue& v, v1::StepRecord* r) { r->set_mode(static_cast<v1::ControlMode>(v.integer)); },
+     &ModeNamer},
+    {"fallback", "fallback", FieldType::kBool, false, FieldRange::kAny, false, "", "remote mode: the local decision was used",
+     [](const v1::StepRecord& r) { return Int(r.fallback() ? 1 : 0); },
+     [](const FieldValue& v, v1::StepRecord* r) { r->set_fallback(v.integer != 0); }, nullptr},
+};
+
+#undef GAC_INT_FIELD
+#undef GAC_REAL_FIELD
+#undef GAC_OPT_FIELD
+
+const StepField* FindStepField(std::string_view name) {
+  for (const StepField& f : kStepFields) {
+    if (name == f.name) return &f;
+  }
+  return nullptr;
+}
+
+}  // namespace gac::proto

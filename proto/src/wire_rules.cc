@@ -1,0 +1,106 @@
+#include "gac/proto/wire_rules.h"
+
+#include <string>
+
+namespace gac::proto {
+namespace {
+
+template <typename Enum, std::size_t N>
+StatusOr<Enum> ParseName(std::string_view what, std::string_view name, const Enum (&values)[N],
+                         const char* expected) {
+  for (Enum v : values) {
+    if (name == EnumName(v)) return v;
+  }
+  return Status::InvalidArgument("unknown " + std::string(what) + " '" + std::string(name) + "' (expected " +
+                                 expected + ")");
+}
+
+}  // namespace
+
+bool IsRunIdChar(char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
+         c == '_' || c == ':' || c == '/' || c == '-';
+}
+
+Status CheckRunId(std::string_view run) {
+  if (run.empty()) return Status::InvalidArgument("run id is empty");
+  if (run.size() > kMaxRunIdLength) {
+    return Status::InvalidArgument("run id longer than " + std::to_string(kMaxRunIdLength) + " characters");
+  }
+  for (char c : run) {
+    if (!IsRunIdChar(c)) {
+      return Status::InvalidArgument("run id may contain only [A-Za-z0-9._:/-], got '" + std::string(run) + "'");
+    }
+  }
+  return Status::Ok();
+}
+
+Status CheckName(std::string_view what, std::string_view name) {
+  if (name.empty()) return Status::InvalidArgument(std::string(what) + " is empty");
+  if (name.size() > kMaxNameLength) {
+    return Status::InvalidArgument(std::string(what) + " longer than " + std::to_string(kMaxNameLength) +
+                                   " characters");
+  }
+  for (char c : name) {
+    if (c < 0x20 || c > 0x7e) return Status::InvalidArgument(std::string(what) + " must be printable ASCII");
+  }
+  return Status::Ok();
+}
+
+const char* EnumName(v1::Regime regime) {
+  switch (regime) {
+    case v1::REGIME_SAFE: return "safe";
+    case v1::REGIME_PROJECT: return "project";
+    case v1::REGIME_SKIP: return "skip";
+    case v1::REGIME_INVALID: return "invalid";
+    default: return kUnknownName;
+  }
+}
+
+const char* EnumName(v1::ControlMode mode) {
+  switch (mode) {
+    case v1::CONTROL_MODE_UNSPECIFIED:
+    case v1::CONTROL_MODE_MONITOR: return "monitor";
+    case v1::CONTROL_MODE_LOCAL: return "local";
+    case v1::CONTROL_MODE_REMOTE: return "remote";
+    default: return kUnknownName;
+  }
+}
+
+const char* EnumName(v1::AlphaMode mode) {
+  switch (mode) {
+    case v1::ALPHA_MODE_UNSPECIFIED:
+    case v1::ALPHA_MODE_PAPER: return "paper";
+    case v1::ALPHA_MODE_EXACT: return "exact";
+    default: return kUnknownName;
+  }
+}
+
+bool ModeApplies(v1::ControlMode mode) {
+  return mode == v1::CONTROL_MODE_LOCAL || mode == v1::CONTROL_MODE_REMOTE;
+}
+
+const char* RegimeInModeName(v1::Regime regime, v1::ControlMode mode) {
+  if (!ModeApplies(mode) && v1::ControlMode_IsValid(mode)) {
+    if (regime == v1::REGIME_PROJECT) return "would project";
+    if (regime == v1::REGIME_SKIP) return "would skip";
+  }
+  return EnumName(regime);
+}
+
+StatusOr<v1::Regime> ParseRegimeName(std::string_view name) {
+  return ParseName("regime", name, kKnownRegimes, "safe, project, skip or invalid");
+}
+
+StatusOr<v1::ControlMode> ParseControlModeName(std::string_view name) {
+  static constexpr v1::ControlMode kModes[] = {v1::CONTROL_MODE_MONITOR, v1::CONTROL_MODE_LOCAL,
+                                               v1::CONTROL_MODE_REMOTE};
+  return ParseName("mode", name, kModes, "monitor, local or remote");
+}
+
+StatusOr<v1::AlphaMode> ParseAlphaModeName(std::string_view name) {
+  static constexpr v1::AlphaMode kModes[] = {v1::ALPHA_MODE_PAPER, v1::ALPHA_MODE_EXACT};
+  return ParseName("alpha mode", name, kModes, "paper or exact");
+}
+
+}  // namespace gac::proto

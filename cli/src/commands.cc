@@ -6,6 +6,7 @@
 
 #include "gac/controller/calibration.h"
 #include "gac/proto/convert.h"
+#include "gac/proto/wire_rules.h"
 
 namespace gac::cli {
 
@@ -40,26 +41,10 @@ StatusOr<Format> FormatFlag(const ParsedFlags& flags) {
   return format;
 }
 
-std::string RegimeText(v1::Regime regime) {
-  StatusOr<Regime> r = proto::FromProto(regime);
-  return r.ok() ? RegimeName(*r) : "unspecified";
-}
-
-std::string ModeText(v1::ControlMode mode) {
-  if (mode == v1::CONTROL_MODE_UNSPECIFIED) return ModeName(Mode::kMonitor);
-  StatusOr<Mode> m = proto::FromProto(mode);
-  return m.ok() ? ModeName(*m) : "unknown";
-}
-
-std::string AlphaModeText(v1::AlphaMode mode) {
-  StatusOr<AlphaMode> m = proto::FromProto(mode);
-  return m.ok() ? AlphaModeName(*m) : "unknown";
-}
-
 std::string SettingsText(const v1::RunConfig& config) {
   return "c_low " + FormatExact(config.thresholds().c_low()) + ", c_high " +
-         FormatExact(config.thresholds().c_high()) + ", alpha " + AlphaModeText(config.thresholds().alpha_mode()) +
-         ", mode " + ModeText(config.mode());
+         FormatExact(config.thresholds().c_high()) + ", alpha " + proto::EnumName(config.thresholds().alpha_mode()) +
+         ", mode " + proto::EnumName(config.mode());
 }
 
 std::string Percent(double fraction) {

@@ -9,8 +9,8 @@ void WriteConfig(std::ostream& out, const std::string& run, const v1::RunConfig&
   out << "run         " << run << "\n"
       << "c_low       " << FormatExact(config.thresholds().c_low()) << "\n"
       << "c_high      " << FormatExact(config.thresholds().c_high()) << "\n"
-      << "alpha_mode  " << AlphaModeText(config.thresholds().alpha_mode()) << "\n"
-      << "mode        " << ModeText(config.mode()) << "\n";
+      << "alpha_mode  " << proto::EnumName(config.thresholds().alpha_mode()) << "\n"
+      << "mode        " << proto::EnumName(config.mode()) << "\n";
   if (config.version() == 0) {
     out << "version     0 (gacd's defaults, never set)\n";
   } else {
@@ -176,8 +176,8 @@ std::string ChangeText(const v1::RunConfig& before, const v1::RunConfig& after) 
   };
   add("c_low", FormatExact(before.thresholds().c_low()), FormatExact(after.thresholds().c_low()));
   add("c_high", FormatExact(before.thresholds().c_high()), FormatExact(after.thresholds().c_high()));
-  add("alpha", AlphaModeText(before.thresholds().alpha_mode()), AlphaModeText(after.thresholds().alpha_mode()));
-  add("mode", ModeText(before.mode()), ModeText(after.mode()));
+  add("alpha", proto::EnumName(before.thresholds().alpha_mode()), proto::EnumName(after.thresholds().alpha_mode()));
+  add("mode", proto::EnumName(before.mode()), proto::EnumName(after.mode()));
   return text.empty() ? "no change" : text;
 }
 
@@ -203,10 +203,10 @@ Status History(Context& ctx, const std::string& run, Format format) {
       } else {
         writer->Add({Cell::Int(static_cast<std::int64_t>(a.version())), Cell::Int(a.updated_ns()),
                      Cell::Text(a.updated_by()), Cell::Real(a.thresholds().c_low()),
-                     Cell::Real(a.thresholds().c_high()), Cell::Text(AlphaModeText(a.thresholds().alpha_mode())),
-                     Cell::Text(ModeText(a.mode())), Cell::Int(static_cast<std::int64_t>(b.version())),
+                     Cell::Real(a.thresholds().c_high()), Cell::Text(proto::EnumName(a.thresholds().alpha_mode())),
+                     Cell::Text(proto::EnumName(a.mode())), Cell::Int(static_cast<std::int64_t>(b.version())),
                      Cell::Real(b.thresholds().c_low()), Cell::Real(b.thresholds().c_high()),
-                     Cell::Text(AlphaModeText(b.thresholds().alpha_mode())), Cell::Text(ModeText(b.mode())),
+                     Cell::Text(proto::EnumName(b.thresholds().alpha_mode())), Cell::Text(proto::EnumName(b.mode())),
                      Cell::Text(change.reason())});
       }
     }
@@ -255,7 +255,7 @@ Status Calibrate(Context& ctx, CalibrateOptions o) {
   std::ostream& out = ctx.out();
   out << "calibration of " << o.run << ": |c_t| of rank 0 over "
       << (o.window == 0 ? std::string("all stored steps") : "the last " + std::to_string(o.window) + " steps");
-  if (summary->has_latest()) out << " (recorded in " << ModeText(summary->latest().mode()) << " mode)";
+  if (summary->has_latest()) out << " (recorded in " << proto::EnumName(summary->latest().mode()) << " mode)";
   out << "\n  values          " << cal.count() << "\n";
   if (cal.count() > 0) {
     out << "  q0.9 |c_t|      " << FormatDisplay(cal.q90()) << "\n"

@@ -115,8 +115,7 @@ StatusOr<std::vector<double>> ParseRealListFlag(const std::string& flag, const s
 
 StatusOr<std::chrono::milliseconds> ParseDurationFlag(const std::string& flag, const std::string& text) {
   StatusOr<std::chrono::nanoseconds> d = ParseDuration(text);
-  if (!d.ok()) return Status::InvalidArgument(flag + ": " + d.status().message());
-  if (d->count() <= 0) {
+  if (!d.ok() || d->count() <= 0) {
     return Status::InvalidArgument(flag + ": expected a duration above zero such as 500ms, 10s or 2m, got '" + text +
                                    "'");
   }

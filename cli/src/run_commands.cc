@@ -27,12 +27,10 @@ std::vector<Column> RunColumns() {
   };
 }
 
-// A latest step's regime; in the table, a monitor-mode step's reads as what
-// GAC would have done ("would skip"): nothing was applied.
-Cell RegimeCell(const v1::StepRecord& latest) {
-  Cell cell = Cell::Text(RegimeText(latest.regime()));
-  if (latest.mode() != v1::CONTROL_MODE_MONITOR) return cell;
-  return std::move(cell).WithDisplay("would " + RegimeText(latest.regime()));
+// A step's regime; in the table, a monitor-mode step's reads as what GAC
+// would have done ("would skip"): nothing was applied.
+Cell RegimeCell(const v1::StepRecord& r) {
+  return Cell::Text(proto::EnumName(r.regime())).WithDisplay(proto::RegimeInModeName(r.regime(), r.mode()));
 }
 
 std::vector<Cell> RunRow(const v1::RunInfo& info, std::int64_t now_ns) {
@@ -47,11 +45,11 @@ std::vector<Cell> RunRow(const v1::RunInfo& info, std::int64_t now_ns) {
       Cell::Int(info.last_seen_ns()).WithDisplay(FormatAge(now_ns - info.last_seen_ns()) + " ago"),
       latest != nullptr && latest->has_cosine() ? Cell::Real(latest->cosine()) : Cell(),
       latest != nullptr ? RegimeCell(*latest) : Cell(),
-      latest != nullptr ? Cell::Text(ModeText(latest->mode())) : Cell(),
-      Cell::Text(ModeText(config.mode())),
+      latest != nullptr ? Cell::Text(proto::EnumName(latest->mode())) : Cell(),
+      Cell::Text(proto::EnumName(config.mode())),
       Cell::Real(config.thresholds().c_low()),
       Cell::Real(config.thresholds().c_high()),
-      Cell::Text(AlphaModeText(config.thresholds().alpha_mode())),
+      Cell::Text(proto::EnumName(config.thresholds().alpha_mode())),
       Cell::Int(static_cast<std::int64_t>(config.version())),
   };
 }
@@ -124,7 +122,7 @@ std::string ScalarsText(const v1::StepRecord& r) {
 
 std::string StepText(const v1::StepRecord& r) {
   std::string text = "c_t " + (r.has_cosine() ? FormatDisplay(r.cosine()) : std::string("-")) + ", " +
-                     RegimeText(r.regime()) + ", alpha " + FormatDisplay(r.alpha()) + ", |g| " +
+                     proto::EnumName(r.regime()) + ", alpha " + FormatDisplay(r.alpha()) + ", |g| " +
                      FormatDisplay(r.grad_norm()) + ", |p| " + FormatDisplay(r.ref_norm());
   if (r.has_staleness()) text += ", staleness " + std::to_string(r.staleness());
   return text + ScalarsText(r);
@@ -174,7 +172,7 @@ Status ShowRun(Context& ctx, const std::string& run, std::uint32_t window) {
     const v1::StepRecord& r = summary->latest();
     kv.Add("latest step", std::to_string(r.step()) + " (rank 0, " +
                               (r.wall_time_ns() != 0 ? FormatTimeUtc(r.wall_time_ns()) + ", " : std::string()) +
-                              ModeText(r.mode()) + " mode" + (r.fallback() ? ", local fallback" : "") +
+ std::string(proto::EnumName(r.mode())) + " mode" + (r.fallback() ? ", local fallback" : "") +
                               "): " + StepText(r));
   } else {
     kv.Add("latest step", "none of rank 0");

@@ -1195,7 +1195,7 @@ TEST_F(Gacctl, ServerErrorsAreOneLineWithTheStatusNameAndStatus1) {
   // The other token may read only other-*: the list is empty, not an error.
   const Result r = Ctl({"runs", "--format", "csv"}, kOtherToken);
   EXPECT_EQ(r.rc, 0);
-  EXPECT_EQ(r.out, "run,first_step,last_step,step_records,world_size,last_seen_ns,cosine,regime,mode,c_low,c_high,"
+  EXPECT_EQ(r.out, "run,first_step,last_step,step_records,world_size,last_seen_ns,cosine,regime,step_mode,mode,c_low,c_high,"
                    "alpha_mode,version\n");
 }
 

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "gac/controller/decision_source.h"
+#include "gac/proto/wire_rules.h"
 #include "gac/transport/channel.h"
 #include "gac/transport/remote_controller.h"
 #include "gac/transport/step_record.h"
@@ -37,24 +38,19 @@ using transport::Telemetry;
 using transport::TelemetryCounters;
 using transport::TelemetryOptions;
 
-// Scalars per record that gacd accepts (gac::server::Limits).
-constexpr std::size_t kMaxScalars = 64;
-
-// gacd's rules for run ids and scalar names (gac/server/validate.h), checked
-// here so that a bad name fails the call that made it instead of costing the
-// batch it would be sent in.
+// The wire's rules for run ids, scalar names and the scalars of a record
+// (gac/proto/wire_rules.h, which gacd checks too), checked here so that a
+// bad name fails the call that made it instead of costing the batch it
+// would be sent in.
 void CheckRunId(const std::string& run) {
-  bool ok = !run.empty() && run.size() <= 128;
-  for (char c : run) {
-    ok = ok && (std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == ':' || c == '/' || c == '-');
-  }
-  if (!ok) RaiseInvalidArgument("run must be 1-128 characters of [A-Za-z0-9._:/-], got '" + run + "'");
+  if (Status st = proto::CheckRunId(run); !st.ok()) RaiseInvalidArgument("run must be a valid run id: " + st.message());
 }
 
 void CheckScalarName(const std::string& name) {
-  bool ok = !name.empty() && name.size() <= 256;
-  for (char c : name) ok = ok && c >= 0x20 && c <= 0x7e;
-  if (!ok) RaiseInvalidArgument("scalar names must be 1-256 printable ASCII characters, got '" + name + "'");
+  if (Status st = proto::CheckName("scalar name", name); !st.ok()) {
+    RaiseInvalidArgument("scalar names must be 1-" + std::to_string(proto::kMaxNameLength) +
+                         " printable ASCII characters: " + st.message() + ", got '" + name + "'");
+  }
 }
 
 // gacd's host:port, or a comma-separated list of replicas sharing one store
@@ -129,8 +125,9 @@ class PyTelemetry {
     if (staleness && *staleness < 0) RaiseInvalidArgument("staleness must be >= 0, got " + std::to_string(*staleness));
     static const std::map<std::string, double> kNone;
     const std::map<std::string, double>& s = scalars ? *scalars : kNone;
-    if (s.size() > kMaxScalars) {
-      RaiseInvalidArgument("at most " + std::to_string(kMaxScalars) + " scalars per step, got " + std::to_string(s.size()));
+    if (s.size() > proto::kMaxScalarsPerRecord) {
+      RaiseInvalidArgument("at most " + std::to_string(proto::kMaxScalarsPerRecord) + " scalars per step, got " +
+                           std::to_string(s.size()));
     }
     for (const auto& kv : s) CheckScalarName(kv.first);
     return telemetry_->Enqueue(transport::MakeStepRecord(r, who_, s, staleness));

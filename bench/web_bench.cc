@@ -99,8 +99,8 @@ class GrpcReader {
 
 std::string HttpPage(int port, std::int64_t from, std::int64_t to, bool layers) {
   std::string body;
-  const std::string path = std::string("/api/v1/runs/") + kRun + "/steps?from=" + std::to_string(from) +
-                           "&to=" + std::to_string(to) + "&rank=0&limit=" + std::to_string(to - from) +
+  const std::string path = std::string("/api/v1/runs/") + kRun + "/steps?start_step=" + std::to_string(from) +
+                           "&end_step=" + std::to_string(to) + "&rank=0&page_size=" + std::to_string(to - from) +
                            (layers ? "&layers=1" : "");
   const std::string error = gac::bench::HttpGet(port, path, &body);
   if (!error.empty()) Fail("GET " + path + ": " + error);

@@ -174,7 +174,7 @@
     let pageToken = '';
     let serverNs = 0;
     for (let page = 0; page < 10; ++page) {  // the first 10,000 runs
-      const q = '?limit=1000' + (pageToken ? '&page_token=' + encodeURIComponent(pageToken) : '');
+      const q = '?page_size=1000' + (pageToken ? '&page_token=' + encodeURIComponent(pageToken) : '');
       const resp = await api('/api/v1/runs' + q);
       runs.push(...resp.runs);
       serverNs = Number(resp.server_time_ns);
@@ -219,11 +219,25 @@
       cell(tr, fmtInt(lastStep), 'num', 'last-step');
       cell(tr, fmtFixed(c, 4), 'num', 'cosine');
       cell(tr, fmtThresholds(t), 'num', 'thresholds');
-      for (const r of REGIMES) cell(tr, s ? fmtInt(s.steps_by_regime[r]) : dash, 'num', 'count-' + r);
+      // In monitor mode the counts are what GAC would have done (regime_labels).
+      for (const r of REGIMES) {
+        const td = cell(tr, s ? fmtInt(s.steps_by_regime[r]) : dash, 'num', 'count-' + r);
+        const label = s && s.regime_labels ? s.regime_labels[r] : r;
+        if (label !== r) {
+          td.classList.add('would');
+          td.title = label + ' (monitor mode: no update was changed)';
+        }
+      }
       cell(tr, latest && latest.staleness !== null ? fmtInt(latest.staleness) : dash, 'num', 'staleness');
       const lastSeen = Number(s ? s.info.last_seen_ns : info.last_seen_ns);
       cell(tr, fmtAge((serverNs - lastSeen) / 1e9), 'num', 'last-report');
-      cell(tr, config.mode || dash, '', 'mode');
+      // The mode the run's steps ran in; the settings' mode when it differs.
+      const stepsMode = (s ? s.info.steps_mode : info.steps_mode) || config.mode;
+      const modeCell = cell(tr, stepsMode || dash, '', 'mode');
+      if (config.mode && stepsMode !== config.mode) {
+        modeCell.textContent = `${stepsMode} (set: ${config.mode})`;
+      }
+      if (stepsMode === 'monitor') modeCell.title = 'regime counts are what GAC would have done';
       rows.push(tr);
     });
     body.replaceChildren(...rows);
@@ -268,7 +282,10 @@
         this.after.push(r.cosine_after);
         this.gnorm.push(r.grad_norm);
         this.pnorm.push(r.ref_norm);
-        this.regime.push(r.regime);
+        // A monitor-mode step's regime is what GAC would have done (as gacd's
+        // regime_labels name it).
+        const would = r.mode === 'monitor' && (r.regime === 'project' || r.regime === 'skip');
+        this.regime.push(would ? 'would ' + r.regime : r.regime);
         this.staleness.push(r.staleness);
         this.regimeColor.push(REGIME_COLORS[r.regime] || '#999999');
         this.one.push(1);
@@ -382,7 +399,7 @@
       const records = [];
       let pageToken = '';
       do {
-        const q = `?from=${from}&to=${to}&rank=${this.rank}&limit=${PAGE}` + (layers ? '&layers=1' : '') +
+        const q = `?start_step=${from}&end_step=${to}&rank=${this.rank}&page_size=${PAGE}` + (layers ? '&layers=1' : '') +
             (pageToken ? '&page_token=' + encodeURIComponent(pageToken) : '');
         const resp = await api(this.path + '/steps' + q);
         records.push(...resp.steps);
@@ -577,7 +594,7 @@
           let more = true;
           while (more && this.alive()) {
             const last = this.cols.length ? this.cols.step[this.cols.length - 1] : -1;
-            const resp = await api(`${this.path}/steps?from=${last + 1}&rank=${this.rank}&limit=${PAGE}`);
+            const resp = await api(`${this.path}/steps?start_step=${last + 1}&rank=${this.rank}&page_size=${PAGE}`);
             if (!this.alive()) return;
             if (resp.steps.length) {
               this.cols.append(resp.steps);
@@ -634,7 +651,11 @@
     }
 
     showSummary(s) {
-      for (const r of REGIMES) field('count-' + r).textContent = fmtInt(s.steps_by_regime[r]);
+      for (const r of REGIMES) {
+        field('count-' + r).textContent = fmtInt(s.steps_by_regime[r]);
+        field('label-' + r).textContent = s.regime_labels ? s.regime_labels[r] : r;
+      }
+      field('steps-mode').textContent = s.info.steps_mode || dash;
       const cal = s.calibration;
       field('cal-count').textContent = fmtInt(cal.count);
       field('cal-q90').textContent = fmtFixed(cal.q90, 4);
@@ -712,7 +733,7 @@
       while (this.alive() && !this.cosineChart) await sleep(100);
       if (!c.length) return;
       try {
-        const probe = await api(`${this.path}/steps?from=${c.step[c.length - 1]}&rank=${this.rank}&layers=1&limit=1`);
+        const probe = await api(`${this.path}/steps?start_step=${c.step[c.length - 1]}&rank=${this.rank}&layers=1&page_size=1`);
         this.hasLayers = probe.steps.length > 0 && probe.steps[0].layers.length > 0;
       } catch (e) {
         return;

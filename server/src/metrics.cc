@@ -13,6 +13,7 @@
 
 #include "gac/mutex.h"
 #include "gac/proto/convert.h"
+#include "gac/proto/wire_rules.h"
 #include "prometheus/counter.h"
 #include "prometheus/family.h"
 #include "prometheus/gauge.h"
@@ -45,6 +46,18 @@ constexpr int kNoRegime = -1;
 int RegimeIndex(v1::Regime regime) {
   StatusOr<Regime> r = proto::FromProto(regime);
   return r.ok() ? static_cast<int>(*r) : kNoRegime;
+}
+
+// gac_steps_total's mode label: the wire mode's name, UNSPECIFIED read as
+// monitor (telemetry.proto). Unknown values are refused on ingest.
+constexpr v1::ControlMode kModes[] = {v1::CONTROL_MODE_MONITOR, v1::CONTROL_MODE_LOCAL, v1::CONTROL_MODE_REMOTE};
+constexpr std::size_t kNumModes = std::size(kModes);
+
+std::size_t ModeIndex(v1::ControlMode mode) {
+  for (std::size_t i = 0; i < kNumModes; ++i) {
+    if (kModes[i] == mode) return i;
+  }
+  return 0;
 }
 
 double ToSeconds(std::chrono::system_clock::time_point t) {
@@ -99,7 +112,9 @@ struct Metrics::Impl {
     Gauge* step = nullptr;
     Gauge* last_report = nullptr;
     Gauge* agent_overhead = nullptr;
-    std::array<Counter*, kNumRegimes> steps{};  // every regime starts at 0
+    // By mode, then regime: a mode's four series are created (at 0) by the
+    // rank's first record in that mode.
+    std::array<std::array<Counter*, kNumRegimes>, kNumModes> steps{};
     Counter* skipped = nullptr;
     Counter* fallbacks = nullptr;
     // Created by the first record that carries the field (absent is "not
@@ -135,6 +150,10 @@ struct Metrics::Impl {
                   std::vector<Detached>* evicted) GAC_REQUIRES(mu_);
   // Returns the series of (run, rank), created when new.
   RankSeries& Rank(const std::string& run, RunState& state, std::uint32_t rank) GAC_REQUIRES(mu_);
+  // The gac_steps_total series of (run, rank) in `mode`, by regime index,
+  // created (at 0) when new.
+  std::array<Counter*, kNumRegimes>& StepCounters(const std::string& run, std::uint32_t rank, v1::ControlMode mode,
+                                                  RankSeries& s) GAC_REQUIRES(mu_);
   // The body of ObserveStep.
   void ApplyStep(const v1::StepRecord& record, std::chrono::system_clock::time_point now, RunState& state)
       GAC_REQUIRES(mu_);
@@ -412,12 +431,21 @@ Metrics::Impl::RankSeries& Metrics::Impl::Rank(const std::string& run, RunState&
   s.agent_overhead = &agent_overhead_.Add(labels);
   s.skipped = &skipped_.Add(labels);
   s.fallbacks = &fallbacks_.Add(labels);
-  for (std::size_t i = 0; i < kNumRegimes; ++i) {
-    Labels with_regime = labels;
-    with_regime.emplace("regime", RegimeName(kAllRegimes[i]));
-    s.steps[i] = &steps_.Add(with_regime);
-  }
   return s;
+}
+
+std::array<Counter*, kNumRegimes>& Metrics::Impl::StepCounters(const std::string& run, std::uint32_t rank,
+                                                                v1::ControlMode mode, RankSeries& s) {
+  const std::size_t m = ModeIndex(mode);
+  auto& by_regime = s.steps[m];
+  if (by_regime[0] != nullptr) return by_regime;
+  for (std::size_t i = 0; i < kNumRegimes; ++i) {
+    by_regime[i] = &steps_.Add({{"run", run},
+                                {"rank", std::to_string(rank)},
+                                {"regime", RegimeName(kAllRegimes[i])},
+                                {"mode", proto::EnumName(kModes[m])}});
+  }
+  return by_regime;
 }
 
 void Metrics::Impl::Detach(std::unordered_map<std::string, RunState>::iterator it,
@@ -448,7 +476,9 @@ void Metrics::Impl::RemoveSeries(RunState& state) {
     RemoveIfSet(step_, s.step);
     RemoveIfSet(last_report_, s.last_report);
     RemoveIfSet(agent_overhead_, s.agent_overhead);
-    for (Counter*& c : s.steps) RemoveIfSet(steps_, c);
+    for (auto& by_regime : s.steps) {
+      for (Counter*& c : by_regime) RemoveIfSet(steps_, c);
+    }
     RemoveIfSet(skipped_, s.skipped);
     RemoveIfSet(fallbacks_, s.fallbacks);
     RemoveIfSet(cosine_, s.cosine);
@@ -530,8 +560,10 @@ void Metrics::Impl::ApplyStep(const v1::StepRecord& record, std::chrono::system_
 
   const int regime = RegimeIndex(record.regime());
   if (regime != kNoRegime) {
-    s.steps[static_cast<std::size_t>(regime)]->Increment();
-    if (record.regime() == v1::REGIME_SKIP || record.regime() == v1::REGIME_INVALID) {
+    StepCounters(record.run(), record.rank(), record.mode(), s)[static_cast<std::size_t>(regime)]->Increment();
+    // A monitor-mode step's skip is what GAC would have done: no update was skipped.
+    if ((record.regime() == v1::REGIME_SKIP || record.regime() == v1::REGIME_INVALID) &&
+        proto::ModeApplies(record.mode())) {
       s.skipped->Increment();
     }
   }

@@ -11,10 +11,13 @@
 #include <map>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "gac/controller/controller.h"
 #include "gac/proto/convert.h"
+#include "gac/proto/record_schema.h"
+#include "gac/proto/wire_rules.h"
 #include "tests/common/test_util.h"
 #include "tests/dashboards/synthetic_run.h"
 
@@ -56,9 +59,42 @@ void ExpectOptional(const Value& j, bool has, double value, const std::string& w
   }
 }
 
+// The record schema's fields of a JSON step against the record, walked from
+// the table (record_schema.h): every field of the table is in the JSON.
+void ExpectSchemaFields(const Value& j, const v1::StepRecord& r, const std::string& where) {
+  for (const proto::StepField& f : proto::kStepFields) {
+    const Value& v = JsonMember(j, f.name);
+    const proto::FieldValue want = f.get(r);
+    if (!want.present) {
+      EXPECT_EQ(v.kind_case(), Value::kNullValue) << where << " " << f.name;
+      continue;
+    }
+    switch (f.type) {
+      case proto::FieldType::kReal:
+        EXPECT_EQ(v.number_value(), want.real) << where << " " << f.name;
+        break;
+      case proto::FieldType::kEnum:
+        EXPECT_EQ(v.string_value(), f.enum_name(want.integer)) << where << " " << f.name;
+        break;
+      case proto::FieldType::kBool:
+        EXPECT_EQ(v.bool_value(), want.integer != 0) << where << " " << f.name;
+        break;
+      case proto::FieldType::kInteger:
+      case proto::FieldType::kText:
+        if (f.json_string) {
+          EXPECT_EQ(v.string_value(), std::to_string(want.integer)) << where << " " << f.name;
+        } else {
+          EXPECT_EQ(v.number_value(), static_cast<double>(want.integer)) << where << " " << f.name;
+        }
+        break;
+    }
+  }
+}
+
 // A record of the JSON API against the same record read over gRPC.
 void ExpectStep(const Value& j, const v1::StepRecord& r, bool layers) {
   const std::string where = r.run() + " step " + std::to_string(r.step()) + " rank " + std::to_string(r.rank());
+  ExpectSchemaFields(j, r, where);
   EXPECT_EQ(JsonMember(j, "run").string_value(), r.run()) << where;
   EXPECT_EQ(JsonMember(j, "rank").number_value(), r.rank()) << where;
   EXPECT_EQ(JsonMember(j, "world_size").number_value(), r.world_size()) << where;
@@ -102,6 +138,8 @@ void ExpectRunInfo(const Value& j, const v1::RunInfo& info) {
   EXPECT_EQ(JsonMember(j, "first_seen_ns").string_value(), std::to_string(info.first_seen_ns()));
   EXPECT_EQ(JsonMember(j, "last_seen_ns").string_value(), std::to_string(info.last_seen_ns()));
   EXPECT_EQ(JsonMember(j, "world_size").number_value(), info.world_size());
+  EXPECT_EQ(JsonMember(j, "steps_mode").string_value(), proto::EnumName(info.steps_mode()));
+  EXPECT_EQ(JsonMember(j, "decisions_applied").bool_value(), proto::ModeApplies(info.steps_mode()));
   const Value& c = JsonMember(j, "config");
   EXPECT_EQ(JsonMember(JsonMember(c, "thresholds"), "c_low").number_value(), info.config().thresholds().c_low());
   EXPECT_EQ(JsonMember(JsonMember(c, "thresholds"), "c_high").number_value(), info.config().thresholds().c_high());
@@ -225,6 +263,11 @@ TEST_F(HttpApiTest, SummaryMatchesGrpc) {
         total += count;
       }
       EXPECT_EQ(total, window ? window : 300u);
+      // A local run: its regimes were applied, and read as themselves.
+      EXPECT_EQ(JsonMember(JsonMember(v, "info"), "steps_mode").string_value(), "local");
+      for (const char* regime : {"safe", "project", "skip", "invalid"}) {
+        EXPECT_EQ(JsonMember(JsonMember(v, "regime_labels"), regime).string_value(), regime);
+      }
       const Value& cal = JsonMember(v, "calibration");
       EXPECT_EQ(JsonMember(cal, "count").number_value(), static_cast<double>(s.calibration().count()));
       EXPECT_EQ(JsonMember(cal, "q90").number_value(), s.calibration().q90());
@@ -272,10 +315,106 @@ TEST_F(HttpApiTest, StepsMatchGrpcPageByPage) {
   v1::GetStepsResponse page;
   ASSERT_TRUE(Grpc(kReaderToken).GetSteps(req, &page).ok());
   ASSERT_EQ(page.steps_size(), 45);
-  const Value v = ParseJson(Get("/api/v1/runs/exp-web/a/steps?from=95&to=140&rank=1")->body);
+  auto reply = Get("/api/v1/runs/exp-web/a/steps?start_step=95&end_step=140&rank=1");
+  ASSERT_TRUE(reply.has_value());
+  EXPECT_EQ(reply->Header("warning"), "");
+  const Value v = ParseJson(reply->body);
   ASSERT_EQ(List(JsonMember(v, "steps")).values_size(), 45);
   for (int i = 0; i < 45; ++i) ExpectStep(List(JsonMember(v, "steps")).values(i), page.steps(i), false);
   EXPECT_EQ(JsonMember(v, "next_page_token").string_value(), "");
+}
+
+// The old query names answer as the new ones, with a Warning header each.
+TEST_F(HttpApiTest, DeprecatedQueryNamesAnswerWithAWarning) {
+  const std::string steps = "/api/v1/runs/exp-web/a/steps?";
+  for (const auto& [old_query, new_query, note] :
+       {std::tuple<std::string, std::string, std::string>{"from=95&rank=1", "start_step=95&rank=1",
+                                                          "'from' is deprecated: use 'start_step'"},
+        {"to=140&rank=1", "end_step=140&rank=1", "'to' is deprecated: use 'end_step'"},
+        {"limit=7", "page_size=7", "'limit' is deprecated: use 'page_size'"}}) {
+    auto old_reply = Get(steps + old_query);
+    auto new_reply = Get(steps + new_query);
+    ASSERT_TRUE(old_reply.has_value() && new_reply.has_value());
+    ASSERT_EQ(old_reply->status, 200) << old_reply->body;
+    // The same page (scalars are a map: their order is not part of the answer).
+    const Value a = ParseJson(old_reply->body), b = ParseJson(new_reply->body);
+    ASSERT_EQ(List(JsonMember(a, "steps")).values_size(), List(JsonMember(b, "steps")).values_size()) << old_query;
+    for (int i = 0; i < List(JsonMember(a, "steps")).values_size(); ++i) {
+      for (const char* key : {"step", "rank"}) {
+        EXPECT_EQ(JsonMember(List(JsonMember(a, "steps")).values(i), key).number_value(),
+                  JsonMember(List(JsonMember(b, "steps")).values(i), key).number_value())
+            << old_query;
+      }
+    }
+    EXPECT_EQ(JsonMember(a, "next_page_token").string_value(), JsonMember(b, "next_page_token").string_value());
+    EXPECT_EQ(old_reply->Header("warning"), "299 - \"" + note + "\"") << old_query;
+    EXPECT_EQ(new_reply->Header("warning"), "") << new_query;
+  }
+  auto runs = Get("/api/v1/runs?limit=1");
+  ASSERT_TRUE(runs.has_value());
+  EXPECT_EQ(runs->status, 200);
+  EXPECT_EQ(runs->Header("warning"), "299 - \"'limit' is deprecated: use 'page_size'\"");
+}
+
+// A record with every field of the record schema set (valid on ingest, each
+// unlike its default) comes back from the JSON API as it went in.
+TEST_F(HttpApiTest, EveryFieldOfTheRecordSchemaRoundTripsThroughJson) {
+  v1::StepRecord want = MakeStep("exp-web/every", 0, 0.02);
+  for (std::size_t i = 0; i < proto::kStepFieldCount; ++i) {
+    const proto::StepField& f = proto::kStepFields[i];
+    proto::FieldValue v;
+    switch (f.type) {
+      case proto::FieldType::kReal: v.real = 0.03125 * static_cast<double>(i + 1); break;
+      case proto::FieldType::kEnum: v.integer = 2; break;  // REGIME_PROJECT, CONTROL_MODE_LOCAL
+      case proto::FieldType::kBool: v.integer = 1; break;
+      default: v.integer = 100 + static_cast<std::int64_t>(i); break;
+    }
+    f.set(v, &want);
+  }
+  ASSERT_TRUE(Client(gacd_->address(), kWriterToken).Ingest({MakeBatch(1, {want})}).ok());
+  auto reply = Get("/api/v1/runs/exp-web/every/steps?layers=1");
+  ASSERT_TRUE(reply.has_value());
+  ASSERT_EQ(reply->status, 200) << reply->body;
+  const Value page = ParseJson(reply->body);
+  const ListValue& steps = List(JsonMember(page, "steps"));
+  ASSERT_EQ(steps.values_size(), 1);
+  ExpectStep(steps.values(0), want, true);
+}
+
+// A run whose steps ran in monitor mode reads as what GAC would have done,
+// whatever mode its settings name.
+TEST_F(HttpApiTest, MonitorModeRunsReadAsWhatGacWouldHaveDone) {
+  std::vector<v1::StepRecord> records;
+  for (int step = 0; step < 6; ++step) {
+    v1::StepRecord r = MakeStep("exp-web/monitor", step, 0.5);
+    r.set_mode(v1::CONTROL_MODE_MONITOR);
+    r.set_regime(step % 2 == 0 ? v1::REGIME_SKIP : v1::REGIME_PROJECT);
+    records.push_back(r);
+  }
+  ASSERT_TRUE(Client(gacd_->address(), kWriterToken).Ingest({MakeBatch(1, records)}).ok());
+  const Value v = ParseJson(Get("/api/v1/runs/exp-web/monitor")->body);
+  EXPECT_EQ(JsonMember(JsonMember(v, "info"), "steps_mode").string_value(), "monitor");
+  EXPECT_FALSE(JsonMember(JsonMember(v, "info"), "decisions_applied").bool_value());
+  const Value& labels = JsonMember(v, "regime_labels");
+  EXPECT_EQ(JsonMember(labels, "skip").string_value(), "would skip");
+  EXPECT_EQ(JsonMember(labels, "project").string_value(), "would project");
+  EXPECT_EQ(JsonMember(labels, "safe").string_value(), "safe");
+  EXPECT_EQ(JsonMember(JsonMember(v, "steps_by_regime"), "skip").number_value(), 3.0);
+  bool listed = false;
+  const Value runs = ParseJson(Get("/api/v1/runs")->body);
+  for (const Value& run : List(JsonMember(runs, "runs")).values()) {
+    if (JsonMember(run, "run").string_value() != "exp-web/monitor") continue;
+    listed = true;
+    EXPECT_EQ(JsonMember(run, "steps_mode").string_value(), "monitor");
+    EXPECT_FALSE(JsonMember(run, "decisions_applied").bool_value());
+  }
+  EXPECT_TRUE(listed);
+  // Its skips are not counted as skipped updates; its steps are, under mode="monitor".
+  auto metrics = HttpGet(gacd_->metrics_address(), "/metrics");
+  ASSERT_TRUE(metrics.has_value());
+  EXPECT_NE(metrics->find("gac_steps_total{mode=\"monitor\",rank=\"0\",regime=\"skip\",run=\"exp-web/monitor\"} 3"),
+            std::string::npos);
+  EXPECT_NE(metrics->find("gac_skipped_updates_total{rank=\"0\",run=\"exp-web/monitor\"} 0"), std::string::npos);
 }
 
 TEST_F(HttpApiTest, ReadsNeedTheReadRightOnTheRun) {
@@ -310,11 +449,15 @@ TEST_F(HttpApiTest, BadParametersUnknownRunsAndEndpoints) {
       {"/api/v1/runs/exp-web/a/steps?limit=18446744073709551616", 400, "INVALID_ARGUMENT", "above the maximum 10000"},
       {"/api/v1/runs?limit=1001", 400, "INVALID_ARGUMENT", "limit 1001 above the maximum 1000"},
       {"/api/v1/runs/exp-web/a/steps?from=-3", 400, "INVALID_ARGUMENT", "from: expected a non-negative integer"},
-      {"/api/v1/runs/exp-web/a/steps?from=10&to=10", 400, "INVALID_ARGUMENT", "to must be above from"},
+      {"/api/v1/runs/exp-web/a/steps?from=10&to=10", 400, "INVALID_ARGUMENT", "end_step must be above start_step"},
+      {"/api/v1/runs/exp-web/a/steps?start_step=10&end_step=10", 400, "INVALID_ARGUMENT",
+       "end_step must be above start_step"},
+      {"/api/v1/runs/exp-web/a/steps?page_size=10001", 400, "INVALID_ARGUMENT", "page_size 10001 above the maximum 10000"},
+      {"/api/v1/runs/exp-web/a/steps?from=1&start_step=1", 400, "INVALID_ARGUMENT", "given twice"},
       {"/api/v1/runs/exp-web/a/steps?rank=one", 400, "INVALID_ARGUMENT", "rank: expected a non-negative integer"},
       {"/api/v1/runs/exp-web/a/steps?layers=yes", 400, "INVALID_ARGUMENT", "layers: expected true or false"},
       {"/api/v1/runs/exp-web/a/steps?page_token=zzz", 400, "INVALID_ARGUMENT", "malformed page_token"},
-      {"/api/v1/runs/exp-web/a/steps?start_step=1", 400, "INVALID_ARGUMENT", "unknown parameter 'start_step'"},
+      {"/api/v1/runs/exp-web/a/steps?first=1", 400, "INVALID_ARGUMENT", "unknown parameter 'first'"},
       {"/api/v1/runs/exp-web/a/steps?from=%zz", 400, "INVALID_ARGUMENT", "malformed query string"},
       {"/api/v1/runs/exp-web/a?window=x", 400, "INVALID_ARGUMENT", "window: expected a non-negative integer"},
       {"/api/v1/runs/exp-web/a/config?x=1", 400, "INVALID_ARGUMENT", "unknown parameter 'x'"},

@@ -192,8 +192,13 @@ TEST(HttpApiParsing, StepsParametersBecomeTheGetStepsRequest) {
       {"from=-1", "from: expected a non-negative integer, got '-1'"},
       {"from=1e3", "from: expected a non-negative integer, got '1e3'"},
       {"from=9223372036854775808", "from 9223372036854775808 above the maximum 9223372036854775807"},
-      {"from=5&to=5", "to must be above from"},
-      {"to=0", "to must be above from"},
+      {"from=5&to=5", "end_step must be above start_step"},
+      {"to=0", "end_step must be above start_step"},
+      {"start_step=5&end_step=4", "end_step must be above start_step"},
+      {"page_size=10001", "page_size 10001 above the maximum 10000"},
+      {"from=1&start_step=2", "parameter 'start_step' given twice (also as its alias 'from')"},
+      {"end_step=3&to=2", "parameter 'end_step' given twice (also as its alias 'to')"},
+      {"limit=3&page_size=2", "parameter 'page_size' given twice (also as its alias 'limit')"},
       {"rank=4294967296", "rank 4294967296 above the maximum 4294967295"},
       {"rank=x", "rank: expected a non-negative integer, got 'x'"},
       {"layers=maybe", "layers: expected true or false"},
@@ -209,6 +214,48 @@ TEST(HttpApiParsing, StepsParametersBecomeTheGetStepsRequest) {
     EXPECT_TRUE(r.status().IsInvalidArgument()) << query;
     EXPECT_NE(r.status().message().find(message), std::string::npos) << query << ": " << r.status().message();
   }
+}
+
+TEST(HttpApiParsing, StepsParametersTakeTheWireNames) {
+  std::vector<std::string> deprecated;
+  auto req = ParseStepsParams("exp", "start_step=10&end_step=20&page_size=50", &deprecated);
+  ASSERT_TRUE(req.ok()) << req.status().ToString();
+  EXPECT_EQ(req->start_step(), 10);
+  EXPECT_EQ(req->end_step(), 20);
+  EXPECT_EQ(req->page_size(), 50u);
+  EXPECT_TRUE(deprecated.empty());
+}
+
+// Each old name still works, means what its new name means, and says so.
+TEST(HttpApiParsing, OldStepsParameterNamesAreDeprecatedAliases) {
+  const struct {
+    const char* query;
+    const char* note;
+  } cases[] = {
+      {"from=10", "'from' is deprecated: use 'start_step'"},
+      {"to=20", "'to' is deprecated: use 'end_step'"},
+      {"limit=50", "'limit' is deprecated: use 'page_size'"},
+  };
+  for (const auto& c : cases) {
+    std::vector<std::string> deprecated;
+    auto req = ParseStepsParams("exp", c.query, &deprecated);
+    ASSERT_TRUE(req.ok()) << c.query << ": " << req.status().ToString();
+    EXPECT_EQ(deprecated, std::vector<std::string>{c.note}) << c.query;
+  }
+  auto from = ParseStepsParams("exp", "from=10");
+  auto to = ParseStepsParams("exp", "to=20");
+  auto limit = ParseStepsParams("exp", "limit=50");
+  EXPECT_EQ(from->start_step(), 10);
+  EXPECT_EQ(to->end_step(), 20);
+  EXPECT_EQ(limit->page_size(), 50u);
+  std::vector<std::string> runs_notes;
+  auto runs = ParseRunsParams("limit=7", &runs_notes);
+  ASSERT_TRUE(runs.ok());
+  EXPECT_EQ(runs->page_size(), 7u);
+  EXPECT_EQ(runs_notes, std::vector<std::string>{"'limit' is deprecated: use 'page_size'"});
+  runs_notes.clear();
+  EXPECT_EQ(ParseRunsParams("page_size=7", &runs_notes)->page_size(), 7u);
+  EXPECT_TRUE(runs_notes.empty());
 }
 
 TEST(HttpApiParsing, RunsAndSummaryParameters) {

@@ -121,9 +121,11 @@ std::size_t CountRun(const std::vector<Sample>& samples, const std::string& run)
   return n;
 }
 
+// A local-mode step (its regime applied).
 v1::StepRecord Step(const std::string& run, std::uint32_t rank, std::int64_t step,
                     v1::Regime regime = v1::REGIME_SAFE) {
   v1::StepRecord r;
+  r.set_mode(v1::CONTROL_MODE_LOCAL);
   r.set_run(run);
   r.set_rank(rank);
   r.set_world_size(rank + 1);
@@ -213,7 +215,7 @@ TEST(MetricsTest, RegimesSkippedAndFallbacksAreCounted) {
   m.ObserveStep(Step("r1", 1, 0), kT0);
   auto s = Parse(m.Render());
   auto steps = [&](const std::string& rank, const std::string& regime) {
-    return Value(s, "gac_steps_total", {{"run", "r1"}, {"rank", rank}, {"regime", regime}});
+    return Value(s, "gac_steps_total", {{"run", "r1"}, {"rank", rank}, {"regime", regime}, {"mode", "local"}});
   };
   EXPECT_EQ(steps("0", "safe"), 3.0);
   EXPECT_EQ(steps("0", "project"), 2.0);
@@ -228,6 +230,35 @@ TEST(MetricsTest, RegimesSkippedAndFallbacksAreCounted) {
   EXPECT_EQ(Value(s, "gac_skipped_updates_total", RR("r1", "1")), 0.0);
   EXPECT_EQ(Value(s, "gac_controller_fallbacks_total", RR("r1", "1")), 0.0);
   EXPECT_EQ(Count(s, "gac_steps_total"), 8u);
+}
+
+// Monitor mode: the regimes are what GAC would have done. They are counted
+// under mode="monitor" (UNSPECIFIED reads as monitor), apart from applied
+// ones, and no update counts as skipped.
+TEST(MetricsTest, MonitorModeRegimesAreCountedApartAndSkipNothing) {
+  Metrics m;
+  v1::StepRecord monitor = Step("r1", 0, 0, v1::REGIME_SKIP);
+  monitor.set_mode(v1::CONTROL_MODE_MONITOR);
+  m.ObserveStep(monitor, kT0);
+  v1::StepRecord unspecified = Step("r1", 0, 1, v1::REGIME_PROJECT);
+  unspecified.set_mode(v1::CONTROL_MODE_UNSPECIFIED);
+  m.ObserveStep(unspecified, kT0);
+  auto s = Parse(m.Render());
+  const auto steps = [&](const std::string& regime, const std::string& mode) {
+    return Value(s, "gac_steps_total", {{"run", "r1"}, {"rank", "0"}, {"regime", regime}, {"mode", mode}});
+  };
+  EXPECT_EQ(steps("skip", "monitor"), 1.0);
+  EXPECT_EQ(steps("project", "monitor"), 1.0);
+  EXPECT_EQ(steps("safe", "monitor"), 0.0);
+  EXPECT_FALSE(steps("skip", "local").has_value());  // no local step yet: no local series
+  EXPECT_EQ(Value(s, "gac_skipped_updates_total", RR("r1", "0")), 0.0);
+  // The same rank switching to local mode: its own series, and a real skip.
+  m.ObserveStep(Step("r1", 0, 2, v1::REGIME_SKIP), kT0);
+  s = Parse(m.Render());
+  EXPECT_EQ(steps("skip", "local"), 1.0);
+  EXPECT_EQ(steps("skip", "monitor"), 1.0);
+  EXPECT_EQ(Value(s, "gac_skipped_updates_total", RR("r1", "0")), 1.0);
+  EXPECT_EQ(Count(s, "gac_steps_total"), 8u);  // 4 regimes x 2 modes, bounded by 12 a rank
 }
 
 TEST(MetricsTest, TrainerScalarsOneSeriesPerNameCappedPerRun) {
@@ -415,8 +446,8 @@ TEST(MetricsTest, ExpireIdleRemovesEveryRunSeriesAndRunComesBack) {
   // Seen again: its series come back, counters restarting.
   m.ObserveStep(Step("old", 0, 2), kT0 + std::chrono::minutes(17));
   s = Parse(m.Render());
-  EXPECT_EQ(Value(s, "gac_steps_total", {{"run", "old"}, {"rank", "0"}, {"regime", "safe"}}), 1.0);
-  EXPECT_EQ(Value(s, "gac_steps_total", {{"run", "old"}, {"rank", "0"}, {"regime", "skip"}}), 0.0);
+  EXPECT_EQ(Value(s, "gac_steps_total", {{"run", "old"}, {"rank", "0"}, {"regime", "safe"}, {"mode", "local"}}), 1.0);
+  EXPECT_EQ(Value(s, "gac_steps_total", {{"run", "old"}, {"rank", "0"}, {"regime", "skip"}, {"mode", "local"}}), 0.0);
   EXPECT_EQ(Value(s, "gac_step", RR("old", "0")), 2.0);
   EXPECT_FALSE(Value(s, "gac_cosine", RR("old", "0")));
   EXPECT_EQ(Count(s, "gac_threshold_c_low"), 0u);
@@ -506,7 +537,7 @@ TEST(MetricsTest, ConcurrentObserveStepCountsExactly) {
   // i % 2 and i % 4 agree: the "even" run has every skip.
   double even_skip = 0;
   for (int rank = 0; rank < 3; ++rank) {
-    even_skip += *Value(s, "gac_steps_total", {{"run", "even"}, {"rank", std::to_string(rank)}, {"regime", "skip"}});
+    even_skip += *Value(s, "gac_steps_total", {{"run", "even"}, {"rank", std::to_string(rank)}, {"regime", "skip"}, {"mode", "local"}});
   }
   EXPECT_EQ(even_skip, kThreads * kPerThread / 4);
   EXPECT_EQ(m.runs_exported(), 2u);

@@ -415,7 +415,7 @@ TEST_F(WebPageTest, ShowsTheStoreLiveAndEditsThresholds) {
   browser_.Open(origin_ + "/#/");
   browser_.Wait("[...document.querySelectorAll('#runs-table [data-field=\"thresholds\"]')].some(e => e.textContent === '0.08 / 0.35')");
 
-  ExpectCleanEvents(browser_, {{401, "/api/v1/runs?limit=1000"},
+  ExpectCleanEvents(browser_, {{401, "/api/v1/runs?page_size=1000"},
                                {403, "/api/v1/runs/exp-spike/config"},
                                {400, "/api/v1/runs/exp-spike/config"}});
 }
@@ -450,7 +450,7 @@ TEST_F(WebPageTest, LoadsA100kStepRunWith50Layers) {
     // first request for steps (navigation-relative, from Resource Timing).
     const Value timing = browser_.Eval(
         "(() => { const n = performance.getEntriesByType('navigation')[0]; "
-        "const s = performance.getEntriesByType('resource').find(e => e.name.includes('/steps?from=')); "
+        "const s = performance.getEntriesByType('resource').find(e => e.name.includes('/steps?start_step=')); "
         "return {load: n.loadEventEnd, steps_start: s ? s.startTime : -1, steps_end: s ? s.responseEnd : -1, "
         "steps_bytes: s ? s.decodedBodySize : -1}; })()");
     std::printf("exp-big, %s load: load event after %.0f ms (%.0f ms in the page's timing); first steps request "

@@ -84,14 +84,54 @@ StatusOr<bool> ParseFlag(std::string_view name, const std::string& text) {
   return Status::InvalidArgument(std::string(name) + ": expected true or false (1 or 0), got '" + text + "'");
 }
 
-// "limit" as a page size of `limits` (0 = the default, as page_size 0).
-StatusOr<std::uint32_t> ParseLimit(const std::string& text, PageLimits limits) {
-  StatusOr<std::uint64_t> n = ParseUnsigned("limit", text, limits.max_size);
+// Parameter `name` as a page size of `limits` (0 = the default, as page_size 0).
+StatusOr<std::uint32_t> ParseLimit(std::string_view name, const std::string& text, PageLimits limits) {
+  StatusOr<std::uint64_t> n = ParseUnsigned(name, text, limits.max_size);
   if (!n.ok()) return n.status();
   return static_cast<std::uint32_t>(*n);
 }
 
 constexpr std::int64_t kMaxStep = std::numeric_limits<std::int64_t>::max();
+
+// A deprecated query parameter and the name it stands for.
+struct Alias {
+  std::string_view old_name;
+  std::string_view name;
+};
+constexpr Alias kAliases[] = {{"from", "start_step"}, {"to", "end_step"}, {"limit", "page_size"}};
+
+// Notes each deprecated alias in `params` in `deprecated` (when not null);
+// InvalidArgument when a name and its alias are both given. Errors about a
+// value name the parameter as it was given.
+Status CheckAliases(const std::vector<std::pair<std::string, std::string>>* params,
+                      std::vector<std::string>* deprecated) {
+  for (const Alias& alias : kAliases) {
+    bool have_name = false, have_alias = false;
+    for (const auto& [name, unused] : *params) {
+      have_name = have_name || name == alias.name;
+      have_alias = have_alias || name == alias.old_name;
+    }
+    if (!have_alias) continue;
+    if (have_name) {
+      return Status::InvalidArgument("parameter '" + std::string(alias.name) + "' given twice (also as its alias '" +
+                                     std::string(alias.old_name) + "')");
+    }
+    if (deprecated != nullptr) {
+      deprecated->push_back("'" + std::string(alias.old_name) + "' is deprecated: use '" + std::string(alias.name) +
+                            "'");
+    }
+  }
+  return Status::Ok();
+}
+
+// True when parameter `given` is `name` or its deprecated alias.
+bool Names(std::string_view given, std::string_view name) {
+  if (given == name) return true;
+  for (const Alias& alias : kAliases) {
+    if (alias.name == name && given == alias.old_name) return true;
+  }
+  return false;
+}
 
 // ------------------------------------------------------------ encoding
 
@@ -146,6 +186,12 @@ void WriteRunInfo(JsonWriter& w, const v1::RunInfo& info) {
   w.IntString(info.last_seen_ns());
   w.Key("world_size");
   w.Uint(info.world_size());
+  // What the regimes of the run's steps mean: applied decisions (local,
+  // remote) or, in monitor mode, what GAC would have done.
+  w.Key("steps_mode");
+  w.String(proto::EnumName(info.steps_mode()));
+  w.Key("decisions_applied");
+  w.Bool(proto::ModeApplies(info.steps_mode()));
   w.Key("config");
   WriteRunConfig(w, info.config());
   w.EndObject();
@@ -378,13 +424,14 @@ StatusOr<std::vector<std::pair<std::string, std::string>>> ParseQueryString(
   return params;
 }
 
-StatusOr<v1::ListRunsRequest> ParseRunsParams(std::string_view query) {
-  auto params = ParseQueryString(query, {"limit", "page_token"});
+StatusOr<v1::ListRunsRequest> ParseRunsParams(std::string_view query, std::vector<std::string>* deprecated) {
+  auto params = ParseQueryString(query, {"page_size", "page_token", "limit"});
   if (!params.ok()) return params.status();
+  GAC_RETURN_IF_ERROR(CheckAliases(&*params, deprecated));
   v1::ListRunsRequest req;
   for (const auto& [name, value] : *params) {
-    if (name == "limit") {
-      StatusOr<std::uint32_t> n = ParseLimit(value, kRunPages);
+    if (Names(name, "page_size")) {
+      StatusOr<std::uint32_t> n = ParseLimit(name, value, kRunPages);
       if (!n.ok()) return n.status();
       req.set_page_size(*n);
     } else {
@@ -408,17 +455,20 @@ StatusOr<v1::GetRunSummaryRequest> ParseSummaryParams(const std::string& run, st
   return req;
 }
 
-StatusOr<v1::GetStepsRequest> ParseStepsParams(const std::string& run, std::string_view query) {
-  auto params = ParseQueryString(query, {"from", "to", "rank", "layers", "limit", "page_token"});
+StatusOr<v1::GetStepsRequest> ParseStepsParams(const std::string& run, std::string_view query,
+                                               std::vector<std::string>* deprecated) {
+  auto params = ParseQueryString(
+      query, {"start_step", "end_step", "rank", "layers", "page_size", "page_token", "from", "to", "limit"});
   if (!params.ok()) return params.status();
+  GAC_RETURN_IF_ERROR(CheckAliases(&*params, deprecated));
   v1::GetStepsRequest req;
   req.set_run(run);
   bool have_to = false;
   for (const auto& [name, value] : *params) {
-    if (name == "from" || name == "to") {
+    if (Names(name, "start_step") || Names(name, "end_step")) {
       StatusOr<std::uint64_t> n = ParseUnsigned(name, value, kMaxStep);
       if (!n.ok()) return n.status();
-      if (name == "from") {
+      if (Names(name, "start_step")) {
         req.set_start_step(static_cast<std::int64_t>(*n));
       } else {
         req.set_end_step(static_cast<std::int64_t>(*n));
@@ -432,17 +482,17 @@ StatusOr<v1::GetStepsRequest> ParseStepsParams(const std::string& run, std::stri
       StatusOr<bool> b = ParseFlag(name, value);
       if (!b.ok()) return b.status();
       req.set_include_layers(*b);
-    } else if (name == "limit") {
-      StatusOr<std::uint32_t> n = ParseLimit(value, kStepPages);
+    } else if (Names(name, "page_size")) {
+      StatusOr<std::uint32_t> n = ParseLimit(name, value, kStepPages);
       if (!n.ok()) return n.status();
       req.set_page_size(*n);
     } else {
       req.set_page_token(value);
     }
   }
-  // GetSteps reads end_step 0 as "no limit"; over HTTP `to` is always a bound.
+  // GetSteps reads end_step 0 as "no limit"; over HTTP end_step is always a bound.
   if (have_to && req.end_step() <= req.start_step()) {
-    return Status::InvalidArgument("to must be above from (to is exclusive)");
+    return Status::InvalidArgument("end_step must be above start_step (end_step is exclusive)");
   }
   GAC_RETURN_IF_ERROR(StepQueryFromRequest(req).status());
   return req;
@@ -520,6 +570,14 @@ std::string EncodeSummary(const v1::RunSummary& summary, std::int64_t now_ns) {
     const auto it = summary.steps_by_regime().find(proto::EnumName(r));
     w.Key(proto::EnumName(r));
     w.Uint(it == summary.steps_by_regime().end() ? 0 : it->second);
+  }
+  w.EndObject();
+  // How a view names each count: "would skip" and "would project" in monitor mode.
+  w.Key("regime_labels");
+  w.BeginObject();
+  for (v1::Regime r : proto::kKnownRegimes) {
+    w.Key(proto::EnumName(r));
+    w.String(proto::RegimeInModeName(r, summary.info().steps_mode()));
   }
   w.EndObject();
   const v1::CalibrationSummary& cal = summary.calibration();
@@ -613,7 +671,9 @@ HttpResponse HttpApi::Handle(const HttpRequest& request) {
     core_->metrics->ObserveRpcError("http", StatusCodeName(route.status().code()));
     return resp;
   }
-  StatusOr<std::string> body = enabled_ ? Serve(request, *route) : Status::PermissionDenied(disabled_reason_);
+  std::vector<std::string> warnings;
+  StatusOr<std::string> body =
+      enabled_ ? Serve(request, *route, &warnings) : Status::PermissionDenied(disabled_reason_);
   if (!body.ok()) {
     core_->metrics->ObserveRpcError(std::string("http.") + route->method, StatusCodeName(body.status().code()));
     return ErrorResponse(body.status());
@@ -621,10 +681,13 @@ HttpResponse HttpApi::Handle(const HttpRequest& request) {
   HttpResponse resp;
   resp.body = std::move(*body);
   resp.headers.emplace_back("Cache-Control", "no-store");
+  // RFC 9111's Warning, code 299 ("miscellaneous persistent warning").
+  for (const std::string& w : warnings) resp.headers.emplace_back("Warning", "299 - \"" + w + "\"");
   return resp;
 }
 
-StatusOr<std::string> HttpApi::Serve(const HttpRequest& request, const ApiRoute& route) {
+StatusOr<std::string> HttpApi::Serve(const HttpRequest& request, const ApiRoute& route,
+                                     std::vector<std::string>* warnings) {
   StatusOr<const Principal*> principal = core_->Authenticate(request.authorization);
   if (!principal.ok()) return principal.status();
   const Principal& p = **principal;
@@ -634,7 +697,7 @@ StatusOr<std::string> HttpApi::Serve(const HttpRequest& request, const ApiRoute&
   }
   switch (route.kind) {
     case ApiRoute::kRuns: {
-      StatusOr<v1::ListRunsRequest> req = ParseRunsParams(request.query);
+      StatusOr<v1::ListRunsRequest> req = ParseRunsParams(request.query, warnings);
       if (!req.ok()) return req.status();
       auto page = ListRunsPage(*core_->store, *core_->registry, p, *req);
       if (!page.ok()) return page.status();
@@ -648,7 +711,7 @@ StatusOr<std::string> HttpApi::Serve(const HttpRequest& request, const ApiRoute&
       return EncodeSummary(*summary, NowNs());
     }
     case ApiRoute::kSteps: {
-      StatusOr<v1::GetStepsRequest> req = ParseStepsParams(route.run, request.query);
+      StatusOr<v1::GetStepsRequest> req = ParseStepsParams(route.run, request.query, warnings);
       if (!req.ok()) return req.status();
       StatusOr<StepQuery> query = StepQueryFromRequest(*req);
       if (!query.ok()) return query.status();

@@ -79,10 +79,18 @@ StatusOr<std::vector<std::pair<std::string, std::string>>> ParseQueryString(
 
 // The gRPC request each read endpoint stands for; InvalidArgument (naming
 // the HTTP parameter) for a value that is not a number in range or a page
-// size above the maximum.
-StatusOr<v1::ListRunsRequest> ParseRunsParams(std::string_view query);
+// size above the maximum, or for a name given together with its alias.
+//
+// The parameters take their wire names: start_step, end_step (half-open
+// [start_step, end_step)), page_size, page_token. Deprecated aliases, same
+// meaning: from (start_step), to (end_step), limit (page_size); for each one
+// used, a note "'<alias>' is deprecated: use '<name>'" is appended to
+// `deprecated` when it is not null (gacd sends them as Warning headers).
+StatusOr<v1::ListRunsRequest> ParseRunsParams(std::string_view query,
+                                              std::vector<std::string>* deprecated = nullptr);
 StatusOr<v1::GetRunSummaryRequest> ParseSummaryParams(const std::string& run, std::string_view query);
-StatusOr<v1::GetStepsRequest> ParseStepsParams(const std::string& run, std::string_view query);
+StatusOr<v1::GetStepsRequest> ParseStepsParams(const std::string& run, std::string_view query,
+                                               std::vector<std::string>* deprecated = nullptr);
 
 // The SetRunConfigRequest of a PUT body:
 //   {"thresholds": {"c_low": 0.1, "c_high": 0.4, "alpha_mode": "paper"},
@@ -114,7 +122,9 @@ class HttpApi {
   HttpResponse Handle(const HttpRequest& request);
 
  private:
-  StatusOr<std::string> Serve(const HttpRequest& request, const ApiRoute& route);
+  // The body of a 200 answer; the notes of deprecated parameters it used go
+  // to `warnings`.
+  StatusOr<std::string> Serve(const HttpRequest& request, const ApiRoute& route, std::vector<std::string>* warnings);
   StatusOr<std::string> SetConfig(const Principal& principal, const std::string& run, std::string_view body);
 
   Core* const core_;

@@ -161,6 +161,7 @@ class MemoryStore final : public Store {
       info.set_last_step(std::max(info.last_step(), r.step()));
       info.set_step_records(info.step_records() + 1);
       info.set_world_size(std::max({info.world_size(), r.world_size(), std::uint32_t{1}}));
+      info.set_steps_mode(run.steps.rbegin()->second.mode());  // of the latest (step, rank)
     }
   }
 

@@ -165,8 +165,10 @@ const std::string& PgStepColumns() {
 }
 #define GAC_PG_LAYER_COLUMNS "run_id, step, rank, name, idx, cosine, grad_norm, ref_norm"
 #define GAC_PG_SCALAR_COLUMNS "run_id, step, rank, name, value"
-#define GAC_PG_RUN_COLUMNS \
-  "name, first_step, last_step, step_records, first_seen_ns, last_seen_ns, world_size"
+// The last column is RunInfo.steps_mode: the mode of the latest step record.
+#define GAC_PG_RUN_COLUMNS                                                               \
+  "name, first_step, last_step, step_records, first_seen_ns, last_seen_ns, world_size, " \
+  "(SELECT mode FROM steps WHERE steps.run_id = runs.run_id ORDER BY step DESC, rank DESC LIMIT 1)"
 
 // ---------------------------------------------------------------------------
 // Prepared statements. Every parameter is binary; every result too.
@@ -656,6 +658,7 @@ void ReadRunInfo(const PGresult* r, int row, v1::RunInfo* info) {
   info->set_first_seen_ns(Int8At(r, row, 4));
   info->set_last_seen_ns(Int8At(r, row, 5));
   info->set_world_size(static_cast<std::uint32_t>(Int8At(r, row, 6)));
+  if (!NullAt(r, row, 7)) info->set_steps_mode(static_cast<v1::ControlMode>(Int4At(r, row, 7)));
 }
 
 // ---------------------------------------------------------------------------

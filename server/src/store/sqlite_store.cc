@@ -262,8 +262,11 @@ bool ParseColumn(sqlite3_stmt* stmt, int col, Message* message) {
   return message->ParseFromArray(data, size);
 }
 
-#define GAC_RUN_COLUMNS \
-  "name, first_step, last_step, step_records, first_seen_ns, last_seen_ns, world_size"
+// The last column is RunInfo.steps_mode: the mode of the latest step record
+// (the primary key's order, read backwards).
+#define GAC_RUN_COLUMNS                                                                  \
+  "name, first_step, last_step, step_records, first_seen_ns, last_seen_ns, world_size, " \
+  "(SELECT mode FROM steps WHERE steps.run_id = runs.run_id ORDER BY step DESC, rank DESC LIMIT 1)"
 
 // Fills `record` (but its run, scalars and layers) from a row whose columns
 // are StepColumnList().
@@ -291,6 +294,7 @@ void ReadRunInfo(sqlite3_stmt* s, v1::RunInfo* info) {
   info->set_first_seen_ns(sqlite3_column_int64(s, 4));
   info->set_last_seen_ns(sqlite3_column_int64(s, 5));
   info->set_world_size(static_cast<std::uint32_t>(sqlite3_column_int64(s, 6)));
+  info->set_steps_mode(static_cast<v1::ControlMode>(sqlite3_column_int(s, 7)));
 }
 
 // Opens one connection. The store serialises each connection with its own

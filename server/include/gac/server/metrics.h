@@ -10,8 +10,13 @@
 //                 gac_alpha, gac_staleness_steps, gac_step,
 //                 gac_last_report_timestamp_seconds, gac_trainer_scalar{name},
 //                 gac_agent_overhead_seconds,
-//                 gac_steps_total{regime}, gac_skipped_updates_total,
+//                 gac_steps_total{regime,mode}, gac_skipped_updates_total,
 //                 gac_controller_fallbacks_total
+//                 (mode is the step's: monitor, local or remote, UNSPECIFIED
+//                 read as monitor; a mode's four regime series appear with
+//                 the rank's first step in it, so at most 12 a rank. Monitor
+//                 regimes are what GAC would have done: gac_skipped_updates_total
+//                 counts skip and invalid in local and remote mode only.)
 //   per run       gac_threshold_c_low, gac_threshold_c_high,
 //                 gac_decisions_total{regime}
 //   per layer     gac_layer_cosine, gac_layer_grad_norm (opt-in; at most

@@ -68,6 +68,10 @@ enum class ReferencePolicy : std::uint8_t {
   kAppliedUpdate = 1,  // the previous applied (projected) gradient; unchanged by a skip
 };
 
+// (The deprecated member `groups` would make the compiler warn wherever the
+// implicit constructors are used; only a use of `groups` itself should.)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
 struct AgentOptions {
   Thresholds thresholds;
   AlphaMode alpha_mode = AlphaMode::kPaper;
@@ -100,6 +104,7 @@ struct AgentOptions {
   // `layers` is empty (InvalidArgument when both are given).
   [[deprecated("use AgentOptions::layers")]] std::vector<LayerSpec> groups;
 };
+#pragma GCC diagnostic pop
 
 class Agent {
  public:

@@ -39,6 +39,8 @@
 #include "gac/cli/interrupt.h"
 #include "gac/cli/replay.h"
 #include "gac/proto/convert.h"
+#include "gac/proto/record_schema.h"
+#include "gac/proto/wire_rules.h"
 #include "gac/transport/channel.h"
 #include "gac/transport/remote_controller.h"
 #include "gac/transport/spool.h"
@@ -167,6 +169,9 @@ int main(int argc, char** argv) {
     gac::v1::DecideResponse response;
     gac::proto::EncodeDecision(d, &response);
     Check(gac::proto::DecodeDecision(response, {0.5, 1.0, 1.0, true}).ok(), "Encode/DecodeDecision");
+    Check(gac::proto::FindStepField("step")->get(record).integer == record.step() &&
+              gac::proto::CheckRunId("consumer").ok(),
+          "record schema and wire rules");
     gac::transport::SpoolRecovery recovery;
     gac::transport::SpoolOptions spool_options;
     spool_options.dir = scratch + "/consumer-spool";

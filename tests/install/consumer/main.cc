@@ -11,6 +11,7 @@
 #include "gac/controller/controller.h"
 #include "gac/controller/decision_source.h"
 #include "gac/controller/step_report.h"
+#include "gac/duration.h"
 #include "gac/file_util.h"
 #include "gac/mutex.h"
 #include "gac/status.h"
@@ -128,6 +129,8 @@ int main(int argc, char** argv) {
   gac::StepReport report;
   report.step = 3;
   report.decision = ctl->Decide({0.1, 1.0, 1.0, true});  // cosine 0.1: project
+  Check(gac::ParseDuration("1.5s").ok() && *gac::ParseDuration("1.5s") == std::chrono::milliseconds(1500),
+        "ParseDuration");
   report.layers.push_back(gac::LayerStats{"layer", 0.1, 1.0, 1.0});
   Check(report.layers[0].cosine().has_value(), "LayerStats::cosine");
 

@@ -349,8 +349,8 @@ std::vector<at::Tensor> ConvertAll(const std::vector<at::Tensor>& v, at::ScalarT
 
 // fp64 reference of the statistics of g against the snapshot of p.
 struct Stats3 {
-  double dot = 0.0, gg = 0.0, pp = 0.0;
-  double cosine() const { return dot / (std::sqrt(gg * pp) + gac::kCosineEpsilon); }
+  double dot = 0.0, grad_sq = 0.0, ref_sq = 0.0;
+  double cosine() const { return dot / (std::sqrt(grad_sq * ref_sq) + gac::kCosineEpsilon); }
 };
 
 Stats3 Reference(const std::vector<at::Tensor>& g, const std::vector<at::Tensor>& p, at::ScalarType snap) {
@@ -359,8 +359,8 @@ Stats3 Reference(const std::vector<at::Tensor>& g, const std::vector<at::Tensor>
     const at::Tensor x = g[i].to(at::kDouble);
     const at::Tensor y = p[i].to(snap).to(at::kDouble);
     s.dot += (x * y).sum().item<double>();
-    s.gg += (x * x).sum().item<double>();
-    s.pp += (y * y).sum().item<double>();
+    s.grad_sq += (x * x).sum().item<double>();
+    s.ref_sq += (y * y).sum().item<double>();
   }
   return s;
 }
@@ -434,8 +434,8 @@ AgentRun RunAgent(Workload& w, const AgentOptions& options, int reps, CacheFlush
     if (ref != nullptr) {
       const double c = r.decision.cosine.value_or(std::nan(""));
       out.c_err = std::max(out.c_err, RelErr(c, ref->cosine()));
-      out.norm_err = std::max({out.norm_err, RelErr(r.decision.grad_norm, std::sqrt(ref->gg)),
-                               RelErr(r.decision.ref_norm, std::sqrt(ref->pp))});
+      out.norm_err = std::max({out.norm_err, RelErr(r.decision.grad_norm, std::sqrt(ref->grad_sq)),
+                               RelErr(r.decision.ref_norm, std::sqrt(ref->ref_sq))});
     }
   }
   return out;
@@ -501,8 +501,8 @@ Stats3 CatDot(const std::vector<at::Tensor>& g, const std::vector<at::Tensor>& p
   if (P.scalar_type() != at::kFloat) P = P.to(at::kFloat);
   Stats3 s;
   s.dot = at::dot(G, P).item<double>();
-  s.gg = at::dot(G, G).item<double>();
-  s.pp = at::dot(P, P).item<double>();
+  s.grad_sq = at::dot(G, G).item<double>();
+  s.ref_sq = at::dot(P, P).item<double>();
   return s;
 }
 
@@ -516,8 +516,8 @@ Stats3 Foreach(const std::vector<at::Tensor>& g, const std::vector<at::Tensor>& 
   const std::vector<at::Tensor> np = at::_foreach_norm(p);
   Stats3 s;
   s.dot = at::stack(sums).to(at::kDouble).sum().item<double>();
-  s.gg = at::stack(ng).to(at::kDouble).square().sum().item<double>();
-  s.pp = at::stack(np).to(at::kDouble).square().sum().item<double>();
+  s.grad_sq = at::stack(ng).to(at::kDouble).square().sum().item<double>();
+  s.ref_sq = at::stack(np).to(at::kDouble).square().sum().item<double>();
   return s;
 }
 

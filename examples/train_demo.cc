@@ -120,9 +120,11 @@ RunResult Run(const Flags& flags, const std::string& name, int staleness, gac::T
     ro.run = run_id;
     auto remote = gac::transport::RemoteController::Create(ro);
     // gacd decides with the run's settings there: set them first.
-    gac::Status st = remote.ok() ? (*remote)->SetRunThresholds(thresholds, gac::AlphaMode::kPaper,
-                                                          "gac_train_demo: calibrated from the synchronous run")
-                            : remote.status();
+    // The run on gacd in remote mode too, the mode this run acts in.
+    gac::Status st = remote.ok() ? (*remote)->SetThresholds(thresholds, gac::AlphaMode::kPaper,
+                                                            "gac_train_demo: calibrated from the synchronous run",
+                                                            gac::Mode::kRemote)
+                                 : remote.status();
     if (st.ok()) {
       options.decision_source = std::move(*remote);
       acting = gac::agent::Mode::kRemote;
@@ -173,10 +175,10 @@ RunResult Run(const Flags& flags, const std::string& name, int staleness, gac::T
       std::fprintf(stderr, "agent step failed: %s\n", report.status().ToString().c_str());
       std::exit(1);
     }
-    agent_seconds += report->stats_seconds + report->decide_seconds + report->apply_seconds;
+    agent_seconds += report->agent_overhead_seconds();
     if (telemetry != nullptr) {
-      telemetry->Enqueue(gac::transport::MakeStepRecord(*report, {run_id, 0, 1}, agent->options().mode,
-                                                    {{"loss", batch_loss.item<double>()}}, staleness));
+      telemetry->Enqueue(gac::transport::MakeStepRecord(*report, {run_id, 0, 1}, {{"loss", batch_loss.item<double>()}},
+                                                        staleness));
     }
     const auto& d = report->decision;
     if (d.cosine) window.Add(*d.cosine);

@@ -163,8 +163,8 @@ Status SumSerially(Plan& plan, const std::vector<at::Tensor>& parameters, StepRe
     summed = end;
   }));
   plan.reduced[0] = sum.dot;
-  plan.reduced[1] = sum.gg;
-  plan.reduced[2] = sum.pp;
+  plan.reduced[1] = sum.grad_sq;
+  plan.reduced[2] = sum.ref_sq;
   return Status::Ok();
 }
 
@@ -198,8 +198,8 @@ Status SumInParallel(Plan& plan, ThreadPool& pool, const std::vector<at::Tensor>
   if (!gathered.ok()) return gathered;
   for (const cpu::Partial& p : plan.partials) {
     plan.reduced[0] += p.dot;
-    plan.reduced[1] += p.gg;
-    plan.reduced[2] += p.pp;
+    plan.reduced[1] += p.grad_sq;
+    plan.reduced[2] += p.ref_sq;
   }
   return Status::Ok();
 }
@@ -244,19 +244,19 @@ void SumStrided(Plan& plan) {
   }
 }
 
-// The dense gradients of each parameter group on the CPU: one more read of
+// The dense gradients of each layer on the CPU: one more read of
 // them (strided ones have no span and were added by SumStrided).
-void SumGroups(Plan& plan, const std::vector<AgentOptions::ParameterGroup>& groups) {
+void SumLayers(Plan& plan, const std::vector<AgentOptions::LayerSpec>& layers) {
   const cpu::Kernels& k = cpu::BestKernels();
-  for (std::size_t g = 0; g < groups.size(); ++g) {
-    for (int i : groups[g].parameters) {
+  for (std::size_t g = 0; g < layers.size(); ++g) {
+    for (int i : layers[g].parameters) {
       const Plan::Slot& s = plan.slots[static_cast<std::size_t>(i)];
       cpu::Partial part;
       k.stats_spans(plan.spans.data() + s.first_chunk, s.end_chunk - s.first_chunk, plan.snap_type,
                     plan.has_reference, nullptr, &part);
       plan.reduced[3 + 3 * g] += part.dot;
-      plan.reduced[4 + 3 * g] += part.gg;
-      plan.reduced[5 + 3 * g] += part.pp;
+      plan.reduced[4 + 3 * g] += part.grad_sq;
+      plan.reduced[5 + 3 * g] += part.ref_sq;
     }
   }
 }
@@ -277,6 +277,20 @@ void ApplyStrided(const Plan& plan, bool project, float coeff, bool snapshot_pro
   }
 }
 
+// AgentOptions::groups is the deprecated name of AgentOptions::layers.
+Status TakeDeprecatedGroups(AgentOptions* options) {
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+  if (options->groups.empty()) return Status::Ok();
+  if (!options->layers.empty()) {
+    return Status::InvalidArgument("give AgentOptions::layers or its deprecated name groups, not both");
+  }
+  options->layers = std::move(options->groups);
+  options->groups.clear();
+#pragma GCC diagnostic pop
+  return Status::Ok();
+}
+
 }  // namespace
 
 StatusOr<std::unique_ptr<Agent>> Agent::Create(AgentOptions options) {
@@ -294,14 +308,15 @@ StatusOr<std::unique_ptr<Agent>> Agent::Create(AgentOptions options) {
   if (options.mode == Mode::kRemote && options.decision_source == nullptr) {
     return Status::InvalidArgument("remote mode needs options.decision_source (e.g. a RemoteController)");
   }
+  GAC_RETURN_IF_ERROR(TakeDeprecatedGroups(&options));
   std::vector<bool> grouped;
-  for (const AgentOptions::ParameterGroup& g : options.groups) {
-    if (g.name.empty()) return Status::InvalidArgument("parameter group with an empty name");
+  for (const AgentOptions::LayerSpec& g : options.layers) {
+    if (g.name.empty()) return Status::InvalidArgument("layer with an empty name");
     for (int i : g.parameters) {
-      if (i < 0) return Status::InvalidArgument("parameter group '" + g.name + "' has a negative index");
+      if (i < 0) return Status::InvalidArgument("layer '" + g.name + "' has a negative index");
       if (static_cast<std::size_t>(i) >= grouped.size()) grouped.resize(static_cast<std::size_t>(i) + 1, false);
       if (grouped[static_cast<std::size_t>(i)]) {
-        return Status::InvalidArgument("parameter " + std::to_string(i) + " is in more than one group");
+        return Status::InvalidArgument("parameter " + std::to_string(i) + " is in more than one layer");
       }
       grouped[static_cast<std::size_t>(i)] = true;
     }
@@ -363,13 +378,13 @@ Status Agent::ComputeStatistics(const std::vector<at::Tensor>& parameters, StepR
   }
   report->strided_tensors = static_cast<std::int32_t>(plan.strided.size());
   SumStrided(plan);
-  if (plan.device_passes == nullptr) SumGroups(plan, options_.groups);
+  if (plan.device_passes == nullptr) SumLayers(plan, options_.layers);
   if (options_.reducer && !all_reduced) {
     Status st = options_.reducer->AllReduceSum(plan.reduced.data(), plan.reduced.size());
     if (!st.ok()) return Status::Unavailable("all-reduce of the GAC statistics failed: " + st.ToString());
   }
-  for (std::size_t g = 0; g < options_.groups.size(); ++g) {
-    report->groups.push_back(GroupStats{options_.groups[g].name, plan.reduced[3 + 3 * g], plan.reduced[4 + 3 * g],
+  for (std::size_t g = 0; g < options_.layers.size(); ++g) {
+    report->layers.push_back(LayerStats{options_.layers[g].name, plan.reduced[3 + 3 * g], plan.reduced[4 + 3 * g],
                                         plan.reduced[5 + 3 * g]});
   }
   return Status::Ok();
@@ -435,6 +450,7 @@ StatusOr<StepReport> Agent::Step(std::int64_t step, const std::vector<at::Tensor
   GAC_RETURN_IF_ERROR(PreparePlan(step, parameters));
   StepReport report;
   report.step = step;
+  report.mode = options_.mode;
   GAC_RETURN_IF_ERROR(ComputeStatistics(parameters, &report));
   const std::vector<double>& sums = plan_->reduced;
   const AlignmentStats stats{sums[0], sums[1], sums[2], plan_->has_reference};

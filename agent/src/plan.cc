@@ -109,7 +109,7 @@ StatusOr<std::unique_ptr<Plan>> Plan::Build(const std::vector<at::Tensor>& param
 #ifdef GAC_AGENT_TORCH_CUDA
     if (plan->device.is_cuda()) {
       StatusOr<std::unique_ptr<DevicePasses>> passes =
-          CreateCudaPasses(plan->device, bf16, static_cast<int>(options.groups.size()));
+          CreateCudaPasses(plan->device, bf16, static_cast<int>(options.layers.size()));
       if (!passes.ok()) return passes.status();
       plan->device_passes = std::move(*passes);
       plan->device_tensors.resize(params.size());
@@ -137,16 +137,16 @@ StatusOr<std::unique_ptr<Plan>> Plan::Build(const std::vector<at::Tensor>& param
   }
   plan->partials.resize(plan->spans.size());
   plan->group_of.assign(params.size(), -1);
-  for (std::size_t g = 0; g < options.groups.size(); ++g) {
-    for (int i : options.groups[g].parameters) {  // Agent::Create checked i >= 0 and no repeats
+  for (std::size_t g = 0; g < options.layers.size(); ++g) {
+    for (int i : options.layers[g].parameters) {  // Agent::Create checked i >= 0 and no repeats
       if (static_cast<std::size_t>(i) >= params.size()) {
-        return Status::InvalidArgument("parameter group '" + options.groups[g].name + "' names parameter " +
+        return Status::InvalidArgument("layer '" + options.layers[g].name + "' names parameter " +
                                        std::to_string(i) + " of " + std::to_string(params.size()));
       }
       plan->group_of[static_cast<std::size_t>(i)] = static_cast<int>(g);
     }
   }
-  plan->reduced.assign(3 + 3 * options.groups.size() + (plan->device_passes ? 1 : 0), 0.0);
+  plan->reduced.assign(3 + 3 * options.layers.size() + (plan->device_passes ? 1 : 0), 0.0);
 
   // Tasks: runs of chunks with roughly equal element counts, kTasksPerThread
   // per thread.

@@ -78,7 +78,7 @@ struct Plan {
   std::vector<cpu::Partial> partials;          // one per chunk (parallel passes)
   std::vector<Strided> strided;                // per step
   std::vector<int> group_of;                   // per slot: its parameter group, or -1
-  // Per step: (dot, gg, pp) of the step, then 3 per group; device plans then
+  // Per step: (dot, grad_sq, ref_sq) of the step, then 3 per group; device plans then
   // the non-finite count. What the all-reduce sums.
   std::vector<double> reduced;
   // Gradients on a GPU: the passes run there (the spans then only carry

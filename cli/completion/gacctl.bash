@@ -12,13 +12,13 @@ _gacctl_command_flags() {
     runs) echo "--format" ;;
     show) echo "--window" ;;
     health) echo "--service" ;;
-    steps) echo "--from --to --rank --layers --scalars --format" ;;
+    steps) echo "--start-step --end-step --from --to --rank --layers --scalars --page-size --format" ;;
     tail) echo "--lines -n --follow -f --rank --interval --format" ;;
     "config get") echo "" ;;
     "config set") echo "--c-low --c-high --alpha-mode --mode --reason --expected-version" ;;
     "config history") echo "--format" ;;
-    calibrate) echo "--window --apply --to --alpha-mode --mode --reason --expected-version" ;;
-    replay) echo "--c-low --c-high --alpha-mode --grid --from --to --steps --max-diffs --format" ;;
+    calibrate) echo "--window --apply --apply-to --to --alpha-mode --mode --reason --expected-version" ;;
+    replay) echo "--c-low --c-high --alpha-mode --grid --start-step --end-step --from --to --steps --max-diffs --format" ;;
   esac
 }
 
@@ -47,6 +47,7 @@ _gacctl() {
     w=${COMP_WORDS[i]}
     case "$w" in
       --address | --token | --token-file | --tls-ca | --tls-server-name | --timeout | --format | --from | --to | \
+        --start-step | --end-step | --page-size | --apply-to | \
         --rank | --scalars | --lines | -n | --interval | --window | --service | --c-low | --c-high | --alpha-mode | \
         --mode | --reason | --expected-version | --max-diffs)
         ((i++))
@@ -66,11 +67,12 @@ _gacctl() {
     --mode) COMPREPLY=($(compgen -W "monitor local remote" -- "$cur")); return ;;
     --alpha-mode) COMPREPLY=($(compgen -W "paper exact" -- "$cur")); return ;;
     --token-file | --tls-ca) COMPREPLY=($(compgen -f -- "$cur")); return ;;
-    --to)
+    --apply-to | --to)
       [[ $cmd == calibrate ]] && COMPREPLY=($(compgen -W "$(_gacctl_runs)" -- "$cur"))
       return
       ;;
-    --address | --token | --tls-server-name | --timeout | --from | --rank | --scalars | --lines | -n | \
+    --address | --token | --tls-server-name | --timeout | --from | --start-step | --end-step | --page-size | \
+      --rank | --scalars | --lines | -n | \
       --interval | --window | --service | --c-low | --c-high | --reason | --expected-version | --max-diffs)
       return
       ;;

@@ -98,7 +98,11 @@ StatusOr<grpc::health::v1::HealthCheckResponse> GacdClient::Health(const std::st
 }
 
 Status GacdClient::ForEachRunPage(const std::function<Status(const v1::ListRunsResponse&)>& page) {
-  v1::ListRunsRequest request;
+  return ForEachRunPage(v1::ListRunsRequest(), page);
+}
+
+Status GacdClient::ForEachRunPage(v1::ListRunsRequest request,
+                                  const std::function<Status(const v1::ListRunsResponse&)>& page) {
   for (;;) {
     StatusOr<v1::ListRunsResponse> response = ListRuns(request);
     if (!response.ok()) return response.status();

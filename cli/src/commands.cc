@@ -6,6 +6,7 @@
 
 #include "gac/controller/calibration.h"
 #include "gac/proto/convert.h"
+#include "gac/proto/wire_rules.h"
 
 namespace gac::cli {
 
@@ -40,26 +41,10 @@ StatusOr<Format> FormatFlag(const ParsedFlags& flags) {
   return format;
 }
 
-std::string RegimeText(v1::Regime regime) {
-  StatusOr<Regime> r = proto::FromProto(regime);
-  return r.ok() ? RegimeName(*r) : "unspecified";
-}
-
-std::string ModeText(v1::ControlMode mode) {
-  if (mode == v1::CONTROL_MODE_UNSPECIFIED) return ModeName(Mode::kMonitor);
-  StatusOr<Mode> m = proto::FromProto(mode);
-  return m.ok() ? ModeName(*m) : "unknown";
-}
-
-std::string AlphaModeText(v1::AlphaMode mode) {
-  StatusOr<AlphaMode> m = proto::FromProto(mode);
-  return m.ok() ? AlphaModeName(*m) : "unknown";
-}
-
 std::string SettingsText(const v1::RunConfig& config) {
   return "c_low " + FormatExact(config.thresholds().c_low()) + ", c_high " +
-         FormatExact(config.thresholds().c_high()) + ", alpha " + AlphaModeText(config.thresholds().alpha_mode()) +
-         ", mode " + ModeText(config.mode());
+         FormatExact(config.thresholds().c_high()) + ", alpha " + proto::EnumName(config.thresholds().alpha_mode()) +
+         ", mode " + proto::EnumName(config.mode());
 }
 
 std::string Percent(double fraction) {
@@ -79,16 +64,39 @@ std::string NoSuggestionReason(const v1::CalibrationSummary& calibration) {
   return suggested.ok() ? "gacd made no suggestion" : suggested.status().message();
 }
 
-Status StepRangeFlags(const ParsedFlags& flags, std::int64_t* from, std::int64_t* end) {
-  auto f = OptionalInt(flags, "from", 0, INT64_MAX - 1);
-  if (!f.ok()) return f.status();
+std::vector<FlagSpec> StepRangeFlagSpecs() {
+  return {
+      {"start-step", "N", "first step (default 0)"},
+      {"end-step", "N", "the step after the last one: [start, end) (default: to the latest)"},
+      DeprecatedFlag("from", "N", "use --start-step"),
+      DeprecatedFlag("to", "N", "use --end-step N+1 (--to is inclusive)"),
+  };
+}
+
+Status StepRangeFlags(const ParsedFlags& flags, std::int64_t* start, std::int64_t* end) {
+  if (flags.Has("start-step") && flags.Has("from")) {
+    return Status::InvalidArgument("give --start-step or its former name --from, not both");
+  }
+  if (flags.Has("end-step") && flags.Has("to")) {
+    return Status::InvalidArgument("give --end-step or --to, not both");
+  }
+  auto s = OptionalInt(flags, flags.Has("from") ? "from" : "start-step", 0, INT64_MAX - 1);
+  if (!s.ok()) return s.status();
+  auto e = OptionalInt(flags, "end-step", 1, INT64_MAX);
+  if (!e.ok()) return e.status();
   auto t = OptionalInt(flags, "to", 0, INT64_MAX - 1);
   if (!t.ok()) return t.status();
-  *from = f->value_or(0);
+  *start = s->value_or(0);
   *end = 0;
-  if (*t) {
-    if (**t < *from) {
-      return Status::InvalidArgument("--to " + std::to_string(**t) + " is below --from " + std::to_string(*from));
+  if (*e) {
+    if (**e <= *start) {
+      return Status::InvalidArgument("--end-step " + std::to_string(**e) + " is not above --start-step " +
+                                     std::to_string(*start) + " (the range is [start, end))");
+    }
+    *end = **e;
+  } else if (*t) {
+    if (**t < *start) {
+      return Status::InvalidArgument("--to " + std::to_string(**t) + " is below --from " + std::to_string(*start));
     }
     *end = **t + 1;
   }

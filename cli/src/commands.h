@@ -19,6 +19,7 @@
 #include "gac/cli/format.h"
 #include "gac/cli/gacctl.h"
 #include "gac/controller/controller.h"
+#include "gac/proto/wire_rules.h"
 #include "gac/status.h"
 #include "gac/v1/control.pb.h"
 #include "gac/v1/query.pb.h"
@@ -81,11 +82,8 @@ std::vector<CommandSpec> ReplayCommands();  // replay                   (replay_
 StatusOr<Format> FormatFlag(const ParsedFlags& flags);
 inline FlagSpec FormatFlagSpec() { return {"format", "table|csv|jsonl", "output format (default table)"}; }
 
-// "safe", "project"...; "unspecified" for a value outside the enum.
-std::string RegimeText(v1::Regime regime);
-// A record's mode: UNSPECIFIED reads as monitor (older agents).
-std::string ModeText(v1::ControlMode mode);
-std::string AlphaModeText(v1::AlphaMode mode);
+// Enum text ("safe", "monitor", "paper"; "unknown" outside the enum) is
+// gac::proto::EnumName (gac/proto/wire_rules.h).
 // "c_low 0.05, c_high 0.3, alpha paper, mode local".
 std::string SettingsText(const v1::RunConfig& config);
 // "92.5 %".
@@ -93,8 +91,12 @@ std::string Percent(double fraction);
 // Why a run summary's calibration has no suggested thresholds, in the
 // words of the rule (gac/controller/calibration.h).
 std::string NoSuggestionReason(const v1::CalibrationSummary& calibration);
-// --from and --to (inclusive) as [*from, *end), *end 0 for no limit.
-Status StepRangeFlags(const ParsedFlags& flags, std::int64_t* from, std::int64_t* end);
+// The step range flags: --start-step and --end-step, the half-open range
+// [start_step, end_step) of the wire, and their former names --from (the
+// same as --start-step) and --to N (inclusive: --end-step N+1).
+std::vector<FlagSpec> StepRangeFlagSpecs();
+// Those flags as [*start, *end), *end 0 for no limit.
+Status StepRangeFlags(const ParsedFlags& flags, std::int64_t* start, std::int64_t* end);
 
 }  // namespace gac::cli
 

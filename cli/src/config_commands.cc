@@ -9,8 +9,8 @@ void WriteConfig(std::ostream& out, const std::string& run, const v1::RunConfig&
   out << "run         " << run << "\n"
       << "c_low       " << FormatExact(config.thresholds().c_low()) << "\n"
       << "c_high      " << FormatExact(config.thresholds().c_high()) << "\n"
-      << "alpha_mode  " << AlphaModeText(config.thresholds().alpha_mode()) << "\n"
-      << "mode        " << ModeText(config.mode()) << "\n";
+      << "alpha_mode  " << proto::EnumName(config.thresholds().alpha_mode()) << "\n"
+      << "mode        " << proto::EnumName(config.mode()) << "\n";
   if (config.version() == 0) {
     out << "version     0 (gacd's defaults, never set)\n";
   } else {
@@ -176,8 +176,8 @@ std::string ChangeText(const v1::RunConfig& before, const v1::RunConfig& after) 
   };
   add("c_low", FormatExact(before.thresholds().c_low()), FormatExact(after.thresholds().c_low()));
   add("c_high", FormatExact(before.thresholds().c_high()), FormatExact(after.thresholds().c_high()));
-  add("alpha", AlphaModeText(before.thresholds().alpha_mode()), AlphaModeText(after.thresholds().alpha_mode()));
-  add("mode", ModeText(before.mode()), ModeText(after.mode()));
+  add("alpha", proto::EnumName(before.thresholds().alpha_mode()), proto::EnumName(after.thresholds().alpha_mode()));
+  add("mode", proto::EnumName(before.mode()), proto::EnumName(after.mode()));
   return text.empty() ? "no change" : text;
 }
 
@@ -203,10 +203,10 @@ Status History(Context& ctx, const std::string& run, Format format) {
       } else {
         writer->Add({Cell::Int(static_cast<std::int64_t>(a.version())), Cell::Int(a.updated_ns()),
                      Cell::Text(a.updated_by()), Cell::Real(a.thresholds().c_low()),
-                     Cell::Real(a.thresholds().c_high()), Cell::Text(AlphaModeText(a.thresholds().alpha_mode())),
-                     Cell::Text(ModeText(a.mode())), Cell::Int(static_cast<std::int64_t>(b.version())),
+                     Cell::Real(a.thresholds().c_high()), Cell::Text(proto::EnumName(a.thresholds().alpha_mode())),
+                     Cell::Text(proto::EnumName(a.mode())), Cell::Int(static_cast<std::int64_t>(b.version())),
                      Cell::Real(b.thresholds().c_low()), Cell::Real(b.thresholds().c_high()),
-                     Cell::Text(AlphaModeText(b.thresholds().alpha_mode())), Cell::Text(ModeText(b.mode())),
+                     Cell::Text(proto::EnumName(b.thresholds().alpha_mode())), Cell::Text(proto::EnumName(b.mode())),
                      Cell::Text(change.reason())});
       }
     }
@@ -255,7 +255,7 @@ Status Calibrate(Context& ctx, CalibrateOptions o) {
   std::ostream& out = ctx.out();
   out << "calibration of " << o.run << ": |c_t| of rank 0 over "
       << (o.window == 0 ? std::string("all stored steps") : "the last " + std::to_string(o.window) + " steps");
-  if (summary->has_latest()) out << " (recorded in " << ModeText(summary->latest().mode()) << " mode)";
+  if (summary->has_latest()) out << " (recorded in " << proto::EnumName(summary->latest().mode()) << " mode)";
   out << "\n  values          " << cal.count() << "\n";
   if (cal.count() > 0) {
     out << "  q0.9 |c_t|      " << FormatDisplay(cal.q90()) << "\n"
@@ -270,7 +270,7 @@ Status Calibrate(Context& ctx, CalibrateOptions o) {
   out << "suggested         c_low " << FormatExact(lo) << ", c_high " << FormatExact(hi) << "\n";
   if (!o.apply) {
     out << "to apply them:    gacctl calibrate " << o.run << (o.window ? " --window " + std::to_string(o.window) : "")
-        << " --apply --to RUN --reason TEXT\n";
+        << " --apply --apply-to RUN --reason TEXT\n";
     return Status::Ok();
   }
   o.change.c_low = lo;
@@ -290,7 +290,7 @@ CommandSpec CalibrateCommand() {
   CommandSpec c;
   c.name = "calibrate";
   c.args = "RUN";
-  c.summary = "suggest thresholds from a synchronous (monitor-mode) run; --apply sets them on --to RUN2";
+  c.summary = "suggest thresholds from a synchronous (monitor-mode) run; --apply sets them on --apply-to RUN2";
   c.description =
       "Reads the calibration statistics of |c_t| over rank 0's steps of RUN (all, or the\n"
       "last --window N; leave out the warm-up, as the paper does with its first 50 steps)\n"
@@ -300,12 +300,13 @@ CommandSpec CalibrateCommand() {
       "RUN should be a synchronous (on-policy) run, in monitor mode so that nothing\n"
       "changed its updates. With fewer than 20 values of c_t there is no suggestion\n"
       "(exit 1, FAILED_PRECONDITION). --apply sets the suggestion on the run named by\n"
-      "--to, keeping its alpha mode and mode unless --alpha-mode or --mode is given,\n"
+      "--apply-to, keeping its alpha mode and mode unless --alpha-mode or --mode is given,\n"
       "with the same version check as 'gacctl config set'. Check what they would have\n"
       "done first: gacctl replay RUN2 --c-low X --c-high Y.\n";
   c.flags = {{"window", "N", "statistics over the last N steps of rank 0 (default 0 = all)"},
-             {"apply", "", "set the suggested thresholds on the run named by --to"},
-             {"to", "RUN2", "the run --apply changes"}};
+             {"apply", "", "set the suggested thresholds on the run named by --apply-to"},
+             {"apply-to", "RUN2", "the run --apply changes"},
+             DeprecatedFlag("to", "RUN2", "use --apply-to")};
   for (FlagSpec& f : ChangeFlags()) {
     if (f.name == "reason") f.help = "why, for the audit log (default: the statistics used)";
     c.flags.push_back(std::move(f));
@@ -319,10 +320,13 @@ CommandSpec CalibrateCommand() {
     o.window = static_cast<std::uint32_t>(window->value_or(0));
     o.apply = flags.Has("apply");
     GAC_RETURN_IF_ERROR(ParseChangeFlags(flags, &o.change));
-    const std::string* to = flags.Get("to");
-    if (o.apply && to == nullptr) return Status::InvalidArgument("--apply needs --to RUN2, the run to change");
+    if (flags.Has("apply-to") && flags.Has("to")) {
+      return Status::InvalidArgument("give --apply-to or its former name --to, not both");
+    }
+    const std::string* to = flags.Has("to") ? flags.Get("to") : flags.Get("apply-to");
+    if (o.apply && to == nullptr) return Status::InvalidArgument("--apply needs --apply-to RUN2, the run to change");
     if (!o.apply) {
-      for (const char* f : {"to", "alpha-mode", "mode", "reason", "expected-version"}) {
+      for (const char* f : {"apply-to", "to", "alpha-mode", "mode", "reason", "expected-version"}) {
         if (flags.Has(f)) return Status::InvalidArgument(std::string("--") + f + " applies only with --apply");
       }
     }

@@ -5,6 +5,8 @@
 #include <cmath>
 #include <cstdlib>
 
+#include "gac/duration.h"
+
 namespace gac::cli {
 
 const std::string* ParsedFlags::Get(const std::string& name) const {
@@ -51,6 +53,12 @@ StatusOr<ParsedFlags> ParseFlags(const std::vector<std::string>& args, const std
       shown = arg;
     }
     if (spec == nullptr) return Status::InvalidArgument("unknown flag '" + (shown.empty() ? arg : shown) + "'");
+    if (!spec->deprecated.empty()) {
+      const std::string note = "--" + spec->name + " is deprecated: " + spec->deprecated;
+      if (std::find(parsed.notes_.begin(), parsed.notes_.end(), note) == parsed.notes_.end()) {
+        parsed.notes_.push_back(note);
+      }
+    }
     if (spec->value_name.empty()) {
       if (inline_value) return Status::InvalidArgument(shown + " takes no value");
       parsed.values_[spec->name] = "";
@@ -106,23 +114,13 @@ StatusOr<std::vector<double>> ParseRealListFlag(const std::string& flag, const s
 }
 
 StatusOr<std::chrono::milliseconds> ParseDurationFlag(const std::string& flag, const std::string& text) {
-  std::size_t unit_at = text.find_first_not_of("0123456789.");
-  const std::string number = text.substr(0, unit_at);
-  const std::string unit = unit_at == std::string::npos ? "s" : text.substr(unit_at);
-  double scale_ms = 0;
-  if (unit == "ms") scale_ms = 1;
-  else if (unit == "s") scale_ms = 1000;
-  else if (unit == "m") scale_ms = 60e3;
-  else if (unit == "h") scale_ms = 3600e3;
-  char* end = nullptr;
-  const double v = number.empty() ? -1 : std::strtod(number.c_str(), &end);
-  if (scale_ms == 0 || number.empty() || end == nullptr || *end != '\0' || !(v > 0) || !std::isfinite(v)) {
-    return Status::InvalidArgument(flag + ": expected a duration above zero such as 500ms, 10s or 2m, got '" +
-                                   text + "'");
+  StatusOr<std::chrono::nanoseconds> d = ParseDuration(text);
+  if (!d.ok() || d->count() <= 0) {
+    return Status::InvalidArgument(flag + ": expected a duration above zero such as 500ms, 10s or 2m, got '" + text +
+                                   "'");
   }
-  const double ms = v * scale_ms;
-  if (ms > 1e12) return Status::InvalidArgument(flag + ": " + text + " is too long");
-  return std::chrono::milliseconds(std::max<std::int64_t>(1, static_cast<std::int64_t>(std::llround(ms))));
+  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(*d);
+  return std::max(ms, std::chrono::milliseconds(1));
 }
 
 StatusOr<std::optional<std::int64_t>> OptionalInt(const ParsedFlags& flags, const std::string& name,

@@ -11,6 +11,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "gac/status.h"
@@ -22,7 +23,15 @@ struct FlagSpec {
   std::string value_name;  // "N" for --from N; "" for a switch
   std::string help;        // one line for --help
   char short_name = 0;     // 'f' for -f; 0 for none
+  // Non-empty: the flag is a former name kept as an alias, and this says
+  // what to use instead ("use --start-step"); gacctl prints it on stderr.
+  std::string deprecated = {};
 };
+
+// A deprecated alias of a flag: `note` says what to use instead.
+inline FlagSpec DeprecatedFlag(std::string name, std::string value_name, std::string note) {
+  return FlagSpec{std::move(name), std::move(value_name), "deprecated: " + note, 0, note};
+}
 
 class ParsedFlags {
  public:
@@ -30,11 +39,14 @@ class ParsedFlags {
   // The value of --name (empty for a switch); nullptr when not given.
   const std::string* Get(const std::string& name) const;
   const std::vector<std::string>& positional() const { return positional_; }
+  // One line per deprecated flag given: "--from is deprecated: use --start-step".
+  const std::vector<std::string>& deprecation_notes() const { return notes_; }
 
  private:
   friend StatusOr<ParsedFlags> ParseFlags(const std::vector<std::string>& args, const std::vector<FlagSpec>& specs);
   std::map<std::string, std::string> values_;
   std::vector<std::string> positional_;
+  std::vector<std::string> notes_;
 };
 
 StatusOr<ParsedFlags> ParseFlags(const std::vector<std::string>& args, const std::vector<FlagSpec>& specs);
@@ -46,7 +58,9 @@ StatusOr<std::int64_t> ParseIntFlag(const std::string& flag, const std::string& 
 StatusOr<double> ParseRealFlag(const std::string& flag, const std::string& text);
 // Comma-separated finite numbers ("0.03,0.05,0.07").
 StatusOr<std::vector<double>> ParseRealListFlag(const std::string& flag, const std::string& text);
-// "500ms", "10s", "2m", "1h"; a bare number is seconds ("1.5"). Above zero.
+// A duration as gac::ParseDuration reads it ("500ms", "10s", "2m", "1h",
+// "1d"; a bare number is seconds), above zero, in whole milliseconds (at
+// least 1).
 StatusOr<std::chrono::milliseconds> ParseDurationFlag(const std::string& flag, const std::string& text);
 
 // The optional values of a parsed flag set, typed (nullopt when absent).

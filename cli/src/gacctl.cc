@@ -308,6 +308,7 @@ int RunGacctl(const std::vector<std::string>& args, const Environment& env, std:
   if (!connection.ok()) return UsageError(err, spec.name, connection.status().message());
   StatusOr<Action> action = spec.prepare(*flags, positional);
   if (!action.ok()) return UsageError(err, spec.name, action.status().message());
+  for (const std::string& note : flags->deprecation_notes()) err << "gacctl: note: " << note << "\n";
 
   Context ctx(env, out, err, std::move(*connection));
   const Status st = (*action)(ctx);

@@ -202,12 +202,13 @@ CommandSpec ReplayCommand() {
       {"c-high", "X", "|c_t| at or above: skip (with --grid, a list)"},
       {"alpha-mode", "paper|exact", "how alpha is chosen in the projection band (default paper)"},
       {"grid", "", "evaluate every (c_low, c_high) pair of the two lists"},
-      {"from", "N", "first step (default 0)"},
-      {"to", "N", "last step, inclusive (default: the latest)"},
+  };
+  for (FlagSpec& f : StepRangeFlagSpecs()) c.flags.push_back(std::move(f));
+  c.flags.insert(c.flags.end(), {
       {"steps", "", "one row per step instead of the summary"},
       {"max-diffs", "N", "differing steps listed in the summary (default 20; 0 = all)"},
       {"format", "table|csv|jsonl", "output format of --grid and --steps (default table)"},
-  };
+  });
   c.positionals = 1;
   c.prepare = [](const ParsedFlags& flags, const std::vector<std::string>& args) -> StatusOr<Action> {
     ReplayOptions o;

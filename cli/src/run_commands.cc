@@ -1,6 +1,8 @@
 // gacctl runs, show and health.
 #include <algorithm>
 #include <map>
+#include <utility>
+
 #include "cli/src/commands.h"
 
 namespace gac::cli {
@@ -16,6 +18,7 @@ std::vector<Column> RunColumns() {
       {"last_seen_ns", "LAST_REPORT", true},
       {"cosine", "C_T", true},
       {"regime", "REGIME"},
+      {"step_mode", "STEP_MODE"},
       {"mode", "MODE"},
       {"c_low", "C_LOW", true},
       {"c_high", "C_HIGH", true},
@@ -24,8 +27,15 @@ std::vector<Column> RunColumns() {
   };
 }
 
-std::vector<Cell> RunRow(const v1::RunInfo& info, const v1::StepRecord* latest, std::int64_t now_ns) {
+// A step's regime; in the table, a monitor-mode step's reads as what GAC
+// would have done ("would skip"): nothing was applied.
+Cell RegimeCell(const v1::StepRecord& r) {
+  return Cell::Text(proto::EnumName(r.regime())).WithDisplay(proto::RegimeInModeName(r.regime(), r.mode()));
+}
+
+std::vector<Cell> RunRow(const v1::RunInfo& info, std::int64_t now_ns) {
   const v1::RunConfig& config = info.config();
+  const v1::StepRecord* latest = info.has_latest() ? &info.latest() : nullptr;
   return {
       Cell::Text(info.run()),
       Cell::Int(info.first_step()),
@@ -34,11 +44,12 @@ std::vector<Cell> RunRow(const v1::RunInfo& info, const v1::StepRecord* latest, 
       Cell::Int(info.world_size()),
       Cell::Int(info.last_seen_ns()).WithDisplay(FormatAge(now_ns - info.last_seen_ns()) + " ago"),
       latest != nullptr && latest->has_cosine() ? Cell::Real(latest->cosine()) : Cell(),
-      latest != nullptr ? Cell::Text(RegimeText(latest->regime())) : Cell(),
-      Cell::Text(ModeText(config.mode())),
+      latest != nullptr ? RegimeCell(*latest) : Cell(),
+      latest != nullptr ? Cell::Text(proto::EnumName(latest->mode())) : Cell(),
+      Cell::Text(proto::EnumName(config.mode())),
       Cell::Real(config.thresholds().c_low()),
       Cell::Real(config.thresholds().c_high()),
-      Cell::Text(AlphaModeText(config.thresholds().alpha_mode())),
+      Cell::Text(proto::EnumName(config.thresholds().alpha_mode())),
       Cell::Int(static_cast<std::int64_t>(config.version())),
   };
 }
@@ -46,16 +57,12 @@ std::vector<Cell> RunRow(const v1::RunInfo& info, const v1::StepRecord* latest, 
 Status ListRuns(Context& ctx, Format format) {
   std::unique_ptr<RowWriter> writer = RowWriter::Create(format, &ctx.out(), RunColumns());
   const std::int64_t now = ctx.NowNs();
-  const Status st = ctx.client().ForEachRunPage([&](const v1::ListRunsResponse& page) -> Status {
-    for (const v1::RunInfo& info : page.runs()) {
-      if (ctx.interrupted()) return Interrupted();
-      // The latest step of rank 0 (a run whose history was just deleted by
-      // retention has none).
-      StatusOr<v1::RunSummary> summary = ctx.client().GetRunSummary(info.run(), 1);
-      if (!summary.ok() && !summary.status().IsNotFound()) return summary.status();
-      const v1::StepRecord* latest = summary.ok() && summary->has_latest() ? &summary->latest() : nullptr;
-      writer->Add(RunRow(info, latest, now));
-    }
+  // One call per page: each run's latest step (of rank 0) comes with it.
+  v1::ListRunsRequest request;
+  request.set_include_latest(true);
+  const Status st = ctx.client().ForEachRunPage(request, [&](const v1::ListRunsResponse& page) -> Status {
+    if (ctx.interrupted()) return Interrupted();
+    for (const v1::RunInfo& info : page.runs()) writer->Add(RunRow(info, now));
     writer->Flush();
     return Status::Ok();
   });
@@ -74,7 +81,9 @@ CommandSpec RunsCommand() {
       "  run [RUN], first_step [FIRST], last_step [LAST], step_records [RECORDS]: stored\n"
       "    records over all ranks, world_size [RANKS], last_seen_ns [LAST_REPORT]: when gacd\n"
       "    received the last record (ns since the Unix epoch; the table shows its age),\n"
-      "  cosine [C_T], regime [REGIME]: of rank 0's latest step,\n"
+      "  cosine [C_T], regime [REGIME], step_mode [STEP_MODE]: of rank 0's latest step, and\n"
+      "    the mode the agent ran it in; in monitor mode the regime is what GAC would have\n"
+      "    done (the table says \"would skip\"), never an applied decision,\n"
       "  mode [MODE], c_low [C_LOW], c_high [C_HIGH], alpha_mode [ALPHA], version [VERSION]:\n"
       "    the run's settings and their version (0 = gacd's defaults, never set).\n";
   c.flags = {FormatFlagSpec()};
@@ -113,7 +122,7 @@ std::string ScalarsText(const v1::StepRecord& r) {
 
 std::string StepText(const v1::StepRecord& r) {
   std::string text = "c_t " + (r.has_cosine() ? FormatDisplay(r.cosine()) : std::string("-")) + ", " +
-                     RegimeText(r.regime()) + ", alpha " + FormatDisplay(r.alpha()) + ", |g| " +
+                     proto::EnumName(r.regime()) + ", alpha " + FormatDisplay(r.alpha()) + ", |g| " +
                      FormatDisplay(r.grad_norm()) + ", |p| " + FormatDisplay(r.ref_norm());
   if (r.has_staleness()) text += ", staleness " + std::to_string(r.staleness());
   return text + ScalarsText(r);
@@ -163,7 +172,7 @@ Status ShowRun(Context& ctx, const std::string& run, std::uint32_t window) {
     const v1::StepRecord& r = summary->latest();
     kv.Add("latest step", std::to_string(r.step()) + " (rank 0, " +
                               (r.wall_time_ns() != 0 ? FormatTimeUtc(r.wall_time_ns()) + ", " : std::string()) +
-                              ModeText(r.mode()) + " mode" + (r.fallback() ? ", local fallback" : "") +
+ std::string(proto::EnumName(r.mode())) + " mode" + (r.fallback() ? ", local fallback" : "") +
                               "): " + StepText(r));
   } else {
     kv.Add("latest step", "none of rank 0");

@@ -4,6 +4,8 @@
 #include <set>
 
 #include "cli/src/commands.h"
+#include "gac/proto/record_schema.h"
+#include "gac/proto/wire_rules.h"
 
 namespace gac::cli {
 namespace {
@@ -13,45 +15,95 @@ namespace {
 constexpr std::uint32_t kStepPage = 5000;
 constexpr std::uint32_t kLayerPage = 200;
 
+// The step row's columns are the record schema's fields
+// (gac/proto/record_schema.h), after `run`, in gacctl's order: the fields
+// named here first, then any other field of the table in its order, so a
+// field added to the table is a column without an edit here. A field's table
+// header is its name in capitals unless named here.
+struct ColumnLook {
+  const char* field;
+  const char* table_header;  // nullptr: the name in capitals
+};
+constexpr ColumnLook kColumnLooks[] = {
+    {"step", nullptr},        {"rank", nullptr},         {"world_size", "WORLD"},
+    {"wall_time_ns", "WALL_TIME"}, {"mode", nullptr},    {"regime", nullptr},
+    {"cosine", "C_T"},        {"cosine_after", "C_AFTER"}, {"alpha", nullptr},
+    {"grad_norm", "|G|"},     {"ref_norm", "|P|"},       {"staleness", nullptr},
+    {"fallback", nullptr},    {"agent_overhead_seconds", nullptr},
+};
+
+std::string Capitals(std::string text) {
+  for (char& ch : text) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+  return text;
+}
+
+// The schema's fields in column order, with their table headers.
+const std::vector<std::pair<const proto::StepField*, std::string>>& StepFieldColumns() {
+  static const auto* columns = [] {
+    auto* out = new std::vector<std::pair<const proto::StepField*, std::string>>();
+    std::set<std::string> placed;
+    for (const ColumnLook& look : kColumnLooks) {
+      const proto::StepField* f = proto::FindStepField(look.field);
+      if (f == nullptr) continue;  // a field the schema no longer has
+      out->emplace_back(f, look.table_header != nullptr ? look.table_header : Capitals(f->name));
+      placed.insert(f->name);
+    }
+    for (const proto::StepField& f : proto::kStepFields) {
+      if (placed.count(f.name) == 0) out->emplace_back(&f, Capitals(f.name));
+    }
+    return out;
+  }();
+  return *columns;
+}
+
 // The columns of a step row, before the scalars.
 std::vector<Column> StepColumns() {
-  return {
-      {"run", "RUN"},
-      {"step", "STEP", true},
-      {"rank", "RANK", true},
-      {"world_size", "WORLD", true},
-      {"wall_time_ns", "WALL_TIME"},
-      {"mode", "MODE"},
-      {"regime", "REGIME"},
-      {"cosine", "C_T", true},
-      {"cosine_after", "C_AFTER", true},
-      {"alpha", "ALPHA", true},
-      {"grad_norm", "|G|", true},
-      {"ref_norm", "|P|", true},
-      {"staleness", "STALENESS", true},
-      {"fallback", "FALLBACK"},
-      {"agent_overhead_seconds", "OVERHEAD_S", true},
-  };
+  std::vector<Column> columns = {{"run", "RUN"}};
+  for (const auto& [f, header] : StepFieldColumns()) {
+    const bool numeric = f->type == proto::FieldType::kInteger || f->type == proto::FieldType::kReal;
+    columns.push_back({f->name, header, numeric && f->unit != std::string("ns")});
+  }
+  return columns;
+}
+
+// One field of `r` as a cell: by the field's type; a time in ns since the
+// epoch as a UTC time; an enum as its name (a monitor-mode step's regime
+// shown as what GAC would have done).
+Cell FieldCell(const proto::StepField& f, const v1::StepRecord& r) {
+  const proto::FieldValue v = f.get(r);
+  if (!v.present) return Cell();
+  switch (f.type) {
+    case proto::FieldType::kInteger:
+      return f.json_string && f.unit == std::string("ns") ? Cell::TimeNs(v.integer) : Cell::Int(v.integer);
+    case proto::FieldType::kReal:
+      return Cell::Real(v.real);
+    case proto::FieldType::kBool:
+      return Cell::Bool(v.integer != 0);
+    case proto::FieldType::kEnum: {
+      Cell cell = Cell::Text(f.enum_name(v.integer));
+      if (f.name == std::string("regime")) return std::move(cell).WithDisplay(proto::RegimeInModeName(r.regime(), r.mode()));
+      return cell;
+    }
+    case proto::FieldType::kText:
+      break;
+  }
+  return Cell();
 }
 
 std::vector<Cell> StepCells(const v1::StepRecord& r) {
-  return {
-      Cell::Text(r.run()),
-      Cell::Int(r.step()),
-      Cell::Int(r.rank()),
-      Cell::Int(r.world_size()),
-      Cell::TimeNs(r.wall_time_ns()),
-      Cell::Text(ModeText(r.mode())),
-      Cell::Text(RegimeText(r.regime())),
-      r.has_cosine() ? Cell::Real(r.cosine()) : Cell(),
-      r.has_cosine_after() ? Cell::Real(r.cosine_after()) : Cell(),
-      Cell::Real(r.alpha()),
-      Cell::Real(r.grad_norm()),
-      Cell::Real(r.ref_norm()),
-      r.has_staleness() ? Cell::Int(r.staleness()) : Cell(),
-      Cell::Bool(r.fallback()),
-      Cell::Real(r.agent_overhead_seconds()),
-  };
+  std::vector<Cell> cells = {Cell::Text(r.run())};
+  for (const auto& [f, header] : StepFieldColumns()) cells.push_back(FieldCell(*f, r));
+  return cells;
+}
+
+// The help's paragraph on the step columns, from the schema.
+std::string StepColumnsHelp() {
+  std::string text = "  run [RUN]";
+  for (const auto& [f, header] : StepFieldColumns()) {
+    text += ",\n  " + std::string(f->name) + " [" + header + "]: " + f->help;
+    if (f->unit[0] != '\0') text += " (" + std::string(f->unit) + ")";
+  }
+  return text + ",\n";
 }
 
 std::vector<Column> LayerColumns() {
@@ -161,22 +213,23 @@ class StepRows {
 
 struct StepsOptions {
   std::string run;
-  std::int64_t from = 0;
+  std::int64_t start = 0;
   std::int64_t end = 0;  // exclusive; 0 = no limit
   std::optional<std::uint32_t> rank;
   bool layers = false;
   Format format = Format::kTable;
   std::optional<std::vector<std::string>> scalars;
+  std::optional<std::uint32_t> page_size;
 };
 
 Status ExportSteps(Context& ctx, const StepsOptions& o) {
   v1::GetStepsRequest request;
   request.set_run(o.run);
-  request.set_start_step(o.from);
+  request.set_start_step(o.start);
   request.set_end_step(o.end);
   if (o.rank) request.set_rank(*o.rank);
   request.set_include_layers(o.layers);
-  request.set_page_size(o.layers ? kLayerPage : kStepPage);
+  request.set_page_size(o.page_size.value_or(o.layers ? kLayerPage : kStepPage));
   StepRows rows(ctx, o.format, o.layers, o.scalars);
   std::uint64_t records = 0;
   GAC_RETURN_IF_ERROR(ctx.client().ForEachStepPage(request, [&](const v1::GetStepsResponse& page) -> Status {
@@ -217,37 +270,37 @@ CommandSpec StepsCommand() {
       "(pd.read_csv) and spreadsheets; CSV and JSON Lines carry every stored value exactly\n"
       "(doubles in their shortest exact form, times in ns since the Unix epoch, an absent\n"
       "value as an empty field or null). The table rounds to 6 digits and shows UTC times.\n\n"
-      "columns, in this order (the table's header in brackets):\n"
-      "  run [RUN], step [STEP], rank [RANK], world_size [WORLD], wall_time_ns [WALL_TIME],\n"
-      "  mode [MODE]: monitor, local or remote, regime [REGIME]: safe, project, skip or\n"
-      "  invalid, cosine [C_T]: c_t, cosine_after [C_AFTER]: cosine of the applied update,\n"
-      "  alpha [ALPHA], grad_norm [|G|], ref_norm [|P|], staleness [STALENESS],\n"
-      "  fallback [FALLBACK]: true when a remote decision was replaced by the local one,\n"
-      "  agent_overhead_seconds [OVERHEAD_S],\n"
+      "columns, in this order (the table's header in brackets; in monitor mode the table\n"
+      "shows a regime as what GAC would have done, \"would skip\"):\n" +
+      StepColumnsHelp() +
       "  then scalar.NAME [NAME] for each trainer scalar (reward, loss...), by name: the\n"
       "  names in the first page of records, or --scalars; a record's other scalars go in\n"
       "  other_scalars [OTHER_SCALARS] as a JSON object. JSON Lines has no other_scalars:\n"
       "  each line carries all of its record's scalars as scalar.NAME keys.\n\n"
-      "with --layers, one row per layer (parameter group) record instead:\n"
+      "with --layers, one row per layer record instead:\n"
       "  run, step, rank, layer, cosine, grad_norm, ref_norm\n"
       "  (join with the step rows on step and rank).\n";
-  c.flags = {
-      {"from", "N", "first step (default 0)"},
-      {"to", "N", "last step, inclusive (default: the latest)"},
+  c.flags = StepRangeFlagSpecs();
+  c.flags.insert(c.flags.end(), {
       {"rank", "R", "only this rank (default: all ranks)"},
       {"layers", "", "per-layer rows instead of step rows"},
       {"scalars", "A,B", "the scalar columns of CSV and the table (default: the first page's)"},
+      {"page-size", "N", "records asked of gacd per call (default " + std::to_string(kStepPage) + ", with --layers " +
+                             std::to_string(kLayerPage) + "; gacd may send fewer)"},
       FormatFlagSpec(),
-  };
+  });
   c.positionals = 1;
   c.prepare = [](const ParsedFlags& flags, const std::vector<std::string>& args) -> StatusOr<Action> {
     StepsOptions o;
     o.run = args[0];
-    GAC_RETURN_IF_ERROR(StepRangeFlags(flags, &o.from, &o.end));
+    GAC_RETURN_IF_ERROR(StepRangeFlags(flags, &o.start, &o.end));
     auto rank = OptionalInt(flags, "rank", 0, UINT32_MAX);
     if (!rank.ok()) return rank.status();
     if (*rank) o.rank = static_cast<std::uint32_t>(**rank);
     o.layers = flags.Has("layers");
+    auto page_size = OptionalInt(flags, "page-size", 1, INT32_MAX);
+    if (!page_size.ok()) return page_size.status();
+    if (*page_size) o.page_size = static_cast<std::uint32_t>(**page_size);
     StatusOr<Format> format = FormatFlag(flags);
     if (!format.ok()) return format.status();
     o.format = *format;
@@ -286,7 +339,7 @@ std::vector<Cell> TailCells(const v1::StepRecord& r) {
   return {
       Cell::Int(r.step()),
       r.has_cosine() ? Cell::Real(r.cosine()) : Cell(),
-      Cell::Text(RegimeText(r.regime())),
+      Cell::Text(proto::EnumName(r.regime())),
       Cell::Real(r.alpha()),
       Cell::Real(r.grad_norm()),
       r.has_staleness() ? Cell::Int(r.staleness()) : Cell(),

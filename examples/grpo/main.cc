@@ -321,9 +321,11 @@ int main(int argc, char** argv) {
     ro.run = flags.run;
     auto remote = gac::transport::RemoteController::Create(ro);
     if (!remote.ok()) Usage("remote controller: " + remote.status().ToString());
-    // gacd decides with the run's settings there: set them first.
-    const gac::Status st = (*remote)->SetRunThresholds(
-        {flags.c_low, flags.c_high}, flags.alpha_mode, "gac_grpo: thresholds calibrated from the synchronous run");
+    // gacd decides with the run's settings there: set them first, and the
+    // run's mode to remote (the mode this trainer runs in).
+    const gac::Status st = (*remote)->SetThresholds({flags.c_low, flags.c_high}, flags.alpha_mode,
+                                                    "gac_grpo: thresholds calibrated from the synchronous run",
+                                                    gac::Mode::kRemote);
     if (!st.ok()) {
       std::fprintf(stderr, "%s\n", st.ToString().c_str());
       return 1;
@@ -454,8 +456,11 @@ int main(int argc, char** argv) {
         }
 #ifdef GAC_GRPO_WITH_GACD
         if (telemetry) {
+          // The windowed trigger drives the agent as a remote decision source
+          // in-process: the record says the run's mode (local), decided here.
+          report->mode = flags.mode;
           telemetry->Enqueue(gac::transport::MakeStepRecord(
-              *report, {flags.run, 0, 1}, flags.mode,  // local for the windowed trigger (decided here)
+              *report, {flags.run, 0, 1},
               {{"reward", sub.mean_reward}, {"loss", loss.pg_loss}, {"kl", loss.kl}, {"entropy", loss.entropy},
                {"heldout_acc", last_heldout}, {"noise_cos", noise_cos},
                {"sampler_kl", loss.sampler_kl}},

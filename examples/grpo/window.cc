@@ -55,7 +55,7 @@ StatusOr<Decision> WindowedDecisionSource::Decide(std::int64_t /*step*/, const A
   } else if (m > t.c_low) {
     d.regime = Regime::kProject;
     d.alpha = controller_.Alpha(m);
-    d.projection_coeff = (1.0 - d.alpha) * stats.dot / stats.pp;
+    d.projection_coeff = (1.0 - d.alpha) * stats.dot / stats.ref_sq;
     d.cosine_after = CosineAfterProjection(*d.cosine, d.alpha);
   }
   return d;

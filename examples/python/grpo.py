@@ -189,7 +189,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     source = None
     if args.mode == "remote":
         source = gac.RemoteController(args.gacd, run, token=args.token, deadline=args.deadline)
-        source.set_run_thresholds(args.c_low, args.c_high, args.alpha_mode, reason="examples/python/grpo.py")
+        # gacd decides with the run's thresholds; the run is in remote mode, as this trainer.
+        source.set_thresholds(args.c_low, args.c_high, args.alpha_mode, reason="examples/python/grpo.py",
+                              mode="remote")
     agent = None
     if args.mode != "off":
         agent = gac.Agent(args.c_low, args.c_high, mode=args.mode, alpha_mode=args.alpha_mode,

@@ -103,20 +103,20 @@ Regime Controller::RegimeForCosine(double cosine) const {
 
 Decision Controller::Decide(const AlignmentStats& s) const {
   Decision d;
-  d.grad_norm = std::sqrt(s.gg);
-  d.ref_norm = std::sqrt(s.pp);
-  // gg and pp are sums of squares: a negative one is as corrupt as a NaN and
+  d.grad_norm = std::sqrt(s.grad_sq);
+  d.ref_norm = std::sqrt(s.ref_sq);
+  // grad_sq and ref_sq are sums of squares: a negative one is as corrupt as a NaN and
   // would otherwise give a NaN cosine that falls through every comparison
   // into the projection branch with NaN coefficients.
-  if (!std::isfinite(s.dot) || !std::isfinite(s.gg) || !std::isfinite(s.pp) || s.gg < 0.0 || s.pp < 0.0) {
+  if (!std::isfinite(s.dot) || !std::isfinite(s.grad_sq) || !std::isfinite(s.ref_sq) || s.grad_sq < 0.0 || s.ref_sq < 0.0) {
     d.regime = Regime::kInvalid;
     d.apply_update = false;
     return d;
   }
-  if (!s.has_reference || s.pp == 0.0) {
+  if (!s.has_reference || s.ref_sq == 0.0) {
     return d;  // safe, no cosine
   }
-  // |g|*|p|, not sqrt(gg*pp): the product of the squares can overflow.
+  // |g|*|p|, not sqrt(grad_sq*ref_sq): the product of the squares can overflow.
   const double norms = d.grad_norm * d.ref_norm;
   const double c = s.dot / (norms + kCosineEpsilon);
   d.cosine = c;
@@ -130,11 +130,11 @@ Decision Controller::Decide(const AlignmentStats& s) const {
     return d;
   }
   d.alpha = Alpha(c);
-  d.projection_coeff = (1.0 - d.alpha) * s.dot / s.pp;
+  d.projection_coeff = (1.0 - d.alpha) * s.dot / s.ref_sq;
   if (!std::isfinite(d.projection_coeff)) {
-    // pp is so small (subnormal) that dot / pp overflows although
+    // ref_sq is so small (subnormal) that dot / ref_sq overflows although
     // |coeff * p| <= |g| stays finite: the reference is numerically zero,
-    // as pp == 0 is, and an infinite coefficient would turn the update into
+    // as ref_sq == 0 is, and an infinite coefficient would turn the update into
     // NaN. Found by fuzz_decide_request.
     Decision none;
     none.grad_norm = d.grad_norm;

@@ -4,11 +4,11 @@
 
 namespace gac {
 
-std::optional<double> GroupStats::cosine() const {
-  if (!(pp > 0.0) || !std::isfinite(dot) || !std::isfinite(gg) || !std::isfinite(pp) || gg < 0.0) {
+std::optional<double> LayerStats::cosine() const {
+  if (!(ref_sq > 0.0) || !std::isfinite(dot) || !std::isfinite(grad_sq) || !std::isfinite(ref_sq) || grad_sq < 0.0) {
     return std::nullopt;
   }
-  return dot / (std::sqrt(gg) * std::sqrt(pp) + kCosineEpsilon);
+  return dot / (std::sqrt(grad_sq) * std::sqrt(ref_sq) + kCosineEpsilon);
 }
 
 }  // namespace gac

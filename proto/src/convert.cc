@@ -88,8 +88,8 @@ v1::DecideRequest ToDecideRequest(const std::string& run, std::uint32_t rank, st
   req.set_rank(rank);
   req.set_step(step);
   req.set_dot(stats.dot);
-  req.set_grad_sq(stats.gg);
-  req.set_ref_sq(stats.pp);
+  req.set_grad_sq(stats.grad_sq);
+  req.set_ref_sq(stats.ref_sq);
   req.set_has_reference(stats.has_reference);
   return req;
 }
@@ -156,10 +156,10 @@ StatusOr<Decision> DecodeDecision(const v1::DecideResponse& response, const Alig
                                    ", got " + std::to_string(coeff));
   }
   if (d.regime == Regime::kProject) {
-    if (!stats.has_reference || !(stats.pp > 0.0) || !std::isfinite(stats.dot) || !std::isfinite(stats.pp)) {
+    if (!stats.has_reference || !(stats.ref_sq > 0.0) || !std::isfinite(stats.dot) || !std::isfinite(stats.ref_sq)) {
       return Status::InvalidArgument("regime PROJECT for statistics without a usable reference");
     }
-    const double expected = (1.0 - response.alpha()) * stats.dot / stats.pp;
+    const double expected = (1.0 - response.alpha()) * stats.dot / stats.ref_sq;
     if (std::fabs(coeff - expected) > 1e-6 * std::fabs(expected) + 1e-300) {
       return Status::InvalidArgument("projection_coeff " + std::to_string(coeff) + " is not (1 - alpha) * dot / pp = " +
                                      std::to_string(expected));
@@ -181,8 +181,8 @@ StatusOr<Decision> DecodeDecision(const v1::DecideResponse& response, const Alig
   d.alpha = response.alpha();
   d.projection_coeff = coeff;
   d.apply_update = response.apply_update();
-  d.grad_norm = std::sqrt(stats.gg);
-  d.ref_norm = std::sqrt(stats.pp);
+  d.grad_norm = std::sqrt(stats.grad_sq);
+  d.ref_norm = std::sqrt(stats.ref_sq);
   return d;
 }
 

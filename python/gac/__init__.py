@@ -19,6 +19,7 @@ needs them.
 from __future__ import annotations
 
 import importlib
+import warnings
 from typing import TYPE_CHECKING, Any
 
 from gac._controller import (
@@ -28,7 +29,7 @@ from gac._controller import (
     Controller,
     Decision,
     DecisionSource,
-    GroupStats,
+    LayerStats,
     StepReport,
     calibration_stats,
     cosine_after_projection,
@@ -62,7 +63,15 @@ _LAZY = {
 }
 
 
+# Former names, still served with a DeprecationWarning.
+_DEPRECATED = {"GroupStats": "LayerStats"}
+
+
 def __getattr__(name: str) -> Any:
+    if name in _DEPRECATED:
+        new = _DEPRECATED[name]
+        warnings.warn(f"gac.{name} is deprecated; use gac.{new}", DeprecationWarning, stacklevel=2)
+        return globals()[new]
     if name not in _LAZY:
         raise AttributeError(f"module 'gac' has no attribute {name!r}")
     module, needs = _LAZY[name]
@@ -89,8 +98,8 @@ __all__ = [
     "DeadlineExceededError",
     "FailedPreconditionError",
     "GacError",
-    "GroupStats",
     "InvalidArgumentError",
+    "LayerStats",
     "NotFoundError",
     "PermissionDeniedError",
     "RemoteController",

@@ -17,7 +17,8 @@ class Agent:
         alpha_mode: AlphaMode = "paper",
         snapshot_dtype: Union[torch.dtype, Literal["float32", "bfloat16"]] = "float32",
         reference: Literal["raw_gradient", "applied_update"] = "raw_gradient",
-        groups: Optional[Dict[str, Iterable[torch.Tensor]]] = None,
+        layers: Optional[Dict[str, Iterable[torch.Tensor]]] = None,
+        groups: Optional[Dict[str, Iterable[torch.Tensor]]] = None,  # deprecated: layers
         process_group: Optional[torch.distributed.ProcessGroup] = None,
         decision_source: Optional[DecisionSource] = None,
         num_threads: int = 0,

@@ -4,7 +4,7 @@ import os
 from types import TracebackType
 from typing import Dict, Mapping, Optional, Type, Union
 
-from gac._controller import AlphaMode, DecisionSource, StepReport
+from gac._controller import AlphaMode, DecisionSource, Mode, StepReport
 
 _Tls = Union[str, bytes, "os.PathLike[str]", None]
 
@@ -108,4 +108,12 @@ class RemoteController(DecisionSource):
         tls: _Tls = None,
         deadline: float = 0.05,
     ) -> None: ...
-    def set_run_thresholds(self, c_low: float, c_high: float, alpha_mode: AlphaMode = "paper", reason: str = "") -> None: ...
+    def set_thresholds(
+        self,
+        c_low: float,
+        c_high: float,
+        alpha_mode: AlphaMode = "paper",
+        reason: str = "",
+        mode: Optional[Mode] = None,
+    ) -> None: ...
+    def set_run_thresholds(self, c_low: float, c_high: float, alpha_mode: AlphaMode = "paper", reason: str = "") -> None: ...  # deprecated

@@ -72,16 +72,16 @@ std::shared_ptr<agent::Reducer> ReducerFrom(const py::object& group) {
   return std::make_shared<ProcessGroupReducer>(std::move(pg), device);
 }
 
-// gac.Agent. Holds the options the C++ agent is made from; parameter groups
-// given as tensors are turned into indices of the parameter list on the
+// gac.Agent. Holds the options the C++ agent is made from; layers given as
+// tensors are turned into indices of the parameter list on the
 // first step after creation or reset() (the C++ agent takes indices), which
 // re-creates the C++ agent when they changed.
 class PyAgent {
  public:
   PyAgent(double c_low, double c_high, const std::string& mode, const std::string& alpha_mode,
-          const py::object& snapshot_dtype, const std::string& reference, const py::object& groups,
-          const py::object& process_group, const py::object& decision_source, int num_threads,
-          std::int64_t chunk_elements) {
+          const py::object& snapshot_dtype, const std::string& reference, const py::object& layers,
+          const py::object& groups, const py::object& process_group, const py::object& decision_source,
+          int num_threads, std::int64_t chunk_elements) {
     options_.thresholds = Thresholds{c_low, c_high};
     options_.alpha_mode = AlphaModeFromName(alpha_mode);
     options_.mode = ModeFromName(mode);
@@ -102,20 +102,24 @@ class PyAgent {
       options_.reducer = ReducerFrom(process_group);
       process_group_ = process_group;
     }
-    SetGroups(groups);
+    if (!groups.is_none()) {
+      WarnDeprecated("Agent(groups=...) is deprecated; use Agent(layers=...)");
+      if (!layers.is_none()) RaiseInvalidArgument("give layers or its deprecated name groups, not both");
+    }
+    SetLayers(layers.is_none() ? groups : layers);
     agent_ = ValueOrRaise(Agent::Create(options_));
   }
 
   py::object Step(std::int64_t step, py::handle params) {
     const std::vector<at::Tensor>& tensors = params_.Convert(params);
-    if (!planned_ && !groups_.empty()) ResolveGroups(tensors);
+    if (!planned_ && !layers_.empty()) ResolveLayers(tensors);
     StatusOr<StepReport> report = [&] {
       py::gil_scoped_release release;
       return agent_->Step(step, tensors);
     }();
     if (!report.ok()) RaiseStep(report.status());
     planned_ = true;
-    return py::cast(PyStepReport{std::move(*report), agent_->options().mode});
+    return py::cast(std::move(*report));
   }
 
   // Times Agent::Step alone, in C++, on the parameters of the last step():
@@ -132,7 +136,7 @@ class PyAgent {
       return r;
     }();
     if (!report.ok()) RaiseStep(report.status());
-    return {seconds, py::cast(PyStepReport{std::move(*report), agent_->options().mode})};
+    return {seconds, py::cast(std::move(*report))};
   }
 
   void Reset() {
@@ -154,68 +158,68 @@ class PyAgent {
   py::object process_group() const { return process_group_; }
 
  private:
-  struct Group {
+  struct Layer {
     std::string name;
     std::vector<py::object> tensors;
   };
 
-  // Checks `groups` ({name: iterable of tensors}): names non-empty, every
-  // element a tensor, no tensor in two groups.
-  void SetGroups(const py::object& groups) {
-    if (groups.is_none()) return;
-    if (!py::isinstance<py::dict>(groups)) {
-      throw py::type_error("groups must be a dict {name: [parameters]}, got a " +
-                           py::str(py::type::of(groups).attr("__name__")).cast<std::string>());
+  // Checks `layers` ({name: iterable of tensors}): names non-empty, every
+  // element a tensor, no tensor in two layers.
+  void SetLayers(const py::object& layers) {
+    if (layers.is_none()) return;
+    if (!py::isinstance<py::dict>(layers)) {
+      throw py::type_error("layers must be a dict {name: [parameters]}, got a " +
+                           py::str(py::type::of(layers).attr("__name__")).cast<std::string>());
     }
     std::unordered_map<const void*, std::string> seen;
-    for (auto item : groups.cast<py::dict>()) {
-      if (!py::isinstance<py::str>(item.first)) throw py::type_error("group names must be str");
-      Group g{item.first.cast<std::string>(), {}};
-      if (g.name.empty()) RaiseInvalidArgument("group names must not be empty");
+    for (auto item : layers.cast<py::dict>()) {
+      if (!py::isinstance<py::str>(item.first)) throw py::type_error("layer names must be str");
+      Layer g{item.first.cast<std::string>(), {}};
+      if (g.name.empty()) RaiseInvalidArgument("layer names must not be empty");
       if (THPVariable_Check(item.second.ptr())) {
-        throw py::type_error("group '" + g.name + "' is a single tensor; give a list of parameters");
+        throw py::type_error("layer '" + g.name + "' is a single tensor; give a list of parameters");
       }
       for (py::handle t : py::iter(item.second)) {
         if (!THPVariable_Check(t.ptr())) {
-          throw py::type_error("group '" + g.name + "' holds a " +
+          throw py::type_error("layer '" + g.name + "' holds a " +
                                py::str(py::type::of(t).attr("__name__")).cast<std::string>() + ", expected tensors");
         }
         const void* impl = THPVariable_Unpack(t.ptr()).unsafeGetTensorImpl();
         auto [it, fresh] = seen.emplace(impl, g.name);
-        if (!fresh) RaiseInvalidArgument("a parameter is in groups '" + it->second + "' and '" + g.name + "'");
+        if (!fresh) RaiseInvalidArgument("a parameter is in layers '" + it->second + "' and '" + g.name + "'");
         g.tensors.push_back(py::reinterpret_borrow<py::object>(t));
       }
-      groups_.push_back(std::move(g));
+      layers_.push_back(std::move(g));
     }
   }
 
-  // The groups as indices of `tensors`; re-creates the C++ agent when they
+  // The layers as indices of `tensors`; re-creates the C++ agent when they
   // differ from those it has (it has no plan yet, so nothing is lost but
   // the fallback count, which is carried over).
-  void ResolveGroups(const std::vector<at::Tensor>& tensors) {
+  void ResolveLayers(const std::vector<at::Tensor>& tensors) {
     std::unordered_map<const void*, int> index;
     for (std::size_t i = 0; i < tensors.size(); ++i) index.emplace(tensors[i].unsafeGetTensorImpl(), static_cast<int>(i));
-    std::vector<AgentOptions::ParameterGroup> resolved;
-    for (const Group& g : groups_) {
-      AgentOptions::ParameterGroup pg{g.name, {}};
+    std::vector<AgentOptions::LayerSpec> resolved;
+    for (const Layer& g : layers_) {
+      AgentOptions::LayerSpec pg{g.name, {}};
       for (std::size_t k = 0; k < g.tensors.size(); ++k) {
         auto it = index.find(THPVariable_Unpack(g.tensors[k].ptr()).unsafeGetTensorImpl());
         if (it == index.end()) {
-          RaiseInvalidArgument("group '" + g.name + "': its parameter " + std::to_string(k) +
+          RaiseInvalidArgument("layer '" + g.name + "': its parameter " + std::to_string(k) +
                                " is not among the parameters passed to step()");
         }
         pg.parameters.push_back(it->second);
       }
       resolved.push_back(std::move(pg));
     }
-    bool same = resolved.size() == agent_->options().groups.size();
+    bool same = resolved.size() == agent_->options().layers.size();
     for (std::size_t g = 0; same && g < resolved.size(); ++g) {
-      same = resolved[g].parameters == agent_->options().groups[g].parameters;
+      same = resolved[g].parameters == agent_->options().layers[g].parameters;
     }
     if (same) return;
     AgentOptions options = options_;
     options.mode = agent_->options().mode;
-    options.groups = std::move(resolved);
+    options.layers = std::move(resolved);
     std::unique_ptr<Agent> fresh = ValueOrRaise(Agent::Create(std::move(options)));
     fallbacks_before_ += agent_->fallbacks();
     agent_ = std::move(fresh);
@@ -231,12 +235,12 @@ class PyAgent {
     RaiseStatus(Status(status.code(), message));
   }
 
-  AgentOptions options_;  // as given; groups as indices live in agent_'s options
-  std::vector<Group> groups_;
+  AgentOptions options_;  // as given; layers as indices live in agent_'s options
+  std::vector<Layer> layers_;
   std::unique_ptr<Agent> agent_;
   ParameterList params_;
   bool planned_ = false;  // a step succeeded since creation or reset()
-  std::uint64_t fallbacks_before_ = 0;  // of agents replaced by ResolveGroups
+  std::uint64_t fallbacks_before_ = 0;  // of agents replaced by ResolveLayers
   py::object decision_source_ = py::none();
   py::object process_group_ = py::none();
 };
@@ -256,9 +260,9 @@ void BindAgent(py::module_& m) {
       "Memory: one snapshot of the gradients (fp32, or bf16 on request), allocated at the first step.\n"
       "Used from one thread; the GIL is released while a step runs.")
       .def(py::init<double, double, const std::string&, const std::string&, const py::object&, const std::string&,
-                    const py::object&, const py::object&, const py::object&, int, std::int64_t>(),
+                    const py::object&, const py::object&, const py::object&, const py::object&, int, std::int64_t>(),
            "c_low"_a = 0.05, "c_high"_a = 0.3, py::kw_only(), "mode"_a = "local", "alpha_mode"_a = "paper",
-           "snapshot_dtype"_a = "float32", "reference"_a = "raw_gradient", "groups"_a = py::none(),
+           "snapshot_dtype"_a = "float32", "reference"_a = "raw_gradient", "layers"_a = py::none(), "groups"_a = py::none(),
            "process_group"_a = py::none(), "decision_source"_a = py::none(), "num_threads"_a = 0,
            "chunk_elements"_a = std::int64_t{1} << 16,
            "c_low, c_high: thresholds, 0 < c_low < c_high <= 1 (else ValueError).\n"
@@ -267,7 +271,8 @@ void BindAgent(py::module_& m) {
            "alpha_mode: 'paper' (alpha = c_low/|c|) or 'exact' (the projected cosine is exactly c_low).\n"
            "snapshot_dtype: torch.float32 or torch.bfloat16, the previous gradient's storage.\n"
            "reference: 'raw_gradient' (the paper's c_t) or 'applied_update' (compare with the last update).\n"
-           "groups: {name: [parameters]} for a per-group breakdown in report.groups (one more read of them).\n"
+           "layers: {name: [parameters]} for a per-layer breakdown in report.layers (one more read of them);\n"
+           "groups: its former name (deprecated).\n"
            "process_group: a torch.distributed ProcessGroup over which sharded gradients' sums are all-reduced;\n"
            "every rank then reaches the same decision. decision_source: a gac.RemoteController or a\n"
            "gac.DecisionSource subclass (required for mode='remote'). num_threads: threads of the passes (0: the\n"

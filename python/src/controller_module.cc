@@ -80,10 +80,10 @@ py::dict DecisionDict(const Decision& d) {
 
 std::string OptionalText(const std::optional<double>& v) { return v ? py::repr(py::float_(*v)).cast<std::string>() : "None"; }
 
-py::dict GroupsDict(const StepReport& r) {
-  py::dict groups;
-  for (const GroupStats& g : r.groups) groups[py::str(g.name)] = g;
-  return groups;
+py::dict LayersDict(const StepReport& r) {
+  py::dict layers;
+  for (const LayerStats& l : r.layers) layers[py::str(l.name)] = l;
+  return layers;
 }
 
 void BindDecision(py::module_& m) {
@@ -120,13 +120,13 @@ void BindDecision(py::module_& m) {
            }),
            "dot"_a, "grad_sq"_a, "ref_sq"_a, "has_reference"_a = true)
       .def_readonly("dot", &AlignmentStats::dot, "<g, p>.")
-      .def_readonly("grad_sq", &AlignmentStats::gg, "|g|^2.")
-      .def_readonly("ref_sq", &AlignmentStats::pp, "|p|^2.")
+      .def_readonly("grad_sq", &AlignmentStats::grad_sq, "|g|^2.")
+      .def_readonly("ref_sq", &AlignmentStats::ref_sq, "|p|^2.")
       .def_readonly("has_reference", &AlignmentStats::has_reference, "False on the first step and after a reset.")
       .def("__repr__", [](const AlignmentStats& s) {
         return "AlignmentStats(dot=" + py::repr(py::float_(s.dot)).cast<std::string>() +
-               ", grad_sq=" + py::repr(py::float_(s.gg)).cast<std::string>() +
-               ", ref_sq=" + py::repr(py::float_(s.pp)).cast<std::string>() +
+               ", grad_sq=" + py::repr(py::float_(s.grad_sq)).cast<std::string>() +
+               ", ref_sq=" + py::repr(py::float_(s.ref_sq)).cast<std::string>() +
                ", has_reference=" + (s.has_reference ? "True" : "False") + ")";
       });
 }
@@ -220,88 +220,94 @@ void BindCalibration(py::module_& m) {
 }
 
 void BindStepReport(py::module_& m) {
-  py::class_<GroupStats>(m, "GroupStats", "One parameter group's sums for a step (Agent(groups=...)).")
-      .def_readonly("name", &GroupStats::name)
-      .def_readonly("dot", &GroupStats::dot, "<g, p> over the group.")
-      .def_readonly("grad_sq", &GroupStats::gg, "|g|^2 over the group.")
-      .def_readonly("ref_sq", &GroupStats::pp, "|p|^2 over the group.")
-      .def_property_readonly("cosine", &GroupStats::cosine,
-                             "The group's cosine; None without a reference, with a zero norm or non-finite sums.")
-      .def_property_readonly("grad_norm", [](const GroupStats& g) { return std::sqrt(g.gg); })
-      .def_property_readonly("ref_norm", [](const GroupStats& g) { return std::sqrt(g.pp); })
-      .def("__repr__", [](const GroupStats& g) {
-        return "GroupStats(name='" + g.name + "', cosine=" + OptionalText(g.cosine()) + ")";
+  py::class_<LayerStats>(m, "LayerStats", "One layer's sums for a step (Agent(layers=...)).")
+      .def_readonly("name", &LayerStats::name)
+      .def_readonly("dot", &LayerStats::dot, "<g, p> over the layer.")
+      .def_readonly("grad_sq", &LayerStats::grad_sq, "|g|^2 over the layer.")
+      .def_readonly("ref_sq", &LayerStats::ref_sq, "|p|^2 over the layer.")
+      .def_property_readonly("cosine", &LayerStats::cosine,
+                             "The layer's cosine; None without a reference, with a zero norm or non-finite sums.")
+      .def_property_readonly("grad_norm", [](const LayerStats& l) { return std::sqrt(l.grad_sq); })
+      .def_property_readonly("ref_norm", [](const LayerStats& l) { return std::sqrt(l.ref_sq); })
+      .def("__repr__", [](const LayerStats& l) {
+        return "LayerStats(name='" + l.name + "', cosine=" + OptionalText(l.cosine()) + ")";
       });
 
-  using R = PyStepReport;
+  using R = StepReport;
   py::class_<R>(m, "StepReport",
                 "What one agent.step() measured and decided. Call optimizer.step() only when step_optimizer is\n"
                 "True; hand the report to Telemetry.send() to stream it to gacd.")
-      .def_property_readonly("step", [](const R& r) { return r.report.step; })
+      .def_property_readonly("step", [](const R& r) { return r.step; })
       .def_property_readonly("mode", [](const R& r) { return ModeName(r.mode); },
-                             "The agent's mode for this step: 'local', 'monitor' or 'remote'.")
-      .def_property_readonly("decision", [](const R& r) { return r.report.decision; },
+                             "The agent's mode for this step: 'local', 'monitor' or 'remote' (in monitor mode the\n"
+                             "regime is what GAC would have done).")
+      .def_property_readonly("decision", [](const R& r) { return r.decision; },
                              "The decision used (remote mode: gacd's, or the local one on a fallback).")
-      .def_property_readonly("regime", [](const R& r) { return RegimeName(r.report.decision.regime); },
+      .def_property_readonly("regime", [](const R& r) { return RegimeName(r.decision.regime); },
                              "'safe', 'project', 'skip' or 'invalid' (monitor mode: what local mode would do).")
-      .def_property_readonly("cosine", [](const R& r) { return r.report.decision.cosine; },
+      .def_property_readonly("cosine", [](const R& r) { return r.decision.cosine; },
                              "c_t; None on the first step, after a reset and with non-finite gradients.")
-      .def_property_readonly("cosine_after", [](const R& r) { return r.report.decision.cosine_after; })
-      .def_property_readonly("alpha", [](const R& r) { return r.report.decision.alpha; })
-      .def_property_readonly("projection_coeff", [](const R& r) { return r.report.decision.projection_coeff; })
-      .def_property_readonly("grad_norm", [](const R& r) { return r.report.decision.grad_norm; },
+      .def_property_readonly("cosine_after", [](const R& r) { return r.decision.cosine_after; })
+      .def_property_readonly("alpha", [](const R& r) { return r.decision.alpha; })
+      .def_property_readonly("projection_coeff", [](const R& r) { return r.decision.projection_coeff; })
+      .def_property_readonly("grad_norm", [](const R& r) { return r.decision.grad_norm; },
                              "|g| before projection (all ranks).")
-      .def_property_readonly("ref_norm", [](const R& r) { return r.report.decision.ref_norm; })
-      .def_property_readonly("step_optimizer", [](const R& r) { return r.report.step_optimizer; },
+      .def_property_readonly("ref_norm", [](const R& r) { return r.decision.ref_norm; })
+      .def_property_readonly("step_optimizer", [](const R& r) { return r.step_optimizer; },
                              "Call optimizer.step()? Always True in monitor mode.")
-      .def_property_readonly("gradient_modified", [](const R& r) { return r.report.gradient_modified; },
+      .def_property_readonly("gradient_modified", [](const R& r) { return r.gradient_modified; },
                              "True when the gradients were projected in place.")
-      .def_property_readonly("fallback", [](const R& r) { return r.report.fallback; },
+      .def_property_readonly("fallback", [](const R& r) { return r.fallback; },
                              "Remote mode: the decision source failed here or on another rank; the local decision was used.")
       .def_property_readonly("remote_error",
                              [](const R& r) -> std::optional<std::string> {
-                               if (r.report.remote_error.empty()) return std::nullopt;
-                               return r.report.remote_error;
+                               if (r.remote_error.empty()) return std::nullopt;
+                               return r.remote_error;
                              },
                              "Why the remote decision was not used, or None.")
-      .def_property_readonly("elements", [](const R& r) { return r.report.elements; },
+      .def_property_readonly("elements", [](const R& r) { return r.elements; },
                              "Gradient elements read on this rank.")
-      .def_property_readonly("tensors", [](const R& r) { return r.report.tensors; },
+      .def_property_readonly("tensors", [](const R& r) { return r.tensors; },
                              "Parameters with a gradient this step.")
-      .def_property_readonly("strided_tensors", [](const R& r) { return r.report.strided_tensors; },
+      .def_property_readonly("strided_tensors", [](const R& r) { return r.strided_tensors; },
                              "Gradients that took the slower strided path (not dense).")
-      .def_property_readonly("stats_seconds", [](const R& r) { return r.report.stats_seconds; },
+      .def_property_readonly("stats_seconds", [](const R& r) { return r.stats_seconds; },
                              "Statistics pass, all-reduce and local decision.")
-      .def_property_readonly("decide_seconds", [](const R& r) { return r.report.decide_seconds; },
+      .def_property_readonly("decide_seconds", [](const R& r) { return r.decide_seconds; },
                              "Remote decision (remote mode).")
-      .def_property_readonly("apply_seconds", [](const R& r) { return r.report.apply_seconds; },
+      .def_property_readonly("apply_seconds", [](const R& r) { return r.apply_seconds; },
                              "Projection and snapshot pass.")
-      .def_property_readonly("seconds",
-                             [](const R& r) {
-                               return r.report.stats_seconds + r.report.decide_seconds + r.report.apply_seconds;
-                             },
-                             "The agent's time in this step, in seconds.")
-      .def_property_readonly("groups", [](const R& r) { return GroupsDict(r.report); },
-                             "Per parameter group, by name, in the order given.")
+      .def_property_readonly("agent_overhead_seconds", &R::agent_overhead_seconds,
+                             "The agent's time in this step, in seconds (stats + decide + apply).")
+      .def_property_readonly("seconds", &R::agent_overhead_seconds, "The same as agent_overhead_seconds.")
+      .def_property_readonly("layers", [](const R& r) { return LayersDict(r); },
+                             "Per layer (Agent(layers=...)), by name, in the order given.")
+      .def_property_readonly(
+          "groups",
+          [](const R& r) {
+            WarnDeprecated("StepReport.groups is deprecated; use StepReport.layers");
+            return LayersDict(r);
+          },
+          "Deprecated: the former name of layers.")
       .def(
           "to_dict",
           [](const R& r) {
-            py::dict d("step"_a = r.report.step, "mode"_a = ModeName(r.mode),
-                       "regime"_a = RegimeName(r.report.decision.regime), "cosine"_a = r.report.decision.cosine,
-                       "cosine_after"_a = r.report.decision.cosine_after, "alpha"_a = r.report.decision.alpha,
-                       "grad_norm"_a = r.report.decision.grad_norm, "ref_norm"_a = r.report.decision.ref_norm,
-                       "step_optimizer"_a = r.report.step_optimizer,
-                       "gradient_modified"_a = r.report.gradient_modified, "fallback"_a = r.report.fallback,
-                       "seconds"_a = r.report.stats_seconds + r.report.decide_seconds + r.report.apply_seconds);
-            for (const GroupStats& g : r.report.groups) d[py::str("cosine/" + g.name)] = g.cosine();
+            py::dict d("step"_a = r.step, "mode"_a = ModeName(r.mode),
+                       "regime"_a = RegimeName(r.decision.regime), "cosine"_a = r.decision.cosine,
+                       "cosine_after"_a = r.decision.cosine_after, "alpha"_a = r.decision.alpha,
+                       "grad_norm"_a = r.decision.grad_norm, "ref_norm"_a = r.decision.ref_norm,
+                       "step_optimizer"_a = r.step_optimizer,
+                       "gradient_modified"_a = r.gradient_modified, "fallback"_a = r.fallback,
+                       "seconds"_a = r.agent_overhead_seconds());
+            for (const LayerStats& l : r.layers) d[py::str("cosine/" + l.name)] = l.cosine();
             return d;
           },
-          "Flat fields for a logger (wandb, TensorBoard): per-group cosines as 'cosine/<name>'.")
+          "Flat fields for a logger (wandb, TensorBoard): per-layer cosines as 'cosine/<name>'.")
       .def("__repr__", [](const R& r) {
-        return "StepReport(step=" + std::to_string(r.report.step) + ", regime='" +
-               RegimeName(r.report.decision.regime) + "', cosine=" + OptionalText(r.report.decision.cosine) +
-               ", alpha=" + py::repr(py::float_(r.report.decision.alpha)).cast<std::string>() +
-               ", step_optimizer=" + (r.report.step_optimizer ? "True" : "False") + ")";
+        return "StepReport(step=" + std::to_string(r.step) + ", regime='" +
+               RegimeName(r.decision.regime) + "', cosine=" + OptionalText(r.decision.cosine) +
+               ", alpha=" + py::repr(py::float_(r.decision.alpha)).cast<std::string>() +
+               ", step_optimizer=" + (r.step_optimizer ? "True" : "False") + ")";
       });
 }
 

@@ -14,6 +14,10 @@ void RaiseStatus(const Status& status) {
 
 void RaiseInvalidArgument(const std::string& message) { RaiseStatus(Status::InvalidArgument(message)); }
 
+void WarnDeprecated(const std::string& message) {
+  if (PyErr_WarnEx(PyExc_DeprecationWarning, message.c_str(), 1) != 0) throw py::error_already_set();
+}
+
 AlphaMode AlphaModeFromName(const std::string& name) {
   StatusOr<AlphaMode> mode = ParseAlphaMode(name.c_str());
   if (!mode.ok()) RaiseInvalidArgument("alpha_mode must be 'paper' or 'exact', got '" + name + "'");

@@ -2,11 +2,11 @@
 // Python exception that gac._errors chooses for its code (InvalidArgumentError,
 // a ValueError, for INVALID_ARGUMENT; FailedPreconditionError for
 // FAILED_PRECONDITION; ...), carrying the message and the code; the parsing
-// of the names the Python API takes ("paper", "local", ...); and the
-// StepReport the agent returns and the telemetry sends.
+// of the names the Python API takes ("paper", "local", ...); and Python's
+// deprecation warning.
 //
-// Thread safety: the raising functions need the GIL; the parsers and
-// PyStepReport are plain values.
+// Thread safety: the raising and warning functions need the GIL; the parsers
+// are pure.
 #ifndef GAC_PYTHON_SRC_SUPPORT_H_
 #define GAC_PYTHON_SRC_SUPPORT_H_
 
@@ -16,7 +16,6 @@
 #include <utility>
 
 #include "gac/controller/controller.h"
-#include "gac/controller/step_report.h"
 #include "gac/status.h"
 
 namespace gac::python {
@@ -43,13 +42,9 @@ T ValueOrRaise(StatusOr<T>&& value) {
 AlphaMode AlphaModeFromName(const std::string& name);
 Mode ModeFromName(const std::string& name);
 
-// A StepReport with the mode of the agent that produced it: what Python's
-// gac.StepReport wraps, so that Telemetry.send knows the mode without being
-// told (gac.v1.StepRecord carries it).
-struct PyStepReport {
-  StepReport report;
-  Mode mode = Mode::kLocal;
-};
+// Issues a DeprecationWarning with `message` at the caller's line.
+// REQUIRES: the GIL is held. Raises when warnings are errors.
+void WarnDeprecated(const std::string& message);
 
 }  // namespace gac::python
 

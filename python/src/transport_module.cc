@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "gac/controller/decision_source.h"
+#include "gac/proto/wire_rules.h"
 #include "gac/transport/channel.h"
 #include "gac/transport/remote_controller.h"
 #include "gac/transport/step_record.h"
@@ -37,24 +38,19 @@ using transport::Telemetry;
 using transport::TelemetryCounters;
 using transport::TelemetryOptions;
 
-// Scalars per record that gacd accepts (gac::server::Limits).
-constexpr std::size_t kMaxScalars = 64;
-
-// gacd's rules for run ids and scalar names (gac/server/validate.h), checked
-// here so that a bad name fails the call that made it instead of costing the
-// batch it would be sent in.
+// The wire's rules for run ids, scalar names and the scalars of a record
+// (gac/proto/wire_rules.h, which gacd checks too), checked here so that a
+// bad name fails the call that made it instead of costing the batch it
+// would be sent in.
 void CheckRunId(const std::string& run) {
-  bool ok = !run.empty() && run.size() <= 128;
-  for (char c : run) {
-    ok = ok && (std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == ':' || c == '/' || c == '-');
-  }
-  if (!ok) RaiseInvalidArgument("run must be 1-128 characters of [A-Za-z0-9._:/-], got '" + run + "'");
+  if (Status st = proto::CheckRunId(run); !st.ok()) RaiseInvalidArgument("run must be a valid run id: " + st.message());
 }
 
 void CheckScalarName(const std::string& name) {
-  bool ok = !name.empty() && name.size() <= 256;
-  for (char c : name) ok = ok && c >= 0x20 && c <= 0x7e;
-  if (!ok) RaiseInvalidArgument("scalar names must be 1-256 printable ASCII characters, got '" + name + "'");
+  if (Status st = proto::CheckName("scalar name", name); !st.ok()) {
+    RaiseInvalidArgument("scalar names must be 1-" + std::to_string(proto::kMaxNameLength) +
+                         " printable ASCII characters: " + st.message() + ", got '" + name + "'");
+  }
 }
 
 // gacd's host:port, or a comma-separated list of replicas sharing one store
@@ -122,18 +118,19 @@ class PyTelemetry {
     telemetry_ = ValueOrRaise(std::move(t));
   }
 
-  bool Send(const PyStepReport& r, const std::optional<std::map<std::string, double>>& scalars,
+  bool Send(const StepReport& r, const std::optional<std::map<std::string, double>>& scalars,
             std::optional<std::int64_t> staleness) {
     CheckOpen();
-    if (r.report.step < 0) RaiseInvalidArgument("gacd stores steps >= 0, the report is of step " + std::to_string(r.report.step));
+    if (r.step < 0) RaiseInvalidArgument("gacd stores steps >= 0, the report is of step " + std::to_string(r.step));
     if (staleness && *staleness < 0) RaiseInvalidArgument("staleness must be >= 0, got " + std::to_string(*staleness));
     static const std::map<std::string, double> kNone;
     const std::map<std::string, double>& s = scalars ? *scalars : kNone;
-    if (s.size() > kMaxScalars) {
-      RaiseInvalidArgument("at most " + std::to_string(kMaxScalars) + " scalars per step, got " + std::to_string(s.size()));
+    if (s.size() > proto::kMaxScalarsPerRecord) {
+      RaiseInvalidArgument("at most " + std::to_string(proto::kMaxScalarsPerRecord) + " scalars per step, got " +
+                           std::to_string(s.size()));
     }
     for (const auto& kv : s) CheckScalarName(kv.first);
-    return telemetry_->Enqueue(transport::MakeStepRecord(r.report, who_, r.mode, s, staleness));
+    return telemetry_->Enqueue(transport::MakeStepRecord(r, who_, s, staleness));
   }
 
   bool Flush(double timeout) {
@@ -261,6 +258,18 @@ void BindTelemetry(py::module_& m) {
       .def("__exit__", [](PyTelemetry& t, py::args) { t.Close(10.0); });
 }
 
+// RemoteController.set_thresholds and its deprecated alias.
+void SetThresholds(RemoteController& rc, double c_low, double c_high, const std::string& alpha_mode,
+                   const std::string& reason, std::optional<Mode> mode) {
+  const AlphaMode alpha = AlphaModeFromName(alpha_mode);
+  ThrowIfError(ValidateThresholds(Thresholds{c_low, c_high}));
+  Status st = [&] {
+    py::gil_scoped_release release;
+    return rc.SetThresholds(Thresholds{c_low, c_high}, alpha, reason, mode);
+  }();
+  ThrowIfError(st);
+}
+
 void BindRemoteController(py::module_& m) {
   py::class_<RemoteController, DecisionSource, std::shared_ptr<RemoteController>>(
       m, "RemoteController",
@@ -288,20 +297,24 @@ void BindRemoteController(py::module_& m) {
            "with write rights on the run;\n"
            "tls: PEM roots (text, bytes or a file path), None = plaintext; deadline: seconds per decision.")
       .def(
+          "set_thresholds",
+          [](RemoteController& rc, double c_low, double c_high, const std::string& alpha_mode, const std::string& reason,
+             const std::optional<std::string>& mode) {
+            SetThresholds(rc, c_low, c_high, alpha_mode, reason, mode ? std::optional<Mode>(ModeFromName(*mode)) : std::nullopt);
+          },
+          "c_low"_a, "c_high"_a, "alpha_mode"_a = "paper", "reason"_a = "", "mode"_a = py::none(),
+          "Sets the run's thresholds on gacd (the token needs admin rights); the run keeps its mode unless `mode`\n"
+          "('monitor', 'local' or 'remote') is given. `reason` goes to gacd's audit log. Waits up to 10 s.")
+      .def(
           "set_run_thresholds",
           [](RemoteController& rc, double c_low, double c_high, const std::string& alpha_mode,
              const std::string& reason) {
-            const AlphaMode mode = AlphaModeFromName(alpha_mode);
-            ThrowIfError(ValidateThresholds(Thresholds{c_low, c_high}));
-            Status st = [&] {
-              py::gil_scoped_release release;
-              return rc.SetRunThresholds(Thresholds{c_low, c_high}, mode, reason);
-            }();
-            ThrowIfError(st);
+            WarnDeprecated("RemoteController.set_run_thresholds is deprecated; use set_thresholds (which keeps the "
+                           "run's mode unless mode= is given)");
+            SetThresholds(rc, c_low, c_high, alpha_mode, reason, Mode::kRemote);
           },
           "c_low"_a, "c_high"_a, "alpha_mode"_a = "paper", "reason"_a = "",
-          "Sets the run's thresholds on gacd and its mode to remote (the token needs admin rights); `reason`\n"
-          "goes to gacd's audit log. Waits up to 10 s.");
+          "Deprecated: set_thresholds(c_low, c_high, alpha_mode, reason, mode='remote').");
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include <string_view>
 #include <sstream>
 
+#include "gac/duration.h"
 #include "gac/proto/convert.h"
 #include "gac/server/store.h"
 #include "server/src/validate.h"
@@ -251,39 +252,13 @@ deprecated (still accepted; gacd logs a note):
 }
 
 StatusOr<std::chrono::seconds> ParseDuration(const std::string& text) {
-  if (text.empty()) return Status::InvalidArgument("empty duration");
-  std::string num = text;
-  long long mult = 1;
-  switch (text.back()) {
-    case 's':
-      num.pop_back();
-      break;
-    case 'm':
-      num.pop_back();
-      mult = 60;
-      break;
-    case 'h':
-      num.pop_back();
-      mult = 3600;
-      break;
-    case 'd':
-      num.pop_back();
-      mult = 86400;
-      break;
-    default:
-      break;
+  // The syntax is gac's one (gac/duration.h); gacd's settings are whole seconds.
+  StatusOr<std::chrono::nanoseconds> d = gac::ParseDuration(text);
+  if (!d.ok()) return d.status();
+  if (d->count() % 1000000000 != 0) {
+    return Status::InvalidArgument("duration '" + text + "' is not a whole number of seconds");
   }
-  std::size_t n = 0;
-  Status st = ParseSize(num, &n);
-  if (!st.ok()) return Status::InvalidArgument("bad duration '" + text + "' (e.g. 30s, 15m, 12h, 30d)");
-  // A duration must also fit in nanoseconds (std::chrono arithmetic): at
-  // most about 292 years. Found by fuzz_config_file (a signed overflow).
-  constexpr long long kMaxSeconds = std::numeric_limits<long long>::max() / 1000000000LL;
-  if (n > static_cast<std::size_t>(kMaxSeconds / mult)) {
-    return Status::InvalidArgument("duration '" + text + "' is too long (at most " + std::to_string(kMaxSeconds / 86400) +
-                                   "d)");
-  }
-  return std::chrono::seconds(static_cast<long long>(n) * mult);
+  return std::chrono::duration_cast<std::chrono::seconds>(*d);
 }
 
 bool IsLoopbackAddress(const std::string& address) {

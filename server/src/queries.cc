@@ -84,6 +84,11 @@ StatusOr<v1::ListRunsResponse> ListRunsPage(Store& store, const RunRegistry& reg
       *after = info.run();
       if (!principal.Allows(kRead, info.run())) continue;
       *info.mutable_config() = registry.Get(info.run());
+      if (request.include_latest()) {
+        auto latest = store.GetRecentSteps(info.run(), 0, 1);
+        if (!latest.ok()) return latest.status();
+        if (!latest->empty()) *info.mutable_latest() = std::move(latest->back());
+      }
       *resp.add_runs() = std::move(info);
       if (static_cast<std::uint32_t>(resp.runs_size()) == *limit) break;
     }

@@ -52,10 +52,14 @@ StatusOr<v1::RunConfig> RunRegistry::Change(const std::string& run, const v1::Th
                                             v1::RunConfig* before) {
   StatusOr<Thresholds> t = proto::ThresholdsFromProto(thresholds);
   if (!t.ok()) return Status::InvalidArgument("thresholds: " + t.status().message());
-  if (StatusOr<Mode> m = proto::FromProto(mode); !m.ok()) return m.status();
+  // UNSPECIFIED keeps the run's current mode (a thresholds-only change).
+  if (mode != v1::CONTROL_MODE_UNSPECIFIED) {
+    if (StatusOr<Mode> m = proto::FromProto(mode); !m.ok()) return m.status();
+  }
   WriterMutexLock lock(&mu_);
   auto it = runs_.find(run);
   const v1::RunConfig current = it == runs_.end() ? defaults_.config : it->second.config;
+  if (mode == v1::CONTROL_MODE_UNSPECIFIED) mode = current.mode();
   if (expected_version != 0 && expected_version != current.version()) {
     return Status(StatusCode::kAborted, "run '" + run + "' is at version " + std::to_string(current.version()) +
                                             ", not the expected " + std::to_string(expected_version));

@@ -64,18 +64,18 @@ TEST_P(KernelsTest, StatsMatchFp64) {
   const double pp = p64.square().sum().item<double>();
   if (n_ == 0) {
     EXPECT_EQ(got.dot, 0.0);
-    EXPECT_EQ(got.gg, 0.0);
-    EXPECT_EQ(got.pp, 0.0);
+    EXPECT_EQ(got.grad_sq, 0.0);
+    EXPECT_EQ(got.ref_sq, 0.0);
     return;
   }
   // Relative to the norms: a dot near zero is only accurate that far.
   EXPECT_LE(std::fabs(got.dot - dot) / std::sqrt(gg * pp), 1e-6);
-  EXPECT_LE(RelErr(got.gg, gg), 1e-6);
-  EXPECT_LE(RelErr(got.pp, pp), 1e-6);
+  EXPECT_LE(RelErr(got.grad_sq, gg), 1e-6);
+  EXPECT_LE(RelErr(got.ref_sq, pp), 1e-6);
   const Partial norm_only = kernels_->stats(g_.data_ptr(), g_type_.elem, nullptr, p_type_.elem, n_);
   EXPECT_EQ(norm_only.dot, 0.0);
-  EXPECT_EQ(norm_only.pp, 0.0);
-  EXPECT_LE(RelErr(norm_only.gg, gg), 1e-6);
+  EXPECT_EQ(norm_only.ref_sq, 0.0);
+  EXPECT_LE(RelErr(norm_only.grad_sq, gg), 1e-6);
 }
 
 TEST_P(KernelsTest, ProjectSnapshotMatchesReference) {
@@ -151,19 +151,19 @@ TEST_P(KernelsTest, StatsSpansMatchOneCallPerRun) {
       if (spans[i].g != nullptr) {
         want = kernels_->stats(spans[i].g, spans[i].gt, with_p ? spans[i].p : nullptr, p_type_.elem, spans[i].n);
       }
-      EXPECT_TRUE(SameBits(out[i].dot, want.dot) && SameBits(out[i].gg, want.gg) && SameBits(out[i].pp, want.pp))
+      EXPECT_TRUE(SameBits(out[i].dot, want.dot) && SameBits(out[i].grad_sq, want.grad_sq) && SameBits(out[i].ref_sq, want.ref_sq))
           << "span " << i;
       want_sum.dot += want.dot;
-      want_sum.gg += want.gg;
-      want_sum.pp += want.pp;
+      want_sum.grad_sq += want.grad_sq;
+      want_sum.ref_sq += want.ref_sq;
     }
-    EXPECT_TRUE(SameBits(sum.dot, want_sum.dot) && SameBits(sum.gg, want_sum.gg) && SameBits(sum.pp, want_sum.pp));
+    EXPECT_TRUE(SameBits(sum.dot, want_sum.dot) && SameBits(sum.grad_sq, want_sum.grad_sq) && SameBits(sum.ref_sq, want_sum.ref_sq));
     // The same list in two calls, without out[]: the same bits.
     Partial split;
     const std::int64_t half = count / 2;
     kernels_->stats_spans(spans.data(), half, p_type_.elem, with_p, nullptr, &split);
     kernels_->stats_spans(spans.data() + half, count - half, p_type_.elem, with_p, nullptr, &split);
-    EXPECT_TRUE(SameBits(split.dot, sum.dot) && SameBits(split.gg, sum.gg) && SameBits(split.pp, sum.pp));
+    EXPECT_TRUE(SameBits(split.dot, sum.dot) && SameBits(split.grad_sq, sum.grad_sq) && SameBits(split.ref_sq, sum.ref_sq));
   }
 }
 
@@ -228,8 +228,8 @@ TEST(KernelsSpans, GradientTypesMayDifferPerSpan) {
   for (int i = 0; i < 3; ++i) {
     const Partial one = k.stats(spans[i].g, spans[i].gt, spans[i].p, ElemType::kF32, spans[i].n);
     EXPECT_EQ(out[i].dot, one.dot);
-    EXPECT_EQ(out[i].gg, one.gg);
-    EXPECT_EQ(out[i].pp, one.pp);
+    EXPECT_EQ(out[i].grad_sq, one.grad_sq);
+    EXPECT_EQ(out[i].ref_sq, one.ref_sq);
     want_dot += one.dot;
   }
   EXPECT_EQ(sum.dot, want_dot);
@@ -240,8 +240,8 @@ TEST(KernelsSpans, EmptyListLeavesTheSumAsItWas) {
   Partial sum{1.0, 2.0, 3.0};
   k.stats_spans(nullptr, 0, ElemType::kF32, true, nullptr, &sum);
   EXPECT_EQ(sum.dot, 1.0);
-  EXPECT_EQ(sum.gg, 2.0);
-  EXPECT_EQ(sum.pp, 3.0);
+  EXPECT_EQ(sum.grad_sq, 2.0);
+  EXPECT_EQ(sum.ref_sq, 3.0);
   k.project_snapshot_spans(nullptr, 0, ElemType::kF32, 0.5f, false);
   k.snapshot_spans(nullptr, 0, ElemType::kF32);
 }
@@ -261,8 +261,8 @@ TEST(KernelsNumerics, LongSumsStayWithinOneMicro) {
   const Partial got = BestKernels().stats(g.data_ptr(), ElemType::kF32, p.data_ptr(), ElemType::kF32, n);
   const at::Tensor g64 = g.to(at::kDouble), p64 = p.to(at::kDouble);
   EXPECT_LE(RelErr(got.dot, (g64 * p64).sum().item<double>()), 1e-6);
-  EXPECT_LE(RelErr(got.gg, g64.square().sum().item<double>()), 1e-6);
-  EXPECT_LE(RelErr(got.pp, p64.square().sum().item<double>()), 1e-6);
+  EXPECT_LE(RelErr(got.grad_sq, g64.square().sum().item<double>()), 1e-6);
+  EXPECT_LE(RelErr(got.ref_sq, p64.square().sum().item<double>()), 1e-6);
 }
 
 TEST(KernelsNumerics, NonFiniteInputsPropagate) {
@@ -271,11 +271,11 @@ TEST(KernelsNumerics, NonFiniteInputsPropagate) {
   g[500] = std::nanf("");
   Partial got = BestKernels().stats(g.data_ptr(), ElemType::kF32, p.data_ptr(), ElemType::kF32, 1000);
   EXPECT_TRUE(std::isnan(got.dot));
-  EXPECT_TRUE(std::isnan(got.gg));
-  EXPECT_EQ(got.pp, 1000.0);
+  EXPECT_TRUE(std::isnan(got.grad_sq));
+  EXPECT_EQ(got.ref_sq, 1000.0);
   g[500] = INFINITY;
   got = BestKernels().stats(g.data_ptr(), ElemType::kF32, p.data_ptr(), ElemType::kF32, 1000);
-  EXPECT_TRUE(std::isinf(got.gg));
+  EXPECT_TRUE(std::isinf(got.grad_sq));
 }
 
 }  // namespace

@@ -77,7 +77,7 @@ TEST(RemoteMode, UsesTheSourcesDecision) {
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(source->last_step, 2);
   EXPECT_TRUE(source->last_stats.has_reference);
-  EXPECT_NEAR(source->last_stats.pp, g.square().sum().item<double>(), 1e-3 * source->last_stats.pp);
+  EXPECT_NEAR(source->last_stats.ref_sq, g.square().sum().item<double>(), 1e-3 * source->last_stats.ref_sq);
   EXPECT_EQ(r->decision.regime, Regime::kSkip);
   EXPECT_FALSE(r->step_optimizer);
   EXPECT_FALSE(r->fallback);
@@ -165,10 +165,10 @@ TEST(RemoteMode, NeedsADecisionSource) {
   EXPECT_EQ(*ParseMode("remote"), Mode::kRemote);
 }
 
-TEST(Groups, StatisticsMatchFp64PerGroup) {
+TEST(Layers, StatisticsMatchFp64PerLayer) {
   Params m({100, 5000, 70000, 3, 0});
   AgentOptions o;
-  o.groups = {{"embed", {0, 2}}, {"mlp", {1}}, {"tiny", {3, 4}}};
+  o.layers = {{"embed", {0, 2}}, {"mlp", {1}}, {"tiny", {3, 4}}};
   o.chunk_elements = 1024;
   auto agent = Make(o);
   std::vector<at::Tensor> p, g;
@@ -176,7 +176,7 @@ TEST(Groups, StatisticsMatchFp64PerGroup) {
     p.push_back(at::randn(t.sizes()));
     g.push_back(at::randn(t.sizes()));
   }
-  // A non-contiguous (strided-path) gradient in a group as well.
+  // A non-contiguous (strided-path) gradient in a layer as well.
   m.Set(p);
   ASSERT_TRUE(agent->Step(1, m.params).ok());
   m.Set(g);
@@ -185,46 +185,86 @@ TEST(Groups, StatisticsMatchFp64PerGroup) {
   g[0] = strided.clone();
   auto r = agent->Step(2, m.params);
   ASSERT_TRUE(r.ok());
-  ASSERT_EQ(r->groups.size(), 3u);
+  ASSERT_EQ(r->layers.size(), 3u);
   double total[3] = {0, 0, 0};
   for (std::size_t k = 0; k < 3; ++k) {
     double dot = 0, gg = 0, pp = 0;
-    for (int i : o.groups[k].parameters) {
+    for (int i : o.layers[k].parameters) {
       const at::Tensor g64 = g[static_cast<std::size_t>(i)].to(at::kDouble);
       const at::Tensor p64 = p[static_cast<std::size_t>(i)].to(at::kDouble);
       dot += (g64 * p64).sum().item<double>();
       gg += g64.square().sum().item<double>();
       pp += p64.square().sum().item<double>();
     }
-    const GroupStats& s = r->groups[k];
-    EXPECT_EQ(s.name, o.groups[k].name);
+    const LayerStats& s = r->layers[k];
+    EXPECT_EQ(s.name, o.layers[k].name);
     EXPECT_NEAR(s.dot, dot, 1e-5 * std::sqrt(gg * pp) + 1e-9) << s.name;
-    EXPECT_NEAR(s.gg, gg, 1e-6 * gg + 1e-9) << s.name;
-    EXPECT_NEAR(s.pp, pp, 1e-6 * pp + 1e-9) << s.name;
+    EXPECT_NEAR(s.grad_sq, gg, 1e-6 * gg + 1e-9) << s.name;
+    EXPECT_NEAR(s.ref_sq, pp, 1e-6 * pp + 1e-9) << s.name;
     ASSERT_TRUE(s.cosine().has_value());
     EXPECT_NEAR(*s.cosine(), dot / std::sqrt(gg * pp), 1e-5);
     total[0] += s.dot;
-    total[1] += s.gg;
-    total[2] += s.pp;
+    total[1] += s.grad_sq;
+    total[2] += s.ref_sq;
   }
-  // The groups partition every parameter: they add up to the whole.
+  // The layers partition every parameter: they add up to the whole.
   EXPECT_NEAR(total[1], r->decision.grad_norm * r->decision.grad_norm, 1e-6 * total[1]);
   EXPECT_NEAR(total[2], r->decision.ref_norm * r->decision.ref_norm, 1e-6 * total[2]);
 }
 
-TEST(Groups, BadGroupsAreRejected) {
+TEST(Layers, BadLayersAreRejected) {
   AgentOptions o;
-  o.groups = {{"a", {0, 1}}, {"b", {1}}};
+  o.layers = {{"a", {0, 1}}, {"b", {1}}};
   EXPECT_EQ(Agent::Create(o).status().code(), StatusCode::kInvalidArgument);
-  o.groups = {{"", {0}}};
+  o.layers = {{"", {0}}};
   EXPECT_EQ(Agent::Create(o).status().code(), StatusCode::kInvalidArgument);
-  o.groups = {{"a", {-1}}};
+  o.layers = {{"a", {-1}}};
   EXPECT_EQ(Agent::Create(o).status().code(), StatusCode::kInvalidArgument);
-  o.groups = {{"a", {5}}};
+  o.layers = {{"a", {5}}};
   auto agent = Make(o);
   Params m({10});
   m.Set({at::randn({10})});
   EXPECT_EQ(agent->Step(1, m.params).status().code(), StatusCode::kInvalidArgument);
+}
+
+// AgentOptions::groups and ParameterGroup, the former names, still work
+// (deprecated: the compiler warns where they are used).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+TEST(Layers, DeprecatedGroupsAliasStillWorks) {
+  Params m({10, 20});
+  AgentOptions o;
+  o.groups = {AgentOptions::ParameterGroup{"a", {0}}, {"b", {1}}};
+  auto agent = Make(o);
+  EXPECT_EQ(agent->options().layers.size(), 2u);
+  EXPECT_TRUE(agent->options().groups.empty());
+  m.Set({at::randn({10}), at::randn({20})});
+  ASSERT_TRUE(agent->Step(1, m.params).ok());
+  auto r = agent->Step(2, m.params);
+  ASSERT_TRUE(r.ok());
+  ASSERT_EQ(r->layers.size(), 2u);
+  EXPECT_EQ(r->layers[1].name, "b");
+  const GroupStats& former = r->layers[0];
+  EXPECT_EQ(former.name, "a");
+  // Both names at once is ambiguous.
+  o.layers = {{"c", {0}}};
+  EXPECT_EQ(Agent::Create(o).status().code(), StatusCode::kInvalidArgument);
+}
+#pragma GCC diagnostic pop
+
+TEST(Report, CarriesTheModeItRanIn) {
+  Params m({10});
+  auto agent = Make({});
+  m.Set({at::randn({10})});
+  auto r = agent->Step(1, m.params);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->mode, Mode::kLocal);
+  ASSERT_TRUE(agent->set_mode(Mode::kMonitor).ok());
+  m.Set({at::randn({10})});
+  r = agent->Step(2, m.params);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->mode, Mode::kMonitor);
+  EXPECT_DOUBLE_EQ(r->agent_overhead_seconds(), r->stats_seconds + r->decide_seconds + r->apply_seconds);
 }
 
 }  // namespace

@@ -164,12 +164,25 @@ TEST(Flags, ErrorsNameTheFlag) {
   EXPECT_TRUE(ParseRealListFlag("--c-low", "0.03,").status().IsInvalidArgument());
 }
 
+TEST(Flags, DeprecatedAliasesLeaveANote) {
+  const std::vector<FlagSpec> specs = {{"start-step", "N", ""}, DeprecatedFlag("from", "N", "use --start-step")};
+  auto p = ParseFlags({"--from", "3", "--from=4"}, specs);
+  ASSERT_TRUE(p.ok());
+  EXPECT_EQ(*p->Get("from"), "4");
+  EXPECT_EQ(p->deprecation_notes(), std::vector<std::string>{"--from is deprecated: use --start-step"});
+  p = ParseFlags({"--start-step", "3"}, specs);
+  ASSERT_TRUE(p.ok());
+  EXPECT_TRUE(p->deprecation_notes().empty());
+}
+
 TEST(Flags, Durations) {
   EXPECT_EQ(ParseDurationFlag("--t", "500ms")->count(), 500);
   EXPECT_EQ(ParseDurationFlag("--t", "10s")->count(), 10000);
   EXPECT_EQ(ParseDurationFlag("--t", "1.5")->count(), 1500);
   EXPECT_EQ(ParseDurationFlag("--t", "2m")->count(), 120000);
   EXPECT_EQ(ParseDurationFlag("--t", "1h")->count(), 3600000);
+  EXPECT_EQ(ParseDurationFlag("--t", "1d")->count(), 86400000) << "gac::ParseDuration's units, as gacd's";
+  EXPECT_EQ(ParseDurationFlag("--t", "0.1ms")->count(), 1) << "at least a millisecond";
   for (const char* bad : {"0", "-1s", "s", "10x", "", "1e999"}) {
     EXPECT_TRUE(ParseDurationFlag("--t", bad).status().IsInvalidArgument()) << bad;
   }

@@ -569,14 +569,48 @@ TEST_F(Gacctl, GoldenSteps) {
   ExpectGoldens({
            {"steps_table.txt", {"steps", "exp-golden"}},
            {"steps_csv.txt", {"steps", "exp-golden", "--format", "csv"}},
-           {"steps_jsonl.txt", {"steps", "exp-golden", "--format=jsonl", "--from", "3", "--to", "5"}},
+           {"steps_jsonl.txt", {"steps", "exp-golden", "--format=jsonl", "--start-step", "3", "--end-step", "6"}},
            {"steps_scalars_csv.txt", {"steps", "exp-golden", "--rank", "1", "--scalars", "reward,loss", "--format", "csv"}},
-           {"layers_table.txt", {"steps", "exp-golden", "--layers", "--rank", "0", "--to", "4"}},
-           {"layers_csv.txt", {"steps", "exp-golden", "--layers", "--format", "csv", "--from", "12"}},
-           {"layers_jsonl.txt", {"steps", "exp-golden", "--layers", "--format", "jsonl", "--from", "12"}},
+           {"layers_table.txt", {"steps", "exp-golden", "--layers", "--rank", "0", "--end-step", "5"}},
+           {"layers_csv.txt", {"steps", "exp-golden", "--layers", "--format", "csv", "--start-step", "12"}},
+           {"layers_jsonl.txt", {"steps", "exp-golden", "--layers", "--format", "jsonl", "--start-step", "12",
+                                  "--page-size", "3"}},
            {"tail_table.txt", {"tail", "exp-golden", "-n", "6", "--rank", "1"}},
            {"tail_csv.txt", {"tail", "exp-golden", "--lines=3", "--format", "csv"}},
   });
+}
+
+// The former step-range flags: --from is --start-step, --to N (inclusive) is
+// --end-step N+1; each prints a note on stderr and gives the same output.
+TEST_F(Gacctl, DeprecatedStepRangeFlagsAreAliases) {
+  const Result now = Ctl({"steps", "exp-golden", "--format=jsonl", "--start-step", "3", "--end-step", "6"});
+  ASSERT_EQ(now.rc, 0) << now.err;
+  EXPECT_EQ(now.err, "");
+  const Result before = Ctl({"steps", "exp-golden", "--format=jsonl", "--from", "3", "--to", "5"});
+  ASSERT_EQ(before.rc, 0) << before.err;
+  EXPECT_EQ(before.out, now.out);
+  EXPECT_EQ(before.err,
+            "gacctl: note: --from is deprecated: use --start-step\n"
+            "gacctl: note: --to is deprecated: use --end-step N+1 (--to is inclusive)\n");
+  const Result mixed = Ctl({"steps", "exp-golden", "--format=jsonl", "--start-step", "3", "--to", "5"});
+  ASSERT_EQ(mixed.rc, 0) << mixed.err;
+  EXPECT_EQ(mixed.out, now.out);
+  const std::vector<std::string> replay = {"replay", "exp-golden", "--c-low", "0.05", "--c-high", "0.3", "--steps",
+                                           "--format", "csv"};
+  std::vector<std::string> a = replay, b = replay;
+  a.insert(a.end(), {"--start-step", "4", "--end-step", "9"});
+  b.insert(b.end(), {"--from", "4", "--to", "8"});
+  const Result ra = Ctl(a), rb = Ctl(b);
+  ASSERT_EQ(ra.rc, 0) << ra.err;
+  ASSERT_EQ(rb.rc, 0) << rb.err;
+  EXPECT_EQ(ra.out, rb.out);
+  EXPECT_EQ(ra.err, "");
+  EXPECT_NE(rb.err.find("gacctl: note: --from is deprecated: use --start-step\n"), std::string::npos) << rb.err;
+  // --page-size changes the calls, not the output.
+  const Result paged = Ctl({"steps", "exp-golden", "--format=jsonl", "--start-step", "3", "--end-step", "6",
+                            "--page-size", "1"});
+  ASSERT_EQ(paged.rc, 0) << paged.err;
+  EXPECT_EQ(paged.out, now.out);
 }
 
 TEST_F(Gacctl, GoldenReplayAndCalibration) {
@@ -719,7 +753,7 @@ TEST_F(Gacctl, CsvAndJsonlCarryEveryStoredFieldExactly) {
   }
 
   // A range of one rank.
-  r = Ctl({"steps", "exp-spike", "--from", "155", "--to", "165", "--rank", "1", "--format", "csv"});
+  r = Ctl({"steps", "exp-spike", "--start-step", "155", "--end-step", "166", "--rank", "1", "--format", "csv"});
   ASSERT_EQ(r.rc, 0) << r.err;
   rows = CsvRows(r.out);
   std::vector<v1::StepRecord> want;
@@ -971,7 +1005,7 @@ TEST_F(Gacctl, ReplayMatchesAnIndependentRecomputation) {
       for (const auto& r : rank0) {
         if (from < 0 || (r.step() >= from && r.step() <= to)) range.push_back(r);
       }
-      if (from >= 0) args.insert(args.end(), {"--from", std::to_string(from), "--to", std::to_string(to)});
+      if (from >= 0) args.insert(args.end(), {"--start-step", std::to_string(from), "--end-step", std::to_string(to + 1)});
       const Result r = Ctl(args);
       ASSERT_EQ(r.rc, 0) << r.err;
       const auto rows = CsvRows(r.out);
@@ -1055,7 +1089,7 @@ TEST_F(Gacctl, CalibrateSuggestsFromTheStatisticsAndAppliesThem) {
   ASSERT_TRUE(std::regex_search(r.out, m, std::regex(R"(max \|c_t\| +(\S+)\n)"))) << r.out;
   EXPECT_NEAR(std::strtod(m[1].str().c_str(), nullptr), max, 5e-6 * max);
 
-  r = Ctl({"calibrate", "exp-sync", "--window", "150", "--apply", "--to", "exp-target", "--mode", "remote"});
+  r = Ctl({"calibrate", "exp-sync", "--window", "150", "--apply", "--apply-to", "exp-target", "--mode", "remote"});
   ASSERT_EQ(r.rc, 0) << r.err;
   v1::RunConfig cfg;
   ASSERT_TRUE(Admin().GetRunConfig("exp-target", &cfg).ok());
@@ -1068,9 +1102,11 @@ TEST_F(Gacctl, CalibrateSuggestsFromTheStatisticsAndAppliesThem) {
   r = Ctl({"config", "history", "exp-target", "--format", "jsonl"});
   EXPECT_NE(r.out.find("gacctl calibrate exp-sync --window 150: q0.9"), std::string::npos) << r.out;
   // Applying again over a stale version is refused.
+  // (--to, the former name of --apply-to, still works, with a note.)
   r = Ctl({"calibrate", "exp-sync", "--apply", "--to", "exp-target", "--reason", "again", "--expected-version", "7"});
   EXPECT_EQ(r.rc, 1);
   EXPECT_NE(r.err.find("ABORTED"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.rfind("gacctl: note: --to is deprecated: use --apply-to\n", 0), 0u) << r.err;
 
   // Too few values of c_t: the statistics, then the reason there is no suggestion.
   r = Ctl({"calibrate", "exp-sync", "--window", "10"});
@@ -1090,9 +1126,17 @@ TEST_F(Gacctl, UsageErrorsAreOneLineWithStatus2) {
       {{"steps"}, "expected RUN"},
       {{"steps", "exp-golden", "extra"}, "unexpected argument 'extra'"},
       {{"steps", "exp-golden", "--frm", "1"}, "unknown flag '--frm'"},
+      {{"steps", "exp-golden", "--start-step"}, "--start-step needs a value"},
+      {{"steps", "exp-golden", "--start-step", "x"}, "--start-step: expected an integer, got 'x'"},
+      {{"steps", "exp-golden", "--start-step", "5", "--end-step", "5"}, "--end-step 5 is not above --start-step 5"},
+      {{"steps", "exp-golden", "--end-step", "0"}, "--end-step: 0 is outside"},
+      {{"steps", "exp-golden", "--page-size", "0"}, "--page-size: 0 is outside"},
       {{"steps", "exp-golden", "--from"}, "--from needs a value"},
       {{"steps", "exp-golden", "--from", "x"}, "--from: expected an integer, got 'x'"},
       {{"steps", "exp-golden", "--from", "5", "--to", "2"}, "--to 2 is below --from 5"},
+      {{"steps", "exp-golden", "--from", "5", "--start-step", "5"}, "not both"},
+      {{"steps", "exp-golden", "--to", "5", "--end-step", "6"}, "not both"},
+      {{"replay", "exp-golden", "--c-low", "0.05", "--c-high", "0.3", "--end-step", "-1"}, "--end-step: -1 is outside"},
       {{"steps", "exp-golden", "--format", "xml"}, "unknown format 'xml'"},
       {{"steps", "exp-golden", "--layers", "--scalars", "a"}, "--scalars does not apply"},
       {{"--format", "csv", "runs"}, "before the command"},
@@ -1102,8 +1146,10 @@ TEST_F(Gacctl, UsageErrorsAreOneLineWithStatus2) {
       {{"config", "set", "exp-golden", "--reason", "x"}, "nothing to change"},
       {{"config", "set", "exp-golden", "--mode", "auto", "--reason", "x"}, "unknown mode 'auto'"},
       {{"config", "set", "exp-golden", "--c-low", "low", "--reason", "x"}, "--c-low: expected a number"},
-      {{"calibrate", "exp-sync", "--apply"}, "--apply needs --to"},
+      {{"calibrate", "exp-sync", "--apply"}, "--apply needs --apply-to"},
+      {{"calibrate", "exp-sync", "--apply-to", "exp-x"}, "--apply-to applies only with --apply"},
       {{"calibrate", "exp-sync", "--to", "exp-x"}, "--to applies only with --apply"},
+      {{"calibrate", "exp-sync", "--apply", "--to", "a", "--apply-to", "b"}, "not both"},
       {{"replay", "exp-golden"}, "--c-low and --c-high are required"},
       {{"replay", "exp-golden", "--c-low", "0.5", "--c-high", "0.2"}, "c_low must be < c_high"},
       {{"replay", "exp-golden", "--c-low", "0.05,0.1", "--c-high", "0.3"}, "needs --grid"},
@@ -1149,7 +1195,7 @@ TEST_F(Gacctl, ServerErrorsAreOneLineWithTheStatusNameAndStatus1) {
   // The other token may read only other-*: the list is empty, not an error.
   const Result r = Ctl({"runs", "--format", "csv"}, kOtherToken);
   EXPECT_EQ(r.rc, 0);
-  EXPECT_EQ(r.out, "run,first_step,last_step,step_records,world_size,last_seen_ns,cosine,regime,mode,c_low,c_high,"
+  EXPECT_EQ(r.out, "run,first_step,last_step,step_records,world_size,last_seen_ns,cosine,regime,step_mode,mode,c_low,c_high,"
                    "alpha_mode,version\n");
 }
 

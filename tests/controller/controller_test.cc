@@ -49,8 +49,8 @@ AlignmentStats StatsForCosine(double cosine) {
   const double n = std::ldexp(1.0, 60);
   AlignmentStats s;
   s.dot = std::ldexp(cosine, 60);
-  s.gg = n;
-  s.pp = n;
+  s.grad_sq = n;
+  s.ref_sq = n;
   s.has_reference = true;
   return s;
 }
@@ -447,7 +447,7 @@ std::vector<DecideCase> BoundaryCases() {
       for (bool has_ref : {true, false}) {
         AlignmentStats s = StatsForCosine(0.17);
         s.has_reference = has_ref;
-        (field == 0 ? s.dot : field == 1 ? s.gg : s.pp) = b.value;
+        (field == 0 ? s.dot : field == 1 ? s.grad_sq : s.ref_sq) = b.value;
         const std::string name =
             std::string(field == 0 ? "dot_" : field == 1 ? "gg_" : "pp_") + b.name + (has_ref ? "" : "_no_ref");
         rows.push_back({name, s, Regime::kInvalid, false, 0.0});
@@ -458,7 +458,7 @@ std::vector<DecideCase> BoundaryCases() {
 }
 
 void PrintTo(const DecideCase& c, std::ostream* os) {
-  *os << c.name << " (dot=" << c.stats.dot << ", gg=" << c.stats.gg << ", pp=" << c.stats.pp
+  *os << c.name << " (dot=" << c.stats.dot << ", gg=" << c.stats.grad_sq << ", pp=" << c.stats.ref_sq
       << ", has_reference=" << c.stats.has_reference << ")";
 }
 
@@ -495,7 +495,7 @@ TEST_P(DecideBoundaryTest, RegimeAndFields) {
           EXPECT_LT(d.alpha, 1.0 - 1e-9);
         }
         // g' = g - (1 - alpha) (dot/pp) p.
-        EXPECT_DOUBLE_EQ(d.projection_coeff, (1.0 - d.alpha) * c.stats.dot / c.stats.pp);
+        EXPECT_DOUBLE_EQ(d.projection_coeff, (1.0 - d.alpha) * c.stats.dot / c.stats.ref_sq);
         ASSERT_TRUE(d.cosine_after.has_value());
         // The projection reduces |c| but keeps its sign.
         EXPECT_LE(std::fabs(*d.cosine_after), std::fabs(c.cosine) * (1.0 + 1e-12));
@@ -521,7 +521,7 @@ TEST(DecideTest, NegativeSumOfSquaresIsInvalid) {
   const Controller ctl = MakeController(0.05, 0.3);
   for (const AlignmentStats& s : {AlignmentStats{0.5, -1.0, 1.0, true}, AlignmentStats{0.5, 1.0, -1.0, true},
                                   AlignmentStats{0.5, -1.0, -1.0, true}, AlignmentStats{0.0, -1.0, 0.0, false}}) {
-    SCOPED_TRACE(std::to_string(s.gg) + " " + std::to_string(s.pp));
+    SCOPED_TRACE(std::to_string(s.grad_sq) + " " + std::to_string(s.ref_sq));
     const Decision d = ctl.Decide(s);
     EXPECT_EQ(d.regime, Regime::kInvalid);
     EXPECT_FALSE(d.apply_update);
@@ -678,7 +678,7 @@ TEST_P(ProjectionPropertyTest, MeasuredCosineAfterProjection) {
     EXPECT_NEAR(*d.cosine_after, after, 1e-9 * want_abs);
 
     // Only the component along p changes: it is scaled by alpha.
-    const double pp = stats.pp;
+    const double pp = stats.ref_sq;
     const double par_before = stats.dot / pp;
     const double par_after = Dot(g2, p) / pp;
     EXPECT_NEAR(par_after, d.alpha * par_before, 1e-9 * std::fabs(par_before));
@@ -721,7 +721,7 @@ TEST(DecideRandomTest, RegimesAgreeWithReference) {
     const double gn = std::pow(10.0, log_norm(rng));
     const double pn = std::pow(10.0, log_norm(rng));
     const AlignmentStats s{c * gn * pn, gn * gn, pn * pn, true};
-    const double ref_c = s.dot / (std::sqrt(s.gg * s.pp) + 1e-8);
+    const double ref_c = s.dot / (std::sqrt(s.grad_sq * s.ref_sq) + 1e-8);
     const Regime want = std::fabs(ref_c) <= lo ? Regime::kSafe : std::fabs(ref_c) >= hi ? Regime::kSkip
                                                                                        : Regime::kProject;
     const Decision d = ctl.Decide(s);

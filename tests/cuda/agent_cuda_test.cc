@@ -159,7 +159,7 @@ TEST(CudaAgentTest, GroupsAndMonitorModeMatchTheCpuAgent) {
     SCOPED_TRACE(ModeName(mode));
     AgentOptions o;
     o.mode = mode;
-    o.groups = {{"a", {0, 2, 3}}, {"b", {5, 8}}, {"c", {9}}};
+    o.layers = {{"a", {0, 2, 3}}, {"b", {5, 8}}, {"c", {9}}};
     auto gpu_agent = MakeAgent(o);
     auto cpu_agent = MakeAgent(o);
     ASSERT_NE(gpu_agent, nullptr);
@@ -181,12 +181,12 @@ TEST(CudaAgentTest, GroupsAndMonitorModeMatchTheCpuAgent) {
       EXPECT_NEAR(g->decision.grad_norm, c->decision.grad_norm, 1e-6 * c->decision.grad_norm);
       EXPECT_EQ(g->elements, c->elements);
       EXPECT_EQ(g->tensors, c->tensors);
-      ASSERT_EQ(g->groups.size(), 3u);
+      ASSERT_EQ(g->layers.size(), 3u);
       for (std::size_t k = 0; k < 3; ++k) {
-        EXPECT_EQ(g->groups[k].name, c->groups[k].name);
-        EXPECT_NEAR(g->groups[k].gg, c->groups[k].gg, 1e-6 * c->groups[k].gg);
-        EXPECT_NEAR(g->groups[k].pp, c->groups[k].pp, 1e-6 * c->groups[k].pp + 1e-30);
-        EXPECT_NEAR(g->groups[k].dot, c->groups[k].dot, 1e-6 * std::sqrt(c->groups[k].gg * c->groups[k].pp) + 1e-30);
+        EXPECT_EQ(g->layers[k].name, c->layers[k].name);
+        EXPECT_NEAR(g->layers[k].grad_sq, c->layers[k].grad_sq, 1e-6 * c->layers[k].grad_sq);
+        EXPECT_NEAR(g->layers[k].ref_sq, c->layers[k].ref_sq, 1e-6 * c->layers[k].ref_sq + 1e-30);
+        EXPECT_NEAR(g->layers[k].dot, c->layers[k].dot, 1e-6 * std::sqrt(c->layers[k].grad_sq * c->layers[k].ref_sq) + 1e-30);
       }
       if (mode == Mode::kMonitor) {
         EXPECT_FALSE(g->gradient_modified);

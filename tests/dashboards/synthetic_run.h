@@ -76,8 +76,8 @@ class SyntheticRun {
     req.set_rank(0);
     req.set_step(step_);
     req.set_dot(stats_.dot);
-    req.set_grad_sq(stats_.gg);
-    req.set_ref_sq(stats_.pp);
+    req.set_grad_sq(stats_.grad_sq);
+    req.set_ref_sq(stats_.ref_sq);
     req.set_has_reference(stats_.has_reference);
     return req;
   }
@@ -96,8 +96,8 @@ class SyntheticRun {
     r.set_run(o_.run);
     r.set_world_size(o_.world);
     r.set_step(step_);
-    r.set_grad_norm(std::sqrt(stats_.gg));
-    r.set_ref_norm(std::sqrt(stats_.pp));
+    r.set_grad_norm(std::sqrt(stats_.grad_sq));
+    r.set_ref_norm(std::sqrt(stats_.ref_sq));
     if (use_remote) {
       r.set_regime(remote->regime());
       if (remote->has_cosine()) r.set_cosine(Clamp1(remote->cosine()));
@@ -144,7 +144,7 @@ class SyntheticRun {
       copy.set_agent_overhead_seconds(20e-6 + 5e-6 * rank + 2e-6 * std::abs(Normal()));
       out.push_back(std::move(copy));
     }
-    prev_gg_ = stats_.gg;
+    prev_gg_ = stats_.grad_sq;
     prepared_ = false;
     ++step_;
     return out;
@@ -166,10 +166,10 @@ class SyntheticRun {
     if (quiet) c = std::clamp(c, -0.045, 0.045);  // a quiet stretch never leaves the safe band
     c = Clamp1(c);
     const double g = (1.0 + 0.05 * Normal()) * (1.0 + 2.0 * std::max(0.0, BaseCosine(step_) - 0.015));
-    stats_.gg = g * g;
-    stats_.pp = prev_gg_;
+    stats_.grad_sq = g * g;
+    stats_.ref_sq = prev_gg_;
     stats_.has_reference = step_ > 0;
-    stats_.dot = stats_.has_reference ? c * std::sqrt(stats_.gg * stats_.pp) : 0.0;
+    stats_.dot = stats_.has_reference ? c * std::sqrt(stats_.grad_sq * stats_.ref_sq) : 0.0;
   }
 
   SyntheticRunOptions o_;

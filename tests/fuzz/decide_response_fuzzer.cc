@@ -34,8 +34,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   GAC_FUZZ_CHECK(d->alpha >= 0.0 && d->alpha <= 1.0, "alpha in [0, 1]");
   GAC_FUZZ_CHECK(std::isfinite(d->projection_coeff), "finite coefficient");
   if (d->regime == Regime::kProject) {
-    GAC_FUZZ_CHECK(stats.has_reference && stats.pp > 0.0, "projection needs a reference");
-    const double bound = std::fabs(stats.dot / stats.pp);
+    GAC_FUZZ_CHECK(stats.has_reference && stats.ref_sq > 0.0, "projection needs a reference");
+    const double bound = std::fabs(stats.dot / stats.ref_sq);
     GAC_FUZZ_CHECK(std::fabs(d->projection_coeff) <= bound * (1.0 + 1e-6) + 1e-300, "coefficient bounded by dot / pp");
   } else {
     GAC_FUZZ_CHECK(d->projection_coeff == 0.0, "no coefficient without projection");

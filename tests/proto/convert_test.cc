@@ -79,15 +79,15 @@ TEST(ConvertTest, DecideRequestCarriesTheStatisticsExactly) {
   EXPECT_EQ(req.rank(), 3u);
   EXPECT_EQ(req.step(), 77);
   EXPECT_EQ(req.dot(), stats.dot);
-  EXPECT_EQ(req.grad_sq(), stats.gg);
-  EXPECT_EQ(req.ref_sq(), stats.pp);
+  EXPECT_EQ(req.grad_sq(), stats.grad_sq);
+  EXPECT_EQ(req.ref_sq(), stats.ref_sq);
   EXPECT_TRUE(req.has_reference());
   v1::DecideRequest parsed;
   ASSERT_TRUE(parsed.ParseFromString(req.SerializeAsString()));
   const AlignmentStats back = StatsFromProto(parsed);
   EXPECT_EQ(back.dot, stats.dot);
-  EXPECT_EQ(back.gg, stats.gg);
-  EXPECT_EQ(back.pp, stats.pp);
+  EXPECT_EQ(back.grad_sq, stats.grad_sq);
+  EXPECT_EQ(back.ref_sq, stats.ref_sq);
   EXPECT_EQ(back.has_reference, stats.has_reference);
 }
 
@@ -117,8 +117,8 @@ TEST(ConvertTest, ControllerDecisionsSurviveTheWireBitForBit) {
       EXPECT_EQ(back->alpha, d.alpha);
       EXPECT_EQ(back->projection_coeff, d.projection_coeff);
       EXPECT_EQ(back->apply_update, d.apply_update);
-      EXPECT_EQ(back->grad_norm, std::sqrt(s.gg));
-      EXPECT_EQ(back->ref_norm, std::sqrt(s.pp));
+      EXPECT_EQ(back->grad_norm, std::sqrt(s.grad_sq));
+      EXPECT_EQ(back->ref_norm, std::sqrt(s.ref_sq));
     }
   }
 }

@@ -278,11 +278,11 @@ def test_changed_parameters_raise_and_modify_nothing_until_reset() -> None:
     assert first.regime == "safe" and first.cosine is None
 
 
-def test_groups_report_each_groups_cosine() -> None:
+def test_layers_report_each_layers_cosine() -> None:
     torch.manual_seed(4)
     model = torch.nn.Sequential(torch.nn.Linear(10, 20), torch.nn.Linear(20, 3))
-    groups = {"first": list(model[0].parameters()), "second": model[1].parameters()}
-    agent = gac.Agent(0.05, 0.99, groups=groups)
+    layers = {"first": list(model[0].parameters()), "second": model[1].parameters()}
+    agent = gac.Agent(0.05, 0.99, layers=layers)
     ref: Dict[str, List[torch.Tensor]] = {}
     for step in range(1, 4):
         for p in model.parameters():
@@ -290,9 +290,9 @@ def test_groups_report_each_groups_cosine() -> None:
         raw = {name: [p.grad.to(torch.float64).clone() for p in (model[0] if name == "first" else model[1]).parameters()]
                for name in ("first", "second")}
         report = agent.step(step, model.parameters())
-        assert list(report.groups) == ["first", "second"]
+        assert list(report.layers) == ["first", "second"]
         for name, gs in raw.items():
-            stats = report.groups[name]
+            stats = report.layers[name]
             assert stats.name == name
             gg = sum(float((g * g).sum()) for g in gs)
             assert stats.grad_sq == pytest.approx(gg, rel=1e-6)
@@ -307,13 +307,42 @@ def test_groups_report_each_groups_cosine() -> None:
         assert set(report.to_dict()) >= {"cosine/first", "cosine/second"}
 
 
-def test_a_group_parameter_missing_from_step_raises() -> None:
+def test_a_layer_parameter_missing_from_step_raises() -> None:
     a, b = torch.nn.Parameter(torch.zeros(4)), torch.nn.Parameter(torch.zeros(4))
     a.grad, b.grad = torch.ones(4), torch.ones(4)
-    agent = gac.Agent(groups={"g": [b]})
+    agent = gac.Agent(layers={"g": [b]})
     with pytest.raises(ValueError, match="not among the parameters"):
         agent.step(1, [a])
-    assert agent.step(1, [a, b]).groups["g"].grad_sq == pytest.approx(4.0)
+    assert agent.step(1, [a, b]).layers["g"].grad_sq == pytest.approx(4.0)
+
+
+def test_groups_is_a_deprecated_alias_of_layers() -> None:
+    a, b = torch.nn.Parameter(torch.zeros(4)), torch.nn.Parameter(torch.zeros(4))
+    a.grad, b.grad = torch.ones(4), torch.ones(4)
+    with pytest.warns(DeprecationWarning, match=r"Agent\(groups=\.\.\.\) is deprecated; use Agent\(layers=\.\.\.\)"):
+        agent = gac.Agent(groups={"g": [b]})
+    report = agent.step(1, [a, b])
+    assert report.layers["g"].grad_sq == pytest.approx(4.0)
+    with pytest.warns(DeprecationWarning, match="StepReport.groups is deprecated; use StepReport.layers"):
+        assert report.groups["g"].grad_sq == pytest.approx(4.0)
+    with pytest.warns(DeprecationWarning, match="gac.GroupStats is deprecated; use gac.LayerStats"):
+        assert gac.GroupStats is gac.LayerStats
+    assert isinstance(report.layers["g"], gac.LayerStats)
+    with pytest.warns(DeprecationWarning), pytest.raises(ValueError, match="not both"):
+        gac.Agent(layers={"g": [b]}, groups={"g": [b]})
+
+
+def test_the_report_carries_the_agents_mode_and_time() -> None:
+    p = torch.nn.Parameter(torch.zeros(8))
+    p.grad = torch.ones(8)
+    agent = gac.Agent(mode="monitor")
+    r = agent.step(1, [p])
+    assert r.mode == "monitor" and r.to_dict()["mode"] == "monitor"
+    assert r.agent_overhead_seconds == pytest.approx(r.stats_seconds + r.decide_seconds + r.apply_seconds)
+    assert r.seconds == r.agent_overhead_seconds
+    agent.mode = "local"
+    p.grad = torch.ones(8)
+    assert agent.step(2, [p]).mode == "local"
 
 
 def test_mode_switching_between_steps() -> None:

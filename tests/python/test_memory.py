@@ -1,6 +1,6 @@
 """10,000 steps without memory growth: after a warm-up, neither the
 process's resident memory nor the number of objects Python tracks grows
-over 10,000 agent steps (with their reports, per-group statistics and
+over 10,000 agent steps (with their reports, per-layer statistics and
 dicts), nor over 10,000 steps streamed to a real gacd."""
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ def measure(step_fn: Callable[[int], None], first: int) -> Tuple[int, int]:
 
 def test_agent_steps_do_not_grow_memory() -> None:
     params, a, b = model()
-    agent = gac.Agent(0.05, 0.99, groups={"first": params[:10], "rest": params[10:]}, num_threads=2)
+    agent = gac.Agent(0.05, 0.99, layers={"first": params[:10], "rest": params[10:]}, num_threads=2)
     regimes = set()
 
     def step(k: int) -> None:
@@ -61,7 +61,7 @@ def test_agent_steps_do_not_grow_memory() -> None:
         r = agent.step(k, params)
         regimes.add(r.regime)
         r.to_dict()
-        r.groups["first"].cosine  # noqa: B018 - builds the group objects
+        r.layers["first"].cosine  # noqa: B018 - builds the layer objects
 
     rss, objects = measure(step, 1)
     assert "project" in regimes

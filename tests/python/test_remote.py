@@ -20,7 +20,7 @@ from conftest import Gacd
 
 class Trainer:
     """Gradients whose consecutive cosine cycles through safe, project and
-    skip, on a few parameters with two groups."""
+    skip, on a few parameters with two layers."""
 
     RHOS = [0.0, 0.15, 0.6, 0.01, -0.2]
 
@@ -59,7 +59,7 @@ def regime_of(record: Dict[str, object]) -> str:
 
 def test_every_step_is_stored_once_with_its_values(gacd: Gacd, tmp_path: Path) -> None:
     trainer = Trainer()
-    agent = gac.Agent(0.05, 0.3, groups={"big": trainer.params[:1], "small": trainer.params[1:]})
+    agent = gac.Agent(0.05, 0.3, layers={"big": trainer.params[:1], "small": trainer.params[1:]})
     sent: Dict[int, gac.StepReport] = {}
     with gac.Telemetry(gacd.address, "py-stored", rank=1, world_size=2, spool_dir=tmp_path / "spool") as t:
         for step in range(1, 201):
@@ -90,7 +90,7 @@ def test_every_step_is_stored_once_with_its_values(gacd: Gacd, tmp_path: Path) -
         assert int(r.get("staleness", 0)) == step % 5  # type: ignore[arg-type]
         layers = {layer["name"]: layer for layer in r["layers"]}  # type: ignore[union-attr, index]
         assert set(layers) == {"big", "small"}
-        for name, g in rep.groups.items():
+        for name, g in rep.layers.items():
             assert float(layers[name]["grad_norm"]) == pytest.approx(g.grad_norm, rel=1e-12)
     assert {"safe", "project", "skip"} <= regimes
 
@@ -138,7 +138,7 @@ def test_remote_mode_applies_gacds_decisions(gacd: Gacd) -> None:
     agent, rc = remote_agent(gacd, "py-remote")
     assert agent.decision_source is rc
     # gacd decides with the run's thresholds: a band far from the agent's own.
-    rc.set_run_thresholds(0.01, 0.1, "exact", reason="python test")
+    rc.set_thresholds(0.01, 0.1, "exact", reason="python test", mode="remote")
     local = gac.Controller(0.01, 0.1, "exact")
     with gac.Telemetry(gacd.address, "py-remote") as t:
         for step in range(1, 21):
@@ -158,6 +158,23 @@ def test_remote_mode_applies_gacds_decisions(gacd: Gacd) -> None:
     # The agent's own thresholds would have projected where gacd's skipped.
     assert any(regime_of(r) == "skip" and 0.1 <= abs(float(r["cosine"])) < 0.3  # type: ignore[arg-type]
                for r in stored.values())
+
+
+def test_set_thresholds_and_its_deprecated_alias(gacd: Gacd) -> None:
+    trainer = Trainer(2)
+    agent, rc = remote_agent(gacd, "py-thresholds")
+    rc.set_thresholds(0.01, 0.1, "exact", reason="python test")  # keeps the run's mode
+    local = gac.Controller(0.01, 0.1, "exact")
+    for step in range(1, 6):
+        trainer.backward(step)
+        r = agent.step(step, trainer.params)
+        assert not r.fallback, r.remote_error
+        expected = local.decide(r.cosine * r.grad_norm * r.ref_norm if r.cosine is not None else 0.0,
+                                r.grad_norm**2, r.ref_norm**2, has_reference=step > 1)
+        assert r.regime == expected.regime
+    with pytest.warns(DeprecationWarning, match="set_run_thresholds is deprecated; use set_thresholds"):
+        rc.set_run_thresholds(0.02, 0.2, reason="python test")
+    rc.set_thresholds(0.03, 0.3, mode="monitor")
 
 
 def test_decide_deadline_miss_falls_back_and_is_counted(gacd: Gacd) -> None:

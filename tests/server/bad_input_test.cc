@@ -225,8 +225,8 @@ const std::vector<Case>& Catalogue() {
        [](GacServer& s) {
          return Set(s, [](auto& r) { r.mutable_thresholds()->set_alpha_mode(static_cast<v1::AlphaMode>(9)); });
        }},
-      {"mode unspecified", Code::INVALID_ARGUMENT,
-       [](GacServer& s) { return Set(s, [](auto& r) { r.set_mode(v1::CONTROL_MODE_UNSPECIFIED); }); }},
+      {"unknown mode", Code::INVALID_ARGUMENT,
+       [](GacServer& s) { return Set(s, [](auto& r) { r.set_mode(static_cast<v1::ControlMode>(9)); }); }},
       {"thresholds missing", Code::INVALID_ARGUMENT,
        [](GacServer& s) { return Set(s, [](auto& r) { r.clear_thresholds(); }); }},
       {"reason too long", Code::INVALID_ARGUMENT,

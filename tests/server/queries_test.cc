@@ -115,6 +115,34 @@ TEST(QueriesTest, RunPagesSkipRunsThePrincipalMayNotRead) {
   EXPECT_TRUE(std::is_sorted(runs.begin(), runs.end()));
 }
 
+// include_latest: each run's latest rank-0 step comes with its RunInfo, so
+// a listing (gacctl runs) is one call per page, not one more per run.
+TEST(QueriesTest, RunPagesCarryTheLatestStepWhenAsked) {
+  std::unique_ptr<Store> store = NewMemoryStore();
+  std::vector<v1::StepRecord> records;
+  for (int step = 0; step < 5; ++step) records.push_back(MakeStep("exp-a", step, 0.01 * step));
+  records.back().set_mode(v1::CONTROL_MODE_MONITOR);
+  records.push_back(MakeStep("exp-b", 7, 0.5, 1, 2));  // rank 1 only
+  Put(*store, records);
+  StatusOr<Authenticator> auth = Authenticator::FromText("reader reader-token-0123456789 read *\n");
+  ASSERT_TRUE(auth.ok());
+  const Principal* reader = *auth->Authenticate("Bearer reader-token-0123456789");
+  RunRegistry registry(v1::Thresholds(), v1::CONTROL_MODE_LOCAL);
+  v1::ListRunsRequest req;
+  StatusOr<v1::ListRunsResponse> page = ListRunsPage(*store, registry, *reader, req);
+  ASSERT_TRUE(page.ok()) << page.status().ToString();
+  ASSERT_EQ(page->runs_size(), 2);
+  EXPECT_FALSE(page->runs(0).has_latest()) << "only when asked";
+  req.set_include_latest(true);
+  page = ListRunsPage(*store, registry, *reader, req);
+  ASSERT_TRUE(page.ok()) << page.status().ToString();
+  ASSERT_EQ(page->runs_size(), 2);
+  ASSERT_TRUE(page->runs(0).has_latest());
+  EXPECT_EQ(page->runs(0).latest().step(), 4);
+  EXPECT_EQ(page->runs(0).latest().mode(), v1::CONTROL_MODE_MONITOR);
+  EXPECT_FALSE(page->runs(1).has_latest()) << "rank 0 has no step";
+}
+
 TEST(QueriesTest, SummaryMatchesARecomputationFromTheRecords) {
   std::mt19937_64 rng(3);
   std::uniform_real_distribution<double> cos_dist(-0.5, 0.5);

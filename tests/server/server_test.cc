@@ -11,6 +11,7 @@
 
 #include "gac/controller/calibration.h"
 #include "gac/controller/controller.h"
+#include "gac/server/config.h"
 #include "gac/proto/convert.h"
 #include "gac/server/store.h"
 #include "server/src/validate.h"
@@ -170,6 +171,32 @@ TEST_F(InProcess, SettingsChangesAreVersionedAndAudited) {
   EXPECT_EQ(changes[1].before().thresholds().c_low(), 0.1);
   EXPECT_EQ(changes[1].after().thresholds().c_low(), 0.15);
   EXPECT_EQ(changes[1].after().updated_by(), "admin");
+}
+
+// A thresholds change without a mode (UNSPECIFIED) keeps the run's mode;
+// for a run never set, the default mode.
+TEST_F(InProcess, AThresholdsChangeWithoutAModeKeepsTheMode) {
+  Client a = Admin();
+  v1::SetRunConfigRequest set;
+  set.set_run("exp-keep");
+  set.mutable_thresholds()->set_c_low(0.1);
+  set.mutable_thresholds()->set_c_high(0.5);
+  v1::RunConfig defaults;
+  ASSERT_TRUE(a.GetRunConfig("exp-keep", &defaults).ok());
+  v1::RunConfig cfg;
+  ASSERT_TRUE(a.SetRunConfig(set, &cfg).ok());
+  EXPECT_EQ(cfg.mode(), defaults.mode());
+  set.set_mode(v1::CONTROL_MODE_MONITOR);
+  ASSERT_TRUE(a.SetRunConfig(set, &cfg).ok());
+  EXPECT_EQ(cfg.mode(), v1::CONTROL_MODE_MONITOR);
+  set.clear_mode();
+  set.mutable_thresholds()->set_c_low(0.2);
+  ASSERT_TRUE(a.SetRunConfig(set, &cfg).ok());
+  EXPECT_EQ(cfg.mode(), v1::CONTROL_MODE_MONITOR);
+  EXPECT_EQ(cfg.thresholds().c_low(), 0.2);
+  EXPECT_EQ(cfg.version(), 3u);
+  ASSERT_TRUE(a.GetRunConfig("exp-keep", &cfg).ok());
+  EXPECT_EQ(cfg.mode(), v1::CONTROL_MODE_MONITOR);
 }
 
 TEST_F(InProcess, StepsArePagedInStepRankOrder) {
@@ -554,6 +581,23 @@ TEST(GacdProcess, BadFlagsExitWithAClearMessage) {
     EXPECT_EQ(RunProcess(argv, "", &out), 2) << out;
     EXPECT_NE(out.find(c.message), std::string::npos) << c.args[0] << ": " << out;
   }
+}
+
+// gacd's durations are gac::ParseDuration's syntax (ms, s, m, h, d), in
+// whole seconds.
+TEST(Config, DurationsUseTheSharedSyntax) {
+  EXPECT_EQ(*server::ParseDuration("30d"), std::chrono::hours(30 * 24));
+  EXPECT_EQ(*server::ParseDuration("15m"), std::chrono::minutes(15));
+  EXPECT_EQ(*server::ParseDuration("10"), std::chrono::seconds(10));
+  EXPECT_EQ(*server::ParseDuration("2000ms"), std::chrono::seconds(2));
+  EXPECT_EQ(*server::ParseDuration("1.5h"), std::chrono::minutes(90));
+  EXPECT_TRUE(server::ParseDuration("1500ms").status().IsInvalidArgument()) << "not whole seconds";
+  EXPECT_TRUE(server::ParseDuration("ten days").status().IsInvalidArgument());
+  const char* argv[] = {"gacd", "--insecure", "--drain-timeout=3000ms", "--run-ttl=0.5h"};
+  StatusOr<server::Flags> flags = server::ParseFlags(4, argv);
+  ASSERT_TRUE(flags.ok()) << flags.status().ToString();
+  EXPECT_EQ(flags->config.drain_timeout, std::chrono::seconds(3));
+  EXPECT_EQ(flags->config.run_ttl, std::chrono::minutes(30));
 }
 
 TEST(GacdProcess, ConfigFileIsReadAndFlagsOverrideIt) {

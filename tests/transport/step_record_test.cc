@@ -25,12 +25,13 @@ StepReport ProjectReport() {
   report.stats_seconds = 1e-4;
   report.apply_seconds = 2e-4;
   report.fallback = true;
-  report.groups = {GroupStats{"layer.0", 0.5, 4.0, 1.0}, GroupStats{"layer.1", 0.0, 1.0, 0.0}};
+  report.mode = Mode::kRemote;
+  report.layers = {LayerStats{"layer.0", 0.5, 4.0, 1.0}, LayerStats{"layer.1", 0.0, 1.0, 0.0}};
   return report;
 }
 
 TEST(StepRecordTest, CarriesEveryFieldOfTheReport) {
-  const v1::StepRecord r = MakeStepRecord(ProjectReport(), {"exp-7", 1, 4}, Mode::kRemote, {{"reward", 0.5}}, 3);
+  const v1::StepRecord r = MakeStepRecord(ProjectReport(), {"exp-7", 1, 4}, {{"reward", 0.5}}, 3);
   EXPECT_EQ(r.run(), "exp-7");
   EXPECT_EQ(r.rank(), 1u);
   EXPECT_EQ(r.world_size(), 4u);
@@ -63,9 +64,8 @@ TEST(StepRecordTest, ValuesGacdWouldRejectAreMadeValid) {
   report.decision.alpha = 1.5;
   report.decision.grad_norm = inf;
   report.stats_seconds = -1.0;
-  report.groups = {GroupStats{"g", std::nan(""), 1.0, 1.0}};
-  const v1::StepRecord r =
-      MakeStepRecord(report, {"exp-7", 0, 1}, Mode::kLocal, {{"loss", std::nan("")}, {"kl", 0.1}}, -2);
+  report.layers = {LayerStats{"g", std::nan(""), 1.0, 1.0}};
+  const v1::StepRecord r = MakeStepRecord(report, {"exp-7", 0, 1}, {{"loss", std::nan("")}, {"kl", 0.1}}, -2);
   EXPECT_EQ(r.cosine(), 1.0);
   EXPECT_FALSE(r.has_cosine_after());
   EXPECT_EQ(r.alpha(), 1.0);
@@ -78,6 +78,30 @@ TEST(StepRecordTest, ValuesGacdWouldRejectAreMadeValid) {
   const Status st = server::ValidateStepRecord(r, server::Limits{});
   EXPECT_TRUE(st.ok()) << st.ToString();
 }
+
+TEST(StepRecordTest, TheModeIsTheReports) {
+  StepReport report = ProjectReport();
+  report.mode = Mode::kMonitor;
+  EXPECT_EQ(MakeStepRecord(report, {"exp-7", 0, 1}).mode(), v1::CONTROL_MODE_MONITOR);
+  report.mode = Mode::kLocal;
+  EXPECT_EQ(MakeStepRecord(report, {"exp-7", 0, 1}).mode(), v1::CONTROL_MODE_LOCAL);
+}
+
+// The former four-argument form (deprecated) still works: its mode wins over
+// the report's.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+TEST(StepRecordTest, DeprecatedModeArgumentOverridesTheReports) {
+  StepReport report = ProjectReport();
+  report.mode = Mode::kMonitor;
+  const v1::StepRecord r = MakeStepRecord(report, {"exp-7", 0, 1}, Mode::kLocal, {{"reward", 0.5}}, 3);
+  EXPECT_EQ(r.mode(), v1::CONTROL_MODE_LOCAL);
+  EXPECT_EQ(r.scalars().at("reward"), 0.5);
+  EXPECT_EQ(r.staleness(), 3);
+  const GroupStats& former = report.layers[0];
+  EXPECT_EQ(former.name, "layer.0");
+}
+#pragma GCC diagnostic pop
 
 }  // namespace
 }  // namespace gac::transport

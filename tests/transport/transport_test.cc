@@ -315,6 +315,36 @@ TEST(RemoteController, OutageFailsFastAndRecovers) {
   EXPECT_EQ((*denied)->Decide(0, {0.0, 1, 1, true}).status().code(), StatusCode::kPermissionDenied);
 }
 
+// SetThresholds keeps the run's mode unless asked; SetRunThresholds, its
+// deprecated former name, also switches the run to remote.
+TEST(RemoteController, SetThresholdsKeepsTheModeUnlessAsked) {
+  ScratchDir dir;
+  Gacd gacd(dir);
+  ASSERT_TRUE(gacd.Start());
+  RemoteControllerOptions ro;
+  ro.address = gacd.address();
+  ro.token = testing::kAdminToken;
+  ro.run = "exp-thresholds";
+  auto remote = RemoteController::Create(ro);
+  ASSERT_TRUE(remote.ok());
+  testing::Client admin(gacd.address(), testing::kAdminToken);
+  v1::RunConfig cfg;
+  ASSERT_TRUE((*remote)->SetThresholds({0.1, 0.4}, AlphaMode::kExact, "test", Mode::kMonitor).ok());
+  ASSERT_TRUE(admin.GetRunConfig("exp-thresholds", &cfg).ok());
+  EXPECT_EQ(cfg.mode(), v1::CONTROL_MODE_MONITOR);
+  ASSERT_TRUE((*remote)->SetThresholds({0.2, 0.5}, AlphaMode::kPaper, "test").ok());
+  ASSERT_TRUE(admin.GetRunConfig("exp-thresholds", &cfg).ok());
+  EXPECT_EQ(cfg.mode(), v1::CONTROL_MODE_MONITOR) << "a thresholds change keeps the mode";
+  EXPECT_EQ(cfg.thresholds().c_low(), 0.2);
+  EXPECT_EQ(cfg.thresholds().alpha_mode(), v1::ALPHA_MODE_PAPER);
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+  ASSERT_TRUE((*remote)->SetRunThresholds({0.3, 0.6}, AlphaMode::kPaper, "test").ok());
+#pragma GCC diagnostic pop
+  ASSERT_TRUE(admin.GetRunConfig("exp-thresholds", &cfg).ok());
+  EXPECT_EQ(cfg.mode(), v1::CONTROL_MODE_REMOTE) << "the former name switched the run to remote";
+  EXPECT_EQ(cfg.thresholds().c_low(), 0.3);
+}
 
 // ---- several gacd replicas (each on its own SQLite store here; replicas on
 // one PostgreSQL database are tested in tests/server/replicas_test.cc) ----

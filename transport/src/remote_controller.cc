@@ -98,19 +98,24 @@ StatusOr<Decision> RemoteController::Decide(std::int64_t step, const AlignmentSt
   return decision;
 }
 
-Status RemoteController::SetRunThresholds(const Thresholds& thresholds, AlphaMode alpha_mode,
-                                          const std::string& reason) {
+Status RemoteController::SetThresholds(const Thresholds& thresholds, AlphaMode alpha_mode, const std::string& reason,
+                                       std::optional<Mode> mode) {
   const RemoteControllerOptions& o = impl_->options;
   v1::SetRunConfigRequest req;
   req.set_run(o.run);
   *req.mutable_thresholds() = proto::ToProto(thresholds, alpha_mode);
-  req.set_mode(proto::ToProto(Mode::kRemote));
+  if (mode) req.set_mode(proto::ToProto(*mode));  // UNSPECIFIED: gacd keeps the run's mode
   req.set_reason(reason);
   v1::RunConfig cfg;
   const grpc::Status st = impl_->WithFailover(
       std::chrono::system_clock::now() + std::chrono::seconds(10),
       [&](Impl::Replica& r, grpc::ClientContext* ctx) { return r.admin->SetRunConfig(ctx, req, &cfg); });
   return proto::FromGrpcStatus(st, "gacd SetRunConfig");
+}
+
+Status RemoteController::SetRunThresholds(const Thresholds& thresholds, AlphaMode alpha_mode,
+                                          const std::string& reason) {
+  return SetThresholds(thresholds, alpha_mode, reason, Mode::kRemote);
 }
 
 }  // namespace gac::transport

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "gac/proto/convert.h"
+#include "gac/proto/record_schema.h"
 
 namespace gac::transport {
 namespace {
@@ -11,9 +12,42 @@ namespace {
 double ClampCosine(double c) { return std::fmax(-1.0, std::fmin(1.0, c)); }
 double FiniteNorm(double v) { return std::isfinite(v) && v >= 0.0 ? v : 0.0; }
 
+// Makes the record's real fields valid by the ranges of the record schema
+// (gac/proto/record_schema.h), which gacd checks, rather than dropping the
+// step: a non-finite value is left out when the field is optional; else a
+// cosine is clamped to [-1, 1], a value in [0, 1] clamped (non-finite: 1,
+// alpha's "untouched"), a non-negative one that is not made 0.
+void MakeValid(v1::StepRecord* r) {
+  for (const proto::StepField& f : proto::kStepFields) {
+    if (f.type != proto::FieldType::kReal) continue;
+    proto::FieldValue v = f.get(*r);
+    if (!v.present) continue;
+    const bool finite = std::isfinite(v.real);
+    if (!finite && f.optional) {
+      v.present = false;
+    } else {
+      switch (f.range) {
+        case proto::FieldRange::kCosine:
+          v.real = finite ? ClampCosine(v.real) : 0.0;
+          break;
+        case proto::FieldRange::kUnit:
+          v.real = finite ? std::fmax(0.0, std::fmin(1.0, v.real)) : 1.0;
+          break;
+        case proto::FieldRange::kNonNegative:
+          v.real = FiniteNorm(v.real);
+          break;
+        case proto::FieldRange::kAny:
+          if (!finite) v.real = 0.0;
+          break;
+      }
+    }
+    f.set(v, r);
+  }
+}
+
 }  // namespace
 
-v1::StepRecord MakeStepRecord(const StepReport& report, const RunIdentity& who, Mode mode,
+v1::StepRecord MakeStepRecord(const StepReport& report, const RunIdentity& who,
                               const std::map<std::string, double>& scalars, std::optional<std::int64_t> staleness) {
   v1::StepRecord r;
   r.set_run(who.run);
@@ -21,29 +55,37 @@ v1::StepRecord MakeStepRecord(const StepReport& report, const RunIdentity& who, 
   r.set_world_size(who.world_size);
   r.set_step(report.step);
   const Decision& d = report.decision;
-  if (d.cosine && std::isfinite(*d.cosine)) r.set_cosine(ClampCosine(*d.cosine));
-  if (d.cosine_after && std::isfinite(*d.cosine_after)) r.set_cosine_after(ClampCosine(*d.cosine_after));
-  r.set_grad_norm(FiniteNorm(d.grad_norm));
-  r.set_ref_norm(FiniteNorm(d.ref_norm));
+  if (d.cosine) r.set_cosine(*d.cosine);
+  if (d.cosine_after) r.set_cosine_after(*d.cosine_after);
+  r.set_grad_norm(d.grad_norm);
+  r.set_ref_norm(d.ref_norm);
   r.set_regime(proto::ToProto(d.regime));
-  r.set_alpha(std::isfinite(d.alpha) ? std::fmax(0.0, std::fmin(1.0, d.alpha)) : 1.0);
+  r.set_alpha(d.alpha);
   if (staleness && *staleness >= 0) r.set_staleness(*staleness);
   for (const auto& [name, value] : scalars) {
     if (std::isfinite(value)) (*r.mutable_scalars())[name] = value;
   }
-  for (const GroupStats& g : report.groups) {
+  for (const LayerStats& layer : report.layers) {
     v1::LayerRecord* l = r.add_layers();
-    l->set_name(g.name);
-    if (auto c = g.cosine(); c && std::isfinite(*c)) l->set_cosine(ClampCosine(*c));
-    l->set_grad_norm(std::isfinite(g.gg) && g.gg >= 0 ? std::sqrt(g.gg) : 0.0);
-    l->set_ref_norm(std::isfinite(g.pp) && g.pp >= 0 ? std::sqrt(g.pp) : 0.0);
+    l->set_name(layer.name);
+    if (auto c = layer.cosine(); c && std::isfinite(*c)) l->set_cosine(ClampCosine(*c));
+    l->set_grad_norm(std::isfinite(layer.grad_sq) && layer.grad_sq >= 0 ? std::sqrt(layer.grad_sq) : 0.0);
+    l->set_ref_norm(std::isfinite(layer.ref_sq) && layer.ref_sq >= 0 ? std::sqrt(layer.ref_sq) : 0.0);
   }
   r.set_wall_time_ns(std::chrono::duration_cast<std::chrono::nanoseconds>(
                          std::chrono::system_clock::now().time_since_epoch())
                          .count());
-  r.set_agent_overhead_seconds(FiniteNorm(report.stats_seconds + report.decide_seconds + report.apply_seconds));
-  r.set_mode(proto::ToProto(mode));
+  r.set_agent_overhead_seconds(report.agent_overhead_seconds());
+  r.set_mode(proto::ToProto(report.mode));
   r.set_fallback(report.fallback);
+  MakeValid(&r);
+  return r;
+}
+
+v1::StepRecord MakeStepRecord(const StepReport& report, const RunIdentity& who, Mode mode,
+                              const std::map<std::string, double>& scalars, std::optional<std::int64_t> staleness) {
+  v1::StepRecord r = MakeStepRecord(report, who, scalars, staleness);
+  r.set_mode(proto::ToProto(mode));
   return r;
 }
 

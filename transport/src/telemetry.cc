@@ -5,10 +5,12 @@
 #include <algorithm>
 #include <deque>
 #include <random>
+#include <string>
 #include <thread>
 
 #include "gac/mutex.h"
 #include "gac/proto/convert.h"
+#include "gac/proto/wire_rules.h"
 #include "gac/transport/channel.h"
 #include "gac/v1/telemetry.grpc.pb.h"
 
@@ -285,7 +287,7 @@ std::shared_ptr<v1::IngestRequest> Telemetry::Impl::MakeBatch(std::vector<v1::St
   batch->set_sequence(next_seq);
   for (auto& r : records) *batch->add_records() = std::move(r);
   auto& sc = *batch->mutable_records(batch->records_size() - 1)->mutable_scalars();
-  if (sc.size() + 5 <= 64) {  // gacd accepts at most 64 scalars a record
+  if (sc.size() + 5 <= proto::kMaxScalarsPerRecord) {  // gacd's limit
     // The sender's own counters ride on the last record of each batch as
     // scalars, so gacd exports them with the run (gac_trainer_scalar).
     MutexLock lock(&mu);
@@ -330,7 +332,9 @@ StatusOr<std::unique_ptr<Telemetry>> Telemetry::Start(const TelemetryOptions& op
   if (options.queue_capacity == 0 || options.max_batch_records == 0 || options.max_unacknowledged_batches == 0) {
     return Status::InvalidArgument("telemetry queue_capacity, max_batch_records and max_unacknowledged_batches must be > 0");
   }
-  if (options.max_batch_records > 4096) return Status::InvalidArgument("max_batch_records above gacd's limit of 4096");
+  if (options.max_batch_records > proto::kMaxRecordsPerBatch) {
+    return Status::InvalidArgument("max_batch_records above gacd's limit of " + std::to_string(proto::kMaxRecordsPerBatch));
+  }
   auto impl = std::make_unique<Impl>();
   impl->options = options;
   if (!options.spool_dir.empty()) {

@@ -20,8 +20,8 @@ enum class ElemType : std::uint8_t { kF32 = 0, kBF16 = 1, kF16 = 2 };
 
 struct Partial {
   double dot = 0.0;
-  double gg = 0.0;
-  double pp = 0.0;
+  double grad_sq = 0.0;  // |g|^2
+  double ref_sq = 0.0;   // |p|^2
 };
 
 // One run of a multi-span call: n elements of a gradient (type gt) and of its
@@ -34,7 +34,7 @@ struct Span {
 };
 
 struct Kernels {
-  // dot = <g,p>, gg = |g|^2, pp = |p|^2 over n elements. p == nullptr: only gg.
+  // dot = <g,p>, grad_sq = |g|^2, ref_sq = |p|^2 over n elements. p == nullptr: only grad_sq.
   Partial (*stats)(const void* g, ElemType gt, const void* p, ElemType pt, std::int64_t n);
   // g <- g - coeff * p and p <- (snapshot_projected ? new g : old g), one pass.
   void (*project_snapshot)(void* g, ElemType gt, void* p, ElemType pt, std::int64_t n, float coeff,

@@ -310,8 +310,8 @@ GAC_INLINE Partial StatsT(const G* __restrict g, const P* __restrict p, std::int
     float sd, sx, sy;
     SumLanes3(d, x2, y2, &sd, &sx, &sy);
     out.dot += sd;
-    out.gg += sx;
-    out.pp += sy;
+    out.grad_sq += sx;
+    out.ref_sq += sy;
   }
   return out;
 }
@@ -331,7 +331,7 @@ GAC_INLINE Partial NormT(const G* __restrict g, std::int64_t n) {
       const Lanes x = LoadTail(g + i, static_cast<int>(e - i));
       Fma(x2, x, x);
     }
-    out.gg += SumLanes(x2);
+    out.grad_sq += SumLanes(x2);
   }
   return out;
 }
@@ -465,8 +465,8 @@ void StatsSpans(const Span* spans, std::int64_t count, ElemType pt, bool with_p,
     }
     if (out != nullptr) out[i] = r;
     total.dot += r.dot;
-    total.gg += r.gg;
-    total.pp += r.pp;
+    total.grad_sq += r.grad_sq;
+    total.ref_sq += r.ref_sq;
   }
   if (sum != nullptr) *sum = total;
 }

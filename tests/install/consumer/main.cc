@@ -11,6 +11,7 @@
 #include "gac/controller/controller.h"
 #include "gac/controller/decision_source.h"
 #include "gac/controller/step_report.h"
+#include "gac/duration.h"
 #include "gac/file_util.h"
 #include "gac/mutex.h"
 #include "gac/status.h"
@@ -94,7 +95,7 @@ class AlwaysSkip final : public gac::DecisionSource {
  public:
   gac::StatusOr<gac::Decision> Decide(std::int64_t, const gac::AlignmentStats& stats) override {
     gac::Decision d;
-    d.cosine = stats.dot / std::sqrt(stats.gg * stats.pp);
+    d.cosine = stats.dot / std::sqrt(stats.grad_sq * stats.ref_sq);
     d.regime = gac::Regime::kSkip;
     d.apply_update = false;
     return d;
@@ -122,8 +123,10 @@ int main(int argc, char** argv) {
   gac::StepReport report;
   report.step = 3;
   report.decision = ctl->Decide({0.1, 1.0, 1.0, true});  // cosine 0.1: project
-  report.groups.push_back(gac::GroupStats{"layer", 0.1, 1.0, 1.0});
-  Check(report.groups[0].cosine().has_value(), "GroupStats::cosine");
+  Check(gac::ParseDuration("1.5s").ok() && *gac::ParseDuration("1.5s") == std::chrono::milliseconds(1500),
+        "ParseDuration");
+  report.layers.push_back(gac::LayerStats{"layer", 0.1, 1.0, 1.0});
+  Check(report.layers[0].cosine().has_value(), "LayerStats::cosine");
 
 #ifdef CONSUMER_WITH_AGENT
   {
@@ -157,8 +160,7 @@ int main(int argc, char** argv) {
 #endif
 #ifdef CONSUMER_WITH_GRPC
   {
-    const gac::v1::StepRecord record = gac::transport::MakeStepRecord(report, {"consumer", 0, 1}, gac::Mode::kLocal,
-                                                                      {{"reward", 1.0}});
+    const gac::v1::StepRecord record = gac::transport::MakeStepRecord(report, {"consumer", 0, 1}, {{"reward", 1.0}});
     Check(record.step() == report.step && record.regime() == gac::proto::ToProto(report.decision.regime),
           "MakeStepRecord");
     gac::v1::DecideResponse response;
@@ -216,7 +218,7 @@ int main(int argc, char** argv) {
     topts.address = (*server)->address();
     auto telemetry = gac::transport::Telemetry::Start(topts);
     Check(telemetry.ok(), "Telemetry::Start");
-    gac::v1::StepRecord record = gac::transport::MakeStepRecord(report, {"consumer", 0, 1}, gac::Mode::kLocal);
+    gac::v1::StepRecord record = gac::transport::MakeStepRecord(report, {"consumer", 0, 1});
     Check((*telemetry)->Enqueue(std::move(record)) && (*telemetry)->Flush(std::chrono::seconds(30)), "Flush");
     gac::transport::RemoteControllerOptions ro;
     ro.address = (*server)->address();

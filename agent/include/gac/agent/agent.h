@@ -52,7 +52,7 @@ namespace gac::agent {
 // with the transport and gacd); re-exported so gac::agent::Mode and
 // gac::Mode name the same type.
 using ::gac::DecisionSource;
-using ::gac::GroupStats;
+using ::gac::LayerStats;
 using ::gac::Mode;
 using ::gac::ModeName;
 using ::gac::ParseMode;
@@ -68,6 +68,10 @@ enum class ReferencePolicy : std::uint8_t {
   kAppliedUpdate = 1,  // the previous applied (projected) gradient; unchanged by a skip
 };
 
+// (The deprecated member `groups` would make the compiler warn wherever the
+// implicit constructors are used; only a use of `groups` itself should.)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
 struct AgentOptions {
   Thresholds thresholds;
   AlphaMode alpha_mode = AlphaMode::kPaper;
@@ -86,15 +90,21 @@ struct AgentOptions {
   // every rank use the local decision (one more 1-scalar all-reduce), so the
   // ranks never apply different updates.
   std::shared_ptr<DecisionSource> decision_source;
-  // Per-layer breakdown (opt-in): named groups of parameter indices. Each
-  // step then reports dot, |g|^2 and |p|^2 per group (summed across ranks
-  // with the main statistics). A parameter may be in at most one group.
-  struct ParameterGroup {
+  // Per-layer breakdown (opt-in): named sets of parameter indices (a "layer"
+  // is any such set). Each step then reports dot, |g|^2 and |p|^2 per layer
+  // in StepReport::layers (summed across ranks with the main statistics). A
+  // parameter may be in at most one layer.
+  struct LayerSpec {
     std::string name;
     std::vector<int> parameters;  // indices into Step()'s parameter list
   };
-  std::vector<ParameterGroup> groups;
+  using ParameterGroup [[deprecated("use AgentOptions::LayerSpec")]] = LayerSpec;
+  std::vector<LayerSpec> layers;
+  // The former name of `layers`: Agent::Create moves it into `layers` when
+  // `layers` is empty (InvalidArgument when both are given).
+  [[deprecated("use AgentOptions::layers")]] std::vector<LayerSpec> groups;
 };
+#pragma GCC diagnostic pop
 
 class Agent {
  public:

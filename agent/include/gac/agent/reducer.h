@@ -1,6 +1,6 @@
 // Reducer: sums the agent's three statistics across the ranks that hold
 // shards of one model's gradients (FSDP / ZeRO). Every rank calls
-// AllReduceSum with its local (dot, gg, pp) and gets the global sums back, so
+// AllReduceSum with its local (dot, grad_sq, ref_sq) and gets the global sums back, so
 // every rank reaches the same decision.
 //
 // Implementations: none (unsharded: pass no reducer), ProcessGroupReducer

@@ -50,6 +50,10 @@ class GacdClient {
   // Every readable run, a page at a time, in id order. Stops at the first
   // error, of the call or of `page`.
   Status ForEachRunPage(const std::function<Status(const v1::ListRunsResponse&)>& page);
+  // The same for `request` (its page_token is the start; include_latest
+  // asks for each run's latest step in the same call).
+  Status ForEachRunPage(v1::ListRunsRequest request,
+                        const std::function<Status(const v1::ListRunsResponse&)>& page);
   // Every page of `request` (its page_token is the start), in (step, rank)
   // order.
   Status ForEachStepPage(v1::GetStepsRequest request,

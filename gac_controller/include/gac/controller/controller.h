@@ -1,19 +1,20 @@
 // The Gradient Alignment Control decision, from three scalars.
 //
-// Given dot = <g,p>, gg = |g|^2 and pp = |p|^2 of the current raw gradient g
-// and the previous one p (summed over every trainable parameter, after any
-// all-reduce), Decide() returns the regime and the projection coefficients:
+// Given dot = <g,p>, grad_sq = |g|^2 and ref_sq = |p|^2 of the current raw
+// gradient g and the previous one p (summed over every trainable parameter,
+// after any all-reduce), Decide() returns the regime and the projection
+// coefficients:
 //
-//   c = dot / (sqrt(gg * pp) + 1e-8)
-//   no reference (first step or pp == 0)  -> safe, cosine absent
-//   project, but (1-alpha)(dot/pp) not
-//   finite (pp so small, e.g. subnormal,
-//   that the quotient overflows)           -> safe, cosine absent, as pp == 0
-//   any of dot, gg, pp non-finite, or gg/pp
-//   negative                               -> invalid: skip, keep the snapshot
-//   |c| <= c_low                           -> safe: gradient untouched
-//   c_low < |c| < c_high                   -> project: g' = g - (1-alpha)(dot/pp) p
-//   |c| >= c_high                          -> skip: do not step the optimizer
+//   c = dot / (sqrt(grad_sq * ref_sq) + 1e-8)
+//   no reference (first step or ref_sq == 0) -> safe, cosine absent
+//   project, but (1-alpha)(dot/ref_sq) not
+//   finite (ref_sq so small, e.g. subnormal,
+//   that the quotient overflows)             -> safe, cosine absent, as ref_sq == 0
+//   any of dot, grad_sq, ref_sq non-finite,
+//   or grad_sq/ref_sq negative               -> invalid: skip, keep the snapshot
+//   |c| <= c_low                             -> safe: gradient untouched
+//   c_low < |c| < c_high                     -> project: g' = g - (1-alpha)(dot/ref_sq) p
+//   |c| >= c_high                            -> skip: do not step the optimizer
 //
 // alpha is c_low/|c| in kPaper mode (Algorithm 1 of the paper) and
 // c_low*sqrt(1-c^2) / (|c|*sqrt(1-c_low^2)) in kExact mode, the gain that puts
@@ -67,8 +68,8 @@ Status ValidateThresholds(const Thresholds& t);
 // Sums over all trainable parameters (after the all-reduce when sharded).
 struct AlignmentStats {
   double dot = 0.0;  // <g, p>
-  double gg = 0.0;   // |g|^2
-  double pp = 0.0;   // |p|^2
+  double grad_sq = 0.0;  // |g|^2 (formerly `gg`)
+  double ref_sq = 0.0;   // |p|^2 (formerly `pp`)
   bool has_reference = false;  // false on the first step / after a reset
 };
 
@@ -80,15 +81,15 @@ struct Decision {
   // the post-projection cosine for project; absent for skip/invalid/no ref.
   std::optional<double> cosine_after;
   double alpha = 1.0;        // gain on the parallel component (1 = untouched)
-  // g' = g - projection_coeff * p; (1 - alpha) * dot / pp, 0 unless project.
+  // g' = g - projection_coeff * p; (1 - alpha) * dot / ref_sq, 0 unless project.
   double projection_coeff = 0.0;
-  double grad_norm = 0.0;    // sqrt(gg); not finite if gg is not finite
-  double ref_norm = 0.0;     // sqrt(pp)
+  double grad_norm = 0.0;    // sqrt(grad_sq); not finite if grad_sq is not finite
+  double ref_norm = 0.0;     // sqrt(ref_sq)
   // False for skip and invalid: the trainer must not call optimizer.step().
   bool apply_update = true;
 };
 
-// Cosine after g' = g - (1-alpha)(dot/pp) p, from the scalars alone.
+// Cosine after g' = g - (1-alpha)(dot/ref_sq) p, from the scalars alone.
 double CosineAfterProjection(double cosine, double alpha);
 
 class Controller {

@@ -16,17 +16,25 @@
 
 namespace gac {
 
-// One parameter group's statistics for a step (opt-in per-layer breakdown).
-struct GroupStats {
+// One layer's statistics for a step (the opt-in per-layer breakdown,
+// AgentOptions::layers). A "layer" is any named set of parameters.
+struct LayerStats {
   std::string name;
-  double dot = 0.0, gg = 0.0, pp = 0.0;
-  // cos(g_group, p_group); absent without a reference, with a zero norm, or
+  double dot = 0.0;      // <g, p> over the layer
+  double grad_sq = 0.0;  // |g|^2 (formerly `gg`)
+  double ref_sq = 0.0;   // |p|^2 (formerly `pp`)
+  // cos(g_layer, p_layer); absent without a reference, with a zero norm, or
   // with non-finite sums.
   std::optional<double> cosine() const;
 };
+// The former name of LayerStats.
+using GroupStats [[deprecated("use gac::LayerStats")]] = LayerStats;
 
 struct StepReport {
   std::int64_t step = 0;
+  // The mode the agent ran this step in (Agent::Step sets it). In monitor
+  // mode `decision` is what GAC would have done, never an applied decision.
+  Mode mode = Mode::kLocal;
   // The controller's verdict: regime, cosine, alpha, norms. In monitor mode it
   // says what local mode would have done.
   Decision decision;
@@ -44,7 +52,10 @@ struct StepReport {
   // local decision was used; remote_error says why.
   bool fallback = false;
   std::string remote_error;
-  std::vector<GroupStats> groups;    // per parameter group, in order
+  std::vector<LayerStats> layers;    // per AgentOptions::layers entry, in order
+
+  // The agent's own time for this step, seconds: stats + decide + apply.
+  double agent_overhead_seconds() const { return stats_seconds + decide_seconds + apply_seconds; }
 };
 
 }  // namespace gac

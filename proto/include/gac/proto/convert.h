@@ -53,7 +53,7 @@ void EncodeDecision(const Decision& decision, v1::DecideResponse* response);
 // INVALID_ARGUMENT, naming the field, for an answer no controller gives: an
 // unknown regime; alpha outside [0, 1] or not finite; a non-finite
 // projection coefficient, a non-zero one on a regime that does not project,
-// or one that is not (1 - alpha) * dot / pp for these statistics (so a
+// or one that is not (1 - alpha) * dot / ref_sq for these statistics (so a
 // valid alpha cannot smuggle in a larger change); PROJECT without a
 // reference; apply_update that disagrees with the regime; a cosine outside
 // [-1, 1]. The norms come from `stats`, not from the answer.

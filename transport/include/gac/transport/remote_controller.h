@@ -22,6 +22,7 @@
 
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "gac/controller/decision_source.h"
@@ -45,9 +46,14 @@ class RemoteController final : public DecisionSource {
 
   StatusOr<Decision> Decide(std::int64_t step, const AlignmentStats& stats) override;
 
-  // Sets the run's thresholds on gacd and its mode to remote, through the
-  // admin API (the token needs admin rights on the run); `reason` goes to
-  // gacd's audit log. Waits up to 10 s.
+  // Sets the run's thresholds on gacd through the admin API (the token needs
+  // admin rights on the run); `reason` goes to gacd's audit log. The run
+  // keeps its mode unless `mode` is given. Waits up to 10 s.
+  Status SetThresholds(const Thresholds& thresholds, AlphaMode alpha_mode, const std::string& reason,
+                       std::optional<Mode> mode = std::nullopt);
+  // The former name, which also switched the run to remote mode: the same as
+  // SetThresholds(thresholds, alpha_mode, reason, Mode::kRemote).
+  [[deprecated("use SetThresholds (which keeps the run's mode unless asked)")]]
   Status SetRunThresholds(const Thresholds& thresholds, AlphaMode alpha_mode, const std::string& reason);
 
  private:

@@ -2,7 +2,7 @@
 // gac::StepReport, which needs no LibTorch), for trainers that stream to gacd:
 //
 //   auto report = agent->Step(step, params);
-//   telemetry->Enqueue(gac::transport::MakeStepRecord(*report, identity, mode, {{"reward", r}}));
+//   telemetry->Enqueue(gac::transport::MakeStepRecord(*report, identity, {{"reward", r}}));
 //
 // Thread safety: a pure function.
 #ifndef GAC_TRANSPORT_STEP_RECORD_H_
@@ -25,12 +25,20 @@ struct RunIdentity {
   std::uint32_t world_size = 1;
 };
 
-// The record of `report`, stamped with the current wall time. Values gacd
-// would reject are made valid rather than dropping the step: cosines are
-// clamped to [-1, 1] (and left out when not finite), alpha to [0, 1], non-finite
-// norms and overhead become 0. `scalars`: trainer scalars (reward, loss, kl,
-// entropy...); non-finite values are left out. `staleness`: policy versions
-// behind, if the trainer knows it (negative values are left out).
+// The record of `report`, stamped with the current wall time, in the mode
+// the agent ran the step in (report.mode). Values gacd would reject are made
+// valid rather than dropping the step: cosines are clamped to [-1, 1] (and
+// left out when not finite), alpha to [0, 1], non-finite norms and overhead
+// become 0. `scalars`: trainer scalars (reward, loss, kl, entropy...);
+// non-finite values are left out. `staleness`: policy versions behind, if
+// the trainer knows it (negative values are left out).
+v1::StepRecord MakeStepRecord(const StepReport& report, const RunIdentity& who,
+                              const std::map<std::string, double>& scalars = {},
+                              std::optional<std::int64_t> staleness = std::nullopt);
+
+// The former form, from before StepReport carried its mode: the record says
+// `mode` whatever report.mode says.
+[[deprecated("the report carries its mode: use MakeStepRecord(report, who, scalars, staleness)")]]
 v1::StepRecord MakeStepRecord(const StepReport& report, const RunIdentity& who, Mode mode,
                               const std::map<std::string, double>& scalars = {},
                               std::optional<std::int64_t> staleness = std::nullopt);

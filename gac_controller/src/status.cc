@@ -1,9 +1,18 @@
 #include "gac/status.h"
 
 #include <cerrno>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 namespace gac {
+
+namespace internal {
+void DieOfStatusOrError(const Status& status) {
+  std::fprintf(stderr, "StatusOr::value() on an error: %s\n", status.ToString().c_str());
+  std::abort();
+}
+}  // namespace internal
 
 const char* StatusCodeName(StatusCode code) {
   switch (code) {

@@ -117,6 +117,11 @@ StatusCode ErrnoToStatusCode(int errno_value);
 // `message` followed by ": " and strerror(errno_value), with the code above.
 Status ErrnoToStatus(int errno_value, const std::string& message);
 
+namespace internal {
+// Writes "StatusOr::value() on an error: <status>" to stderr and aborts.
+[[noreturn]] void DieOfStatusOrError(const Status& status);
+}  // namespace internal
+
 // Holds either a T or a non-OK Status.
 template <typename T>
 class [[nodiscard]] StatusOr {
@@ -129,10 +134,21 @@ class [[nodiscard]] StatusOr {
 
   bool ok() const { return value_.has_value(); }
   const Status& status() const { return status_; }
-  // REQUIRES: ok().
-  const T& value() const& { return *value_; }
-  T& value() & { return *value_; }
-  T&& value() && { return std::move(*value_); }
+  // The value. On an error it stops the process with the status' message
+  // (as absl::StatusOr does): a caller that may see an error checks ok().
+  const T& value() const& {
+    if (!ok()) internal::DieOfStatusOrError(status_);
+    return *value_;
+  }
+  T& value() & {
+    if (!ok()) internal::DieOfStatusOrError(status_);
+    return *value_;
+  }
+  T&& value() && {
+    if (!ok()) internal::DieOfStatusOrError(status_);
+    return std::move(*value_);
+  }
+  // REQUIRES: ok(). Unchecked.
   const T& operator*() const& { return *value_; }
   T& operator*() & { return *value_; }
   T&& operator*() && { return std::move(*value_); }
@@ -153,5 +169,17 @@ class [[nodiscard]] StatusOr {
     ::gac::Status gac_status_ = (expr);             \
     if (!gac_status_.ok()) return gac_status_;      \
   } while (0)
+
+// Evaluates `expr` (a StatusOr<T>); when it holds an error, returns that
+// status from the enclosing function, else moves the value into `lhs`, which
+// may declare a variable: GAC_ASSIGN_OR_RETURN(auto rows, store.Read(run));
+#define GAC_ASSIGN_OR_RETURN(lhs, expr) \
+  GAC_ASSIGN_OR_RETURN_IMPL_(GAC_STATUS_CONCAT_(gac_status_or_, __LINE__), lhs, expr)
+#define GAC_ASSIGN_OR_RETURN_IMPL_(tmp, lhs, expr) \
+  auto tmp = (expr);                               \
+  if (!tmp.ok()) return tmp.status();              \
+  lhs = std::move(tmp).value()
+#define GAC_STATUS_CONCAT_(a, b) GAC_STATUS_CONCAT_INNER_(a, b)
+#define GAC_STATUS_CONCAT_INNER_(a, b) a##b
 
 #endif  // GAC_STATUS_H_

@@ -1,6 +1,6 @@
 // agent_bench: the agent's CPU passes against baselines measured in the same
 // process, reported as ratios (see docs/BENCHMARKS.md and the "Performance
-// targets" of DESIGN.md).
+// Targets" of docs/BENCHMARKS.md).
 //
 //   agent_bench [--quick] [--threads N] [--reps N] [--only a,b,overhead]
 //
@@ -878,7 +878,7 @@ int main(int argc, char** argv) {
     std::printf("  (one fp32 gradient copy: %.1f MiB)\n\n", static_cast<double>(big_fp32_grad_bytes) / kMiB);
   }
 
-  // ---- Targets (DESIGN.md): on the fp32/fp32 rows of (a) and of (b).
+  // ---- Targets (docs/BENCHMARKS.md): on the fp32/fp32 rows of (a) and of (b).
   const double overhead_us = Median(ovh_local.step) * 1e6;
   double worst_c_err = 0.0;
   for (const Row& r : rows) worst_c_err = std::max({worst_c_err, r.local.c_err, r.monitor.c_err});

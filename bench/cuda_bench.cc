@@ -1,6 +1,6 @@
 // cuda_bench: the agent's fused CUDA passes against baselines measured in the
 // same process on the same GPU, reported as ratios (docs/BENCHMARKS.md,
-// "CUDA passes"; targets in DESIGN.md). Needs a CUDA build of LibTorch.
+// "CUDA passes"; targets in docs/BENCHMARKS.md). Needs a CUDA build of LibTorch.
 //
 //   cuda_bench [--quick] [--reps N]
 //

@@ -24,7 +24,7 @@ python call's wall time over the C++ step's own time inside that call
 (StepReport.seconds), which no drift between calls can disturb; the targets
 are judged on it, with the interleaved ratio beside it. Two gradient sets
 with cosine about 0.29 alternate, so with c_low 1e-3 and c_high 1 every
-step projects. Targets (DESIGN.md): python <= 1.05x c++ on 50 M parameters
+step projects. Targets (docs/BENCHMARKS.md): python <= 1.05x c++ on 50 M parameters
 in 200 tensors; python <= 2x c++ (the host overhead) on 2,000 small tensors.
 
     PYTHONPATH=build/python /usr/bin/python3 bench/python_agent_bench.py [--rounds N] [--threads N] [--quick]

@@ -1,6 +1,6 @@
 // server_bench: gacd's ingest rate, Decide latency and /metrics render time,
 // each against a baseline measured in the same process, reported as ratios
-// (see docs/BENCHMARKS.md and the "Performance targets" of DESIGN.md).
+// (see docs/BENCHMARKS.md and its "Targets").
 //
 //   server_bench [--quick] [--seconds S] [--streams LIST] [--clients LIST] [--json]
 //   server_bench --store=postgresql://... [--replicas LIST] [the flags above]
@@ -110,7 +110,7 @@ constexpr std::int64_t kRowsPerBatch = kRecordsPerBatch * kRowsPerRecord;
 // gacd's group commit gathers with a few streams).
 constexpr int kBigTxnBatches = 16;
 
-// Targets of DESIGN.md.
+// Targets of docs/BENCHMARKS.md.
 constexpr double kIngestTarget = 200e3;  // rows/s
 constexpr double kDecideRatioTarget = 1.5;
 constexpr double kMetricsTargetMs = 50.0;
@@ -1629,7 +1629,7 @@ int main(int argc, char** argv) {
     BenchMetrics(args, scratch, &report);
   }
 
-  std::printf("Summary (targets from DESIGN.md; %.0f s in all):\n", Seconds(start, Clock::now()));
+  std::printf("Summary (targets from docs/BENCHMARKS.md; %.0f s in all):\n", Seconds(start, Clock::now()));
   report.PrintTable();
   report.Json("total_seconds", Seconds(start, Clock::now()));
   if (args.json) report.PrintJson();

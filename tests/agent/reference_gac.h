@@ -1,5 +1,5 @@
 // A plain GAC for tests: concatenates every gradient into one fp64 vector and
-// applies DESIGN.md's formulas directly, independently of gac::Controller and
+// applies docs/ALGORITHM.md's formulas directly, independently of gac::Controller and
 // of the agent's kernels. Slow and simple on purpose: it is the oracle.
 #ifndef GAC_TESTS_AGENT_REFERENCE_GAC_H_
 #define GAC_TESTS_AGENT_REFERENCE_GAC_H_

@@ -190,7 +190,7 @@ TEST(Flags, Durations) {
 
 // ---- replay ----
 
-// The regime and alpha of a recorded c_t by the rules in DESIGN.md, written
+// The regime and alpha of a recorded c_t by the rules in docs/ALGORITHM.md, written
 // out here rather than taken from gac::Controller.
 std::pair<Regime, double> Reference(const RecordedStep& s, double lo, double hi, AlphaMode mode) {
   if (s.regime == Regime::kInvalid) return {Regime::kInvalid, 1.0};

@@ -936,7 +936,7 @@ struct Expected {
   double alpha_sum = 0;
 };
 
-// The rules of DESIGN.md on the recorded c_t, written out here.
+// The rules of docs/ALGORITHM.md on the recorded c_t, written out here.
 Expected Recompute(const std::vector<v1::StepRecord>& rank0, double lo, double hi, bool exact,
                    std::vector<std::pair<std::string, double>>* per_step = nullptr) {
   Expected e;

@@ -1,6 +1,6 @@
 // Tests of gac::Controller, ValidateThresholds and Status/StatusOr.
 //
-// Expected values are derived from the algorithm as written in DESIGN.md
+// Expected values are derived from the algorithm as written in docs/ALGORITHM.md
 // ("The GAC algorithm, exactly"), never from the implementation: boundaries
 // are built so that the cosine is exactly representable, and the projection
 // properties are measured on explicit fp64 vectors.
@@ -569,7 +569,7 @@ TEST(DecideTest, NormsReported) {
 }
 
 TEST(AlphaTest, PaperAndExactFormulas) {
-  // Independent closed forms from DESIGN.md, over the band and both signs.
+  // Independent closed forms from docs/ALGORITHM.md, over the band and both signs.
   const double lo = 0.05;
   const Controller paper = MakeController(lo, 1.0, AlphaMode::kPaper);
   const Controller exact = MakeController(lo, 1.0, AlphaMode::kExact);
@@ -666,7 +666,7 @@ TEST_P(ProjectionPropertyTest, MeasuredCosineAfterProjection) {
     for (std::size_t i = 0; i < n; ++i) g2[i] = g[i] - d.projection_coeff * p[i];
     const double after = Cosine(g2, p);
 
-    // The target, from the closed forms in DESIGN.md.
+    // The target, from the closed forms in docs/ALGORITHM.md.
     const double lo = pc.c_low;
     const double want_abs =
         mode == AlphaMode::kExact ? lo : lo / std::sqrt(lo * lo + 1.0 - c_measured * c_measured);
@@ -708,7 +708,7 @@ INSTANTIATE_TEST_SUITE_P(
 
 TEST(DecideRandomTest, RegimesAgreeWithReference) {
   // Random scalar triples across all regimes: the regime must be the one the
-  // DESIGN.md rules give for the cosine computed here.
+  // docs/ALGORITHM.md rules give for the cosine computed here.
   const double lo = 0.05;
   const double hi = 0.3;
   const Controller ctl = MakeController(lo, hi, AlphaMode::kExact);

@@ -1,4 +1,4 @@
-"""GAC in float64 torch operations, written from DESIGN.md's algorithm and
+"""GAC in float64 torch operations, written from docs/ALGORITHM.md's algorithm and
 independent of gac's code: the oracle the Python tests hold gac.Agent to.
 
 For each step, over the parameters that have a gradient this step:

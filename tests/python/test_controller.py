@@ -17,7 +17,7 @@ import gac
 
 def reference_decision(dot: float, gg: float, pp: float, has_ref: bool, c_low: float, c_high: float,
                        mode: str) -> dict:
-    """DESIGN.md's rules; the cosine after projection is that of the exact
+    """docs/ALGORITHM.md's rules; the cosine after projection is that of the exact
     cosine of g and p (without the 1e-8), by after()."""
     if not all(math.isfinite(x) for x in (dot, gg, pp)) or gg < 0 or pp < 0:
         return dict(regime="invalid", cosine=None, alpha=1.0, coeff=0.0, apply=False, after=None)

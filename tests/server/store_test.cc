@@ -4,8 +4,8 @@
 // test starts; skipped when PostgreSQL is not installed). Then SQLite-only
 // tests (persistence, schema versions, WAL, errors, rollback) and a random
 // workload applied to the stores, whose query answers must be equal.
-// PostgreSQL-only tests (concurrent writers, replicas, outages) are in
-// postgres_store_test.cc.
+// Tests of several gacd processes sharing one PostgreSQL database
+// (replays, settings propagation, kill -9, outages) are in replicas_test.cc.
 //
 // Expected values are written out from the contract in gac/server/store.h,
 // never read back from one implementation to test the other, except in the

@@ -4,7 +4,7 @@
 // through these functions, so the two ends cannot disagree.
 //
 // Decoding checks what the other side could get wrong: an unknown enum value
-// is INVALID_ARGUMENT, and DecisionFromProto refuses an answer no honest
+// is INVALID_ARGUMENT, and DecodeDecision refuses an answer no honest
 // controller gives (so a broken or hostile gacd cannot change a trainer's
 // update beyond what the local decision would do).
 //

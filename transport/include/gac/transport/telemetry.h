@@ -1,4 +1,4 @@
-// The agent's telemetry sender (gac::agent_grpc): streams step records to
+// The agent's telemetry sender (gac::transport): streams step records to
 // gacd without ever slowing or failing the training step.
 //
 // Enqueue() puts a record in a bounded in-memory queue and returns; a

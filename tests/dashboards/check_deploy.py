@@ -535,6 +535,22 @@ def check_gacd(repo, gacd):
             problem(f"Dockerfile: runtime stage lacks {pkg} (for {lib})")
 
 
+def check_metrics_documented(repo):
+    """Every metric gacd registers is in docs/OPERATIONS.md's table and in
+    server/src/metrics.h's list."""
+    source = open(f"{repo}/server/src/metrics.cc").read()
+    names = sorted(set(re.findall(r'\.Name\("(gac_[a-z_]+)"\)', source)))
+    if not names:
+        problem("server/src/metrics.cc: no metric names found")
+    docs = open(f"{repo}/docs/OPERATIONS.md").read()
+    header = open(f"{repo}/server/src/metrics.h").read()
+    for name in names:
+        if f"`{name}`" not in docs:
+            problem(f"docs/OPERATIONS.md: metric {name} is not in the metrics table")
+        if not re.search(rf"\b{name}\b", header):
+            problem(f"server/src/metrics.h: metric {name} is not in the list of series")
+
+
 def main():
     args = sys.argv[1:]
     if not args:
@@ -555,6 +571,7 @@ def main():
         check_k8s_postgresql(repo)
         check_compose_postgresql(repo)
         check_alertmanager(repo)
+        check_metrics_documented(repo)
         if gacd:
             check_gacd(repo, gacd)
     for p in problems:

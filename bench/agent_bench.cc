@@ -59,7 +59,7 @@ using gac::bench::CpuModel;
 using gac::bench::FlagValue;
 using gac::bench::Median;
 using gac::bench::Seconds;
-using gac::Regime;
+using gac::controller::Regime;
 using gac::agent::Agent;
 using gac::agent::AgentOptions;
 using gac::agent::Mode;
@@ -350,7 +350,7 @@ std::vector<at::Tensor> ConvertAll(const std::vector<at::Tensor>& v, at::ScalarT
 // fp64 reference of the statistics of g against the snapshot of p.
 struct Stats3 {
   double dot = 0.0, grad_sq = 0.0, ref_sq = 0.0;
-  double cosine() const { return dot / (std::sqrt(grad_sq * ref_sq) + gac::kCosineEpsilon); }
+  double cosine() const { return dot / (std::sqrt(grad_sq * ref_sq) + gac::controller::kCosineEpsilon); }
 };
 
 Stats3 Reference(const std::vector<at::Tensor>& g, const std::vector<at::Tensor>& p, at::ScalarType snap) {
@@ -370,7 +370,7 @@ double RelErr(double x, double ref) { return std::fabs(x - ref) / std::max(std::
 // ---------------------------------------------------------------------------
 // The agent.
 
-gac::agent::AgentOptions BenchOptions(Mode mode, SnapshotDtype snap, int threads) {
+gac::agent::AgentOptions BenchOptions(gac::controller::Mode mode, SnapshotDtype snap, int threads) {
   AgentOptions o;
   o.thresholds.c_low = 1e-3;
   o.thresholds.c_high = 1.0;
@@ -429,7 +429,7 @@ AgentRun RunAgent(Workload& w, const AgentOptions& options, int reps, CacheFlush
     out.apply.push_back(r.apply_seconds);
     out.step.push_back(Seconds(t0, t1));
     out.strided = std::max(out.strided, static_cast<int>(r.strided_tensors));
-    if (r.decision.regime != Regime::kProject) ++out.off_regime;
+    if (r.decision.regime != gac::controller::Regime::kProject) ++out.off_regime;
     const Stats3* ref = odd ? ref_ab : ref_ba;
     if (ref != nullptr) {
       const double c = r.decision.cosine.value_or(std::nan(""));
@@ -450,7 +450,7 @@ struct MemoryRun {
 };
 
 MemoryRun RunMemory(Workload& w, int threads, int steps) {
-  auto agent = MakeAgent(BenchOptions(Mode::kLocal, SnapshotDtype::kFloat32, threads));
+  auto agent = MakeAgent(BenchOptions(gac::controller::Mode::kLocal, SnapshotDtype::kFloat32, threads));
   Restore(w, w.a);
   MustStep(*agent, 1, w.params);  // allocates the snapshot
   MemoryRun m;
@@ -699,7 +699,7 @@ int main(int argc, char** argv) {
   const std::int64_t bw_elems = args.quick ? (std::int64_t{4} << 20) : big_tensors * big_per;
   const std::size_t flush_bytes = std::size_t{64} << 20;
 
-  auto probe = MakeAgent(BenchOptions(Mode::kLocal, SnapshotDtype::kFloat32, threads));
+  auto probe = MakeAgent(BenchOptions(gac::controller::Mode::kLocal, SnapshotDtype::kFloat32, threads));
   std::printf("gac agent_bench%s\n", args.quick ? " --quick (smoke sizes; figures not meaningful)" : "");
   std::printf("cpu: %s, %u hardware threads\n", CpuModel().c_str(), hw);
   std::printf("agent: kernels %s, %d threads, chunk %lld elements; LibTorch baselines: %d intra-op threads\n",
@@ -767,14 +767,14 @@ int main(int argc, char** argv) {
       const bool layout = spec.grad == at::kFloat && snap == at::kFloat;
       std::unique_ptr<PackedSnapshot> packed;  // the layout read's p: B, packed as the agent packs its snapshot
       if (layout) packed = std::make_unique<PackedSnapshot>(snaps);
-      row.local = RunAgent(w, BenchOptions(Mode::kLocal, sd, threads), reps, &flusher, &ref_ab, &ref_ba, [&] {
+      row.local = RunAgent(w, BenchOptions(gac::controller::Mode::kLocal, sd, threads), reps, &flusher, &ref_ab, &ref_ba, [&] {
         row.cat.push_back(TimeOnce(flusher, ref_ab, &row.cat_c_err, &row.cat_error, [&] { return CatDot(w.a, snaps); }));
         row.foreach_.push_back(TimeOnce(flusher, ref_ab, &row.foreach_c_err, &row.foreach_error,
                                         [&] { return Foreach(w.a, snaps); }));
         row.local_bw.push_back(SampleBandwidth(*bx, *by, threads, flusher));
         row.layout.push_back(layout ? TimeLayoutRead(w.grads, *packed, threads, flusher) : std::nan(""));
       });
-      row.monitor = RunAgent(w, BenchOptions(Mode::kMonitor, sd, threads), reps, &flusher, &ref_ab, &ref_ba,
+      row.monitor = RunAgent(w, BenchOptions(gac::controller::Mode::kMonitor, sd, threads), reps, &flusher, &ref_ab, &ref_ba,
                              [&] { row.monitor_bw.push_back(SampleBandwidth(*bx, *by, threads, flusher)); });
       rows.push_back(std::move(row));
     }
@@ -786,9 +786,9 @@ int main(int argc, char** argv) {
     std::printf("workload 2000 x 16 (host overhead)...\n");
     std::fflush(stdout);
     Workload w = MakeWorkload("2000 x 16", tiny_tensors, tiny_per, at::kFloat);
-    ovh_local = RunAgent(w, BenchOptions(Mode::kLocal, SnapshotDtype::kFloat32, threads), overhead_steps, nullptr,
+    ovh_local = RunAgent(w, BenchOptions(gac::controller::Mode::kLocal, SnapshotDtype::kFloat32, threads), overhead_steps, nullptr,
                          nullptr, nullptr);
-    ovh_monitor = RunAgent(w, BenchOptions(Mode::kMonitor, SnapshotDtype::kFloat32, threads), overhead_steps,
+    ovh_monitor = RunAgent(w, BenchOptions(gac::controller::Mode::kMonitor, SnapshotDtype::kFloat32, threads), overhead_steps,
                            nullptr, nullptr, nullptr);
   }
 

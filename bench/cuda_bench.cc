@@ -73,7 +73,7 @@ constexpr double kGB = 1e9;
 void Check(cudaError_t e, const char* what) {
   if (e != cudaSuccess) Fail(std::string(what) + ": " + cudaGetErrorString(e));
 }
-void Check(const gac::Status& st, const char* what) {
+void Check(const gac::base::Status& st, const char* what) {
   if (!st.ok()) Fail(std::string(what) + ": " + st.ToString());
 }
 
@@ -380,7 +380,7 @@ void HostOverhead(int reps) {
     }
   }
   AgentOptions o;
-  o.mode = Mode::kMonitor;
+  o.mode = gac::controller::Mode::kMonitor;
   auto agent = Agent::Create(o);
   if (!agent.ok()) Fail("Agent::Create: " + agent.status().ToString());
   std::vector<at::Tensor> params;

@@ -814,7 +814,7 @@ double StoreApplyRate(gac::server::Store* store, double warmup, double seconds) 
     std::vector<gac::server::WriteOp> ops(1);
     ops[0].steps = &batch;
     ops[0].received_ns = WallNs();
-    const gac::Status st = store->Apply(&ops);
+    const gac::base::Status st = store->Apply(&ops);
     if (!st.ok() || ops[0].stored != static_cast<std::uint32_t>(kRecordsPerBatch)) {
       Fail("store Apply: " + st.ToString());
     }

@@ -171,7 +171,7 @@ int main(int argc, char** argv) {
     o.layers = layers;
     o.spike = true;
     o.spike_start = steps / 2;
-    const gac::Status st = gac::testing::StoreSyntheticRun(**store, o, steps);
+    const gac::base::Status st = gac::testing::StoreSyntheticRun(**store, o, steps);
     if (!st.ok()) Fail(st.ToString());
   }
   std::printf("  stored in %.1f s\n", Seconds(t0, Clock::now()));

@@ -8,7 +8,7 @@ function(gac_set_warnings target)
     target_compile_options(${target} PRIVATE "$<$<COMPILE_LANGUAGE:CXX>:-Wall;-Wextra;-Wpedantic;-Wno-unused-parameter>")
   endif()
   if(CMAKE_CXX_COMPILER_ID MATCHES "Clang")
-    # The locking rules stated with gac/thread_annotations.h are errors when broken.
+    # The locking rules stated with gac/base/thread_annotations.h are errors when broken.
     target_compile_options(${target} PRIVATE "$<$<COMPILE_LANGUAGE:CXX>:-Wthread-safety;-Werror=thread-safety>")
   endif()
 endfunction()

@@ -90,7 +90,7 @@ Flags Parse(int argc, char** argv) {
 struct RunResult {
   std::string name;
   double final_loss = 0.0;
-  gac::CalibrationStats stats;
+  gac::controller::CalibrationStats stats;
   std::map<std::string, int> regimes;
   double agent_us_per_step = 0.0;
   std::uint64_t fallbacks = 0;
@@ -98,7 +98,7 @@ struct RunResult {
 
 // One training run. GAC acts (local mode) from step `gac_from` on when
 // `gac_from` > 0; before that, and always when it is 0, it only monitors.
-RunResult Run(const Flags& flags, const std::string& name, int staleness, gac::Thresholds thresholds,
+RunResult Run(const Flags& flags, const std::string& name, int staleness, gac::controller::Thresholds thresholds,
               int gac_from, gac::transport::Telemetry* telemetry, const std::string& run_id) {
   at::manual_seed(flags.seed);
   const std::int64_t in = 32, hidden = 128, out = 8, n = 8192;
@@ -121,9 +121,9 @@ RunResult Run(const Flags& flags, const std::string& name, int staleness, gac::T
     auto remote = gac::transport::RemoteController::Create(ro);
     // gacd decides with the run's settings there: set them first.
     // The run on gacd in remote mode too, the mode this run acts in.
-    gac::Status st = remote.ok() ? (*remote)->SetThresholds(thresholds, gac::AlphaMode::kPaper,
+    gac::base::Status st = remote.ok() ? (*remote)->SetThresholds(thresholds, gac::controller::AlphaMode::kPaper,
                                                             "gac_train_demo: calibrated from the synchronous run",
-                                                            gac::Mode::kRemote)
+                                                            gac::controller::Mode::kRemote)
                                  : remote.status();
     if (st.ok()) {
       options.decision_source = std::move(*remote);
@@ -150,7 +150,7 @@ RunResult Run(const Flags& flags, const std::string& name, int staleness, gac::T
   std::printf("%6s %9s %8s %7s %10s %10s\n", "step", "c_t", "regime", "alpha", "|g|", "loss");
   RunResult result;
   result.name = name;
-  gac::CalibrationWindow window(static_cast<std::size_t>(flags.steps), static_cast<std::size_t>(flags.warmup));
+  gac::controller::CalibrationWindow window(static_cast<std::size_t>(flags.steps), static_cast<std::size_t>(flags.warmup));
   std::deque<std::vector<at::Tensor>> history;  // the last staleness+1 parameter versions
   double agent_seconds = 0.0;
   for (int step = 1; step <= flags.steps; ++step) {
@@ -182,7 +182,7 @@ RunResult Run(const Flags& flags, const std::string& name, int staleness, gac::T
     }
     const auto& d = report->decision;
     if (d.cosine) window.Add(*d.cosine);
-    if (gac_from > 0 && step >= gac_from) ++result.regimes[gac::RegimeName(d.regime)];
+    if (gac_from > 0 && step >= gac_from) ++result.regimes[gac::controller::RegimeName(d.regime)];
     if (report->step_optimizer) {
       at::NoGradGuard no_grad;
       for (auto& p : params) p.sub_(p.grad() * flags.lr);
@@ -191,7 +191,7 @@ RunResult Run(const Flags& flags, const std::string& name, int staleness, gac::T
       at::NoGradGuard no_grad;
       char c_text[32] = "-";
       if (d.cosine) std::snprintf(c_text, sizeof c_text, "%+.4f", *d.cosine);
-      std::printf("%6d %9s %8s %7.3f %10.4g %10.5f\n", step, c_text, gac::RegimeName(d.regime), d.alpha,
+      std::printf("%6d %9s %8s %7.3f %10.4g %10.5f\n", step, c_text, gac::controller::RegimeName(d.regime), d.alpha,
                   d.grad_norm, loss_of(params, x_all, y_all).item<double>());
     }
   }
@@ -221,8 +221,8 @@ int main(int argc, char** argv) {
                 flags.run_prefix.c_str(), flags.run_prefix.c_str(), flags.run_prefix.c_str());
   }
   const RunResult sync =
-      Run(flags, "synchronous", 0, gac::Thresholds{}, 0, telemetry.get(), flags.run_prefix + "-sync");
-  auto calibrated = gac::SuggestThresholds(sync.stats);
+      Run(flags, "synchronous", 0, gac::controller::Thresholds{}, 0, telemetry.get(), flags.run_prefix + "-sync");
+  auto calibrated = gac::controller::SuggestThresholds(sync.stats);
   if (!calibrated.ok()) {
     std::fprintf(stderr, "calibration failed: %s\n", calibrated.status().ToString().c_str());
     return 1;

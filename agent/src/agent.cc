@@ -67,28 +67,28 @@ void MarkAbsent(Plan::Slot const& s, cpu::Span* spans) {
 // Checks the gradient of parameter i and points its spans at it (fast path:
 // dense, with the snapshot's layout) or queues it for the strided path.
 // Counts it in the report. Reads only: nothing is modified on error.
-Status GatherOne(Plan& plan, std::size_t i, const at::Tensor& param, const at::Tensor& g, StepReport* report) {
+base::Status GatherOne(Plan& plan, std::size_t i, const at::Tensor& param, const at::Tensor& g, controller::StepReport* report) {
   const Plan::Slot& s = plan.slots[i];
   cpu::Span* const spans = plan.spans.data();
   if (!g.defined()) {
     (void)param.grad();  // LibTorch's warning for a non-leaf tensor's missing .grad
     MarkAbsent(s, spans);
-    return Status::Ok();
+    return base::Status::Ok();
   }
   const c10::TensorImpl* gi = g.unsafeGetTensorImpl();
   if (gi->device() != plan.device) {
-    return Status::InvalidArgument("gradient of parameter " + std::to_string(i) + " is on " + g.device().str() +
+    return base::Status::InvalidArgument("gradient of parameter " + std::to_string(i) + " is on " + g.device().str() +
                                    ", the parameters on " + plan.device.str() +
                                    "; the agent needs every gradient on one device");
   }
   const at::ScalarType scalar = c10::typeMetaToScalarType(gi->dtype());
   const std::optional<cpu::ElemType> type = ToElemType(scalar);
   if (!type) {
-    return Status::InvalidArgument("gradient of parameter " + std::to_string(i) + " has dtype " +
+    return base::Status::InvalidArgument("gradient of parameter " + std::to_string(i) + " has dtype " +
                                    std::string(c10::toString(scalar)) + "; supported: float32, bfloat16, float16");
   }
   if (!SameSizes(gi->sizes(), s.sizes)) {
-    return Status::InvalidArgument("gradient of parameter " + std::to_string(i) +
+    return base::Status::InvalidArgument("gradient of parameter " + std::to_string(i) +
                                    " does not have the parameter's shape");
   }
   // A non-empty contiguous gradient has the contiguous strides on every
@@ -110,7 +110,7 @@ Status GatherOne(Plan& plan, std::size_t i, const at::Tensor& param, const at::T
   }
   report->elements += s.numel;
   ++report->tensors;
-  return Status::Ok();
+  return base::Status::Ok();
 }
 
 // Gathers every parameter's gradient into the plan's spans, block by block,
@@ -126,7 +126,7 @@ Status GatherOne(Plan& plan, std::size_t i, const at::Tensor& param, const at::T
 // L1. The tensors are read through their TensorImpl: Tensor::grad() would add
 // a dispatcher call (is_leaf) per parameter and data_ptr() a virtual call.
 template <typename OnBlock>
-Status GatherGradients(Plan& plan, const std::vector<at::Tensor>& parameters, StepReport* report,
+base::Status GatherGradients(Plan& plan, const std::vector<at::Tensor>& parameters, controller::StepReport* report,
                        OnBlock&& on_block) {
   for (std::size_t b0 = 0; b0 < parameters.size(); b0 += kGatherBlock) {
     const std::size_t b1 = std::min(parameters.size(), b0 + kGatherBlock);
@@ -135,7 +135,7 @@ Status GatherGradients(Plan& plan, const std::vector<at::Tensor>& parameters, St
       const c10::TensorImpl* impl = parameters[i].unsafeGetTensorImpl();
       // s.param is never the undefined tensor's impl, so this also rejects undefined tensors.
       if (impl != plan.slots[i].param) {
-        return Status::FailedPrecondition("parameter set changed: tensor " + std::to_string(i) +
+        return base::Status::FailedPrecondition("parameter set changed: tensor " + std::to_string(i) +
                                           " is not the one tracked (call Reset() to start over with a new set)");
       }
       grads[i - b0] = &impl->grad();
@@ -149,12 +149,12 @@ Status GatherGradients(Plan& plan, const std::vector<at::Tensor>& parameters, St
     }
     on_block(plan.slots[b1 - 1].end_chunk);
   }
-  return Status::Ok();
+  return base::Status::Ok();
 }
 
 // Fast path, one thread: each block's chunks are summed right after the block
 // is gathered.
-Status SumSerially(Plan& plan, const std::vector<at::Tensor>& parameters, StepReport* report) {
+base::Status SumSerially(Plan& plan, const std::vector<at::Tensor>& parameters, controller::StepReport* report) {
   const cpu::Kernels& k = cpu::BestKernels();
   cpu::Partial sum;
   std::int64_t summed = 0;
@@ -165,7 +165,7 @@ Status SumSerially(Plan& plan, const std::vector<at::Tensor>& parameters, StepRe
   plan.reduced[0] = sum.dot;
   plan.reduced[1] = sum.grad_sq;
   plan.reduced[2] = sum.ref_sq;
-  return Status::Ok();
+  return base::Status::Ok();
 }
 
 // Fast path on the pool: the statistics tasks start while this thread
@@ -174,10 +174,10 @@ Status SumSerially(Plan& plan, const std::vector<at::Tensor>& parameters, StepRe
 // tasks stop (frontier -1) and nothing was written. The per-chunk partials
 // are added in chunk order, so the sums are the serial path's bits whatever
 // the thread count.
-Status SumInParallel(Plan& plan, ThreadPool& pool, const std::vector<at::Tensor>& parameters, StepReport* report) {
+base::Status SumInParallel(Plan& plan, ThreadPool& pool, const std::vector<at::Tensor>& parameters, controller::StepReport* report) {
   const cpu::Kernels& k = cpu::BestKernels();
   std::atomic<std::int64_t> frontier{0};
-  Status gathered;
+  base::Status gathered;
   const std::function<void()> gather_first = [&] {
     gathered = GatherGradients(plan, parameters, report,
                                [&](std::int64_t end) { frontier.store(end, std::memory_order_release); });
@@ -201,13 +201,13 @@ Status SumInParallel(Plan& plan, ThreadPool& pool, const std::vector<at::Tensor>
     plan.reduced[1] += p.grad_sq;
     plan.reduced[2] += p.ref_sq;
   }
-  return Status::Ok();
+  return base::Status::Ok();
 }
 
 // Fast path on a GPU: the dense gradients' sums, the groups' too, come from
 // the device, all-reduced there by a DeviceReducer unless strided gradients
 // (summed on the host by the slow path) must join them first.
-Status SumOnDevice(Plan& plan, Reducer* reducer, const std::vector<at::Tensor>& parameters, StepReport* report,
+base::Status SumOnDevice(Plan& plan, Reducer* reducer, const std::vector<at::Tensor>& parameters, controller::StepReport* report,
                    bool* all_reduced) {
   GAC_RETURN_IF_ERROR(GatherGradients(plan, parameters, report, [](std::int64_t) {}));
   const cpu::Span* const spans = plan.spans.data();
@@ -278,61 +278,60 @@ void ApplyStrided(const Plan& plan, bool project, float coeff, bool snapshot_pro
 }
 
 // AgentOptions::groups is the deprecated name of AgentOptions::layers.
-Status TakeDeprecatedGroups(AgentOptions* options) {
+base::Status TakeDeprecatedGroups(AgentOptions* options) {
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wdeprecated-declarations"
-  if (options->groups.empty()) return Status::Ok();
+  if (options->groups.empty()) return base::Status::Ok();
   if (!options->layers.empty()) {
-    return Status::InvalidArgument("give AgentOptions::layers or its deprecated name groups, not both");
+    return base::Status::InvalidArgument("give AgentOptions::layers or its deprecated name groups, not both");
   }
   options->layers = std::move(options->groups);
   options->groups.clear();
 #pragma GCC diagnostic pop
-  return Status::Ok();
+  return base::Status::Ok();
 }
 
 }  // namespace
 
-StatusOr<std::unique_ptr<Agent>> Agent::Create(AgentOptions options) {
-  StatusOr<Controller> controller = Controller::Create(options.thresholds, options.alpha_mode);
-  if (!controller.ok()) return controller.status();
+base::StatusOr<std::unique_ptr<Agent>> Agent::Create(AgentOptions options) {
+  GAC_ASSIGN_OR_RETURN(controller::Controller controller, controller::Controller::Create(options.thresholds, options.alpha_mode));
   if (options.chunk_elements < 1024) {
-    return Status::InvalidArgument("chunk_elements must be >= 1024, got " + std::to_string(options.chunk_elements));
+    return base::Status::InvalidArgument("chunk_elements must be >= 1024, got " + std::to_string(options.chunk_elements));
   }
   if (options.num_threads < 0) {
-    return Status::InvalidArgument("num_threads must be >= 0, got " + std::to_string(options.num_threads));
+    return base::Status::InvalidArgument("num_threads must be >= 0, got " + std::to_string(options.num_threads));
   }
   if (options.num_threads == 0) {
     options.num_threads = static_cast<int>(std::clamp(std::thread::hardware_concurrency(), 1u, 8u));
   }
-  if (options.mode == Mode::kRemote && options.decision_source == nullptr) {
-    return Status::InvalidArgument("remote mode needs options.decision_source (e.g. a RemoteController)");
+  if (options.mode == controller::Mode::kRemote && options.decision_source == nullptr) {
+    return base::Status::InvalidArgument("remote mode needs options.decision_source (e.g. a RemoteController)");
   }
   GAC_RETURN_IF_ERROR(TakeDeprecatedGroups(&options));
   std::vector<bool> grouped;
   for (const AgentOptions::LayerSpec& g : options.layers) {
-    if (g.name.empty()) return Status::InvalidArgument("layer with an empty name");
+    if (g.name.empty()) return base::Status::InvalidArgument("layer with an empty name");
     for (int i : g.parameters) {
-      if (i < 0) return Status::InvalidArgument("layer '" + g.name + "' has a negative index");
+      if (i < 0) return base::Status::InvalidArgument("layer '" + g.name + "' has a negative index");
       if (static_cast<std::size_t>(i) >= grouped.size()) grouped.resize(static_cast<std::size_t>(i) + 1, false);
       if (grouped[static_cast<std::size_t>(i)]) {
-        return Status::InvalidArgument("parameter " + std::to_string(i) + " is in more than one layer");
+        return base::Status::InvalidArgument("parameter " + std::to_string(i) + " is in more than one layer");
       }
       grouped[static_cast<std::size_t>(i)] = true;
     }
   }
-  return std::unique_ptr<Agent>(new Agent(std::move(options), *controller));
+  return std::unique_ptr<Agent>(new Agent(std::move(options), controller));
 }
 
-Status Agent::set_mode(Mode mode) {
-  if (mode == Mode::kRemote && options_.decision_source == nullptr) {
-    return Status::InvalidArgument("remote mode needs options.decision_source (e.g. a RemoteController)");
+base::Status Agent::set_mode(controller::Mode mode) {
+  if (mode == controller::Mode::kRemote && options_.decision_source == nullptr) {
+    return base::Status::InvalidArgument("remote mode needs options.decision_source (e.g. a RemoteController)");
   }
   options_.mode = mode;
-  return Status::Ok();
+  return base::Status::Ok();
 }
 
-Agent::Agent(AgentOptions options, Controller controller)
+Agent::Agent(AgentOptions options, controller::Controller controller)
     : options_(std::move(options)),
       controller_(controller),
       pool_(std::make_unique<ThreadPool>(options_.num_threads)) {}
@@ -347,24 +346,23 @@ std::int64_t Agent::snapshot_bytes() const {
 
 const char* Agent::kernel_isa() const { return cpu::BestKernels().isa; }
 
-Status Agent::PreparePlan(std::int64_t step, const std::vector<at::Tensor>& parameters) {
+base::Status Agent::PreparePlan(std::int64_t step, const std::vector<at::Tensor>& parameters) {
   if (!plan_) {
-    StatusOr<std::unique_ptr<Plan>> plan = Plan::Build(parameters, options_);
-    if (!plan.ok()) return plan.status();
-    plan_ = std::move(*plan);
+    GAC_ASSIGN_OR_RETURN(std::unique_ptr<Plan> plan, Plan::Build(parameters, options_));
+    plan_ = std::move(plan);
   } else if (parameters.size() != plan_->slots.size()) {
-    return Status::FailedPrecondition("parameter set changed: " + std::to_string(parameters.size()) +
+    return base::Status::FailedPrecondition("parameter set changed: " + std::to_string(parameters.size()) +
                                       " tensors, the agent tracks " + std::to_string(plan_->slots.size()) +
                                       " (call Reset() to start over with a new set)");
   }
   if (plan_->stepped && step <= plan_->last_step) {
-    return Status::InvalidArgument("step " + std::to_string(step) + " is not after the previous step " +
+    return base::Status::InvalidArgument("step " + std::to_string(step) + " is not after the previous step " +
                                    std::to_string(plan_->last_step));
   }
-  return Status::Ok();
+  return base::Status::Ok();
 }
 
-Status Agent::ComputeStatistics(const std::vector<at::Tensor>& parameters, StepReport* report) {
+base::Status Agent::ComputeStatistics(const std::vector<at::Tensor>& parameters, controller::StepReport* report) {
   Plan& plan = *plan_;
   plan.strided.clear();
   std::fill(plan.reduced.begin(), plan.reduced.end(), 0.0);
@@ -380,25 +378,25 @@ Status Agent::ComputeStatistics(const std::vector<at::Tensor>& parameters, StepR
   SumStrided(plan);
   if (plan.device_passes == nullptr) SumLayers(plan, options_.layers);
   if (options_.reducer && !all_reduced) {
-    Status st = options_.reducer->AllReduceSum(plan.reduced.data(), plan.reduced.size());
-    if (!st.ok()) return Status::Unavailable("all-reduce of the GAC statistics failed: " + st.ToString());
+    base::Status st = options_.reducer->AllReduceSum(plan.reduced.data(), plan.reduced.size());
+    if (!st.ok()) return base::Status::Unavailable("all-reduce of the GAC statistics failed: " + st.ToString());
   }
   for (std::size_t g = 0; g < options_.layers.size(); ++g) {
-    report->layers.push_back(LayerStats{options_.layers[g].name, plan.reduced[3 + 3 * g], plan.reduced[4 + 3 * g],
+    report->layers.push_back(controller::LayerStats{options_.layers[g].name, plan.reduced[3 + 3 * g], plan.reduced[4 + 3 * g],
                                         plan.reduced[5 + 3 * g]});
   }
-  return Status::Ok();
+  return base::Status::Ok();
 }
 
-Status Agent::DecideRemotely(std::int64_t step, const AlignmentStats& stats, StepReport* report) {
+base::Status Agent::DecideRemotely(std::int64_t step, const controller::AlignmentStats& stats, controller::StepReport* report) {
   // Every rank must apply the same decision: a fallback anywhere is a
   // fallback everywhere (the local decisions agree, the statistics being
   // all-reduced).
-  StatusOr<Decision> remote = options_.decision_source->Decide(step, stats);
+  base::StatusOr<controller::Decision> remote = options_.decision_source->Decide(step, stats);
   double fell_back = remote.ok() ? 0.0 : 1.0;
   if (options_.reducer) {
-    Status st = options_.reducer->AllReduceSum(&fell_back, 1);
-    if (!st.ok()) return Status::Unavailable("all-reduce of the remote-decision outcome failed: " + st.ToString());
+    base::Status st = options_.reducer->AllReduceSum(&fell_back, 1);
+    if (!st.ok()) return base::Status::Unavailable("all-reduce of the remote-decision outcome failed: " + st.ToString());
   }
   if (fell_back == 0.0) {
     report->decision = *remote;
@@ -407,17 +405,17 @@ Status Agent::DecideRemotely(std::int64_t step, const AlignmentStats& stats, Ste
     report->remote_error = remote.ok() ? "another rank fell back" : remote.status().ToString();
     ++fallbacks_;
   }
-  return Status::Ok();
+  return base::Status::Ok();
 }
 
-Status Agent::ApplyDecision(StepReport* report) {
+base::Status Agent::ApplyDecision(controller::StepReport* report) {
   Plan& plan = *plan_;
-  const Regime regime = report->decision.regime;
-  report->step_optimizer = options_.mode == Mode::kMonitor || report->decision.apply_update;
-  const bool project = options_.mode != Mode::kMonitor && regime == Regime::kProject;
+  const controller::Regime regime = report->decision.regime;
+  report->step_optimizer = options_.mode == controller::Mode::kMonitor || report->decision.apply_update;
+  const bool project = options_.mode != controller::Mode::kMonitor && regime == controller::Regime::kProject;
   const bool snapshot_projected = options_.reference == ReferencePolicy::kAppliedUpdate;
-  const bool write_snapshot = regime != Regime::kInvalid && (!snapshot_projected || report->step_optimizer);
-  if (!project && !write_snapshot) return Status::Ok();
+  const bool write_snapshot = regime != controller::Regime::kInvalid && (!snapshot_projected || report->step_optimizer);
+  if (!project && !write_snapshot) return base::Status::Ok();
   const float coeff = static_cast<float>(report->decision.projection_coeff);
   if (plan.device_passes != nullptr) {  // enqueued on the current stream, not waited for
     GAC_RETURN_IF_ERROR(plan.device_passes->Apply(project, coeff, snapshot_projected));
@@ -442,22 +440,22 @@ Status Agent::ApplyDecision(StepReport* report) {
   ApplyStrided(plan, project, coeff, snapshot_projected);
   report->gradient_modified = project;
   if (write_snapshot) plan.has_reference = true;
-  return Status::Ok();
+  return base::Status::Ok();
 }
 
-StatusOr<StepReport> Agent::Step(std::int64_t step, const std::vector<at::Tensor>& parameters) try {
+base::StatusOr<controller::StepReport> Agent::Step(std::int64_t step, const std::vector<at::Tensor>& parameters) try {
   const auto t0 = Clock::now();
   GAC_RETURN_IF_ERROR(PreparePlan(step, parameters));
-  StepReport report;
+  controller::StepReport report;
   report.step = step;
   report.mode = options_.mode;
   GAC_RETURN_IF_ERROR(ComputeStatistics(parameters, &report));
   const std::vector<double>& sums = plan_->reduced;
-  const AlignmentStats stats{sums[0], sums[1], sums[2], plan_->has_reference};
+  const controller::AlignmentStats stats{sums[0], sums[1], sums[2], plan_->has_reference};
   report.decision = controller_.Decide(stats);
   const auto t1 = Clock::now();
   report.stats_seconds = Seconds(t0, t1);
-  if (options_.mode == Mode::kRemote) {
+  if (options_.mode == controller::Mode::kRemote) {
     GAC_RETURN_IF_ERROR(DecideRemotely(step, stats, &report));
     report.decide_seconds = Seconds(t1, Clock::now());
   }
@@ -469,7 +467,7 @@ StatusOr<StepReport> Agent::Step(std::int64_t step, const std::vector<at::Tensor
   report.apply_seconds = Seconds(t2, Clock::now());
   return report;
 } catch (const std::exception& e) {
-  return Status::Internal(std::string("agent step failed: ") + e.what());
+  return base::Status::Internal(std::string("agent step failed: ") + e.what());
 }
 
 }  // namespace gac::agent

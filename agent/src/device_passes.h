@@ -14,7 +14,7 @@
 
 #include "agent/src/cuda/multi_tensor.h"
 #include "gac/agent/reducer.h"
-#include "gac/status.h"
+#include "gac/base/status.h"
 
 namespace gac::agent {
 
@@ -28,19 +28,19 @@ class DevicePasses {
   // `reducer` can reduce device memory the sums are all-reduced there first
   // and *all_reduced is set; otherwise they are local and the caller reduces.
   // Waits for the device only for the copy of the sums.
-  virtual Status Statistics(const std::vector<cuda::TensorRef>& tensors, bool with_p, Reducer* reducer, double* out,
+  virtual base::Status Statistics(const std::vector<cuda::TensorRef>& tensors, bool with_p, Reducer* reducer, double* out,
                             bool* all_reduced) = 0;
 
   // Enqueues, over the tensors of the last Statistics(): with `project`,
   // g <- g - coeff * p and p <- (snapshot_projected ? new g : old g);
   // otherwise p <- g. Does not wait.
-  virtual Status Apply(bool project, float coeff, bool snapshot_projected) = 0;
+  virtual base::Status Apply(bool project, float coeff, bool snapshot_projected) = 0;
 };
 
 #ifdef GAC_AGENT_TORCH_CUDA
 // Passes for gradients on `device` (a CUDA device), snapshots of bf16 or fp32,
 // statistics per group for num_groups groups.
-StatusOr<std::unique_ptr<DevicePasses>> CreateCudaPasses(c10::Device device, bool bf16_snapshot, int num_groups);
+base::StatusOr<std::unique_ptr<DevicePasses>> CreateCudaPasses(c10::Device device, bool bf16_snapshot, int num_groups);
 #endif
 
 }  // namespace gac::agent

@@ -65,17 +65,17 @@ at::Tensor Plan::SnapshotView(const Slot& s) const {
                        at::TensorOptions().dtype(snap_scalar).device(device));
 }
 
-StatusOr<std::unique_ptr<Plan>> Plan::Build(const std::vector<at::Tensor>& params, const AgentOptions& options) {
+base::StatusOr<std::unique_ptr<Plan>> Plan::Build(const std::vector<at::Tensor>& params, const AgentOptions& options) {
   auto plan = std::make_unique<Plan>();
   plan->slots.resize(params.size());
   std::int64_t total = 0;
   for (std::size_t i = 0; i < params.size(); ++i) {
     const at::Tensor& p = params[i];
-    if (!p.defined()) return Status::InvalidArgument("parameter " + std::to_string(i) + " is an undefined tensor");
+    if (!p.defined()) return base::Status::InvalidArgument("parameter " + std::to_string(i) + " is an undefined tensor");
     if (i == 0) {
       plan->device = p.device();
     } else if (p.device() != plan->device) {
-      return Status::InvalidArgument("parameter " + std::to_string(i) + " is on " + p.device().str() +
+      return base::Status::InvalidArgument("parameter " + std::to_string(i) + " is on " + p.device().str() +
                                      " and parameter 0 on " + plan->device.str() +
                                      "; the agent needs every gradient on one device");
     }
@@ -108,7 +108,7 @@ StatusOr<std::unique_ptr<Plan>> Plan::Build(const std::vector<at::Tensor>& param
   if (!plan->device.is_cpu()) {
 #ifdef GAC_AGENT_TORCH_CUDA
     if (plan->device.is_cuda()) {
-      StatusOr<std::unique_ptr<DevicePasses>> passes =
+      base::StatusOr<std::unique_ptr<DevicePasses>> passes =
           CreateCudaPasses(plan->device, bf16, static_cast<int>(options.layers.size()));
       if (!passes.ok()) return passes.status();
       plan->device_passes = std::move(*passes);
@@ -116,7 +116,7 @@ StatusOr<std::unique_ptr<Plan>> Plan::Build(const std::vector<at::Tensor>& param
     }
 #endif
     if (plan->device_passes == nullptr) {
-      return Status::Unimplemented(
+      return base::Status::Unimplemented(
           "the gradients are on " + plan->device.str() + "; this build of the agent reads CPU gradients only" +
           (plan->device.is_cuda() ? " (the CUDA passes need nvcc and a CUDA build of LibTorch)" : ""));
     }
@@ -140,7 +140,7 @@ StatusOr<std::unique_ptr<Plan>> Plan::Build(const std::vector<at::Tensor>& param
   for (std::size_t g = 0; g < options.layers.size(); ++g) {
     for (int i : options.layers[g].parameters) {  // Agent::Create checked i >= 0 and no repeats
       if (static_cast<std::size_t>(i) >= params.size()) {
-        return Status::InvalidArgument("layer '" + options.layers[g].name + "' names parameter " +
+        return base::Status::InvalidArgument("layer '" + options.layers[g].name + "' names parameter " +
                                        std::to_string(i) + " of " + std::to_string(params.size()));
       }
       plan->group_of[static_cast<std::size_t>(i)] = static_cast<int>(g);

@@ -20,7 +20,7 @@
 #include "agent/src/cpu/kernels.h"
 #include "agent/src/device_passes.h"
 #include "gac/agent/agent.h"
-#include "gac/status.h"
+#include "gac/base/status.h"
 
 namespace gac::agent {
 
@@ -58,7 +58,7 @@ struct Plan {
   // InvalidArgument for undefined tensors, tensors on several devices, or a
   // group naming a parameter beyond the list; Unimplemented for gradients on
   // a device this build cannot read.
-  static StatusOr<std::unique_ptr<Plan>> Build(const std::vector<at::Tensor>& params, const AgentOptions& options);
+  static base::StatusOr<std::unique_ptr<Plan>> Build(const std::vector<at::Tensor>& params, const AgentOptions& options);
 
   std::int64_t num_tasks() const { return static_cast<std::int64_t>(task_first_chunk.size()) - 1; }
   // Runs on the calling thread only: one task, or one thread.

@@ -33,7 +33,7 @@ std::unique_ptr<grpc::ClientContext> GacdClient::Context() const {
   return ctx;
 }
 
-Status GacdClient::FromWire(const grpc::Status& status) const {
+base::Status GacdClient::FromWire(const grpc::Status& status) const {
   // Failures of the connection come from the client side: say where it was
   // trying to go. Everything else is gacd's own code and text.
   const bool connection = status.error_code() == grpc::StatusCode::UNAVAILABLE ||
@@ -41,21 +41,21 @@ Status GacdClient::FromWire(const grpc::Status& status) const {
   return proto::FromGrpcStatus(status, connection ? options_.address : "");
 }
 
-StatusOr<v1::ListRunsResponse> GacdClient::ListRuns(const v1::ListRunsRequest& request) {
+base::StatusOr<v1::ListRunsResponse> GacdClient::ListRuns(const v1::ListRunsRequest& request) {
   v1::ListRunsResponse response;
   const grpc::Status st = query_->ListRuns(Context().get(), request, &response);
   if (!st.ok()) return FromWire(st);
   return response;
 }
 
-StatusOr<v1::GetStepsResponse> GacdClient::GetSteps(const v1::GetStepsRequest& request) {
+base::StatusOr<v1::GetStepsResponse> GacdClient::GetSteps(const v1::GetStepsRequest& request) {
   v1::GetStepsResponse response;
   const grpc::Status st = query_->GetSteps(Context().get(), request, &response);
   if (!st.ok()) return FromWire(st);
   return response;
 }
 
-StatusOr<v1::RunSummary> GacdClient::GetRunSummary(const std::string& run, std::uint32_t window) {
+base::StatusOr<v1::RunSummary> GacdClient::GetRunSummary(const std::string& run, std::uint32_t window) {
   v1::GetRunSummaryRequest request;
   request.set_run(run);
   request.set_window(window);
@@ -65,7 +65,7 @@ StatusOr<v1::RunSummary> GacdClient::GetRunSummary(const std::string& run, std::
   return response;
 }
 
-StatusOr<v1::RunConfig> GacdClient::GetRunConfig(const std::string& run) {
+base::StatusOr<v1::RunConfig> GacdClient::GetRunConfig(const std::string& run) {
   v1::GetRunConfigRequest request;
   request.set_run(run);
   v1::RunConfig response;
@@ -74,21 +74,21 @@ StatusOr<v1::RunConfig> GacdClient::GetRunConfig(const std::string& run) {
   return response;
 }
 
-StatusOr<v1::RunConfig> GacdClient::SetRunConfig(const v1::SetRunConfigRequest& request) {
+base::StatusOr<v1::RunConfig> GacdClient::SetRunConfig(const v1::SetRunConfigRequest& request) {
   v1::RunConfig response;
   const grpc::Status st = admin_->SetRunConfig(Context().get(), request, &response);
   if (!st.ok()) return FromWire(st);
   return response;
 }
 
-StatusOr<v1::ListConfigChangesResponse> GacdClient::ListConfigChanges(const v1::ListConfigChangesRequest& request) {
+base::StatusOr<v1::ListConfigChangesResponse> GacdClient::ListConfigChanges(const v1::ListConfigChangesRequest& request) {
   v1::ListConfigChangesResponse response;
   const grpc::Status st = admin_->ListConfigChanges(Context().get(), request, &response);
   if (!st.ok()) return FromWire(st);
   return response;
 }
 
-StatusOr<grpc::health::v1::HealthCheckResponse> GacdClient::Health(const std::string& service) {
+base::StatusOr<grpc::health::v1::HealthCheckResponse> GacdClient::Health(const std::string& service) {
   grpc::health::v1::HealthCheckRequest request;
   request.set_service(service);
   grpc::health::v1::HealthCheckResponse response;
@@ -97,43 +97,40 @@ StatusOr<grpc::health::v1::HealthCheckResponse> GacdClient::Health(const std::st
   return response;
 }
 
-Status GacdClient::ForEachRunPage(const std::function<Status(const v1::ListRunsResponse&)>& page) {
+base::Status GacdClient::ForEachRunPage(const std::function<base::Status(const v1::ListRunsResponse&)>& page) {
   return ForEachRunPage(v1::ListRunsRequest(), page);
 }
 
-Status GacdClient::ForEachRunPage(v1::ListRunsRequest request,
-                                  const std::function<Status(const v1::ListRunsResponse&)>& page) {
+base::Status GacdClient::ForEachRunPage(v1::ListRunsRequest request,
+                                  const std::function<base::Status(const v1::ListRunsResponse&)>& page) {
   for (;;) {
-    StatusOr<v1::ListRunsResponse> response = ListRuns(request);
-    if (!response.ok()) return response.status();
-    GAC_RETURN_IF_ERROR(page(*response));
-    if (response->next_page_token().empty()) return Status::Ok();
-    request.set_page_token(response->next_page_token());
+    GAC_ASSIGN_OR_RETURN(v1::ListRunsResponse response, ListRuns(request));
+    GAC_RETURN_IF_ERROR(page(response));
+    if (response.next_page_token().empty()) return base::Status::Ok();
+    request.set_page_token(response.next_page_token());
   }
 }
 
-Status GacdClient::ForEachStepPage(v1::GetStepsRequest request,
-                                   const std::function<Status(const v1::GetStepsResponse&)>& page) {
+base::Status GacdClient::ForEachStepPage(v1::GetStepsRequest request,
+                                   const std::function<base::Status(const v1::GetStepsResponse&)>& page) {
   for (;;) {
-    StatusOr<v1::GetStepsResponse> response = GetSteps(request);
-    if (!response.ok()) return response.status();
-    GAC_RETURN_IF_ERROR(page(*response));
-    if (response->next_page_token().empty()) return Status::Ok();
-    request.set_page_token(response->next_page_token());
+    GAC_ASSIGN_OR_RETURN(v1::GetStepsResponse response, GetSteps(request));
+    GAC_RETURN_IF_ERROR(page(response));
+    if (response.next_page_token().empty()) return base::Status::Ok();
+    request.set_page_token(response.next_page_token());
   }
 }
 
-Status GacdClient::ForEachConfigChangePage(const std::string& run,
-                                           const std::function<Status(const v1::ListConfigChangesResponse&)>& page) {
+base::Status GacdClient::ForEachConfigChangePage(const std::string& run,
+                                           const std::function<base::Status(const v1::ListConfigChangesResponse&)>& page) {
   v1::ListConfigChangesRequest request;
   request.set_run(run);
   request.set_page_size(1000);
   for (;;) {
-    StatusOr<v1::ListConfigChangesResponse> response = ListConfigChanges(request);
-    if (!response.ok()) return response.status();
-    GAC_RETURN_IF_ERROR(page(*response));
-    if (response->next_page_token().empty()) return Status::Ok();
-    request.set_page_token(response->next_page_token());
+    GAC_ASSIGN_OR_RETURN(v1::ListConfigChangesResponse response, ListConfigChanges(request));
+    GAC_RETURN_IF_ERROR(page(response));
+    if (response.next_page_token().empty()) return base::Status::Ok();
+    request.set_page_token(response.next_page_token());
   }
 }
 

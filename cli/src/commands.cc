@@ -31,13 +31,13 @@ void Context::EndProgress() {
   progress_shown_ = false;
 }
 
-Status Interrupted() { return Status::Cancelled("interrupted"); }
+base::Status Interrupted() { return base::Status::Cancelled("interrupted"); }
 
-StatusOr<Format> FormatFlag(const ParsedFlags& flags) {
+base::StatusOr<Format> FormatFlag(const ParsedFlags& flags) {
   const std::string* f = flags.Get("format");
   if (f == nullptr) return Format::kTable;
-  StatusOr<Format> format = ParseFormat(*f);
-  if (!format.ok()) return Status::InvalidArgument("--format: " + format.status().message());
+  base::StatusOr<Format> format = ParseFormat(*f);
+  if (!format.ok()) return base::Status::InvalidArgument("--format: " + format.status().message());
   return format;
 }
 
@@ -56,11 +56,11 @@ std::string Percent(double fraction) {
 }
 
 std::string NoSuggestionReason(const v1::CalibrationSummary& calibration) {
-  CalibrationStats stats;
+  controller::CalibrationStats stats;
   stats.count = calibration.count();
   stats.q90 = calibration.q90();
   stats.max = calibration.max();
-  StatusOr<Thresholds> suggested = SuggestThresholds(stats);
+  base::StatusOr<controller::Thresholds> suggested = controller::SuggestThresholds(stats);
   return suggested.ok() ? "gacd made no suggestion" : suggested.status().message();
 }
 
@@ -73,34 +73,31 @@ std::vector<FlagSpec> StepRangeFlagSpecs() {
   };
 }
 
-Status StepRangeFlags(const ParsedFlags& flags, std::int64_t* start, std::int64_t* end) {
+base::Status StepRangeFlags(const ParsedFlags& flags, std::int64_t* start, std::int64_t* end) {
   if (flags.Has("start-step") && flags.Has("from")) {
-    return Status::InvalidArgument("give --start-step or its former name --from, not both");
+    return base::Status::InvalidArgument("give --start-step or its former name --from, not both");
   }
   if (flags.Has("end-step") && flags.Has("to")) {
-    return Status::InvalidArgument("give --end-step or --to, not both");
+    return base::Status::InvalidArgument("give --end-step or --to, not both");
   }
-  auto s = OptionalInt(flags, flags.Has("from") ? "from" : "start-step", 0, INT64_MAX - 1);
-  if (!s.ok()) return s.status();
-  auto e = OptionalInt(flags, "end-step", 1, INT64_MAX);
-  if (!e.ok()) return e.status();
-  auto t = OptionalInt(flags, "to", 0, INT64_MAX - 1);
-  if (!t.ok()) return t.status();
-  *start = s->value_or(0);
+  GAC_ASSIGN_OR_RETURN(auto s, OptionalInt(flags, flags.Has("from") ? "from" : "start-step", 0, INT64_MAX - 1));
+  GAC_ASSIGN_OR_RETURN(auto e, OptionalInt(flags, "end-step", 1, INT64_MAX));
+  GAC_ASSIGN_OR_RETURN(auto t, OptionalInt(flags, "to", 0, INT64_MAX - 1));
+  *start = s.value_or(0);
   *end = 0;
-  if (*e) {
-    if (**e <= *start) {
-      return Status::InvalidArgument("--end-step " + std::to_string(**e) + " is not above --start-step " +
+  if (e) {
+    if (*e <= *start) {
+      return base::Status::InvalidArgument("--end-step " + std::to_string(*e) + " is not above --start-step " +
                                      std::to_string(*start) + " (the range is [start, end))");
     }
-    *end = **e;
-  } else if (*t) {
-    if (**t < *start) {
-      return Status::InvalidArgument("--to " + std::to_string(**t) + " is below --from " + std::to_string(*start));
+    *end = *e;
+  } else if (t) {
+    if (*t < *start) {
+      return base::Status::InvalidArgument("--to " + std::to_string(*t) + " is below --from " + std::to_string(*start));
     }
-    *end = **t + 1;
+    *end = *t + 1;
   }
-  return Status::Ok();
+  return base::Status::Ok();
 }
 
 }  // namespace gac::cli

@@ -20,7 +20,7 @@
 #include "gac/cli/gacctl.h"
 #include "gac/controller/controller.h"
 #include "gac/proto/wire_rules.h"
-#include "gac/status.h"
+#include "gac/base/status.h"
 #include "gac/v1/control.pb.h"
 #include "gac/v1/query.pb.h"
 #include "gac/v1/telemetry.pb.h"
@@ -55,7 +55,7 @@ class Context {
   bool progress_shown_ = false;
 };
 
-using Action = std::function<Status(Context&)>;
+using Action = std::function<base::Status(Context&)>;
 
 struct CommandSpec {
   std::string name;         // "steps", "config set"
@@ -64,11 +64,11 @@ struct CommandSpec {
   std::string description;  // paragraphs after the usage line of `gacctl NAME --help`
   std::vector<FlagSpec> flags;
   std::size_t positionals = 0;  // exact number of arguments
-  std::function<StatusOr<Action>(const ParsedFlags& flags, const std::vector<std::string>& args)> prepare;
+  std::function<base::StatusOr<Action>(const ParsedFlags& flags, const std::vector<std::string>& args)> prepare;
 };
 
 // The status of an action stopped by an interrupt (exit 130).
-Status Interrupted();
+base::Status Interrupted();
 
 // The commands, by file.
 std::vector<CommandSpec> RunCommands();     // runs, show, health       (run_commands.cc)
@@ -79,7 +79,7 @@ std::vector<CommandSpec> ReplayCommands();  // replay                   (replay_
 // Shared pieces of the commands.
 
 // --format, parsed (table when absent).
-StatusOr<Format> FormatFlag(const ParsedFlags& flags);
+base::StatusOr<Format> FormatFlag(const ParsedFlags& flags);
 inline FlagSpec FormatFlagSpec() { return {"format", "table|csv|jsonl", "output format (default table)"}; }
 
 // Enum text ("safe", "monitor", "paper"; "unknown" outside the enum) is
@@ -96,7 +96,7 @@ std::string NoSuggestionReason(const v1::CalibrationSummary& calibration);
 // same as --start-step) and --to N (inclusive: --end-step N+1).
 std::vector<FlagSpec> StepRangeFlagSpecs();
 // Those flags as [*start, *end), *end 0 for no limit.
-Status StepRangeFlags(const ParsedFlags& flags, std::int64_t* start, std::int64_t* end);
+base::Status StepRangeFlags(const ParsedFlags& flags, std::int64_t* start, std::int64_t* end);
 
 }  // namespace gac::cli
 

@@ -27,12 +27,11 @@ CommandSpec ConfigGetCommand() {
   c.description =
       "A run gacd has never been told about has gacd's defaults (version 0).\n";
   c.positionals = 1;
-  c.prepare = [](const ParsedFlags&, const std::vector<std::string>& args) -> StatusOr<Action> {
-    return Action([run = args[0]](Context& ctx) -> Status {
-      StatusOr<v1::RunConfig> config = ctx.client().GetRunConfig(run);
-      if (!config.ok()) return config.status();
-      WriteConfig(ctx.out(), run, *config);
-      return Status::Ok();
+  c.prepare = [](const ParsedFlags&, const std::vector<std::string>& args) -> base::StatusOr<Action> {
+    return Action([run = args[0]](Context& ctx) -> base::Status {
+      GAC_ASSIGN_OR_RETURN(v1::RunConfig config, ctx.client().GetRunConfig(run));
+      WriteConfig(ctx.out(), run, config);
+      return base::Status::Ok();
     });
   };
   return c;
@@ -43,8 +42,8 @@ CommandSpec ConfigGetCommand() {
 struct SettingsChange {
   std::string run;
   std::optional<double> c_low, c_high;
-  std::optional<AlphaMode> alpha_mode;
-  std::optional<Mode> mode;
+  std::optional<controller::AlphaMode> alpha_mode;
+  std::optional<controller::Mode> mode;
   std::string reason;
   std::optional<std::uint64_t> expected_version;
 
@@ -52,22 +51,21 @@ struct SettingsChange {
 };
 
 // Parses --alpha-mode, --mode, --reason and --expected-version.
-Status ParseChangeFlags(const ParsedFlags& flags, SettingsChange* change) {
+base::Status ParseChangeFlags(const ParsedFlags& flags, SettingsChange* change) {
   if (const std::string* a = flags.Get("alpha-mode")) {
-    StatusOr<AlphaMode> m = ParseAlphaMode(a->c_str());
-    if (!m.ok()) return Status::InvalidArgument("--alpha-mode: " + m.status().message());
+    base::StatusOr<controller::AlphaMode> m = controller::ParseAlphaMode(a->c_str());
+    if (!m.ok()) return base::Status::InvalidArgument("--alpha-mode: " + m.status().message());
     change->alpha_mode = *m;
   }
   if (const std::string* m = flags.Get("mode")) {
-    StatusOr<Mode> mode = ParseMode(m->c_str());
-    if (!mode.ok()) return Status::InvalidArgument("--mode: " + mode.status().message());
+    base::StatusOr<controller::Mode> mode = controller::ParseMode(m->c_str());
+    if (!mode.ok()) return base::Status::InvalidArgument("--mode: " + mode.status().message());
     change->mode = *mode;
   }
   if (const std::string* r = flags.Get("reason")) change->reason = *r;
-  auto expected = OptionalInt(flags, "expected-version", 1, INT64_MAX);
-  if (!expected.ok()) return expected.status();
-  if (*expected) change->expected_version = static_cast<std::uint64_t>(**expected);
-  return Status::Ok();
+  GAC_ASSIGN_OR_RETURN(auto expected, OptionalInt(flags, "expected-version", 1, INT64_MAX));
+  if (expected) change->expected_version = static_cast<std::uint64_t>(*expected);
+  return base::Status::Ok();
 }
 
 // Sets the change: the fields not given are read from the run's current
@@ -75,30 +73,29 @@ Status ParseChangeFlags(const ParsedFlags& flags, SettingsChange* change) {
 // (unless --expected-version says which), so a concurrent change is not
 // overwritten unseen. gacd validates the thresholds; its error is returned
 // as it is.
-StatusOr<v1::RunConfig> ApplyChange(Context& ctx, const SettingsChange& change) {
+base::StatusOr<v1::RunConfig> ApplyChange(Context& ctx, const SettingsChange& change) {
   v1::SetRunConfigRequest request;
   request.set_run(change.run);
   request.set_reason(change.reason);
-  Thresholds t;
-  AlphaMode alpha = AlphaMode::kPaper;
-  Mode mode = Mode::kLocal;
+  controller::Thresholds t;
+  controller::AlphaMode alpha = controller::AlphaMode::kPaper;
+  controller::Mode mode = controller::Mode::kLocal;
   std::uint64_t expected = 0;
   if (!change.complete()) {
-    StatusOr<v1::RunConfig> current = ctx.client().GetRunConfig(change.run);
-    if (!current.ok()) return current.status();
-    t.c_low = current->thresholds().c_low();
-    t.c_high = current->thresholds().c_high();
-    StatusOr<AlphaMode> a = proto::FromProto(current->thresholds().alpha_mode());
+    GAC_ASSIGN_OR_RETURN(v1::RunConfig current, ctx.client().GetRunConfig(change.run));
+    t.c_low = current.thresholds().c_low();
+    t.c_high = current.thresholds().c_high();
+    base::StatusOr<controller::AlphaMode> a = proto::FromProto(current.thresholds().alpha_mode());
     if (!a.ok()) return a.status().WithPrefix("gacd's settings of " + change.run);
     alpha = *a;
-    if (current->mode() != v1::CONTROL_MODE_UNSPECIFIED) {
-      StatusOr<Mode> m = proto::FromProto(current->mode());
+    if (current.mode() != v1::CONTROL_MODE_UNSPECIFIED) {
+      base::StatusOr<controller::Mode> m = proto::FromProto(current.mode());
       if (!m.ok()) return m.status().WithPrefix("gacd's settings of " + change.run);
       mode = *m;
     } else if (!change.mode) {
-      return Status::FailedPrecondition("gacd's settings of " + change.run + " have no mode: give --mode");
+      return base::Status::FailedPrecondition("gacd's settings of " + change.run + " have no mode: give --mode");
     }
-    expected = current->version();
+    expected = current.version();
   }
   if (change.c_low) t.c_low = *change.c_low;
   if (change.c_high) t.c_high = *change.c_high;
@@ -141,27 +138,24 @@ CommandSpec ConfigSetCommand() {
              {"c-high", "X", "|c_t| at or above: skip (default: unchanged)"}};
   for (FlagSpec& f : ChangeFlags()) c.flags.push_back(std::move(f));
   c.positionals = 1;
-  c.prepare = [](const ParsedFlags& flags, const std::vector<std::string>& args) -> StatusOr<Action> {
+  c.prepare = [](const ParsedFlags& flags, const std::vector<std::string>& args) -> base::StatusOr<Action> {
     SettingsChange change;
     change.run = args[0];
-    auto lo = OptionalReal(flags, "c-low");
-    if (!lo.ok()) return lo.status();
-    auto hi = OptionalReal(flags, "c-high");
-    if (!hi.ok()) return hi.status();
-    change.c_low = *lo;
-    change.c_high = *hi;
+    GAC_ASSIGN_OR_RETURN(auto lo, OptionalReal(flags, "c-low"));
+    GAC_ASSIGN_OR_RETURN(auto hi, OptionalReal(flags, "c-high"));
+    change.c_low = lo;
+    change.c_high = hi;
     GAC_RETURN_IF_ERROR(ParseChangeFlags(flags, &change));
     if (!change.c_low && !change.c_high && !change.alpha_mode && !change.mode) {
-      return Status::InvalidArgument("nothing to change: give --c-low, --c-high, --alpha-mode or --mode");
+      return base::Status::InvalidArgument("nothing to change: give --c-low, --c-high, --alpha-mode or --mode");
     }
     if (!flags.Has("reason") || change.reason.empty()) {
-      return Status::InvalidArgument("--reason is required: say why, for the audit log");
+      return base::Status::InvalidArgument("--reason is required: say why, for the audit log");
     }
-    return Action([change](Context& ctx) -> Status {
-      StatusOr<v1::RunConfig> config = ApplyChange(ctx, change);
-      if (!config.ok()) return config.status();
-      ctx.out() << ChangedText(change.run, *config);
-      return Status::Ok();
+    return Action([change](Context& ctx) -> base::Status {
+      GAC_ASSIGN_OR_RETURN(v1::RunConfig config, ApplyChange(ctx, change));
+      ctx.out() << ChangedText(change.run, config);
+      return base::Status::Ok();
     });
   };
   return c;
@@ -181,7 +175,7 @@ std::string ChangeText(const v1::RunConfig& before, const v1::RunConfig& after) 
   return text.empty() ? "no change" : text;
 }
 
-Status History(Context& ctx, const std::string& run, Format format) {
+base::Status History(Context& ctx, const std::string& run, Format format) {
   std::vector<Column> columns;
   if (format == Format::kTable) {
     columns = {{"version", "VERSION", true}, {"time", "TIME"}, {"by", "BY"}, {"change", "CHANGE"}, {"reason", "REASON"}};
@@ -211,10 +205,10 @@ Status History(Context& ctx, const std::string& run, Format format) {
       }
     }
     writer->Flush();
-    return Status::Ok();
+    return base::Status::Ok();
   }));
   writer->Flush();
-  return Status::Ok();
+  return base::Status::Ok();
 }
 
 CommandSpec ConfigHistoryCommand() {
@@ -230,10 +224,9 @@ CommandSpec ConfigHistoryCommand() {
       "  before_c_low, before_c_high, before_alpha_mode, before_mode, reason\n";
   c.flags = {FormatFlagSpec()};
   c.positionals = 1;
-  c.prepare = [](const ParsedFlags& flags, const std::vector<std::string>& args) -> StatusOr<Action> {
-    StatusOr<Format> format = FormatFlag(flags);
-    if (!format.ok()) return format.status();
-    return Action([run = args[0], f = *format](Context& ctx) { return History(ctx, run, f); });
+  c.prepare = [](const ParsedFlags& flags, const std::vector<std::string>& args) -> base::StatusOr<Action> {
+    GAC_ASSIGN_OR_RETURN(Format format, FormatFlag(flags));
+    return Action([run = args[0], f = format](Context& ctx) { return History(ctx, run, f); });
   };
   return c;
 }
@@ -247,15 +240,14 @@ struct CalibrateOptions {
   SettingsChange change;  // run = the target
 };
 
-Status Calibrate(Context& ctx, CalibrateOptions o) {
-  StatusOr<v1::RunSummary> summary = ctx.client().GetRunSummary(o.run, o.window);
-  if (!summary.ok()) return summary.status();
-  const v1::CalibrationSummary& cal = summary->calibration();
-  const v1::RunConfig& config = summary->info().config();
+base::Status Calibrate(Context& ctx, CalibrateOptions o) {
+  GAC_ASSIGN_OR_RETURN(v1::RunSummary summary, ctx.client().GetRunSummary(o.run, o.window));
+  const v1::CalibrationSummary& cal = summary.calibration();
+  const v1::RunConfig& config = summary.info().config();
   std::ostream& out = ctx.out();
   out << "calibration of " << o.run << ": |c_t| of rank 0 over "
       << (o.window == 0 ? std::string("all stored steps") : "the last " + std::to_string(o.window) + " steps");
-  if (summary->has_latest()) out << " (recorded in " << proto::EnumName(summary->latest().mode()) << " mode)";
+  if (summary.has_latest()) out << " (recorded in " << proto::EnumName(summary.latest().mode()) << " mode)";
   out << "\n  values          " << cal.count() << "\n";
   if (cal.count() > 0) {
     out << "  q0.9 |c_t|      " << FormatDisplay(cal.q90()) << "\n"
@@ -264,14 +256,14 @@ Status Calibrate(Context& ctx, CalibrateOptions o) {
         << "  |c_t| <= c_low  " << Percent(cal.fraction_le_c_low()) << " (the run's c_low "
         << FormatExact(config.thresholds().c_low()) << ")\n";
   }
-  if (!cal.has_suggested()) return Status::FailedPrecondition(NoSuggestionReason(cal));
+  if (!cal.has_suggested()) return base::Status::FailedPrecondition(NoSuggestionReason(cal));
   const double lo = cal.suggested().c_low();
   const double hi = cal.suggested().c_high();
   out << "suggested         c_low " << FormatExact(lo) << ", c_high " << FormatExact(hi) << "\n";
   if (!o.apply) {
     out << "to apply them:    gacctl calibrate " << o.run << (o.window ? " --window " + std::to_string(o.window) : "")
         << " --apply --apply-to RUN --reason TEXT\n";
-    return Status::Ok();
+    return base::Status::Ok();
   }
   o.change.c_low = lo;
   o.change.c_high = hi;
@@ -280,10 +272,9 @@ Status Calibrate(Context& ctx, CalibrateOptions o) {
                       ": q0.9 " + FormatDisplay(cal.q90()) + ", max " + FormatDisplay(cal.max()) + " over " +
                       std::to_string(cal.count()) + " steps";
   }
-  StatusOr<v1::RunConfig> applied = ApplyChange(ctx, o.change);
-  if (!applied.ok()) return applied.status();
-  out << "applied           " << ChangedText(o.change.run, *applied);
-  return Status::Ok();
+  GAC_ASSIGN_OR_RETURN(v1::RunConfig applied, ApplyChange(ctx, o.change));
+  out << "applied           " << ChangedText(o.change.run, applied);
+  return base::Status::Ok();
 }
 
 CommandSpec CalibrateCommand() {
@@ -312,22 +303,21 @@ CommandSpec CalibrateCommand() {
     c.flags.push_back(std::move(f));
   }
   c.positionals = 1;
-  c.prepare = [](const ParsedFlags& flags, const std::vector<std::string>& args) -> StatusOr<Action> {
+  c.prepare = [](const ParsedFlags& flags, const std::vector<std::string>& args) -> base::StatusOr<Action> {
     CalibrateOptions o;
     o.run = args[0];
-    auto window = OptionalInt(flags, "window", 0, UINT32_MAX);
-    if (!window.ok()) return window.status();
-    o.window = static_cast<std::uint32_t>(window->value_or(0));
+    GAC_ASSIGN_OR_RETURN(auto window, OptionalInt(flags, "window", 0, UINT32_MAX));
+    o.window = static_cast<std::uint32_t>(window.value_or(0));
     o.apply = flags.Has("apply");
     GAC_RETURN_IF_ERROR(ParseChangeFlags(flags, &o.change));
     if (flags.Has("apply-to") && flags.Has("to")) {
-      return Status::InvalidArgument("give --apply-to or its former name --to, not both");
+      return base::Status::InvalidArgument("give --apply-to or its former name --to, not both");
     }
     const std::string* to = flags.Has("to") ? flags.Get("to") : flags.Get("apply-to");
-    if (o.apply && to == nullptr) return Status::InvalidArgument("--apply needs --apply-to RUN2, the run to change");
+    if (o.apply && to == nullptr) return base::Status::InvalidArgument("--apply needs --apply-to RUN2, the run to change");
     if (!o.apply) {
       for (const char* f : {"apply-to", "to", "alpha-mode", "mode", "reason", "expected-version"}) {
-        if (flags.Has(f)) return Status::InvalidArgument(std::string("--") + f + " applies only with --apply");
+        if (flags.Has(f)) return base::Status::InvalidArgument(std::string("--") + f + " applies only with --apply");
       }
     }
     if (to != nullptr) o.change.run = *to;

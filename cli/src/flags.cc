@@ -5,7 +5,7 @@
 #include <cmath>
 #include <cstdlib>
 
-#include "gac/duration.h"
+#include "gac/base/duration.h"
 
 namespace gac::cli {
 
@@ -14,7 +14,7 @@ const std::string* ParsedFlags::Get(const std::string& name) const {
   return it == values_.end() ? nullptr : &it->second;
 }
 
-StatusOr<ParsedFlags> ParseFlags(const std::vector<std::string>& args, const std::vector<FlagSpec>& specs) {
+base::StatusOr<ParsedFlags> ParseFlags(const std::vector<std::string>& args, const std::vector<FlagSpec>& specs) {
   ParsedFlags parsed;
   auto find_long = [&](const std::string& name) -> const FlagSpec* {
     for (const FlagSpec& s : specs) {
@@ -52,7 +52,7 @@ StatusOr<ParsedFlags> ParseFlags(const std::vector<std::string>& args, const std
       spec = find_short(arg[1]);
       shown = arg;
     }
-    if (spec == nullptr) return Status::InvalidArgument("unknown flag '" + (shown.empty() ? arg : shown) + "'");
+    if (spec == nullptr) return base::Status::InvalidArgument("unknown flag '" + (shown.empty() ? arg : shown) + "'");
     if (!spec->deprecated.empty()) {
       const std::string note = "--" + spec->name + " is deprecated: " + spec->deprecated;
       if (std::find(parsed.notes_.begin(), parsed.notes_.end(), note) == parsed.notes_.end()) {
@@ -60,12 +60,12 @@ StatusOr<ParsedFlags> ParseFlags(const std::vector<std::string>& args, const std
       }
     }
     if (spec->value_name.empty()) {
-      if (inline_value) return Status::InvalidArgument(shown + " takes no value");
+      if (inline_value) return base::Status::InvalidArgument(shown + " takes no value");
       parsed.values_[spec->name] = "";
       continue;
     }
     if (!inline_value) {
-      if (i + 1 >= args.size()) return Status::InvalidArgument(shown + " needs a value (" + spec->value_name + ")");
+      if (i + 1 >= args.size()) return base::Status::InvalidArgument(shown + " needs a value (" + spec->value_name + ")");
       inline_value = args[++i];
     }
     parsed.values_[spec->name] = *inline_value;
@@ -73,37 +73,37 @@ StatusOr<ParsedFlags> ParseFlags(const std::vector<std::string>& args, const std
   return parsed;
 }
 
-StatusOr<std::int64_t> ParseIntFlag(const std::string& flag, const std::string& text, std::int64_t min,
+base::StatusOr<std::int64_t> ParseIntFlag(const std::string& flag, const std::string& text, std::int64_t min,
                                     std::int64_t max) {
   errno = 0;
   char* end = nullptr;
   const long long v = std::strtoll(text.c_str(), &end, 10);
   if (text.empty() || end == nullptr || *end != '\0' || errno == ERANGE) {
-    return Status::InvalidArgument(flag + ": expected an integer, got '" + text + "'");
+    return base::Status::InvalidArgument(flag + ": expected an integer, got '" + text + "'");
   }
   if (v < min || v > max) {
-    return Status::InvalidArgument(flag + ": " + text + " is outside [" + std::to_string(min) + ", " +
+    return base::Status::InvalidArgument(flag + ": " + text + " is outside [" + std::to_string(min) + ", " +
                                    std::to_string(max) + "]");
   }
   return static_cast<std::int64_t>(v);
 }
 
-StatusOr<double> ParseRealFlag(const std::string& flag, const std::string& text) {
+base::StatusOr<double> ParseRealFlag(const std::string& flag, const std::string& text) {
   errno = 0;
   char* end = nullptr;
   const double v = std::strtod(text.c_str(), &end);
   if (text.empty() || end == nullptr || *end != '\0' || !std::isfinite(v)) {
-    return Status::InvalidArgument(flag + ": expected a number, got '" + text + "'");
+    return base::Status::InvalidArgument(flag + ": expected a number, got '" + text + "'");
   }
   return v;
 }
 
-StatusOr<std::vector<double>> ParseRealListFlag(const std::string& flag, const std::string& text) {
+base::StatusOr<std::vector<double>> ParseRealListFlag(const std::string& flag, const std::string& text) {
   std::vector<double> values;
   std::size_t start = 0;
   for (;;) {
     const auto comma = text.find(',', start);
-    StatusOr<double> v = ParseRealFlag(flag, text.substr(start, comma == std::string::npos ? std::string::npos
+    base::StatusOr<double> v = ParseRealFlag(flag, text.substr(start, comma == std::string::npos ? std::string::npos
                                                                                             : comma - start));
     if (!v.ok()) return v.status();
     values.push_back(*v);
@@ -113,31 +113,29 @@ StatusOr<std::vector<double>> ParseRealListFlag(const std::string& flag, const s
   return values;
 }
 
-StatusOr<std::chrono::milliseconds> ParseDurationFlag(const std::string& flag, const std::string& text) {
-  StatusOr<std::chrono::nanoseconds> d = ParseDuration(text);
+base::StatusOr<std::chrono::milliseconds> ParseDurationFlag(const std::string& flag, const std::string& text) {
+  base::StatusOr<std::chrono::nanoseconds> d = base::ParseDuration(text);
   if (!d.ok() || d->count() <= 0) {
-    return Status::InvalidArgument(flag + ": expected a duration above zero such as 500ms, 10s or 2m, got '" + text +
+    return base::Status::InvalidArgument(flag + ": expected a duration above zero such as 500ms, 10s or 2m, got '" + text +
                                    "'");
   }
   const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(*d);
   return std::max(ms, std::chrono::milliseconds(1));
 }
 
-StatusOr<std::optional<std::int64_t>> OptionalInt(const ParsedFlags& flags, const std::string& name,
+base::StatusOr<std::optional<std::int64_t>> OptionalInt(const ParsedFlags& flags, const std::string& name,
                                                   std::int64_t min, std::int64_t max) {
   const std::string* text = flags.Get(name);
   if (text == nullptr) return std::optional<std::int64_t>();
-  StatusOr<std::int64_t> v = ParseIntFlag("--" + name, *text, min, max);
-  if (!v.ok()) return v.status();
-  return std::optional<std::int64_t>(*v);
+  GAC_ASSIGN_OR_RETURN(std::int64_t v, ParseIntFlag("--" + name, *text, min, max));
+  return std::optional<std::int64_t>(v);
 }
 
-StatusOr<std::optional<double>> OptionalReal(const ParsedFlags& flags, const std::string& name) {
+base::StatusOr<std::optional<double>> OptionalReal(const ParsedFlags& flags, const std::string& name) {
   const std::string* text = flags.Get(name);
   if (text == nullptr) return std::optional<double>();
-  StatusOr<double> v = ParseRealFlag("--" + name, *text);
-  if (!v.ok()) return v.status();
-  return std::optional<double>(*v);
+  GAC_ASSIGN_OR_RETURN(double v, ParseRealFlag("--" + name, *text));
+  return std::optional<double>(v);
 }
 
 }  // namespace gac::cli

@@ -14,7 +14,7 @@
 #include <utility>
 #include <vector>
 
-#include "gac/status.h"
+#include "gac/base/status.h"
 
 namespace gac::cli {
 
@@ -43,30 +43,30 @@ class ParsedFlags {
   const std::vector<std::string>& deprecation_notes() const { return notes_; }
 
  private:
-  friend StatusOr<ParsedFlags> ParseFlags(const std::vector<std::string>& args, const std::vector<FlagSpec>& specs);
+  friend base::StatusOr<ParsedFlags> ParseFlags(const std::vector<std::string>& args, const std::vector<FlagSpec>& specs);
   std::map<std::string, std::string> values_;
   std::vector<std::string> positional_;
   std::vector<std::string> notes_;
 };
 
-StatusOr<ParsedFlags> ParseFlags(const std::vector<std::string>& args, const std::vector<FlagSpec>& specs);
+base::StatusOr<ParsedFlags> ParseFlags(const std::vector<std::string>& args, const std::vector<FlagSpec>& specs);
 
 // Typed values of flags; `flag` ("--from") names the flag in errors.
-StatusOr<std::int64_t> ParseIntFlag(const std::string& flag, const std::string& text, std::int64_t min,
+base::StatusOr<std::int64_t> ParseIntFlag(const std::string& flag, const std::string& text, std::int64_t min,
                                     std::int64_t max);
 // A finite number.
-StatusOr<double> ParseRealFlag(const std::string& flag, const std::string& text);
+base::StatusOr<double> ParseRealFlag(const std::string& flag, const std::string& text);
 // Comma-separated finite numbers ("0.03,0.05,0.07").
-StatusOr<std::vector<double>> ParseRealListFlag(const std::string& flag, const std::string& text);
-// A duration as gac::ParseDuration reads it ("500ms", "10s", "2m", "1h",
+base::StatusOr<std::vector<double>> ParseRealListFlag(const std::string& flag, const std::string& text);
+// A duration as gac::base::ParseDuration reads it ("500ms", "10s", "2m", "1h",
 // "1d"; a bare number is seconds), above zero, in whole milliseconds (at
 // least 1).
-StatusOr<std::chrono::milliseconds> ParseDurationFlag(const std::string& flag, const std::string& text);
+base::StatusOr<std::chrono::milliseconds> ParseDurationFlag(const std::string& flag, const std::string& text);
 
 // The optional values of a parsed flag set, typed (nullopt when absent).
-StatusOr<std::optional<std::int64_t>> OptionalInt(const ParsedFlags& flags, const std::string& name,
+base::StatusOr<std::optional<std::int64_t>> OptionalInt(const ParsedFlags& flags, const std::string& name,
                                                   std::int64_t min, std::int64_t max);
-StatusOr<std::optional<double>> OptionalReal(const ParsedFlags& flags, const std::string& name);
+base::StatusOr<std::optional<double>> OptionalReal(const ParsedFlags& flags, const std::string& name);
 
 }  // namespace gac::cli
 

@@ -9,11 +9,11 @@
 
 namespace gac::cli {
 
-StatusOr<Format> ParseFormat(const std::string& name) {
+base::StatusOr<Format> ParseFormat(const std::string& name) {
   if (name == "table") return Format::kTable;
   if (name == "csv") return Format::kCsv;
   if (name == "jsonl") return Format::kJsonl;
-  return Status::InvalidArgument("unknown format '" + name + "' (expected table, csv or jsonl)");
+  return base::Status::InvalidArgument("unknown format '" + name + "' (expected table, csv or jsonl)");
 }
 
 const char* FormatName(Format format) {

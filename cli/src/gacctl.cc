@@ -8,7 +8,7 @@
 #include <utility>
 
 #include "cli/src/commands.h"
-#include "gac/file_util.h"
+#include "gac/base/file_util.h"
 
 #ifndef GAC_VERSION
 #define GAC_VERSION "unknown"
@@ -112,7 +112,7 @@ std::string Trim(const std::string& s) {
   return s.substr(first, last - first + 1);
 }
 
-StatusOr<ConnectionOptions> ConnectionFromFlags(const ParsedFlags& flags, const Environment& env) {
+base::StatusOr<ConnectionOptions> ConnectionFromFlags(const ParsedFlags& flags, const Environment& env) {
   ConnectionOptions c;
   if (const std::string* a = flags.Get("address")) {
     c.address = *a;
@@ -121,40 +121,39 @@ StatusOr<ConnectionOptions> ConnectionFromFlags(const ParsedFlags& flags, const 
   } else {
     c.address = kDefaultAddress;
   }
-  if (c.address.empty()) return Status::InvalidArgument("--address must not be empty");
+  if (c.address.empty()) return base::Status::InvalidArgument("--address must not be empty");
   if (flags.Has("token") && flags.Has("token-file")) {
-    return Status::InvalidArgument("--token and --token-file exclude each other");
+    return base::Status::InvalidArgument("--token and --token-file exclude each other");
   }
   if (const std::string* t = flags.Get("token")) {
     c.token = *t;
   } else if (const std::string* f = flags.Get("token-file")) {
-    StatusOr<std::string> text = ReadFileToString(*f, "token file");
-    if (!text.ok()) return Status::InvalidArgument("--token-file: " + text.status().message());
+    base::StatusOr<std::string> text = base::ReadFileToString(*f, "token file");
+    if (!text.ok()) return base::Status::InvalidArgument("--token-file: " + text.status().message());
     c.token = Trim(*text);
-    if (c.token.empty()) return Status::InvalidArgument("--token-file: " + *f + " holds no token");
+    if (c.token.empty()) return base::Status::InvalidArgument("--token-file: " + *f + " holds no token");
   } else if (auto t_env = env.getenv("GAC_TOKEN")) {
     c.token = Trim(*t_env);
   }
   if (c.token.find_first_of(" \t\r\n") != std::string::npos) {
-    return Status::InvalidArgument("the token must not contain blanks");
+    return base::Status::InvalidArgument("the token must not contain blanks");
   }
   c.tls = flags.Has("tls") || flags.Has("tls-ca");
   if (const std::string* ca = flags.Get("tls-ca")) {
-    StatusOr<std::string> pem = ReadFileToString(*ca, "CA certificate file");
-    if (!pem.ok()) return Status::InvalidArgument("--tls-ca: " + pem.status().message());
+    base::StatusOr<std::string> pem = base::ReadFileToString(*ca, "CA certificate file");
+    if (!pem.ok()) return base::Status::InvalidArgument("--tls-ca: " + pem.status().message());
     if (pem->find("-----BEGIN CERTIFICATE-----") == std::string::npos) {
-      return Status::InvalidArgument("--tls-ca: " + *ca + " holds no PEM certificate");
+      return base::Status::InvalidArgument("--tls-ca: " + *ca + " holds no PEM certificate");
     }
     c.tls_ca_pem = *pem;
   }
   if (const std::string* name = flags.Get("tls-server-name")) {
-    if (!c.tls) return Status::InvalidArgument("--tls-server-name needs --tls or --tls-ca");
+    if (!c.tls) return base::Status::InvalidArgument("--tls-server-name needs --tls or --tls-ca");
     c.tls_server_name = *name;
   }
   if (const std::string* t = flags.Get("timeout")) {
-    StatusOr<std::chrono::milliseconds> d = ParseDurationFlag("--timeout", *t);
-    if (!d.ok()) return d.status();
-    c.timeout = *d;
+    GAC_ASSIGN_OR_RETURN(std::chrono::milliseconds d, ParseDurationFlag("--timeout", *t));
+    c.timeout = d;
   }
   return c;
 }
@@ -265,7 +264,7 @@ CommandLine ReadCommand(const std::vector<std::string>& args, const std::vector<
 }
 
 // The exit status of a finished action, with its one-line error.
-int Finish(const Status& st, const Context& ctx, std::ostream& out, std::ostream& err) {
+int Finish(const base::Status& st, const Context& ctx, std::ostream& out, std::ostream& err) {
   out.flush();
   if (!st.ok()) {
     if (st.IsCancelled() && ctx.interrupted()) {
@@ -293,7 +292,7 @@ int RunGacctl(const std::vector<std::string>& args, const Environment& env, std:
 
   std::vector<FlagSpec> specs = spec.flags;
   specs.insert(specs.end(), globals.begin(), globals.end());
-  StatusOr<ParsedFlags> flags = ParseFlags(line.rest, specs);
+  base::StatusOr<ParsedFlags> flags = ParseFlags(line.rest, specs);
   if (!flags.ok()) return UsageError(err, spec.name, flags.status().message());
   if (flags->Has("help")) {
     out << CommandHelp(spec);
@@ -304,14 +303,14 @@ int RunGacctl(const std::vector<std::string>& args, const Environment& env, std:
   if (positional.size() > spec.positionals) {
     return UsageError(err, spec.name, "unexpected argument '" + positional[spec.positionals] + "'");
   }
-  StatusOr<ConnectionOptions> connection = ConnectionFromFlags(*flags, env);
+  base::StatusOr<ConnectionOptions> connection = ConnectionFromFlags(*flags, env);
   if (!connection.ok()) return UsageError(err, spec.name, connection.status().message());
-  StatusOr<Action> action = spec.prepare(*flags, positional);
+  base::StatusOr<Action> action = spec.prepare(*flags, positional);
   if (!action.ok()) return UsageError(err, spec.name, action.status().message());
   for (const std::string& note : flags->deprecation_notes()) err << "gacctl: note: " << note << "\n";
 
   Context ctx(env, out, err, std::move(*connection));
-  const Status st = (*action)(ctx);
+  const base::Status st = (*action)(ctx);
   ctx.EndProgress();
   return Finish(st, ctx, out, err);
 }

@@ -7,23 +7,23 @@
 
 namespace gac::cli {
 
-ReplayedDecision ReplayStep(const Controller& controller, const RecordedStep& step) {
+ReplayedDecision ReplayStep(const controller::Controller& controller, const RecordedStep& step) {
   ReplayedDecision d;
-  if (step.regime == Regime::kInvalid) {
-    d.regime = Regime::kInvalid;
+  if (step.regime == controller::Regime::kInvalid) {
+    d.regime = controller::Regime::kInvalid;
     return d;
   }
   if (!step.cosine) return d;  // no reference: safe under any thresholds
   d.regime = controller.RegimeForCosine(*step.cosine);
-  if (d.regime == Regime::kProject) d.alpha = controller.Alpha(*step.cosine);
+  if (d.regime == controller::Regime::kProject) d.alpha = controller.Alpha(*step.cosine);
   return d;
 }
 
-void RegimeSeries::Add(std::int64_t step, Regime regime) {
+void RegimeSeries::Add(std::int64_t step, controller::Regime regime) {
   ++counts_[static_cast<std::size_t>(regime)];
-  if (regime == Regime::kProject && !first_project_) first_project_ = step;
-  if (regime == Regime::kSkip && !first_skip_) first_skip_ = step;
-  if (regime == Regime::kSkip) {
+  if (regime == controller::Regime::kProject && !first_project_) first_project_ = step;
+  if (regime == controller::Regime::kSkip && !first_skip_) first_skip_ = step;
+  if (regime == controller::Regime::kSkip) {
     if (run_length_ > 0 && last_step_ && *last_step_ + 1 == step) {
       ++run_length_;
     } else {
@@ -50,8 +50,8 @@ ReplayedDecision Replayer::Add(const RecordedStep& step) {
   const ReplayedDecision d = ReplayStep(controller_, step);
   recorded_.Add(step.step, step.regime);
   replayed_.Add(step.step, d.regime);
-  if (d.regime == Regime::kProject) project_alpha_sum_ += d.alpha;
-  if (step.regime == Regime::kProject) recorded_project_alpha_sum_ += step.alpha;
+  if (d.regime == controller::Regime::kProject) project_alpha_sum_ += d.alpha;
+  if (step.regime == controller::Regime::kProject) recorded_project_alpha_sum_ += step.alpha;
   if (d.regime != step.regime) {
     ++differing_count_;
     if (differing_.size() < max_kept_) {
@@ -62,35 +62,35 @@ ReplayedDecision Replayer::Add(const RecordedStep& step) {
 }
 
 std::optional<double> Replayer::mean_project_alpha() const {
-  const std::uint64_t n = replayed_.count(Regime::kProject);
+  const std::uint64_t n = replayed_.count(controller::Regime::kProject);
   if (n == 0) return std::nullopt;
   return project_alpha_sum_ / static_cast<double>(n);
 }
 
 std::optional<double> Replayer::mean_recorded_project_alpha() const {
-  const std::uint64_t n = recorded_.count(Regime::kProject);
+  const std::uint64_t n = recorded_.count(controller::Regime::kProject);
   if (n == 0) return std::nullopt;
   return recorded_project_alpha_sum_ / static_cast<double>(n);
 }
 
-StatusOr<std::vector<Thresholds>> ThresholdGrid(const std::vector<double>& c_lows,
+base::StatusOr<std::vector<controller::Thresholds>> ThresholdGrid(const std::vector<double>& c_lows,
                                                 const std::vector<double>& c_highs) {
   for (const auto* list : {&c_lows, &c_highs}) {
     const char* name = list == &c_lows ? "--c-low" : "--c-high";
-    if (list->empty()) return Status::InvalidArgument(std::string(name) + " needs at least one value");
+    if (list->empty()) return base::Status::InvalidArgument(std::string(name) + " needs at least one value");
     for (double v : *list) {
       if (!std::isfinite(v) || v <= 0.0 || v > 1.0) {
-        return Status::InvalidArgument(std::string(name) + " value " + FormatExact(v) + " is outside (0, 1]");
+        return base::Status::InvalidArgument(std::string(name) + " value " + FormatExact(v) + " is outside (0, 1]");
       }
     }
   }
-  std::vector<Thresholds> pairs;
+  std::vector<controller::Thresholds> pairs;
   for (double lo : c_lows) {
     for (double hi : c_highs) {
-      if (lo < hi) pairs.push_back(Thresholds{lo, hi});
+      if (lo < hi) pairs.push_back(controller::Thresholds{lo, hi});
     }
   }
-  if (pairs.empty()) return Status::InvalidArgument("the grid has no pair with c_low < c_high");
+  if (pairs.empty()) return base::Status::InvalidArgument("the grid has no pair with c_low < c_high");
   return pairs;
 }
 

@@ -10,8 +10,8 @@ constexpr std::uint32_t kReplayPage = 5000;
 
 struct ReplayOptions {
   std::string run;
-  std::vector<Thresholds> pairs;  // one, or the grid's
-  AlphaMode alpha = AlphaMode::kPaper;
+  std::vector<controller::Thresholds> pairs;  // one, or the grid's
+  controller::AlphaMode alpha = controller::AlphaMode::kPaper;
   bool grid = false;
   bool per_step = false;
   std::int64_t from = 0;
@@ -60,14 +60,14 @@ Cell StepCell(const std::optional<std::int64_t>& step) { return step ? Cell::Int
 
 void WriteSummary(std::ostream& out, const ReplayOptions& o, const Replayer& r, std::int64_t first,
                   std::int64_t last) {
-  const Thresholds& t = r.controller().thresholds();
+  const controller::Thresholds& t = r.controller().thresholds();
   out << "replay of " << o.run << ", rank 0: " << r.steps() << " steps (" << first << " to " << last
       << ") with c_low " << FormatExact(t.c_low) << ", c_high " << FormatExact(t.c_high) << ", alpha "
-      << AlphaModeName(r.controller().mode()) << "\n\n";
+      << controller::AlphaModeName(r.controller().mode()) << "\n\n";
   std::unique_ptr<RowWriter> table =
       RowWriter::Create(Format::kTable, &out, {{"what", " "}, {"recorded", "RECORDED", true}, {"replayed", "REPLAYED", true}});
-  for (Regime regime : kAllRegimes) {
-    table->Add({Cell::Text(RegimeName(regime)), Cell::Int(static_cast<std::int64_t>(r.recorded().count(regime))),
+  for (controller::Regime regime : controller::kAllRegimes) {
+    table->Add({Cell::Text(controller::RegimeName(regime)), Cell::Int(static_cast<std::int64_t>(r.recorded().count(regime))),
                 Cell::Int(static_cast<std::int64_t>(r.replayed().count(regime)))});
   }
   table->Add({Cell::Text("first project step"), Cell::Text(OptionalStep(r.recorded().first_project())),
@@ -92,18 +92,17 @@ void WriteSummary(std::ostream& out, const ReplayOptions& o, const Replayer& r, 
   columns.pop_back();  // all of them differ
   std::unique_ptr<RowWriter> diffs = RowWriter::Create(Format::kTable, &out, std::move(columns));
   for (const DifferingStep& d : r.differing()) {
-    diffs->Add({Cell::Int(d.step), Cell::Optional(d.cosine), Cell::Text(RegimeName(d.recorded)),
-                Cell::Real(d.recorded_alpha), Cell::Text(RegimeName(d.replayed)), Cell::Real(d.replayed_alpha)});
+    diffs->Add({Cell::Int(d.step), Cell::Optional(d.cosine), Cell::Text(controller::RegimeName(d.recorded)),
+                Cell::Real(d.recorded_alpha), Cell::Text(controller::RegimeName(d.replayed)), Cell::Real(d.replayed_alpha)});
   }
   diffs->Flush();
 }
 
-Status Replay(Context& ctx, const ReplayOptions& o) {
+base::Status Replay(Context& ctx, const ReplayOptions& o) {
   std::vector<Replayer> replayers;
-  for (const Thresholds& t : o.pairs) {
-    StatusOr<Controller> controller = Controller::Create(t, o.alpha);
-    if (!controller.ok()) return controller.status();
-    replayers.emplace_back(*controller, o.grid ? 0 : o.max_diffs);
+  for (const controller::Thresholds& t : o.pairs) {
+    GAC_ASSIGN_OR_RETURN(controller::Controller controller, controller::Controller::Create(t, o.alpha));
+    replayers.emplace_back(controller, o.grid ? 0 : o.max_diffs);
   }
   std::unique_ptr<RowWriter> per_step;
   if (o.per_step) per_step = RowWriter::Create(o.format, &ctx.out(), PerStepColumns());
@@ -115,9 +114,9 @@ Status Replay(Context& ctx, const ReplayOptions& o) {
   request.set_end_step(o.end);
   request.set_page_size(kReplayPage);
   std::optional<std::int64_t> first, last;
-  GAC_RETURN_IF_ERROR(ctx.client().ForEachStepPage(request, [&](const v1::GetStepsResponse& page) -> Status {
+  GAC_RETURN_IF_ERROR(ctx.client().ForEachStepPage(request, [&](const v1::GetStepsResponse& page) -> base::Status {
     for (const v1::StepRecord& r : page.steps()) {
-      StatusOr<Regime> regime = proto::FromProto(r.regime());
+      base::StatusOr<controller::Regime> regime = proto::FromProto(r.regime());
       if (!regime.ok()) return regime.status().WithPrefix("step " + std::to_string(r.step()) + " of " + o.run);
       RecordedStep step;
       step.step = r.step();
@@ -129,8 +128,8 @@ Status Replay(Context& ctx, const ReplayOptions& o) {
       for (Replayer& replayer : replayers) {
         const ReplayedDecision d = replayer.Add(step);
         if (per_step) {
-          per_step->Add({Cell::Int(step.step), Cell::Optional(step.cosine), Cell::Text(RegimeName(step.regime)),
-                         Cell::Real(step.alpha), Cell::Text(RegimeName(d.regime)), Cell::Real(d.alpha),
+          per_step->Add({Cell::Int(step.step), Cell::Optional(step.cosine), Cell::Text(controller::RegimeName(step.regime)),
+                         Cell::Real(step.alpha), Cell::Text(controller::RegimeName(d.regime)), Cell::Real(d.alpha),
                          Cell::Bool(d.regime != step.regime)});
         }
       }
@@ -139,42 +138,42 @@ Status Replay(Context& ctx, const ReplayOptions& o) {
     if (last) ctx.Progress("gacctl: replayed " + std::to_string(replayers[0].steps()) + " steps, at step " +
                            std::to_string(*last));
     if (ctx.interrupted() && !page.next_page_token().empty()) return Interrupted();
-    return Status::Ok();
+    return base::Status::Ok();
   }));
   ctx.EndProgress();
   if (per_step) {
     per_step->Flush();
-    return Status::Ok();
+    return base::Status::Ok();
   }
   std::ostream& out = ctx.out();
   if (!first) {
     out << "replay of " << o.run << ", rank 0: no stored steps" << (o.from > 0 || o.end > 0 ? " in the range" : "")
         << "\n";
-    return Status::Ok();
+    return base::Status::Ok();
   }
   if (!o.grid) {
     WriteSummary(out, o, replayers[0], *first, *last);
-    return Status::Ok();
+    return base::Status::Ok();
   }
   if (o.format == Format::kTable) {
     out << "replay grid of " << o.run << ", rank 0: " << replayers[0].steps() << " steps (" << *first << " to "
-        << *last << "), alpha " << AlphaModeName(o.alpha) << "\n\n";
+        << *last << "), alpha " << controller::AlphaModeName(o.alpha) << "\n\n";
   }
   std::unique_ptr<RowWriter> grid = RowWriter::Create(o.format, &out, GridColumns());
   for (const Replayer& r : replayers) {
     const RegimeSeries& s = r.replayed();
     grid->Add({Cell::Real(r.controller().thresholds().c_low), Cell::Real(r.controller().thresholds().c_high),
-               Cell::Text(AlphaModeName(r.controller().mode())), Cell::Int(static_cast<std::int64_t>(r.steps())),
-               Cell::Int(static_cast<std::int64_t>(s.count(Regime::kSafe))),
-               Cell::Int(static_cast<std::int64_t>(s.count(Regime::kProject))),
-               Cell::Int(static_cast<std::int64_t>(s.count(Regime::kSkip))),
-               Cell::Int(static_cast<std::int64_t>(s.count(Regime::kInvalid))), StepCell(s.first_project()),
+               Cell::Text(controller::AlphaModeName(r.controller().mode())), Cell::Int(static_cast<std::int64_t>(r.steps())),
+               Cell::Int(static_cast<std::int64_t>(s.count(controller::Regime::kSafe))),
+               Cell::Int(static_cast<std::int64_t>(s.count(controller::Regime::kProject))),
+               Cell::Int(static_cast<std::int64_t>(s.count(controller::Regime::kSkip))),
+               Cell::Int(static_cast<std::int64_t>(s.count(controller::Regime::kInvalid))), StepCell(s.first_project()),
                StepCell(s.first_skip()), Cell::Int(static_cast<std::int64_t>(s.longest_skip())),
                StepCell(s.longest_skip_first()), Cell::Optional(r.mean_project_alpha()),
                Cell::Int(static_cast<std::int64_t>(r.differing_count()))});
   }
   grid->Flush();
-  return Status::Ok();
+  return base::Status::Ok();
 }
 
 CommandSpec ReplayCommand() {
@@ -210,51 +209,44 @@ CommandSpec ReplayCommand() {
       {"format", "table|csv|jsonl", "output format of --grid and --steps (default table)"},
   });
   c.positionals = 1;
-  c.prepare = [](const ParsedFlags& flags, const std::vector<std::string>& args) -> StatusOr<Action> {
+  c.prepare = [](const ParsedFlags& flags, const std::vector<std::string>& args) -> base::StatusOr<Action> {
     ReplayOptions o;
     o.run = args[0];
     o.grid = flags.Has("grid");
     o.per_step = flags.Has("steps");
     const std::string* lo = flags.Get("c-low");
     const std::string* hi = flags.Get("c-high");
-    if (lo == nullptr || hi == nullptr) return Status::InvalidArgument("--c-low and --c-high are required");
+    if (lo == nullptr || hi == nullptr) return base::Status::InvalidArgument("--c-low and --c-high are required");
     if (o.grid) {
-      if (o.per_step) return Status::InvalidArgument("--steps and --grid exclude each other");
-      auto lows = ParseRealListFlag("--c-low", *lo);
-      if (!lows.ok()) return lows.status();
-      auto highs = ParseRealListFlag("--c-high", *hi);
-      if (!highs.ok()) return highs.status();
-      auto pairs = ThresholdGrid(*lows, *highs);
-      if (!pairs.ok()) return pairs.status();
-      o.pairs = *pairs;
+      if (o.per_step) return base::Status::InvalidArgument("--steps and --grid exclude each other");
+      GAC_ASSIGN_OR_RETURN(auto lows, ParseRealListFlag("--c-low", *lo));
+      GAC_ASSIGN_OR_RETURN(auto highs, ParseRealListFlag("--c-high", *hi));
+      GAC_ASSIGN_OR_RETURN(auto pairs, ThresholdGrid(lows, highs));
+      o.pairs = pairs;
     } else {
       if (lo->find(',') != std::string::npos || hi->find(',') != std::string::npos) {
-        return Status::InvalidArgument("a list of thresholds needs --grid");
+        return base::Status::InvalidArgument("a list of thresholds needs --grid");
       }
-      auto l = ParseRealFlag("--c-low", *lo);
-      if (!l.ok()) return l.status();
-      auto h = ParseRealFlag("--c-high", *hi);
-      if (!h.ok()) return h.status();
-      const Thresholds t{*l, *h};
-      GAC_RETURN_IF_ERROR(ValidateThresholds(t));
+      GAC_ASSIGN_OR_RETURN(auto l, ParseRealFlag("--c-low", *lo));
+      GAC_ASSIGN_OR_RETURN(auto h, ParseRealFlag("--c-high", *hi));
+      const controller::Thresholds t{l, h};
+      GAC_RETURN_IF_ERROR(controller::ValidateThresholds(t));
       o.pairs = {t};
     }
     if (const std::string* a = flags.Get("alpha-mode")) {
-      StatusOr<AlphaMode> m = ParseAlphaMode(a->c_str());
-      if (!m.ok()) return Status::InvalidArgument("--alpha-mode: " + m.status().message());
+      base::StatusOr<controller::AlphaMode> m = controller::ParseAlphaMode(a->c_str());
+      if (!m.ok()) return base::Status::InvalidArgument("--alpha-mode: " + m.status().message());
       o.alpha = *m;
     }
     GAC_RETURN_IF_ERROR(StepRangeFlags(flags, &o.from, &o.end));
-    auto diffs = OptionalInt(flags, "max-diffs", 0, INT64_MAX);
-    if (!diffs.ok()) return diffs.status();
-    if (*diffs && (o.grid || o.per_step)) return Status::InvalidArgument("--max-diffs applies only to the summary");
-    if (*diffs) o.max_diffs = **diffs == 0 ? SIZE_MAX : static_cast<std::size_t>(**diffs);
-    StatusOr<Format> format = FormatFlag(flags);
-    if (!format.ok()) return format.status();
+    GAC_ASSIGN_OR_RETURN(auto diffs, OptionalInt(flags, "max-diffs", 0, INT64_MAX));
+    if (diffs && (o.grid || o.per_step)) return base::Status::InvalidArgument("--max-diffs applies only to the summary");
+    if (diffs) o.max_diffs = *diffs == 0 ? SIZE_MAX : static_cast<std::size_t>(*diffs);
+    GAC_ASSIGN_OR_RETURN(Format format, FormatFlag(flags));
     if (flags.Has("format") && !o.grid && !o.per_step) {
-      return Status::InvalidArgument("--format applies to --grid and --steps");
+      return base::Status::InvalidArgument("--format applies to --grid and --steps");
     }
-    o.format = *format;
+    o.format = format;
     return Action([o](Context& ctx) { return Replay(ctx, o); });
   };
   return c;

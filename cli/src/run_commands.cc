@@ -54,21 +54,21 @@ std::vector<Cell> RunRow(const v1::RunInfo& info, std::int64_t now_ns) {
   };
 }
 
-Status ListRuns(Context& ctx, Format format) {
+base::Status ListRuns(Context& ctx, Format format) {
   std::unique_ptr<RowWriter> writer = RowWriter::Create(format, &ctx.out(), RunColumns());
   const std::int64_t now = ctx.NowNs();
   // One call per page: each run's latest step (of rank 0) comes with it.
   v1::ListRunsRequest request;
   request.set_include_latest(true);
-  const Status st = ctx.client().ForEachRunPage(request, [&](const v1::ListRunsResponse& page) -> Status {
+  const base::Status st = ctx.client().ForEachRunPage(request, [&](const v1::ListRunsResponse& page) -> base::Status {
     if (ctx.interrupted()) return Interrupted();
     for (const v1::RunInfo& info : page.runs()) writer->Add(RunRow(info, now));
     writer->Flush();
-    return Status::Ok();
+    return base::Status::Ok();
   });
   if (!st.ok()) return st;
   writer->Flush();
-  return Status::Ok();
+  return base::Status::Ok();
 }
 
 CommandSpec RunsCommand() {
@@ -87,10 +87,9 @@ CommandSpec RunsCommand() {
       "  mode [MODE], c_low [C_LOW], c_high [C_HIGH], alpha_mode [ALPHA], version [VERSION]:\n"
       "    the run's settings and their version (0 = gacd's defaults, never set).\n";
   c.flags = {FormatFlagSpec()};
-  c.prepare = [](const ParsedFlags& flags, const std::vector<std::string>&) -> StatusOr<Action> {
-    StatusOr<Format> format = FormatFlag(flags);
-    if (!format.ok()) return format.status();
-    return Action([f = *format](Context& ctx) { return ListRuns(ctx, f); });
+  c.prepare = [](const ParsedFlags& flags, const std::vector<std::string>&) -> base::StatusOr<Action> {
+    GAC_ASSIGN_OR_RETURN(Format format, FormatFlag(flags));
+    return Action([f = format](Context& ctx) { return ListRuns(ctx, f); });
   };
   return c;
 }
@@ -128,12 +127,11 @@ std::string StepText(const v1::StepRecord& r) {
   return text + ScalarsText(r);
 }
 
-Status ShowRun(Context& ctx, const std::string& run, std::uint32_t window) {
-  StatusOr<v1::RunSummary> summary = ctx.client().GetRunSummary(run, window);
-  if (!summary.ok()) return summary.status();
-  const v1::RunInfo& info = summary->info();
+base::Status ShowRun(Context& ctx, const std::string& run, std::uint32_t window) {
+  GAC_ASSIGN_OR_RETURN(v1::RunSummary summary, ctx.client().GetRunSummary(run, window));
+  const v1::RunInfo& info = summary.info();
   const v1::RunConfig& config = info.config();
-  const v1::CalibrationSummary& cal = summary->calibration();
+  const v1::CalibrationSummary& cal = summary.calibration();
   const std::string over = window == 0 ? "all steps of rank 0" : "the last " + std::to_string(window) + " steps of rank 0";
   KeyValues kv;
   kv.Add("run", info.run());
@@ -147,11 +145,11 @@ Status ShowRun(Context& ctx, const std::string& run, std::uint32_t window) {
   kv.Add("version", config.version() == 0 ? "0 (gacd's defaults, never set)"
                                           : std::to_string(config.version()) + ", set " +
                                                 FormatTimeUtc(config.updated_ns()) + " by " + config.updated_by());
-  const auto& by_regime = summary->steps_by_regime();
+  const auto& by_regime = summary.steps_by_regime();
   std::string regimes;
-  for (Regime r : kAllRegimes) {
-    auto it = by_regime.find(RegimeName(r));
-    regimes += std::string(regimes.empty() ? "" : ", ") + RegimeName(r) + " " +
+  for (controller::Regime r : controller::kAllRegimes) {
+    auto it = by_regime.find(controller::RegimeName(r));
+    regimes += std::string(regimes.empty() ? "" : ", ") + controller::RegimeName(r) + " " +
                std::to_string(it == by_regime.end() ? 0 : it->second);
   }
   kv.Add("regimes", regimes + " (" + over + ")");
@@ -168,8 +166,8 @@ Status ShowRun(Context& ctx, const std::string& run, std::uint32_t window) {
   } else {
     kv.Add("  suggested", "none: " + NoSuggestionReason(cal));
   }
-  if (summary->has_latest()) {
-    const v1::StepRecord& r = summary->latest();
+  if (summary.has_latest()) {
+    const v1::StepRecord& r = summary.latest();
     kv.Add("latest step", std::to_string(r.step()) + " (rank 0, " +
                               (r.wall_time_ns() != 0 ? FormatTimeUtc(r.wall_time_ns()) + ", " : std::string()) +
  std::string(proto::EnumName(r.mode())) + " mode" + (r.fallback() ? ", local fallback" : "") +
@@ -178,7 +176,7 @@ Status ShowRun(Context& ctx, const std::string& run, std::uint32_t window) {
     kv.Add("latest step", "none of rank 0");
   }
   kv.Write(ctx.out());
-  return Status::Ok();
+  return base::Status::Ok();
 }
 
 CommandSpec ShowCommand() {
@@ -193,24 +191,22 @@ CommandSpec ShowCommand() {
       "those statistics give (gacctl calibrate --help has the rule).\n";
   c.flags = {{"window", "N", "statistics over the last N steps of rank 0 (default 0 = all)"}};
   c.positionals = 1;
-  c.prepare = [](const ParsedFlags& flags, const std::vector<std::string>& args) -> StatusOr<Action> {
-    auto window = OptionalInt(flags, "window", 0, UINT32_MAX);
-    if (!window.ok()) return window.status();
-    const auto w = static_cast<std::uint32_t>(window->value_or(0));
+  c.prepare = [](const ParsedFlags& flags, const std::vector<std::string>& args) -> base::StatusOr<Action> {
+    GAC_ASSIGN_OR_RETURN(auto window, OptionalInt(flags, "window", 0, UINT32_MAX));
+    const auto w = static_cast<std::uint32_t>(window.value_or(0));
     return Action([run = args[0], w](Context& ctx) { return ShowRun(ctx, run, w); });
   };
   return c;
 }
 
-Status Health(Context& ctx, const std::string& service) {
-  StatusOr<grpc::health::v1::HealthCheckResponse> health = ctx.client().Health(service);
-  if (!health.ok()) return health.status();
-  const std::string name = grpc::health::v1::HealthCheckResponse_ServingStatus_Name(health->status());
+base::Status Health(Context& ctx, const std::string& service) {
+  GAC_ASSIGN_OR_RETURN(grpc::health::v1::HealthCheckResponse health, ctx.client().Health(service));
+  const std::string name = grpc::health::v1::HealthCheckResponse_ServingStatus_Name(health.status());
   ctx.out() << name << "\n";
-  if (health->status() != grpc::health::v1::HealthCheckResponse::SERVING) {
-    return Status::Unavailable(ctx.client().options().address + " is " + name);
+  if (health.status() != grpc::health::v1::HealthCheckResponse::SERVING) {
+    return base::Status::Unavailable(ctx.client().options().address + " is " + name);
   }
-  return Status::Ok();
+  return base::Status::Ok();
 }
 
 CommandSpec HealthCommand() {
@@ -221,7 +217,7 @@ CommandSpec HealthCommand() {
       "Prints SERVING, NOT_SERVING or UNKNOWN. gacd reports NOT_SERVING while it drains\n"
       "after SIGTERM; the exit status is 1 for anything but SERVING.\n";
   c.flags = {{"service", "NAME", "the service to ask about (default \"\": gacd as a whole)"}};
-  c.prepare = [](const ParsedFlags& flags, const std::vector<std::string>&) -> StatusOr<Action> {
+  c.prepare = [](const ParsedFlags& flags, const std::vector<std::string>&) -> base::StatusOr<Action> {
     const std::string* service = flags.Get("service");
     return Action([s = service ? *service : std::string()](Context& ctx) { return Health(ctx, s); });
   };

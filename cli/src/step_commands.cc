@@ -222,7 +222,7 @@ struct StepsOptions {
   std::optional<std::uint32_t> page_size;
 };
 
-Status ExportSteps(Context& ctx, const StepsOptions& o) {
+base::Status ExportSteps(Context& ctx, const StepsOptions& o) {
   v1::GetStepsRequest request;
   request.set_run(o.run);
   request.set_start_step(o.start);
@@ -232,7 +232,7 @@ Status ExportSteps(Context& ctx, const StepsOptions& o) {
   request.set_page_size(o.page_size.value_or(o.layers ? kLayerPage : kStepPage));
   StepRows rows(ctx, o.format, o.layers, o.scalars);
   std::uint64_t records = 0;
-  GAC_RETURN_IF_ERROR(ctx.client().ForEachStepPage(request, [&](const v1::GetStepsResponse& page) -> Status {
+  GAC_RETURN_IF_ERROR(ctx.client().ForEachStepPage(request, [&](const v1::GetStepsResponse& page) -> base::Status {
     rows.AddPage(page);
     records += static_cast<std::uint64_t>(page.steps_size());
     if (page.steps_size() > 0) {
@@ -240,19 +240,19 @@ Status ExportSteps(Context& ctx, const StepsOptions& o) {
                    std::to_string(page.steps(page.steps_size() - 1).step()));
     }
     if (ctx.interrupted() && !page.next_page_token().empty()) return Interrupted();
-    return Status::Ok();
+    return base::Status::Ok();
   }));
   rows.Finish();
-  return Status::Ok();
+  return base::Status::Ok();
 }
 
-StatusOr<std::vector<std::string>> ParseNames(const std::string& text) {
+base::StatusOr<std::vector<std::string>> ParseNames(const std::string& text) {
   std::vector<std::string> names;
   std::size_t start = 0;
   for (;;) {
     const auto comma = text.find(',', start);
     std::string name = text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
-    if (name.empty()) return Status::InvalidArgument("--scalars: empty name in '" + text + "'");
+    if (name.empty()) return base::Status::InvalidArgument("--scalars: empty name in '" + text + "'");
     names.push_back(std::move(name));
     if (comma == std::string::npos) break;
     start = comma + 1;
@@ -290,25 +290,21 @@ CommandSpec StepsCommand() {
       FormatFlagSpec(),
   });
   c.positionals = 1;
-  c.prepare = [](const ParsedFlags& flags, const std::vector<std::string>& args) -> StatusOr<Action> {
+  c.prepare = [](const ParsedFlags& flags, const std::vector<std::string>& args) -> base::StatusOr<Action> {
     StepsOptions o;
     o.run = args[0];
     GAC_RETURN_IF_ERROR(StepRangeFlags(flags, &o.start, &o.end));
-    auto rank = OptionalInt(flags, "rank", 0, UINT32_MAX);
-    if (!rank.ok()) return rank.status();
-    if (*rank) o.rank = static_cast<std::uint32_t>(**rank);
+    GAC_ASSIGN_OR_RETURN(auto rank, OptionalInt(flags, "rank", 0, UINT32_MAX));
+    if (rank) o.rank = static_cast<std::uint32_t>(*rank);
     o.layers = flags.Has("layers");
-    auto page_size = OptionalInt(flags, "page-size", 1, INT32_MAX);
-    if (!page_size.ok()) return page_size.status();
-    if (*page_size) o.page_size = static_cast<std::uint32_t>(**page_size);
-    StatusOr<Format> format = FormatFlag(flags);
-    if (!format.ok()) return format.status();
-    o.format = *format;
+    GAC_ASSIGN_OR_RETURN(auto page_size, OptionalInt(flags, "page-size", 1, INT32_MAX));
+    if (page_size) o.page_size = static_cast<std::uint32_t>(*page_size);
+    GAC_ASSIGN_OR_RETURN(Format format, FormatFlag(flags));
+    o.format = format;
     if (const std::string* s = flags.Get("scalars")) {
-      if (o.layers) return Status::InvalidArgument("--scalars does not apply to --layers");
-      StatusOr<std::vector<std::string>> names = ParseNames(*s);
-      if (!names.ok()) return names.status();
-      o.scalars = *names;
+      if (o.layers) return base::Status::InvalidArgument("--scalars does not apply to --layers");
+      GAC_ASSIGN_OR_RETURN(std::vector<std::string> names, ParseNames(*s));
+      o.scalars = names;
     }
     return Action([o](Context& ctx) { return ExportSteps(ctx, o); });
   };
@@ -348,7 +344,7 @@ std::vector<Cell> TailCells(const v1::StepRecord& r) {
 }
 
 // All records of `rank` from `start` on.
-StatusOr<std::vector<v1::StepRecord>> StepsFrom(Context& ctx, const std::string& run, std::uint32_t rank,
+base::StatusOr<std::vector<v1::StepRecord>> StepsFrom(Context& ctx, const std::string& run, std::uint32_t rank,
                                                 std::int64_t start) {
   v1::GetStepsRequest request;
   request.set_run(run);
@@ -356,9 +352,9 @@ StatusOr<std::vector<v1::StepRecord>> StepsFrom(Context& ctx, const std::string&
   request.set_start_step(start);
   request.set_page_size(kStepPage);
   std::vector<v1::StepRecord> out;
-  Status st = ctx.client().ForEachStepPage(request, [&](const v1::GetStepsResponse& page) {
+  base::Status st = ctx.client().ForEachStepPage(request, [&](const v1::GetStepsResponse& page) {
     for (const v1::StepRecord& r : page.steps()) out.push_back(r);
-    return Status::Ok();
+    return base::Status::Ok();
   });
   if (!st.ok()) return st;
   return out;
@@ -367,35 +363,33 @@ StatusOr<std::vector<v1::StepRecord>> StepsFrom(Context& ctx, const std::string&
 // The last `n` records of the rank (fewer when it has fewer). `next` is
 // where following starts: after the last record, or after the run's latest
 // step when n is 0.
-Status LastSteps(Context& ctx, const TailOptions& o, std::vector<v1::StepRecord>* records, std::int64_t* next) {
-  StatusOr<v1::RunSummary> summary = ctx.client().GetRunSummary(o.run, 1);
-  if (!summary.ok()) return summary.status();
+base::Status LastSteps(Context& ctx, const TailOptions& o, std::vector<v1::StepRecord>* records, std::int64_t* next) {
+  GAC_ASSIGN_OR_RETURN(v1::RunSummary summary, ctx.client().GetRunSummary(o.run, 1));
   const std::int64_t last =
-      o.rank == 0 && summary->has_latest() ? summary->latest().step() : summary->info().last_step();
+      o.rank == 0 && summary.has_latest() ? summary.latest().step() : summary.info().last_step();
   records->clear();
   *next = last + 1;
-  if (o.lines == 0) return Status::Ok();
+  if (o.lines == 0) return base::Status::Ok();
   // Steps may be missing: widen the window until it holds n records.
   for (std::int64_t span = o.lines;; span = span > INT64_MAX / 4 ? INT64_MAX : span * 4) {
     const std::int64_t start = last - span + 1 > 0 ? last - span + 1 : 0;
-    StatusOr<std::vector<v1::StepRecord>> got = StepsFrom(ctx, o.run, o.rank, start);
-    if (!got.ok()) return got.status();
-    if (static_cast<std::int64_t>(got->size()) >= o.lines || start == 0) {
-      const std::size_t keep = std::min(got->size(), static_cast<std::size_t>(o.lines));
-      records->assign(got->end() - static_cast<std::ptrdiff_t>(keep), got->end());
+    GAC_ASSIGN_OR_RETURN(std::vector<v1::StepRecord> got, StepsFrom(ctx, o.run, o.rank, start));
+    if (static_cast<std::int64_t>(got.size()) >= o.lines || start == 0) {
+      const std::size_t keep = std::min(got.size(), static_cast<std::size_t>(o.lines));
+      records->assign(got.end() - static_cast<std::ptrdiff_t>(keep), got.end());
       *next = records->empty() ? 0 : records->back().step() + 1;
-      return Status::Ok();
+      return base::Status::Ok();
     }
   }
 }
 
-bool IsConnectionError(const Status& st) { return st.IsUnavailable() || st.IsDeadlineExceeded(); }
+bool IsConnectionError(const base::Status& st) { return st.IsUnavailable() || st.IsDeadlineExceeded(); }
 
-Status Tail(Context& ctx, const TailOptions& o) {
+base::Status Tail(Context& ctx, const TailOptions& o) {
   std::unique_ptr<RowWriter> writer = RowWriter::Create(o.format, &ctx.out(), TailColumns());
   std::vector<v1::StepRecord> records;
   std::int64_t next = 0;
-  Status st = LastSteps(ctx, o, &records, &next);
+  base::Status st = LastSteps(ctx, o, &records, &next);
   if (!st.ok()) {
     if (!o.follow || !st.IsNotFound()) return st;
     // Following a run that has not reported yet: wait for it.
@@ -404,7 +398,7 @@ Status Tail(Context& ctx, const TailOptions& o) {
   }
   for (const v1::StepRecord& r : records) writer->Add(TailCells(r));
   writer->Flush();
-  if (!o.follow) return Status::Ok();
+  if (!o.follow) return base::Status::Ok();
 
   Interrupt never;
   Interrupt* interrupt = ctx.env().interrupt != nullptr ? ctx.env().interrupt : &never;
@@ -421,7 +415,7 @@ Status Tail(Context& ctx, const TailOptions& o) {
         next = r.step() + 1;
       }
       writer->Flush();
-      return Status::Ok();
+      return base::Status::Ok();
     });
     if (st.ok()) {
       if (outage) ctx.err() << "gacctl: reconnected to " << ctx.client().options().address << "\n" << std::flush;
@@ -436,7 +430,7 @@ Status Tail(Context& ctx, const TailOptions& o) {
       return st;
     }
   }
-  return Status::Ok();
+  return base::Status::Ok();
 }
 
 CommandSpec TailCommand() {
@@ -459,24 +453,20 @@ CommandSpec TailCommand() {
       FormatFlagSpec(),
   };
   c.positionals = 1;
-  c.prepare = [](const ParsedFlags& flags, const std::vector<std::string>& args) -> StatusOr<Action> {
+  c.prepare = [](const ParsedFlags& flags, const std::vector<std::string>& args) -> base::StatusOr<Action> {
     TailOptions o;
     o.run = args[0];
-    auto lines = OptionalInt(flags, "lines", 0, 1000000);
-    if (!lines.ok()) return lines.status();
-    o.lines = lines->value_or(10);
-    auto rank = OptionalInt(flags, "rank", 0, UINT32_MAX);
-    if (!rank.ok()) return rank.status();
-    o.rank = static_cast<std::uint32_t>(rank->value_or(0));
+    GAC_ASSIGN_OR_RETURN(auto lines, OptionalInt(flags, "lines", 0, 1000000));
+    o.lines = lines.value_or(10);
+    GAC_ASSIGN_OR_RETURN(auto rank, OptionalInt(flags, "rank", 0, UINT32_MAX));
+    o.rank = static_cast<std::uint32_t>(rank.value_or(0));
     o.follow = flags.Has("follow");
     if (const std::string* i = flags.Get("interval")) {
-      StatusOr<std::chrono::milliseconds> d = ParseDurationFlag("--interval", *i);
-      if (!d.ok()) return d.status();
-      o.interval = *d;
+      GAC_ASSIGN_OR_RETURN(std::chrono::milliseconds d, ParseDurationFlag("--interval", *i));
+      o.interval = d;
     }
-    StatusOr<Format> format = FormatFlag(flags);
-    if (!format.ok()) return format.status();
-    o.format = *format;
+    GAC_ASSIGN_OR_RETURN(Format format, FormatFlag(flags));
+    o.format = format;
     return Action([o](Context& ctx) { return Tail(ctx, o); });
   };
   return c;

@@ -86,7 +86,7 @@ struct Flags {
   bool noise_floor = true;
   int pr_every = 0, pr_groups = 8;
   int mech_every = 0, mech_prompts = 0;
-  gac::AlphaMode alpha_mode = gac::AlphaMode::kPaper;
+  gac::controller::AlphaMode alpha_mode = gac::controller::AlphaMode::kPaper;
   gac::grpo::LossOptions loss;
   gac::agent::Mode mode = gac::agent::Mode::kMonitor;
   std::string csv, calibrate_out, gacd, token, run;
@@ -148,7 +148,7 @@ Flags Parse(int argc, char** argv) {
       continue;
     }
     if (a == "--alpha-mode") {
-      auto m = gac::ParseAlphaMode(v.c_str());
+      auto m = gac::controller::ParseAlphaMode(v.c_str());
       if (!m.ok()) Usage("unknown alpha mode " + v);
       f.alpha_mode = *m;
       continue;
@@ -298,7 +298,7 @@ int main(int argc, char** argv) {
   options.num_threads = 1;
   std::shared_ptr<gac::grpo::WindowedDecisionSource> window_source;
   if (flags.window_trigger && flags.mode == gac::agent::Mode::kLocal) {
-    if (!gac::ValidateThresholds(options.thresholds).ok()) Usage("bad --c-low / --c-high");
+    if (!gac::controller::ValidateThresholds(options.thresholds).ok()) Usage("bad --c-low / --c-high");
     window_source = std::make_shared<gac::grpo::WindowedDecisionSource>(options.thresholds, flags.alpha_mode,
                                                                          flags.window);
     options.mode = gac::agent::Mode::kRemote;  // the agent applies the in-process source's decisions
@@ -323,9 +323,9 @@ int main(int argc, char** argv) {
     if (!remote.ok()) Usage("remote controller: " + remote.status().ToString());
     // gacd decides with the run's settings there: set them first, and the
     // run's mode to remote (the mode this trainer runs in).
-    const gac::Status st = (*remote)->SetThresholds({flags.c_low, flags.c_high}, flags.alpha_mode,
+    const gac::base::Status st = (*remote)->SetThresholds({flags.c_low, flags.c_high}, flags.alpha_mode,
                                                     "gac_grpo: thresholds calibrated from the synchronous run",
-                                                    gac::Mode::kRemote);
+                                                    gac::controller::Mode::kRemote);
     if (!st.ok()) {
       std::fprintf(stderr, "%s\n", st.ToString().c_str());
       return 1;
@@ -355,7 +355,7 @@ int main(int argc, char** argv) {
               device.str().c_str(), flags.staleness, flags.steps, flags.prompts, flags.group, flags.epochs,
               flags.minibatches, gac::grpo::ArchName(flags.policy.arch), flags.policy.width, flags.policy.layers,
               flags.task.base, flags.task.tasks, static_cast<long long>(policy.NumParameters()), flags.lr,
-              flags.c_low, flags.c_high, gac::AlphaModeName(flags.alpha_mode), flags.beta, flags.random_skip);
+              flags.c_low, flags.c_high, gac::controller::AlphaModeName(flags.alpha_mode), flags.beta, flags.random_skip);
   std::printf("%6s %7s %7s %8s %9s %9s %8s %7s %8s\n", "step", "reward", "heldout", "entropy", "c_t", "noise",
               "regime", "alpha", "|g|");
 
@@ -413,7 +413,7 @@ int main(int argc, char** argv) {
           std::fprintf(stderr, "step %d: agent: %s\n", step, report.status().ToString().c_str());
           return 1;
         }
-        const gac::Decision& d = report->decision;
+        const gac::controller::Decision& d = report->decision;
         if (report->gradient_modified && flags.beta != 1.0) {
           gac::grpo::ApplyOrthogonalGain(policy.params, prev_raw, d.alpha, *d.cosine * d.grad_norm / d.ref_norm,
                                          flags.beta);
@@ -422,7 +422,7 @@ int main(int argc, char** argv) {
         const bool probe = flags.mech_every > 0 && step % flags.mech_every == 0 && !prev_raw.empty();
         if (probe) {
           // What GAC applies (or, in monitor mode, would apply) to this gradient.
-          const bool project = d.regime == gac::Regime::kProject;
+          const bool project = d.regime == gac::controller::Regime::kProject;
           bias = gac::grpo::MeasureStalenessBias(policy, reference, tasks, flags.mech_prompts, flags.group, flags.loss,
                                                  raw, prev_raw, project ? d.alpha : 1.0,
                                                  project ? flags.beta : 1.0, probe_rng, probe_gen);
@@ -437,7 +437,7 @@ int main(int argc, char** argv) {
           ++skipped;
         }
         // The agent's snapshot: the raw gradient, also after a skip; kept after an invalid step.
-        if (d.regime != gac::Regime::kInvalid) prev_raw = raw;
+        if (d.regime != gac::controller::Regime::kInvalid) prev_raw = raw;
 
         // Bookkeeping.
         if (d.cosine) detector.Add(*d.cosine);
@@ -447,7 +447,7 @@ int main(int argc, char** argv) {
           if (m) calib_m.push_back(*m);
           if (std::isfinite(noise_cos)) calib_noise.push_back(noise_cos);
         }
-        ++regimes[gac::RegimeName(d.regime)];
+        ++regimes[gac::controller::RegimeName(d.regime)];
         const bool eval_now = step % flags.eval_every == 0 || step == flags.steps;
         if (eval_now) last_heldout = gac::grpo::Evaluate(policy, tasks, tasks.heldout());
         if (step > flags.steps - 20) {
@@ -475,7 +475,7 @@ int main(int argc, char** argv) {
               step, static_cast<long long>(versions.version()), behind, sub.mean_reward, sub.exact_match,
               eval_now ? Num(last_heldout).c_str() : "", loss.loss.item<double>(), loss.pg_loss, loss.kl,
               loss.entropy, loss.sampler_kl, d.cosine ? Num(*d.cosine).c_str() : "", m ? Num(*m).c_str() : "",
-              Num(noise_cos).c_str(), gac::RegimeName(d.regime), d.alpha, d.grad_norm, stepped ? 1 : 0,
+              Num(noise_cos).c_str(), gac::controller::RegimeName(d.regime), d.alpha, d.grad_norm, stepped ? 1 : 0,
               loss.clip_fraction, loss.dual_clip_fraction, loss.m2, loss.mean_abs_log_ratio, loss.bapo_lo,
               loss.bapo_hi, dim.samples ? Num(dim.pr_sample).c_str() : "", dim.samples ? Num(dim.pr_pop).c_str() : "",
               dim.samples ? Num(dim.mean_pair_cos2).c_str() : "", probe ? Num(bias.bias_rel).c_str() : "",
@@ -490,7 +490,7 @@ int main(int argc, char** argv) {
           char n_text[32] = "-";
           if (std::isfinite(noise_cos)) std::snprintf(n_text, sizeof n_text, "%+.4f", noise_cos);
           std::printf("%6d %7.3f %7.3f %8.4f %9s %9s %8s %7.3f %8.4g\n", step, sub.mean_reward, last_heldout,
-                      loss.entropy, c_text, n_text, gac::RegimeName(d.regime), d.alpha, d.grad_norm);
+                      loss.entropy, c_text, n_text, gac::controller::RegimeName(d.regime), d.alpha, d.grad_norm);
         }
       }
     }
@@ -498,7 +498,7 @@ int main(int argc, char** argv) {
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (csv != nullptr) std::fclose(csv);
 
-  const gac::CalibrationStats stats = gac::ComputeCalibration(calib_c, flags.c_low);
+  const gac::controller::CalibrationStats stats = gac::controller::ComputeCalibration(calib_c, flags.c_low);
   std::string regime_text;
   for (const auto& [name, count] : regimes) regime_text += name + "=" + std::to_string(count) + " ";
   // CPU seconds of the whole process (warm-up included): the cost of a run on a shared machine.
@@ -511,7 +511,7 @@ int main(int argc, char** argv) {
               AbsQuantile(calib_noise, 0.9), pr_n ? pr_sum / pr_n : kNaN, skipped,
               static_cast<unsigned long long>(agent->fallbacks()), regime_text.c_str());
   if (!flags.calibrate_out.empty()) {
-    auto t = gac::SuggestThresholds(stats, flags.smoke ? 1 : 20);
+    auto t = gac::controller::SuggestThresholds(stats, flags.smoke ? 1 : 20);
     if (!t.ok()) {
       std::fprintf(stderr, "calibration failed: %s\n", t.status().ToString().c_str());
       return 1;

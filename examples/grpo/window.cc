@@ -23,40 +23,40 @@ std::optional<double> SignedWindow::mean() const {
 
 namespace {
 
-Controller MakeController(Thresholds thresholds, AlphaMode mode) {
-  auto c = Controller::Create(thresholds, mode);
+controller::Controller MakeController(controller::Thresholds thresholds, controller::AlphaMode mode) {
+  auto c = controller::Controller::Create(thresholds, mode);
   if (!c.ok()) throw std::invalid_argument(c.status().ToString());
   return *c;
 }
 
 }  // namespace
 
-WindowedDecisionSource::WindowedDecisionSource(Thresholds thresholds, AlphaMode mode, int window)
+WindowedDecisionSource::WindowedDecisionSource(controller::Thresholds thresholds, controller::AlphaMode mode, int window)
     : controller_(MakeController(thresholds, mode)), window_(window) {}
 
-StatusOr<Decision> WindowedDecisionSource::Decide(std::int64_t /*step*/, const AlignmentStats& stats) {
-  Decision d = controller_.Decide(stats);
-  if (!d.cosine || d.regime == Regime::kInvalid) return d;  // no reference, or non-finite statistics
+base::StatusOr<controller::Decision> WindowedDecisionSource::Decide(std::int64_t /*step*/, const controller::AlignmentStats& stats) {
+  controller::Decision d = controller_.Decide(stats);
+  if (!d.cosine || d.regime == controller::Regime::kInvalid) return d;  // no reference, or non-finite statistics
   window_.Add(*d.cosine);
   last_mean_ = window_.full() ? window_.mean() : std::nullopt;
   // Start from "safe" and decide on |m|.
-  d.regime = Regime::kSafe;
+  d.regime = controller::Regime::kSafe;
   d.alpha = 1.0;
   d.projection_coeff = 0.0;
   d.cosine_after = d.cosine;
   d.apply_update = true;
   if (!last_mean_) return d;
   const double m = std::fabs(*last_mean_);
-  const Thresholds& t = controller_.thresholds();
+  const controller::Thresholds& t = controller_.thresholds();
   if (m >= t.c_high) {
-    d.regime = Regime::kSkip;
+    d.regime = controller::Regime::kSkip;
     d.apply_update = false;
     d.cosine_after.reset();
   } else if (m > t.c_low) {
-    d.regime = Regime::kProject;
+    d.regime = controller::Regime::kProject;
     d.alpha = controller_.Alpha(m);
     d.projection_coeff = (1.0 - d.alpha) * stats.dot / stats.ref_sq;
-    d.cosine_after = CosineAfterProjection(*d.cosine, d.alpha);
+    d.cosine_after = controller::CosineAfterProjection(*d.cosine, d.alpha);
   }
   return d;
 }

@@ -43,17 +43,17 @@ class SignedWindow {
   double sum_ = 0.0;
 };
 
-class WindowedDecisionSource : public gac::DecisionSource {
+class WindowedDecisionSource : public gac::controller::DecisionSource {
  public:
   // REQUIRES: thresholds valid (gac::ValidateThresholds), window >= 1.
-  WindowedDecisionSource(Thresholds thresholds, AlphaMode mode, int window);
+  WindowedDecisionSource(controller::Thresholds thresholds, controller::AlphaMode mode, int window);
 
-  StatusOr<Decision> Decide(std::int64_t step, const AlignmentStats& stats) override;
+  base::StatusOr<controller::Decision> Decide(std::int64_t step, const controller::AlignmentStats& stats) override;
   // m_t after the last Decide (absent until the window is full).
   std::optional<double> last_mean() const { return last_mean_; }
 
  private:
-  Controller controller_;
+  controller::Controller controller_;
   SignedWindow window_;
   std::optional<double> last_mean_;
 };

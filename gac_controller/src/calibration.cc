@@ -4,7 +4,7 @@
 #include <cmath>
 #include <string>
 
-namespace gac {
+namespace gac::controller {
 
 namespace {
 
@@ -49,16 +49,16 @@ CalibrationStats ComputeCalibration(const std::vector<double>& values, double c_
   return st;
 }
 
-StatusOr<Thresholds> SuggestThresholds(const CalibrationStats& stats, std::size_t min_count) {
+base::StatusOr<Thresholds> SuggestThresholds(const CalibrationStats& stats, std::size_t min_count) {
   if (stats.count < min_count || stats.count == 0) {
-    return Status::FailedPrecondition("calibration needs at least " + std::to_string(std::max<std::size_t>(min_count, 1)) +
+    return base::Status::FailedPrecondition("calibration needs at least " + std::to_string(std::max<std::size_t>(min_count, 1)) +
                                       " finite values of c_t, have " + std::to_string(stats.count));
   }
   Thresholds t;
   t.c_low = std::max(1e-3, RoundUpSignificant(stats.q90, 3));
   t.c_high = std::min(1.0, std::max(3.0 * stats.max, 2.0 * t.c_low));
   if (t.c_low >= t.c_high) {
-    return Status::FailedPrecondition("on-policy |c_t| is too high to calibrate (q0.9 = " +
+    return base::Status::FailedPrecondition("on-policy |c_t| is too high to calibrate (q0.9 = " +
                                       std::to_string(stats.q90) + "): the run is not in an on-policy regime");
   }
   return t;
@@ -83,4 +83,4 @@ void CalibrationWindow::Add(double cosine) {
 
 CalibrationStats CalibrationWindow::Stats(double c_low) const { return ComputeCalibration(values_, c_low); }
 
-}  // namespace gac
+}  // namespace gac::controller

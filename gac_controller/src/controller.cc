@@ -6,7 +6,7 @@
 #include <initializer_list>
 #include <string>
 
-namespace gac {
+namespace gac::controller {
 
 const char* RegimeName(Regime regime) {
   switch (regime) {
@@ -31,46 +31,46 @@ const char* ModeName(Mode mode) {
   return "unknown";
 }
 
-StatusOr<Regime> ParseRegime(const char* name) {
+base::StatusOr<Regime> ParseRegime(const char* name) {
   for (Regime r : kAllRegimes) {
     if (name != nullptr && std::strcmp(name, RegimeName(r)) == 0) return r;
   }
-  return Status::InvalidArgument(std::string("unknown regime '") + (name ? name : "") +
+  return base::Status::InvalidArgument(std::string("unknown regime '") + (name ? name : "") +
                                  "' (expected safe, project, skip or invalid)");
 }
 
-StatusOr<AlphaMode> ParseAlphaMode(const char* name) {
+base::StatusOr<AlphaMode> ParseAlphaMode(const char* name) {
   for (AlphaMode m : {AlphaMode::kPaper, AlphaMode::kExact}) {
     if (name != nullptr && std::strcmp(name, AlphaModeName(m)) == 0) return m;
   }
-  return Status::InvalidArgument(std::string("unknown alpha mode '") + (name ? name : "") +
+  return base::Status::InvalidArgument(std::string("unknown alpha mode '") + (name ? name : "") +
                                  "' (expected paper or exact)");
 }
 
-StatusOr<Mode> ParseMode(const char* name) {
+base::StatusOr<Mode> ParseMode(const char* name) {
   for (Mode m : {Mode::kMonitor, Mode::kLocal, Mode::kRemote}) {
     if (name != nullptr && std::strcmp(name, ModeName(m)) == 0) return m;
   }
-  return Status::InvalidArgument(std::string("unknown mode '") + (name ? name : "") +
+  return base::Status::InvalidArgument(std::string("unknown mode '") + (name ? name : "") +
                                  "' (expected monitor, local or remote)");
 }
 
-Status ValidateThresholds(const Thresholds& t) {
+base::Status ValidateThresholds(const Thresholds& t) {
   if (!std::isfinite(t.c_low) || !std::isfinite(t.c_high)) {
-    return Status::InvalidArgument("thresholds must be finite (c_low=" + std::to_string(t.c_low) +
+    return base::Status::InvalidArgument("thresholds must be finite (c_low=" + std::to_string(t.c_low) +
                                    ", c_high=" + std::to_string(t.c_high) + ")");
   }
   if (!(t.c_low > 0.0)) {
-    return Status::InvalidArgument("c_low must be > 0, got " + std::to_string(t.c_low));
+    return base::Status::InvalidArgument("c_low must be > 0, got " + std::to_string(t.c_low));
   }
   if (!(t.c_high <= 1.0)) {
-    return Status::InvalidArgument("c_high must be <= 1, got " + std::to_string(t.c_high));
+    return base::Status::InvalidArgument("c_high must be <= 1, got " + std::to_string(t.c_high));
   }
   if (!(t.c_low < t.c_high)) {
-    return Status::InvalidArgument("c_low must be < c_high, got c_low=" + std::to_string(t.c_low) +
+    return base::Status::InvalidArgument("c_low must be < c_high, got c_low=" + std::to_string(t.c_low) +
                                    " c_high=" + std::to_string(t.c_high));
   }
-  return Status::Ok();
+  return base::Status::Ok();
 }
 
 double CosineAfterProjection(double cosine, double alpha) {
@@ -80,8 +80,8 @@ double CosineAfterProjection(double cosine, double alpha) {
   return denom > 0.0 ? ac / denom : 0.0;
 }
 
-StatusOr<Controller> Controller::Create(Thresholds thresholds, AlphaMode mode) {
-  Status s = ValidateThresholds(thresholds);
+base::StatusOr<Controller> Controller::Create(Thresholds thresholds, AlphaMode mode) {
+  base::Status s = ValidateThresholds(thresholds);
   if (!s.ok()) return s;
   return Controller(thresholds, mode);
 }
@@ -147,4 +147,4 @@ Decision Controller::Decide(const AlignmentStats& s) const {
   return d;
 }
 
-}  // namespace gac
+}  // namespace gac::controller

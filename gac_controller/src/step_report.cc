@@ -2,7 +2,7 @@
 
 #include <cmath>
 
-namespace gac {
+namespace gac::controller {
 
 std::optional<double> LayerStats::cosine() const {
   if (!(ref_sq > 0.0) || !std::isfinite(dot) || !std::isfinite(grad_sq) || !std::isfinite(ref_sq) || grad_sq < 0.0) {
@@ -11,4 +11,4 @@ std::optional<double> LayerStats::cosine() const {
   return dot / (std::sqrt(grad_sq) * std::sqrt(ref_sq) + kCosineEpsilon);
 }
 
-}  // namespace gac
+}  // namespace gac::controller

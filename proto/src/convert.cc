@@ -4,62 +4,62 @@
 
 namespace gac::proto {
 
-v1::Regime ToProto(Regime regime) {
+v1::Regime ToProto(controller::Regime regime) {
   switch (regime) {
-    case Regime::kSafe: return v1::REGIME_SAFE;
-    case Regime::kProject: return v1::REGIME_PROJECT;
-    case Regime::kSkip: return v1::REGIME_SKIP;
-    case Regime::kInvalid: return v1::REGIME_INVALID;
+    case controller::Regime::kSafe: return v1::REGIME_SAFE;
+    case controller::Regime::kProject: return v1::REGIME_PROJECT;
+    case controller::Regime::kSkip: return v1::REGIME_SKIP;
+    case controller::Regime::kInvalid: return v1::REGIME_INVALID;
   }
   return v1::REGIME_INVALID;  // unreachable: every regime is listed
 }
 
-StatusOr<Regime> FromProto(v1::Regime regime) {
+base::StatusOr<controller::Regime> FromProto(v1::Regime regime) {
   switch (regime) {
-    case v1::REGIME_SAFE: return Regime::kSafe;
-    case v1::REGIME_PROJECT: return Regime::kProject;
-    case v1::REGIME_SKIP: return Regime::kSkip;
-    case v1::REGIME_INVALID: return Regime::kInvalid;
+    case v1::REGIME_SAFE: return controller::Regime::kSafe;
+    case v1::REGIME_PROJECT: return controller::Regime::kProject;
+    case v1::REGIME_SKIP: return controller::Regime::kSkip;
+    case v1::REGIME_INVALID: return controller::Regime::kInvalid;
     default: break;
   }
-  return Status::InvalidArgument("regime must be SAFE, PROJECT, SKIP or INVALID, got " +
+  return base::Status::InvalidArgument("regime must be SAFE, PROJECT, SKIP or INVALID, got " +
                                  std::to_string(static_cast<int>(regime)));
 }
 
-v1::AlphaMode ToProto(AlphaMode mode) {
-  return mode == AlphaMode::kExact ? v1::ALPHA_MODE_EXACT : v1::ALPHA_MODE_PAPER;
+v1::AlphaMode ToProto(controller::AlphaMode mode) {
+  return mode == controller::AlphaMode::kExact ? v1::ALPHA_MODE_EXACT : v1::ALPHA_MODE_PAPER;
 }
 
-StatusOr<AlphaMode> FromProto(v1::AlphaMode mode) {
+base::StatusOr<controller::AlphaMode> FromProto(v1::AlphaMode mode) {
   switch (mode) {
     case v1::ALPHA_MODE_UNSPECIFIED:
-    case v1::ALPHA_MODE_PAPER: return AlphaMode::kPaper;
-    case v1::ALPHA_MODE_EXACT: return AlphaMode::kExact;
+    case v1::ALPHA_MODE_PAPER: return controller::AlphaMode::kPaper;
+    case v1::ALPHA_MODE_EXACT: return controller::AlphaMode::kExact;
     default: break;
   }
-  return Status::InvalidArgument("unknown alpha_mode " + std::to_string(static_cast<int>(mode)));
+  return base::Status::InvalidArgument("unknown alpha_mode " + std::to_string(static_cast<int>(mode)));
 }
 
-v1::ControlMode ToProto(Mode mode) {
+v1::ControlMode ToProto(controller::Mode mode) {
   switch (mode) {
-    case Mode::kMonitor: return v1::CONTROL_MODE_MONITOR;
-    case Mode::kLocal: return v1::CONTROL_MODE_LOCAL;
-    case Mode::kRemote: return v1::CONTROL_MODE_REMOTE;
+    case controller::Mode::kMonitor: return v1::CONTROL_MODE_MONITOR;
+    case controller::Mode::kLocal: return v1::CONTROL_MODE_LOCAL;
+    case controller::Mode::kRemote: return v1::CONTROL_MODE_REMOTE;
   }
   return v1::CONTROL_MODE_LOCAL;  // unreachable: every mode is listed
 }
 
-StatusOr<Mode> FromProto(v1::ControlMode mode) {
+base::StatusOr<controller::Mode> FromProto(v1::ControlMode mode) {
   switch (mode) {
-    case v1::CONTROL_MODE_MONITOR: return Mode::kMonitor;
-    case v1::CONTROL_MODE_LOCAL: return Mode::kLocal;
-    case v1::CONTROL_MODE_REMOTE: return Mode::kRemote;
+    case v1::CONTROL_MODE_MONITOR: return controller::Mode::kMonitor;
+    case v1::CONTROL_MODE_LOCAL: return controller::Mode::kLocal;
+    case v1::CONTROL_MODE_REMOTE: return controller::Mode::kRemote;
     default: break;
   }
-  return Status::InvalidArgument("mode must be MONITOR, LOCAL or REMOTE");
+  return base::Status::InvalidArgument("mode must be MONITOR, LOCAL or REMOTE");
 }
 
-v1::Thresholds ToProto(const Thresholds& thresholds, AlphaMode mode) {
+v1::Thresholds ToProto(const controller::Thresholds& thresholds, controller::AlphaMode mode) {
   v1::Thresholds t;
   t.set_c_low(thresholds.c_low);
   t.set_c_high(thresholds.c_high);
@@ -67,22 +67,20 @@ v1::Thresholds ToProto(const Thresholds& thresholds, AlphaMode mode) {
   return t;
 }
 
-StatusOr<Thresholds> ThresholdsFromProto(const v1::Thresholds& thresholds) {
-  StatusOr<AlphaMode> mode = FromProto(thresholds.alpha_mode());
-  if (!mode.ok()) return mode.status();
-  const Thresholds t{thresholds.c_low(), thresholds.c_high()};
-  GAC_RETURN_IF_ERROR(ValidateThresholds(t));
+base::StatusOr<controller::Thresholds> ThresholdsFromProto(const v1::Thresholds& thresholds) {
+  GAC_ASSIGN_OR_RETURN(controller::AlphaMode mode, FromProto(thresholds.alpha_mode()));
+  const controller::Thresholds t{thresholds.c_low(), thresholds.c_high()};
+  GAC_RETURN_IF_ERROR(controller::ValidateThresholds(t));
   return t;
 }
 
-StatusOr<Controller> ControllerFromProto(const v1::Thresholds& thresholds) {
-  StatusOr<Thresholds> t = ThresholdsFromProto(thresholds);
-  if (!t.ok()) return t.status();
-  return Controller::Create(*t, *FromProto(thresholds.alpha_mode()));
+base::StatusOr<controller::Controller> ControllerFromProto(const v1::Thresholds& thresholds) {
+  GAC_ASSIGN_OR_RETURN(controller::Thresholds t, ThresholdsFromProto(thresholds));
+  return controller::Controller::Create(t, *FromProto(thresholds.alpha_mode()));
 }
 
 v1::DecideRequest ToDecideRequest(const std::string& run, std::uint32_t rank, std::int64_t step,
-                                  const AlignmentStats& stats) {
+                                  const controller::AlignmentStats& stats) {
   v1::DecideRequest req;
   req.set_run(run);
   req.set_rank(rank);
@@ -94,11 +92,11 @@ v1::DecideRequest ToDecideRequest(const std::string& run, std::uint32_t rank, st
   return req;
 }
 
-AlignmentStats StatsFromProto(const v1::DecideRequest& request) {
-  return AlignmentStats{request.dot(), request.grad_sq(), request.ref_sq(), request.has_reference()};
+controller::AlignmentStats StatsFromProto(const v1::DecideRequest& request) {
+  return controller::AlignmentStats{request.dot(), request.grad_sq(), request.ref_sq(), request.has_reference()};
 }
 
-void EncodeDecision(const Decision& decision, v1::DecideResponse* response) {
+void EncodeDecision(const controller::Decision& decision, v1::DecideResponse* response) {
   response->set_regime(ToProto(decision.regime));
   if (decision.cosine) {
     response->set_cosine(*decision.cosine);
@@ -117,13 +115,13 @@ void EncodeDecision(const Decision& decision, v1::DecideResponse* response) {
 
 namespace {
 
-Status CheckCosine(const char* field, double c) {
+base::Status CheckCosine(const char* field, double c) {
   // A cosine computed in floating point may exceed 1 by rounding (and by the
   // 1e-8 of the denominator the other way); allow 1e-6.
   if (!std::isfinite(c) || std::fabs(c) > 1.0 + 1e-6) {
-    return Status::InvalidArgument(std::string(field) + " must be in [-1, 1], got " + std::to_string(c));
+    return base::Status::InvalidArgument(std::string(field) + " must be in [-1, 1], got " + std::to_string(c));
   }
-  return Status::Ok();
+  return base::Status::Ok();
 }
 
 // What the other side sent, fit for an error message: at most 128
@@ -139,36 +137,35 @@ std::string Printable(const std::string& text) {
 
 }  // namespace
 
-StatusOr<Decision> DecodeDecision(const v1::DecideResponse& response, const AlignmentStats& stats) {
-  StatusOr<Regime> regime = FromProto(response.regime());
-  if (!regime.ok()) return regime.status();
-  Decision d;
-  d.regime = *regime;
+base::StatusOr<controller::Decision> DecodeDecision(const v1::DecideResponse& response, const controller::AlignmentStats& stats) {
+  GAC_ASSIGN_OR_RETURN(controller::Regime regime, FromProto(response.regime()));
+  controller::Decision d;
+  d.regime = regime;
   if (!std::isfinite(response.alpha()) || response.alpha() < 0.0 || response.alpha() > 1.0) {
-    return Status::InvalidArgument("alpha must be in [0, 1], got " + std::to_string(response.alpha()));
+    return base::Status::InvalidArgument("alpha must be in [0, 1], got " + std::to_string(response.alpha()));
   }
   const double coeff = response.projection_coeff();
   if (!std::isfinite(coeff)) {
-    return Status::InvalidArgument("projection_coeff must be finite, got " + std::to_string(coeff));
+    return base::Status::InvalidArgument("projection_coeff must be finite, got " + std::to_string(coeff));
   }
-  if (d.regime != Regime::kProject && coeff != 0.0) {
-    return Status::InvalidArgument(std::string("projection_coeff must be 0 for regime ") + RegimeName(d.regime) +
+  if (d.regime != controller::Regime::kProject && coeff != 0.0) {
+    return base::Status::InvalidArgument(std::string("projection_coeff must be 0 for regime ") + controller::RegimeName(d.regime) +
                                    ", got " + std::to_string(coeff));
   }
-  if (d.regime == Regime::kProject) {
+  if (d.regime == controller::Regime::kProject) {
     if (!stats.has_reference || !(stats.ref_sq > 0.0) || !std::isfinite(stats.dot) || !std::isfinite(stats.ref_sq)) {
-      return Status::InvalidArgument("regime PROJECT for statistics without a usable reference");
+      return base::Status::InvalidArgument("regime PROJECT for statistics without a usable reference");
     }
     const double expected = (1.0 - response.alpha()) * stats.dot / stats.ref_sq;
     if (std::fabs(coeff - expected) > 1e-6 * std::fabs(expected) + 1e-300) {
-      return Status::InvalidArgument("projection_coeff " + std::to_string(coeff) + " is not (1 - alpha) * dot / pp = " +
+      return base::Status::InvalidArgument("projection_coeff " + std::to_string(coeff) + " is not (1 - alpha) * dot / pp = " +
                                      std::to_string(expected));
     }
   }
-  const bool should_apply = d.regime == Regime::kSafe || d.regime == Regime::kProject;
+  const bool should_apply = d.regime == controller::Regime::kSafe || d.regime == controller::Regime::kProject;
   if (response.apply_update() != should_apply) {
-    return Status::InvalidArgument(std::string("apply_update must be ") + (should_apply ? "true" : "false") +
-                                   " for regime " + RegimeName(d.regime));
+    return base::Status::InvalidArgument(std::string("apply_update must be ") + (should_apply ? "true" : "false") +
+                                   " for regime " + controller::RegimeName(d.regime));
   }
   if (response.has_cosine()) {
     GAC_RETURN_IF_ERROR(CheckCosine("cosine", response.cosine()));
@@ -186,54 +183,54 @@ StatusOr<Decision> DecodeDecision(const v1::DecideResponse& response, const Alig
   return d;
 }
 
-void EncodeDecideResponse(const v1::DecideRequest& request, const Decision& decision,
+void EncodeDecideResponse(const v1::DecideRequest& request, const controller::Decision& decision,
                           v1::DecideResponse* response) {
   EncodeDecision(decision, response);
   response->set_run(request.run());
   response->set_step(request.step());
 }
 
-StatusOr<Decision> DecodeDecideResponse(const v1::DecideRequest& request, const v1::DecideResponse& response) {
+base::StatusOr<controller::Decision> DecodeDecideResponse(const v1::DecideRequest& request, const v1::DecideResponse& response) {
   // A run id is never empty, so an empty one is an answer that does not say.
   if (response.run() != request.run() || response.step() != request.step()) {
-    return Status::InvalidArgument("answer for run '" + Printable(response.run()) + "' step " +
+    return base::Status::InvalidArgument("answer for run '" + Printable(response.run()) + "' step " +
                                    std::to_string(response.step()) + ", asked for run '" + request.run() +
                                    "' step " + std::to_string(request.step()));
   }
   return DecodeDecision(response, StatsFromProto(request));
 }
 
-grpc::Status ToGrpcStatus(const Status& status) {
+grpc::Status ToGrpcStatus(const base::Status& status) {
   if (status.ok()) return grpc::Status::OK;
   return grpc::Status(static_cast<grpc::StatusCode>(status.code()), status.message());
 }
 
-Status FromGrpcStatus(const grpc::Status& status, const std::string& prefix) {
-  if (status.ok()) return Status::Ok();
+base::Status FromGrpcStatus(const grpc::Status& status, const std::string& prefix) {
+  if (status.ok()) return base::Status::Ok();
   const int code = static_cast<int>(status.error_code());
-  const StatusCode mapped = code >= 1 && code <= 16 ? static_cast<StatusCode>(code) : StatusCode::kUnknown;
-  return Status(mapped, prefix.empty() ? status.error_message() : prefix + ": " + status.error_message());
+  const base::StatusCode mapped = code >= 1 && code <= 16 ? static_cast<base::StatusCode>(code) : base::StatusCode::kUnknown;
+  return base::Status(mapped, prefix.empty() ? status.error_message() : prefix + ": " + status.error_message());
 }
 
-int ToHttpStatus(StatusCode code) {
+int ToHttpStatus(base::StatusCode code) {
   switch (code) {
-    case StatusCode::kOk: return 200;
-    case StatusCode::kInvalidArgument:
-    case StatusCode::kFailedPrecondition:
-    case StatusCode::kOutOfRange: return 400;
-    case StatusCode::kUnauthenticated: return 401;
-    case StatusCode::kPermissionDenied: return 403;
-    case StatusCode::kNotFound: return 404;
-    case StatusCode::kAborted:
-    case StatusCode::kAlreadyExists: return 409;
-    case StatusCode::kResourceExhausted: return 413;
-    case StatusCode::kCancelled: return 499;
-    case StatusCode::kUnimplemented: return 501;
-    case StatusCode::kUnavailable: return 503;
-    case StatusCode::kDeadlineExceeded: return 504;
-    case StatusCode::kUnknown:
-    case StatusCode::kInternal:
-    case StatusCode::kDataLoss: break;
+    case base::StatusCode::kOk: return 200;
+    case base::StatusCode::kInvalidArgument:
+    case base::StatusCode::kFailedPrecondition:
+    case base::StatusCode::kOutOfRange: return 400;
+    case base::StatusCode::kUnauthenticated: return 401;
+    case base::StatusCode::kPermissionDenied: return 403;
+    case base::StatusCode::kNotFound: return 404;
+    case base::StatusCode::kAborted:
+    case base::StatusCode::kAlreadyExists: return 409;
+    case base::StatusCode::kResourceExhausted: return 413;
+    case base::StatusCode::kCancelled: return 499;
+    case base::StatusCode::kUnimplemented: return 501;
+    case base::StatusCode::kUnavailable: return 503;
+    case base::StatusCode::kDeadlineExceeded: return 504;
+    case base::StatusCode::kUnknown:
+    case base::StatusCode::kInternal:
+    case base::StatusCode::kDataLoss: break;
   }
   return 500;
 }

@@ -6,12 +6,12 @@ namespace gac::proto {
 namespace {
 
 template <typename Enum, std::size_t N>
-StatusOr<Enum> ParseName(std::string_view what, std::string_view name, const Enum (&values)[N],
+base::StatusOr<Enum> ParseName(std::string_view what, std::string_view name, const Enum (&values)[N],
                          const char* expected) {
   for (Enum v : values) {
     if (name == EnumName(v)) return v;
   }
-  return Status::InvalidArgument("unknown " + std::string(what) + " '" + std::string(name) + "' (expected " +
+  return base::Status::InvalidArgument("unknown " + std::string(what) + " '" + std::string(name) + "' (expected " +
                                  expected + ")");
 }
 
@@ -22,29 +22,29 @@ bool IsRunIdChar(char c) {
          c == '_' || c == ':' || c == '/' || c == '-';
 }
 
-Status CheckRunId(std::string_view run) {
-  if (run.empty()) return Status::InvalidArgument("run id is empty");
+base::Status CheckRunId(std::string_view run) {
+  if (run.empty()) return base::Status::InvalidArgument("run id is empty");
   if (run.size() > kMaxRunIdLength) {
-    return Status::InvalidArgument("run id longer than " + std::to_string(kMaxRunIdLength) + " characters");
+    return base::Status::InvalidArgument("run id longer than " + std::to_string(kMaxRunIdLength) + " characters");
   }
   for (char c : run) {
     if (!IsRunIdChar(c)) {
-      return Status::InvalidArgument("run id may contain only [A-Za-z0-9._:/-], got '" + std::string(run) + "'");
+      return base::Status::InvalidArgument("run id may contain only [A-Za-z0-9._:/-], got '" + std::string(run) + "'");
     }
   }
-  return Status::Ok();
+  return base::Status::Ok();
 }
 
-Status CheckName(std::string_view what, std::string_view name) {
-  if (name.empty()) return Status::InvalidArgument(std::string(what) + " is empty");
+base::Status CheckName(std::string_view what, std::string_view name) {
+  if (name.empty()) return base::Status::InvalidArgument(std::string(what) + " is empty");
   if (name.size() > kMaxNameLength) {
-    return Status::InvalidArgument(std::string(what) + " longer than " + std::to_string(kMaxNameLength) +
+    return base::Status::InvalidArgument(std::string(what) + " longer than " + std::to_string(kMaxNameLength) +
                                    " characters");
   }
   for (char c : name) {
-    if (c < 0x20 || c > 0x7e) return Status::InvalidArgument(std::string(what) + " must be printable ASCII");
+    if (c < 0x20 || c > 0x7e) return base::Status::InvalidArgument(std::string(what) + " must be printable ASCII");
   }
-  return Status::Ok();
+  return base::Status::Ok();
 }
 
 const char* EnumName(v1::Regime regime) {
@@ -88,17 +88,17 @@ const char* RegimeInModeName(v1::Regime regime, v1::ControlMode mode) {
   return EnumName(regime);
 }
 
-StatusOr<v1::Regime> ParseRegimeName(std::string_view name) {
+base::StatusOr<v1::Regime> ParseRegimeName(std::string_view name) {
   return ParseName("regime", name, kKnownRegimes, "safe, project, skip or invalid");
 }
 
-StatusOr<v1::ControlMode> ParseControlModeName(std::string_view name) {
+base::StatusOr<v1::ControlMode> ParseControlModeName(std::string_view name) {
   static constexpr v1::ControlMode kModes[] = {v1::CONTROL_MODE_MONITOR, v1::CONTROL_MODE_LOCAL,
                                                v1::CONTROL_MODE_REMOTE};
   return ParseName("mode", name, kModes, "monitor, local or remote");
 }
 
-StatusOr<v1::AlphaMode> ParseAlphaModeName(std::string_view name) {
+base::StatusOr<v1::AlphaMode> ParseAlphaModeName(std::string_view name) {
   static constexpr v1::AlphaMode kModes[] = {v1::ALPHA_MODE_PAPER, v1::ALPHA_MODE_EXACT};
   return ParseName("alpha mode", name, kModes, "paper or exact");
 }

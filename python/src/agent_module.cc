@@ -82,7 +82,7 @@ class PyAgent {
           const py::object& snapshot_dtype, const std::string& reference, const py::object& layers,
           const py::object& groups, const py::object& process_group, const py::object& decision_source,
           int num_threads, std::int64_t chunk_elements) {
-    options_.thresholds = Thresholds{c_low, c_high};
+    options_.thresholds = controller::Thresholds{c_low, c_high};
     options_.alpha_mode = AlphaModeFromName(alpha_mode);
     options_.mode = ModeFromName(mode);
     options_.snapshot_dtype = SnapshotDtypeFrom(snapshot_dtype);
@@ -90,13 +90,13 @@ class PyAgent {
     options_.num_threads = num_threads;
     options_.chunk_elements = chunk_elements;
     if (!decision_source.is_none()) {
-      if (!py::isinstance<DecisionSource>(decision_source)) {
+      if (!py::isinstance<controller::DecisionSource>(decision_source)) {
         throw py::type_error("decision_source must be a gac.RemoteController or a gac.DecisionSource subclass, got a " +
                              py::str(py::type::of(decision_source).attr("__name__")).cast<std::string>());
       }
       // The Python object is kept too: a Python subclass lives as long as the agent.
       decision_source_ = decision_source;
-      options_.decision_source = decision_source.cast<std::shared_ptr<DecisionSource>>();
+      options_.decision_source = decision_source.cast<std::shared_ptr<controller::DecisionSource>>();
     }
     if (!process_group.is_none()) {
       options_.reducer = ReducerFrom(process_group);
@@ -113,7 +113,7 @@ class PyAgent {
   py::object Step(std::int64_t step, py::handle params) {
     const std::vector<at::Tensor>& tensors = params_.Convert(params);
     if (!planned_ && !layers_.empty()) ResolveLayers(tensors);
-    StatusOr<StepReport> report = [&] {
+    base::StatusOr<controller::StepReport> report = [&] {
       py::gil_scoped_release release;
       return agent_->Step(step, tensors);
     }();
@@ -125,13 +125,13 @@ class PyAgent {
   // Times Agent::Step alone, in C++, on the parameters of the last step():
   // for benchmarks that compare it with step() from Python in one process.
   std::pair<double, py::object> TimeCppStep(std::int64_t step) {
-    if (!planned_) RaiseStatus(Status::FailedPrecondition("call step() once before _time_cpp_step()"));
+    if (!planned_) RaiseStatus(base::Status::FailedPrecondition("call step() once before _time_cpp_step()"));
     const std::vector<at::Tensor>& tensors = params_.tensors();
     double seconds = 0.0;
-    StatusOr<StepReport> report = [&] {
+    base::StatusOr<controller::StepReport> report = [&] {
       py::gil_scoped_release release;
       const auto t0 = std::chrono::steady_clock::now();
-      StatusOr<StepReport> r = agent_->Step(step, tensors);
+      base::StatusOr<controller::StepReport> r = agent_->Step(step, tensors);
       seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       return r;
     }();
@@ -145,9 +145,9 @@ class PyAgent {
     planned_ = false;
   }
 
-  std::string mode() const { return ModeName(agent_->options().mode); }
+  std::string mode() const { return controller::ModeName(agent_->options().mode); }
   void set_mode(const std::string& name) {
-    const Mode mode = ModeFromName(name);
+    const controller::Mode mode = ModeFromName(name);
     ThrowIfError(agent_->set_mode(mode));
     options_.mode = mode;
   }
@@ -226,13 +226,13 @@ class PyAgent {
   }
 
   // A failed step: "call Reset()" is reset() here.
-  [[noreturn]] static void RaiseStep(const Status& status) {
+  [[noreturn]] static void RaiseStep(const base::Status& status) {
     if (!status.IsFailedPrecondition()) RaiseStatus(status);
     std::string message = status.message();
     for (std::size_t at = message.find("Reset()"); at != std::string::npos; at = message.find("Reset()", at)) {
       message.replace(at, 7, "agent.reset()");
     }
-    RaiseStatus(Status(status.code(), message));
+    RaiseStatus(base::Status(status.code(), message));
   }
 
   AgentOptions options_;  // as given; layers as indices live in agent_'s options
@@ -292,7 +292,7 @@ void BindAgent(py::module_& m) {
                              "Remote decisions replaced by the local one since creation.")
       .def_property_readonly("c_low", [](const PyAgent& a) { return a.options().thresholds.c_low; })
       .def_property_readonly("c_high", [](const PyAgent& a) { return a.options().thresholds.c_high; })
-      .def_property_readonly("alpha_mode", [](const PyAgent& a) { return AlphaModeName(a.options().alpha_mode); })
+      .def_property_readonly("alpha_mode", [](const PyAgent& a) { return controller::AlphaModeName(a.options().alpha_mode); })
       .def_property_readonly("snapshot_dtype", [](const PyAgent& a) { return SnapshotDtypeName(a.options().snapshot_dtype); })
       .def_property_readonly("decision_source", &PyAgent::decision_source)
       .def_property_readonly("process_group", &PyAgent::process_group)
@@ -306,7 +306,7 @@ void BindAgent(py::module_& m) {
       .def("__repr__", [](const PyAgent& a) {
         return "Agent(c_low=" + py::repr(py::float_(a.options().thresholds.c_low)).cast<std::string>() +
                ", c_high=" + py::repr(py::float_(a.options().thresholds.c_high)).cast<std::string>() + ", mode='" +
-               a.mode() + "', alpha_mode='" + AlphaModeName(a.options().alpha_mode) + "')";
+               a.mode() + "', alpha_mode='" + controller::AlphaModeName(a.options().alpha_mode) + "')";
       });
 }
 

@@ -28,39 +28,39 @@ namespace {
 // mode. The agent calls it with the GIL released, from its training thread;
 // an exception or a wrong return type is an error, on which the agent falls
 // back to its local decision.
-class PyDecisionSource : public DecisionSource {
+class PyDecisionSource : public controller::DecisionSource {
  public:
-  StatusOr<Decision> Decide(std::int64_t step, const AlignmentStats& stats) override {
+  base::StatusOr<controller::Decision> Decide(std::int64_t step, const controller::AlignmentStats& stats) override {
     py::gil_scoped_acquire gil;
     try {
-      py::function decide = py::get_override(static_cast<const DecisionSource*>(this), "decide");
-      if (!decide) return Status::Unimplemented("the DecisionSource subclass does not define decide()");
+      py::function decide = py::get_override(static_cast<const controller::DecisionSource*>(this), "decide");
+      if (!decide) return base::Status::Unimplemented("the DecisionSource subclass does not define decide()");
       py::object result = decide(step, stats);
-      if (!py::isinstance<Decision>(result)) {
-        return Status::InvalidArgument("decide() returned " + std::string(py::str(py::type::of(result).attr("__name__"))) +
+      if (!py::isinstance<controller::Decision>(result)) {
+        return base::Status::InvalidArgument("decide() returned " + std::string(py::str(py::type::of(result).attr("__name__"))) +
                                        ", not a gac.Decision");
       }
-      return result.cast<Decision>();
+      return result.cast<controller::Decision>();
     } catch (py::error_already_set& e) {
       // The exception's type and message, without the traceback.
-      return Status::Unavailable("decide() raised " + py::str(e.type().attr("__name__")).cast<std::string>() + ": " +
+      return base::Status::Unavailable("decide() raised " + py::str(e.type().attr("__name__")).cast<std::string>() + ": " +
                                  py::str(e.value()).cast<std::string>());
     }
   }
 };
 
-Decision MakeDecision(const std::string& regime_name, std::optional<double> cosine, std::optional<double> cosine_after,
+controller::Decision MakeDecision(const std::string& regime_name, std::optional<double> cosine, std::optional<double> cosine_after,
                       double alpha, double projection_coeff, double grad_norm, double ref_norm) {
-  StatusOr<Regime> regime = ParseRegime(regime_name.c_str());
+  base::StatusOr<controller::Regime> regime = controller::ParseRegime(regime_name.c_str());
   if (!regime.ok()) {
     RaiseInvalidArgument("regime must be 'safe', 'project', 'skip' or 'invalid', got '" + regime_name + "'");
   }
   if (!(alpha >= 0.0 && alpha <= 1.0)) RaiseInvalidArgument("alpha must be in [0, 1], got " + std::to_string(alpha));
   if (!std::isfinite(projection_coeff)) RaiseInvalidArgument("projection_coeff must be finite");
-  if (*regime != Regime::kProject && projection_coeff != 0.0) {
+  if (*regime != controller::Regime::kProject && projection_coeff != 0.0) {
     RaiseInvalidArgument("projection_coeff must be 0 unless the regime is 'project'");
   }
-  Decision d;
+  controller::Decision d;
   d.regime = *regime;
   d.cosine = cosine;
   d.cosine_after = cosine_after;
@@ -68,62 +68,62 @@ Decision MakeDecision(const std::string& regime_name, std::optional<double> cosi
   d.projection_coeff = projection_coeff;
   d.grad_norm = grad_norm;
   d.ref_norm = ref_norm;
-  d.apply_update = *regime == Regime::kSafe || *regime == Regime::kProject;
+  d.apply_update = *regime == controller::Regime::kSafe || *regime == controller::Regime::kProject;
   return d;
 }
 
-py::dict DecisionDict(const Decision& d) {
-  return py::dict("regime"_a = RegimeName(d.regime), "cosine"_a = d.cosine, "cosine_after"_a = d.cosine_after,
+py::dict DecisionDict(const controller::Decision& d) {
+  return py::dict("regime"_a = controller::RegimeName(d.regime), "cosine"_a = d.cosine, "cosine_after"_a = d.cosine_after,
                   "alpha"_a = d.alpha, "projection_coeff"_a = d.projection_coeff, "grad_norm"_a = d.grad_norm,
                   "ref_norm"_a = d.ref_norm, "apply_update"_a = d.apply_update);
 }
 
 std::string OptionalText(const std::optional<double>& v) { return v ? py::repr(py::float_(*v)).cast<std::string>() : "None"; }
 
-py::dict LayersDict(const StepReport& r) {
+py::dict LayersDict(const controller::StepReport& r) {
   py::dict layers;
-  for (const LayerStats& l : r.layers) layers[py::str(l.name)] = l;
+  for (const controller::LayerStats& l : r.layers) layers[py::str(l.name)] = l;
   return layers;
 }
 
 void BindDecision(py::module_& m) {
-  py::class_<Decision>(m, "Decision",
+  py::class_<controller::Decision>(m, "Decision",
                        "What the controller decided for one step: the regime, the cosine c_t, the gain alpha on the\n"
                        "gradient's component along the previous one and the norms. Build one only in a\n"
                        "gac.DecisionSource subclass; the controller and the agent return them.")
       .def(py::init(&MakeDecision), "regime"_a, py::kw_only(), "cosine"_a = py::none(), "cosine_after"_a = py::none(),
            "alpha"_a = 1.0, "projection_coeff"_a = 0.0, "grad_norm"_a = 0.0, "ref_norm"_a = 0.0,
            "A decision; apply_update follows from the regime (False for 'skip' and 'invalid').")
-      .def_property_readonly("regime", [](const Decision& d) { return RegimeName(d.regime); },
+      .def_property_readonly("regime", [](const controller::Decision& d) { return controller::RegimeName(d.regime); },
                              "'safe', 'project', 'skip' or 'invalid'.")
-      .def_property_readonly("cosine", [](const Decision& d) { return d.cosine; },
+      .def_property_readonly("cosine", [](const controller::Decision& d) { return d.cosine; },
                              "c_t = <g,p> / (|g| |p| + 1e-8); None without a reference or with non-finite sums.")
-      .def_property_readonly("cosine_after", [](const Decision& d) { return d.cosine_after; },
+      .def_property_readonly("cosine_after", [](const controller::Decision& d) { return d.cosine_after; },
                              "The cosine of the applied update with p; None for skip, invalid and no reference.")
-      .def_readonly("alpha", &Decision::alpha, "Gain on the parallel component (1 = untouched).")
-      .def_readonly("projection_coeff", &Decision::projection_coeff,
+      .def_readonly("alpha", &controller::Decision::alpha, "Gain on the parallel component (1 = untouched).")
+      .def_readonly("projection_coeff", &controller::Decision::projection_coeff,
                     "g' = g - projection_coeff * p; (1 - alpha) <g,p> / |p|^2 when projecting, else 0.")
-      .def_readonly("grad_norm", &Decision::grad_norm, "|g|.")
-      .def_readonly("ref_norm", &Decision::ref_norm, "|p|, the previous gradient's norm.")
-      .def_readonly("apply_update", &Decision::apply_update, "False for 'skip' and 'invalid': do not step the optimizer.")
+      .def_readonly("grad_norm", &controller::Decision::grad_norm, "|g|.")
+      .def_readonly("ref_norm", &controller::Decision::ref_norm, "|p|, the previous gradient's norm.")
+      .def_readonly("apply_update", &controller::Decision::apply_update, "False for 'skip' and 'invalid': do not step the optimizer.")
       .def("to_dict", &DecisionDict, "The fields as a dict.")
-      .def("__repr__", [](const Decision& d) {
-        return "Decision(regime='" + std::string(RegimeName(d.regime)) + "', cosine=" + OptionalText(d.cosine) +
+      .def("__repr__", [](const controller::Decision& d) {
+        return "Decision(regime='" + std::string(controller::RegimeName(d.regime)) + "', cosine=" + OptionalText(d.cosine) +
                ", alpha=" + py::repr(py::float_(d.alpha)).cast<std::string>() + ")";
       });
 
-  py::class_<AlignmentStats>(m, "AlignmentStats",
+  py::class_<controller::AlignmentStats>(m, "AlignmentStats",
                              "The three sums a decision is made from, over every trainable parameter (after the\n"
                              "all-reduce when gradients are sharded).")
       .def(py::init([](double dot, double grad_sq, double ref_sq, bool has_reference) {
-             return AlignmentStats{dot, grad_sq, ref_sq, has_reference};
+             return controller::AlignmentStats{dot, grad_sq, ref_sq, has_reference};
            }),
            "dot"_a, "grad_sq"_a, "ref_sq"_a, "has_reference"_a = true)
-      .def_readonly("dot", &AlignmentStats::dot, "<g, p>.")
-      .def_readonly("grad_sq", &AlignmentStats::grad_sq, "|g|^2.")
-      .def_readonly("ref_sq", &AlignmentStats::ref_sq, "|p|^2.")
-      .def_readonly("has_reference", &AlignmentStats::has_reference, "False on the first step and after a reset.")
-      .def("__repr__", [](const AlignmentStats& s) {
+      .def_readonly("dot", &controller::AlignmentStats::dot, "<g, p>.")
+      .def_readonly("grad_sq", &controller::AlignmentStats::grad_sq, "|g|^2.")
+      .def_readonly("ref_sq", &controller::AlignmentStats::ref_sq, "|p|^2.")
+      .def_readonly("has_reference", &controller::AlignmentStats::has_reference, "False on the first step and after a reset.")
+      .def("__repr__", [](const controller::AlignmentStats& s) {
         return "AlignmentStats(dot=" + py::repr(py::float_(s.dot)).cast<std::string>() +
                ", grad_sq=" + py::repr(py::float_(s.grad_sq)).cast<std::string>() +
                ", ref_sq=" + py::repr(py::float_(s.ref_sq)).cast<std::string>() +
@@ -132,47 +132,47 @@ void BindDecision(py::module_& m) {
 }
 
 void BindController(py::module_& m) {
-  py::class_<Controller>(m, "Controller",
+  py::class_<controller::Controller>(m, "Controller",
                          "The GAC decision from three scalars, without torch: c = dot / (sqrt(grad_sq * ref_sq) + 1e-8);\n"
                          "|c| <= c_low: safe; c_low < |c| < c_high: project with gain alpha; |c| >= c_high: skip;\n"
                          "non-finite sums: invalid. alpha = c_low/|c| ('paper') or the gain that brings the cosine\n"
                          "to exactly c_low ('exact'). Immutable; safe to share between threads.")
       .def(py::init([](double c_low, double c_high, const std::string& alpha_mode) {
-             return ValueOrRaise(Controller::Create(Thresholds{c_low, c_high}, AlphaModeFromName(alpha_mode)));
+             return ValueOrRaise(controller::Controller::Create(controller::Thresholds{c_low, c_high}, AlphaModeFromName(alpha_mode)));
            }),
            "c_low"_a = 0.05, "c_high"_a = 0.3, "alpha_mode"_a = "paper",
            "Raises InvalidArgumentError (a ValueError) unless 0 < c_low < c_high <= 1.")
       .def(
           "decide",
-          [](const Controller& c, double dot, double grad_sq, double ref_sq, bool has_reference) {
-            return c.Decide(AlignmentStats{dot, grad_sq, ref_sq, has_reference});
+          [](const controller::Controller& c, double dot, double grad_sq, double ref_sq, bool has_reference) {
+            return c.Decide(controller::AlignmentStats{dot, grad_sq, ref_sq, has_reference});
           },
           "dot"_a, "grad_sq"_a, "ref_sq"_a, "has_reference"_a = true,
           "The decision for <g,p>, |g|^2 and |p|^2. has_reference=False (or ref_sq == 0) means there is no\n"
           "previous gradient: 'safe' with no cosine.")
-      .def("alpha", &Controller::Alpha, "cosine"_a, "alpha for a cosine in the projection band, per alpha_mode.")
-      .def_property_readonly("c_low", [](const Controller& c) { return c.thresholds().c_low; })
-      .def_property_readonly("c_high", [](const Controller& c) { return c.thresholds().c_high; })
-      .def_property_readonly("alpha_mode", [](const Controller& c) { return AlphaModeName(c.mode()); })
-      .def("__repr__", [](const Controller& c) {
+      .def("alpha", &controller::Controller::Alpha, "cosine"_a, "alpha for a cosine in the projection band, per alpha_mode.")
+      .def_property_readonly("c_low", [](const controller::Controller& c) { return c.thresholds().c_low; })
+      .def_property_readonly("c_high", [](const controller::Controller& c) { return c.thresholds().c_high; })
+      .def_property_readonly("alpha_mode", [](const controller::Controller& c) { return controller::AlphaModeName(c.mode()); })
+      .def("__repr__", [](const controller::Controller& c) {
         return "Controller(c_low=" + py::repr(py::float_(c.thresholds().c_low)).cast<std::string>() +
                ", c_high=" + py::repr(py::float_(c.thresholds().c_high)).cast<std::string>() + ", alpha_mode='" +
-               AlphaModeName(c.mode()) + "')";
+               controller::AlphaModeName(c.mode()) + "')";
       });
 
-  m.def("cosine_after_projection", &CosineAfterProjection, "cosine"_a, "alpha"_a,
+  m.def("cosine_after_projection", &controller::CosineAfterProjection, "cosine"_a, "alpha"_a,
         "The cosine with p of g' = g - (1 - alpha) <g,p>/|p|^2 p, from the cosine of g and p and alpha.");
 }
 
 void BindCalibration(py::module_& m) {
-  py::class_<CalibrationStats>(m, "CalibrationStats",
+  py::class_<controller::CalibrationStats>(m, "CalibrationStats",
                                "Statistics of |c_t| over a window of steps (non-finite values not counted).")
-      .def_readonly("count", &CalibrationStats::count, "Finite values in the window.")
-      .def_readonly("q90", &CalibrationStats::q90, "0.9 quantile of |c| (linear interpolation, numpy's default).")
-      .def_readonly("max", &CalibrationStats::max, "Largest |c|.")
-      .def_readonly("mean", &CalibrationStats::mean, "Mean |c|.")
-      .def_readonly("frac_le_c_low", &CalibrationStats::frac_le_c_low, "Fraction of values with |c| <= c_low.")
-      .def("__repr__", [](const CalibrationStats& s) {
+      .def_readonly("count", &controller::CalibrationStats::count, "Finite values in the window.")
+      .def_readonly("q90", &controller::CalibrationStats::q90, "0.9 quantile of |c| (linear interpolation, numpy's default).")
+      .def_readonly("max", &controller::CalibrationStats::max, "Largest |c|.")
+      .def_readonly("mean", &controller::CalibrationStats::mean, "Mean |c|.")
+      .def_readonly("frac_le_c_low", &controller::CalibrationStats::frac_le_c_low, "Fraction of values with |c| <= c_low.")
+      .def("__repr__", [](const controller::CalibrationStats& s) {
         return "CalibrationStats(count=" + std::to_string(s.count) +
                ", q90=" + py::repr(py::float_(s.q90)).cast<std::string>() +
                ", max=" + py::repr(py::float_(s.max)).cast<std::string>() + ")";
@@ -185,16 +185,16 @@ void BindCalibration(py::module_& m) {
         std::vector<double> v;
         v.reserve(values.size());
         for (const std::optional<double>& x : values) v.push_back(x ? *x : NAN);
-        return ComputeCalibration(v, c_low);
+        return controller::ComputeCalibration(v, c_low);
       },
       "values"_a, "c_low"_a = 0.05,
       "Statistics of |c| for cosines of a synchronous run (None and non-finite values are skipped).");
 
   m.def(
       "suggest_thresholds",
-      [](const CalibrationStats& stats, int min_count) {
+      [](const controller::CalibrationStats& stats, int min_count) {
         if (min_count < 0) RaiseInvalidArgument("min_count must be >= 0, got " + std::to_string(min_count));
-        const Thresholds t = ValueOrRaise(SuggestThresholds(stats, static_cast<std::size_t>(min_count)));
+        const controller::Thresholds t = ValueOrRaise(controller::SuggestThresholds(stats, static_cast<std::size_t>(min_count)));
         return std::make_pair(t.c_low, t.c_high);
       },
       "stats"_a, "min_count"_a = 20,
@@ -202,48 +202,48 @@ void BindCalibration(py::module_& m) {
       "1e-3), c_high = max(3 * max, 2 * c_low) capped at 1. FailedPreconditionError with fewer than\n"
       "min_count values.");
 
-  py::class_<CalibrationWindow>(m, "CalibrationWindow",
+  py::class_<controller::CalibrationWindow>(m, "CalibrationWindow",
                                 "The last `capacity` |c_t| of a run, after `skip_first` warm-up steps. Not\n"
                                 "synchronised: one writer.")
       .def(py::init([](std::int64_t capacity, std::int64_t skip_first) {
              if (capacity < 1) RaiseInvalidArgument("capacity must be >= 1, got " + std::to_string(capacity));
              if (skip_first < 0) RaiseInvalidArgument("skip_first must be >= 0, got " + std::to_string(skip_first));
-             return CalibrationWindow(static_cast<std::size_t>(capacity), static_cast<std::size_t>(skip_first));
+             return controller::CalibrationWindow(static_cast<std::size_t>(capacity), static_cast<std::size_t>(skip_first));
            }),
            "capacity"_a, "skip_first"_a = 0)
       .def(
-          "add", [](CalibrationWindow& w, std::optional<double> cosine) { w.Add(cosine ? *cosine : NAN); },
+          "add", [](controller::CalibrationWindow& w, std::optional<double> cosine) { w.Add(cosine ? *cosine : NAN); },
           "cosine"_a, "Adds one c_t (e.g. report.cosine); None and non-finite values are seen but not kept.")
-      .def("stats", &CalibrationWindow::Stats, "c_low"_a = 0.05, "Statistics of the values kept.")
-      .def_property_readonly("seen", &CalibrationWindow::seen, "Values added, warm-up and non-finite ones included.")
-      .def_property_readonly("size", &CalibrationWindow::size, "Values kept.");
+      .def("stats", &controller::CalibrationWindow::Stats, "c_low"_a = 0.05, "Statistics of the values kept.")
+      .def_property_readonly("seen", &controller::CalibrationWindow::seen, "Values added, warm-up and non-finite ones included.")
+      .def_property_readonly("size", &controller::CalibrationWindow::size, "Values kept.");
 }
 
 void BindStepReport(py::module_& m) {
-  py::class_<LayerStats>(m, "LayerStats", "One layer's sums for a step (Agent(layers=...)).")
-      .def_readonly("name", &LayerStats::name)
-      .def_readonly("dot", &LayerStats::dot, "<g, p> over the layer.")
-      .def_readonly("grad_sq", &LayerStats::grad_sq, "|g|^2 over the layer.")
-      .def_readonly("ref_sq", &LayerStats::ref_sq, "|p|^2 over the layer.")
-      .def_property_readonly("cosine", &LayerStats::cosine,
+  py::class_<controller::LayerStats>(m, "LayerStats", "One layer's sums for a step (Agent(layers=...)).")
+      .def_readonly("name", &controller::LayerStats::name)
+      .def_readonly("dot", &controller::LayerStats::dot, "<g, p> over the layer.")
+      .def_readonly("grad_sq", &controller::LayerStats::grad_sq, "|g|^2 over the layer.")
+      .def_readonly("ref_sq", &controller::LayerStats::ref_sq, "|p|^2 over the layer.")
+      .def_property_readonly("cosine", &controller::LayerStats::cosine,
                              "The layer's cosine; None without a reference, with a zero norm or non-finite sums.")
-      .def_property_readonly("grad_norm", [](const LayerStats& l) { return std::sqrt(l.grad_sq); })
-      .def_property_readonly("ref_norm", [](const LayerStats& l) { return std::sqrt(l.ref_sq); })
-      .def("__repr__", [](const LayerStats& l) {
+      .def_property_readonly("grad_norm", [](const controller::LayerStats& l) { return std::sqrt(l.grad_sq); })
+      .def_property_readonly("ref_norm", [](const controller::LayerStats& l) { return std::sqrt(l.ref_sq); })
+      .def("__repr__", [](const controller::LayerStats& l) {
         return "LayerStats(name='" + l.name + "', cosine=" + OptionalText(l.cosine()) + ")";
       });
 
-  using R = StepReport;
+  using R = controller::StepReport;
   py::class_<R>(m, "StepReport",
                 "What one agent.step() measured and decided. Call optimizer.step() only when step_optimizer is\n"
                 "True; hand the report to Telemetry.send() to stream it to gacd.")
       .def_property_readonly("step", [](const R& r) { return r.step; })
-      .def_property_readonly("mode", [](const R& r) { return ModeName(r.mode); },
+      .def_property_readonly("mode", [](const R& r) { return controller::ModeName(r.mode); },
                              "The agent's mode for this step: 'local', 'monitor' or 'remote' (in monitor mode the\n"
                              "regime is what GAC would have done).")
       .def_property_readonly("decision", [](const R& r) { return r.decision; },
                              "The decision used (remote mode: gacd's, or the local one on a fallback).")
-      .def_property_readonly("regime", [](const R& r) { return RegimeName(r.decision.regime); },
+      .def_property_readonly("regime", [](const R& r) { return controller::RegimeName(r.decision.regime); },
                              "'safe', 'project', 'skip' or 'invalid' (monitor mode: what local mode would do).")
       .def_property_readonly("cosine", [](const R& r) { return r.decision.cosine; },
                              "c_t; None on the first step, after a reset and with non-finite gradients.")
@@ -292,27 +292,27 @@ void BindStepReport(py::module_& m) {
       .def(
           "to_dict",
           [](const R& r) {
-            py::dict d("step"_a = r.step, "mode"_a = ModeName(r.mode),
-                       "regime"_a = RegimeName(r.decision.regime), "cosine"_a = r.decision.cosine,
+            py::dict d("step"_a = r.step, "mode"_a = controller::ModeName(r.mode),
+                       "regime"_a = controller::RegimeName(r.decision.regime), "cosine"_a = r.decision.cosine,
                        "cosine_after"_a = r.decision.cosine_after, "alpha"_a = r.decision.alpha,
                        "grad_norm"_a = r.decision.grad_norm, "ref_norm"_a = r.decision.ref_norm,
                        "step_optimizer"_a = r.step_optimizer,
                        "gradient_modified"_a = r.gradient_modified, "fallback"_a = r.fallback,
                        "seconds"_a = r.agent_overhead_seconds());
-            for (const LayerStats& l : r.layers) d[py::str("cosine/" + l.name)] = l.cosine();
+            for (const controller::LayerStats& l : r.layers) d[py::str("cosine/" + l.name)] = l.cosine();
             return d;
           },
           "Flat fields for a logger (wandb, TensorBoard): per-layer cosines as 'cosine/<name>'.")
       .def("__repr__", [](const R& r) {
         return "StepReport(step=" + std::to_string(r.step) + ", regime='" +
-               RegimeName(r.decision.regime) + "', cosine=" + OptionalText(r.decision.cosine) +
+               controller::RegimeName(r.decision.regime) + "', cosine=" + OptionalText(r.decision.cosine) +
                ", alpha=" + py::repr(py::float_(r.decision.alpha)).cast<std::string>() +
                ", step_optimizer=" + (r.step_optimizer ? "True" : "False") + ")";
       });
 }
 
 void BindDecisionSource(py::module_& m) {
-  py::class_<DecisionSource, PyDecisionSource, std::shared_ptr<DecisionSource>>(
+  py::class_<controller::DecisionSource, PyDecisionSource, std::shared_ptr<controller::DecisionSource>>(
       m, "DecisionSource",
       "Where an agent in remote mode gets its decision: gac.RemoteController (gacd), or a subclass that\n"
       "defines decide(step, stats) -> gac.Decision. The agent calls it on its training thread; an exception or\n"
@@ -320,8 +320,8 @@ void BindDecisionSource(py::module_& m) {
       .def(py::init<>())
       .def(
           "decide",
-          [](DecisionSource& source, std::int64_t step, const AlignmentStats& stats) {
-            StatusOr<Decision> d = [&] {
+          [](controller::DecisionSource& source, std::int64_t step, const controller::AlignmentStats& stats) {
+            base::StatusOr<controller::Decision> d = [&] {
               py::gil_scoped_release release;
               return source.Decide(step, stats);
             }();

@@ -4,7 +4,7 @@ namespace py = pybind11;
 
 namespace gac::python {
 
-void RaiseStatus(const Status& status) {
+void RaiseStatus(const base::Status& status) {
   const int code = static_cast<int>(status.code());
   py::object cls = py::module_::import("gac._errors").attr("error_class")(code);
   py::object error = cls(status.message(), code);
@@ -12,20 +12,20 @@ void RaiseStatus(const Status& status) {
   throw py::error_already_set();
 }
 
-void RaiseInvalidArgument(const std::string& message) { RaiseStatus(Status::InvalidArgument(message)); }
+void RaiseInvalidArgument(const std::string& message) { RaiseStatus(base::Status::InvalidArgument(message)); }
 
 void WarnDeprecated(const std::string& message) {
   if (PyErr_WarnEx(PyExc_DeprecationWarning, message.c_str(), 1) != 0) throw py::error_already_set();
 }
 
-AlphaMode AlphaModeFromName(const std::string& name) {
-  StatusOr<AlphaMode> mode = ParseAlphaMode(name.c_str());
+controller::AlphaMode AlphaModeFromName(const std::string& name) {
+  base::StatusOr<controller::AlphaMode> mode = controller::ParseAlphaMode(name.c_str());
   if (!mode.ok()) RaiseInvalidArgument("alpha_mode must be 'paper' or 'exact', got '" + name + "'");
   return *mode;
 }
 
-Mode ModeFromName(const std::string& name) {
-  StatusOr<Mode> mode = ParseMode(name.c_str());
+controller::Mode ModeFromName(const std::string& name) {
+  base::StatusOr<controller::Mode> mode = controller::ParseMode(name.c_str());
   if (!mode.ok()) RaiseInvalidArgument("mode must be 'local', 'monitor' or 'remote', got '" + name + "'");
   return *mode;
 }

@@ -1,4 +1,4 @@
-// What the gac Python modules share: a non-OK gac::Status raised as the
+// What the gac Python modules share: a non-OK gac::base::Status raised as the
 // Python exception that gac._errors chooses for its code (InvalidArgumentError,
 // a ValueError, for INVALID_ARGUMENT; FailedPreconditionError for
 // FAILED_PRECONDITION; ...), carrying the message and the code; the parsing
@@ -16,20 +16,20 @@
 #include <utility>
 
 #include "gac/controller/controller.h"
-#include "gac/status.h"
+#include "gac/base/status.h"
 
 namespace gac::python {
 
 // Raises the gac._errors exception of status.code() with its message.
 // REQUIRES: !status.ok(); the GIL is held.
-[[noreturn]] void RaiseStatus(const Status& status);
+[[noreturn]] void RaiseStatus(const base::Status& status);
 
-inline void ThrowIfError(const Status& status) {
+inline void ThrowIfError(const base::Status& status) {
   if (!status.ok()) RaiseStatus(status);
 }
 
 template <typename T>
-T ValueOrRaise(StatusOr<T>&& value) {
+T ValueOrRaise(base::StatusOr<T>&& value) {
   if (!value.ok()) RaiseStatus(value.status());
   return std::move(*value);
 }
@@ -39,8 +39,8 @@ T ValueOrRaise(StatusOr<T>&& value) {
 
 // The names of the Python API, checked: an unknown name raises
 // InvalidArgumentError naming the argument and the names it takes.
-AlphaMode AlphaModeFromName(const std::string& name);
-Mode ModeFromName(const std::string& name);
+controller::AlphaMode AlphaModeFromName(const std::string& name);
+controller::Mode ModeFromName(const std::string& name);
 
 // Issues a DeprecationWarning with `message` at the caller's line.
 // REQUIRES: the GIL is held. Raises when warnings are errors.

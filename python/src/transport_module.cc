@@ -43,11 +43,11 @@ using transport::TelemetryOptions;
 // bad name fails the call that made it instead of costing the batch it
 // would be sent in.
 void CheckRunId(const std::string& run) {
-  if (Status st = proto::CheckRunId(run); !st.ok()) RaiseInvalidArgument("run must be a valid run id: " + st.message());
+  if (base::Status st = proto::CheckRunId(run); !st.ok()) RaiseInvalidArgument("run must be a valid run id: " + st.message());
 }
 
 void CheckScalarName(const std::string& name) {
-  if (Status st = proto::CheckName("scalar name", name); !st.ok()) {
+  if (base::Status st = proto::CheckName("scalar name", name); !st.ok()) {
     RaiseInvalidArgument("scalar names must be 1-" + std::to_string(proto::kMaxNameLength) +
                          " printable ASCII characters: " + st.message() + ", got '" + name + "'");
   }
@@ -56,7 +56,7 @@ void CheckScalarName(const std::string& name) {
 // gacd's host:port, or a comma-separated list of replicas sharing one store
 // (transport::SplitGacdAddresses' rules), checked before anything starts.
 void CheckAddress(const std::string& address) {
-  StatusOr<std::vector<std::string>> list = transport::SplitGacdAddresses(address);
+  base::StatusOr<std::vector<std::string>> list = transport::SplitGacdAddresses(address);
   if (!list.ok()) {
     RaiseInvalidArgument("address must be host:port or a comma-separated list of them, got '" + address + "'");
   }
@@ -111,14 +111,14 @@ class PyTelemetry {
     o.spool_fsync = fsync ? transport::SpoolFsync::kEveryAppend : transport::SpoolFsync::kNone;
     o.queue_capacity = static_cast<std::size_t>(queue_capacity);
     o.flush_interval = Milliseconds(flush_interval, "flush_interval");
-    StatusOr<std::unique_ptr<Telemetry>> t = [&] {
+    base::StatusOr<std::unique_ptr<Telemetry>> t = [&] {
       py::gil_scoped_release release;  // opening the spool reads it
       return Telemetry::Start(o);
     }();
     telemetry_ = ValueOrRaise(std::move(t));
   }
 
-  bool Send(const StepReport& r, const std::optional<std::map<std::string, double>>& scalars,
+  bool Send(const controller::StepReport& r, const std::optional<std::map<std::string, double>>& scalars,
             std::optional<std::int64_t> staleness) {
     CheckOpen();
     if (r.step < 0) RaiseInvalidArgument("gacd stores steps >= 0, the report is of step " + std::to_string(r.step));
@@ -159,7 +159,7 @@ class PyTelemetry {
 
  private:
   void CheckOpen() const {
-    if (closed_) RaiseStatus(Status::FailedPrecondition("the telemetry is closed"));
+    if (closed_) RaiseStatus(base::Status::FailedPrecondition("the telemetry is closed"));
   }
   static std::chrono::milliseconds Timeout(double seconds) {
     if (!std::isfinite(seconds) || seconds < 0 || seconds > 86400.0) {
@@ -260,18 +260,18 @@ void BindTelemetry(py::module_& m) {
 
 // RemoteController.set_thresholds and its deprecated alias.
 void SetThresholds(RemoteController& rc, double c_low, double c_high, const std::string& alpha_mode,
-                   const std::string& reason, std::optional<Mode> mode) {
-  const AlphaMode alpha = AlphaModeFromName(alpha_mode);
-  ThrowIfError(ValidateThresholds(Thresholds{c_low, c_high}));
-  Status st = [&] {
+                   const std::string& reason, std::optional<controller::Mode> mode) {
+  const controller::AlphaMode alpha = AlphaModeFromName(alpha_mode);
+  ThrowIfError(controller::ValidateThresholds(controller::Thresholds{c_low, c_high}));
+  base::Status st = [&] {
     py::gil_scoped_release release;
-    return rc.SetThresholds(Thresholds{c_low, c_high}, alpha, reason, mode);
+    return rc.SetThresholds(controller::Thresholds{c_low, c_high}, alpha, reason, mode);
   }();
   ThrowIfError(st);
 }
 
 void BindRemoteController(py::module_& m) {
-  py::class_<RemoteController, DecisionSource, std::shared_ptr<RemoteController>>(
+  py::class_<RemoteController, controller::DecisionSource, std::shared_ptr<RemoteController>>(
       m, "RemoteController",
       "gacd as the decision source of an agent in remote mode: decide() asks gacd's ControlService within\n"
       "`deadline` seconds. Pass it as Agent(mode='remote', decision_source=...); a miss, an outage or an\n"
@@ -300,7 +300,7 @@ void BindRemoteController(py::module_& m) {
           "set_thresholds",
           [](RemoteController& rc, double c_low, double c_high, const std::string& alpha_mode, const std::string& reason,
              const std::optional<std::string>& mode) {
-            SetThresholds(rc, c_low, c_high, alpha_mode, reason, mode ? std::optional<Mode>(ModeFromName(*mode)) : std::nullopt);
+            SetThresholds(rc, c_low, c_high, alpha_mode, reason, mode ? std::optional<controller::Mode>(ModeFromName(*mode)) : std::nullopt);
           },
           "c_low"_a, "c_high"_a, "alpha_mode"_a = "paper", "reason"_a = "", "mode"_a = py::none(),
           "Sets the run's thresholds on gacd (the token needs admin rights); the run keeps its mode unless `mode`\n"
@@ -311,7 +311,7 @@ void BindRemoteController(py::module_& m) {
              const std::string& reason) {
             WarnDeprecated("RemoteController.set_run_thresholds is deprecated; use set_thresholds (which keeps the "
                            "run's mode unless mode= is given)");
-            SetThresholds(rc, c_low, c_high, alpha_mode, reason, Mode::kRemote);
+            SetThresholds(rc, c_low, c_high, alpha_mode, reason, controller::Mode::kRemote);
           },
           "c_low"_a, "c_high"_a, "alpha_mode"_a = "paper", "reason"_a = "",
           "Deprecated: set_thresholds(c_low, c_high, alpha_mode, reason, mode='remote').");

@@ -37,25 +37,25 @@ bool ConstantTimeEqual(std::string_view a, std::string_view b) {
   return diff == 0;
 }
 
-Status CheckTokenFileMode(const std::string& path, unsigned mode) {
+base::Status CheckTokenFileMode(const std::string& path, unsigned mode) {
   // Like ssh with a private key: secrets that others can read are refused,
   // and so is a file that others could change to add a token of their own.
-  if ((mode & (S_IRWXO | S_IWGRP)) == 0) return Status::Ok();
+  if ((mode & (S_IRWXO | S_IWGRP)) == 0) return base::Status::Ok();
   char octal[8];
   std::snprintf(octal, sizeof octal, "%04o", mode & 07777u);
-  return Status::FailedPrecondition("token file '" + path + "' has mode " + octal +
+  return base::Status::FailedPrecondition("token file '" + path + "' has mode " + octal +
                                     ": other users may read or change the tokens; make it readable by gacd "
                                     "alone (chmod 600, or 640 with a group of gacd's own)");
 }
 
 // The whole file behind `fd`.
-StatusOr<std::string> ReadAll(int fd) {
+base::StatusOr<std::string> ReadAll(int fd) {
   std::string text;
   char buf[4096];
   for (;;) {
     const ssize_t n = read(fd, buf, sizeof buf);
     if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return ErrnoToStatus(errno, "read failed");
+    if (n < 0) return base::ErrnoToStatus(errno, "read failed");
     if (n == 0) return text;
     text.append(buf, static_cast<std::size_t>(n));
   }
@@ -104,32 +104,32 @@ bool Principal::Allows(Right right, std::string_view run) const {
   return false;
 }
 
-StatusOr<Authenticator> Authenticator::FromFile(const std::string& path) {
+base::StatusOr<Authenticator> Authenticator::FromFile(const std::string& path) {
   // The mode is checked on the file that is read (no swap between the two).
   const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return ErrnoToStatus(errno, "cannot read token file '" + path + "'");
+  if (fd < 0) return base::ErrnoToStatus(errno, "cannot read token file '" + path + "'");
   struct stat st;
   if (fstat(fd, &st) != 0) {
-    const Status err = ErrnoToStatus(errno, "cannot stat token file '" + path + "'");
+    const base::Status err = base::ErrnoToStatus(errno, "cannot stat token file '" + path + "'");
     close(fd);
     return err;
   }
-  Status mode = CheckTokenFileMode(path, st.st_mode);
+  base::Status mode = CheckTokenFileMode(path, st.st_mode);
   if (!mode.ok()) {
     close(fd);
     return mode;
   }
-  StatusOr<std::string> text = ReadAll(fd);
+  base::StatusOr<std::string> text = ReadAll(fd);
   close(fd);
-  if (!text.ok()) return Status(text.status().code(), "cannot read token file '" + path + "': " + text.status().message());
-  StatusOr<Authenticator> auth = FromText(*text);
+  if (!text.ok()) return base::Status(text.status().code(), "cannot read token file '" + path + "': " + text.status().message());
+  base::StatusOr<Authenticator> auth = FromText(*text);
   if (!auth.ok()) {
-    return Status(auth.status().code(), "token file '" + path + "': " + auth.status().message());
+    return base::Status(auth.status().code(), "token file '" + path + "': " + auth.status().message());
   }
   return auth;
 }
 
-StatusOr<Authenticator> Authenticator::FromText(std::string_view text) {
+base::StatusOr<Authenticator> Authenticator::FromText(std::string_view text) {
   Authenticator auth;
   auth.principals_ = std::make_shared<std::vector<Principal>>();
   std::unordered_map<std::string, int> names;  // line of each
@@ -146,16 +146,16 @@ StatusOr<Authenticator> Authenticator::FromText(std::string_view text) {
     if (f.empty()) continue;
     const std::string where = "line " + std::to_string(lineno) + ": ";
     if (f.size() != 4) {
-      return Status::InvalidArgument(where + "expected 4 fields (name token rights runs), got " +
+      return base::Status::InvalidArgument(where + "expected 4 fields (name token rights runs), got " +
                                      std::to_string(f.size()));
     }
     Principal p;
     p.name = f[0];
     for (char c : p.name) {
-      if (!NameChar(c)) return Status::InvalidArgument(where + "name may contain only [A-Za-z0-9._-]");
+      if (!NameChar(c)) return base::Status::InvalidArgument(where + "name may contain only [A-Za-z0-9._-]");
     }
     p.token = f[1];
-    if (p.token.size() < 16) return Status::InvalidArgument(where + "token shorter than 16 characters");
+    if (p.token.size() < 16) return base::Status::InvalidArgument(where + "token shorter than 16 characters");
     for (const std::string& r : SplitComma(f[2])) {
       if (r == "read") {
         p.rights |= kRead;
@@ -166,20 +166,20 @@ StatusOr<Authenticator> Authenticator::FromText(std::string_view text) {
       } else {
         // The field is not repeated: a token pasted into it would land in
         // the log.
-        return Status::InvalidArgument(where + "the third field must list read, write or admin, comma-separated");
+        return base::Status::InvalidArgument(where + "the third field must list read, write or admin, comma-separated");
       }
     }
     p.run_patterns = SplitComma(f[3]);
     for (const std::string& pat : p.run_patterns) {
-      if (pat.empty()) return Status::InvalidArgument(where + "empty run pattern");
+      if (pat.empty()) return base::Status::InvalidArgument(where + "empty run pattern");
     }
     if (const auto [it, fresh] = names.emplace(p.name, lineno); !fresh) {
-      return Status::InvalidArgument(where + "duplicate name (as on line " + std::to_string(it->second) + ")");
+      return base::Status::InvalidArgument(where + "duplicate name (as on line " + std::to_string(it->second) + ")");
     }
-    if (!tokens.insert(p.token).second) return Status::InvalidArgument(where + "duplicate token");
+    if (!tokens.insert(p.token).second) return base::Status::InvalidArgument(where + "duplicate token");
     auth.principals_->push_back(std::move(p));
   }
-  if (auth.principals_->empty()) return Status::InvalidArgument("no tokens defined");
+  if (auth.principals_->empty()) return base::Status::InvalidArgument("no tokens defined");
   return auth;
 }
 
@@ -194,27 +194,27 @@ Authenticator Authenticator::Insecure() {
   return auth;
 }
 
-StatusOr<const Principal*> Authenticator::Authenticate(std::string_view authorization) const {
+base::StatusOr<const Principal*> Authenticator::Authenticate(std::string_view authorization) const {
   if (insecure_) return &principals_->front();
   constexpr std::string_view kBearer = "Bearer ";
   if (authorization.empty()) {
-    return Status(StatusCode::kUnauthenticated, "missing authorization: Bearer <token> metadata");
+    return base::Status(base::StatusCode::kUnauthenticated, "missing authorization: Bearer <token> metadata");
   }
   if (authorization.substr(0, kBearer.size()) != kBearer) {
-    return Status(StatusCode::kUnauthenticated, "authorization metadata must be 'Bearer <token>'");
+    return base::Status(base::StatusCode::kUnauthenticated, "authorization metadata must be 'Bearer <token>'");
   }
   std::string_view token = authorization.substr(kBearer.size());
   const Principal* found = nullptr;
   for (const Principal& p : *principals_) {
     if (ConstantTimeEqual(p.token, token)) found = &p;
   }
-  if (found == nullptr) return Status(StatusCode::kUnauthenticated, "unknown token");
+  if (found == nullptr) return base::Status(base::StatusCode::kUnauthenticated, "unknown token");
   return found;
 }
 
-Status Authenticator::Authorize(const Principal& principal, Right right, std::string_view run) {
-  if (principal.Allows(right, run)) return Status::Ok();
-  return Status(StatusCode::kPermissionDenied, "'" + principal.name + "' has no " + RightName(right) +
+base::Status Authenticator::Authorize(const Principal& principal, Right right, std::string_view run) {
+  if (principal.Allows(right, run)) return base::Status::Ok();
+  return base::Status(base::StatusCode::kPermissionDenied, "'" + principal.name + "' has no " + RightName(right) +
                                                    " right on run '" + std::string(run) + "'");
 }
 

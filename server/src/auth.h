@@ -33,7 +33,7 @@
 #include <string_view>
 #include <vector>
 
-#include "gac/status.h"
+#include "gac/base/status.h"
 
 namespace gac::server {
 
@@ -62,18 +62,18 @@ class Authenticator {
   // for a malformed line; the errno's code (NotFound, PermissionDenied...)
   // when it cannot be read; FailedPrecondition when others may read it or
   // change it (see above).
-  static StatusOr<Authenticator> FromFile(const std::string& path);
-  static StatusOr<Authenticator> FromText(std::string_view text);
+  static base::StatusOr<Authenticator> FromFile(const std::string& path);
+  static base::StatusOr<Authenticator> FromText(std::string_view text);
   // Every call allowed; the principal is named "insecure".
   static Authenticator Insecure();
 
   // Resolves the value of the "authorization" header (may be empty).
   // Returns UNAUTHENTICATED for a missing, malformed or unknown token.
   // The returned pointer lives as long as this object.
-  StatusOr<const Principal*> Authenticate(std::string_view authorization) const;
+  base::StatusOr<const Principal*> Authenticate(std::string_view authorization) const;
 
   // PERMISSION_DENIED unless `principal` holds `right` on `run`.
-  static Status Authorize(const Principal& principal, Right right, std::string_view run);
+  static base::Status Authorize(const Principal& principal, Right right, std::string_view run);
 
   bool insecure() const { return insecure_; }
   std::size_t size() const { return principals_->size(); }

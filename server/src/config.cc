@@ -9,7 +9,7 @@
 #include <string_view>
 #include <sstream>
 
-#include "gac/duration.h"
+#include "gac/base/duration.h"
 #include "gac/proto/convert.h"
 #include "gac/server/store.h"
 #include "server/src/validate.h"
@@ -24,51 +24,51 @@ std::string Trim(const std::string& s) {
   return s.substr(b, e - b + 1);
 }
 
-Status ParseBool(const std::string& v, bool* out) {
+base::Status ParseBool(const std::string& v, bool* out) {
   if (v == "true" || v == "1" || v == "yes" || v.empty()) {
     *out = true;
   } else if (v == "false" || v == "0" || v == "no") {
     *out = false;
   } else {
-    return Status::InvalidArgument("expected true or false, got '" + v + "'");
+    return base::Status::InvalidArgument("expected true or false, got '" + v + "'");
   }
-  return Status::Ok();
+  return base::Status::Ok();
 }
 
-Status ParseSize(const std::string& v, std::size_t* out) {
+base::Status ParseSize(const std::string& v, std::size_t* out) {
   errno = 0;
   char* end = nullptr;
   const unsigned long long x = std::strtoull(v.c_str(), &end, 10);
   if (v.empty() || *end != '\0' || errno != 0 || v[0] == '-') {
-    return Status::InvalidArgument("expected a non-negative integer, got '" + v + "'");
+    return base::Status::InvalidArgument("expected a non-negative integer, got '" + v + "'");
   }
   *out = static_cast<std::size_t>(x);
-  return Status::Ok();
+  return base::Status::Ok();
 }
 
-Status ParseDouble(const std::string& v, double* out) {
+base::Status ParseDouble(const std::string& v, double* out) {
   char* end = nullptr;
   *out = std::strtod(v.c_str(), &end);
-  if (v.empty() || *end != '\0') return Status::InvalidArgument("expected a number, got '" + v + "'");
-  return Status::Ok();
+  if (v.empty() || *end != '\0') return base::Status::InvalidArgument("expected a number, got '" + v + "'");
+  return base::Status::Ok();
 }
 
 // --store: sqlite:DIR, memory, a postgresql:// URI; or, deprecated, sqlite
 // (SQLite at --db or in --data-dir) and "" (the same).
-Status SetStore(ServerConfig& c, const std::string& v) {
+base::Status SetStore(ServerConfig& c, const std::string& v) {
   constexpr std::string_view kSqlite = "sqlite:";
   if (v.compare(0, kSqlite.size(), kSqlite) == 0) {
-    if (v.size() == kSqlite.size()) return Status::InvalidArgument("sqlite: needs a data directory (sqlite:DIR)");
+    if (v.size() == kSqlite.size()) return base::Status::InvalidArgument("sqlite: needs a data directory (sqlite:DIR)");
     c.store = "sqlite";
     c.data_dir = v.substr(kSqlite.size());
     c.db.clear();
-    return Status::Ok();
+    return base::Status::Ok();
   }
   if (v.empty() || v == "sqlite" || v == "memory" || IsPostgresUri(v)) {
     c.store = v;
-    return Status::Ok();
+    return base::Status::Ok();
   }
-  return Status::InvalidArgument("expected sqlite:DIR, memory or a postgresql:// URI, got '" +
+  return base::Status::InvalidArgument("expected sqlite:DIR, memory or a postgresql:// URI, got '" +
                                  (v.find("://") != std::string::npos ? v.substr(0, v.find("://") + 3) + "..." : v) +
                                  "'");
 }
@@ -89,48 +89,45 @@ const Replacement* Deprecated(const std::string& key, const std::string& value) 
   return nullptr;
 }
 
-using Setter = std::function<Status(ServerConfig&, const std::string&)>;
+using Setter = std::function<base::Status(ServerConfig&, const std::string&)>;
 
 const std::map<std::string, Setter>& Setters() {
   static const auto* setters = new std::map<std::string, Setter>{
-      {"listen", [](ServerConfig& c, const std::string& v) { c.listen = v; return Status::Ok(); }},
-      {"http-listen", [](ServerConfig& c, const std::string& v) { c.metrics_listen = v; return Status::Ok(); }},
-      {"metrics-listen", [](ServerConfig& c, const std::string& v) { c.metrics_listen = v; return Status::Ok(); }},
-      {"data-dir", [](ServerConfig& c, const std::string& v) { c.data_dir = v; return Status::Ok(); }},
-      {"db", [](ServerConfig& c, const std::string& v) { c.db = v; return Status::Ok(); }},
+      {"listen", [](ServerConfig& c, const std::string& v) { c.listen = v; return base::Status::Ok(); }},
+      {"http-listen", [](ServerConfig& c, const std::string& v) { c.metrics_listen = v; return base::Status::Ok(); }},
+      {"metrics-listen", [](ServerConfig& c, const std::string& v) { c.metrics_listen = v; return base::Status::Ok(); }},
+      {"data-dir", [](ServerConfig& c, const std::string& v) { c.data_dir = v; return base::Status::Ok(); }},
+      {"db", [](ServerConfig& c, const std::string& v) { c.db = v; return base::Status::Ok(); }},
       {"store", SetStore},
-      {"token-file", [](ServerConfig& c, const std::string& v) { c.token_file = v; return Status::Ok(); }},
+      {"token-file", [](ServerConfig& c, const std::string& v) { c.token_file = v; return base::Status::Ok(); }},
       {"insecure", [](ServerConfig& c, const std::string& v) { return ParseBool(v, &c.insecure); }},
-      {"tls-cert", [](ServerConfig& c, const std::string& v) { c.tls_cert = v; return Status::Ok(); }},
-      {"tls-key", [](ServerConfig& c, const std::string& v) { c.tls_key = v; return Status::Ok(); }},
-      {"tls-client-ca", [](ServerConfig& c, const std::string& v) { c.tls_client_ca = v; return Status::Ok(); }},
-      {"ready-file", [](ServerConfig& c, const std::string& v) { c.ready_file = v; return Status::Ok(); }},
+      {"tls-cert", [](ServerConfig& c, const std::string& v) { c.tls_cert = v; return base::Status::Ok(); }},
+      {"tls-key", [](ServerConfig& c, const std::string& v) { c.tls_key = v; return base::Status::Ok(); }},
+      {"tls-client-ca", [](ServerConfig& c, const std::string& v) { c.tls_client_ca = v; return base::Status::Ok(); }},
+      {"ready-file", [](ServerConfig& c, const std::string& v) { c.ready_file = v; return base::Status::Ok(); }},
       {"sync",
        [](ServerConfig& c, const std::string& v) {
-         if (v != "full" && v != "normal") return Status::InvalidArgument("expected full or normal, got '" + v + "'");
+         if (v != "full" && v != "normal") return base::Status::InvalidArgument("expected full or normal, got '" + v + "'");
          c.sync = v;
-         return Status::Ok();
+         return base::Status::Ok();
        }},
       {"retention",
        [](ServerConfig& c, const std::string& v) {
-         auto d = ParseDuration(v);
-         if (!d.ok()) return d.status();
-         c.retention = *d;
-         return Status::Ok();
+         GAC_ASSIGN_OR_RETURN(auto d, ParseSeconds(v));
+         c.retention = d;
+         return base::Status::Ok();
        }},
       {"run-ttl",
        [](ServerConfig& c, const std::string& v) {
-         auto d = ParseDuration(v);
-         if (!d.ok()) return d.status();
-         c.run_ttl = *d;
-         return Status::Ok();
+         GAC_ASSIGN_OR_RETURN(auto d, ParseSeconds(v));
+         c.run_ttl = d;
+         return base::Status::Ok();
        }},
       {"drain-timeout",
        [](ServerConfig& c, const std::string& v) {
-         auto d = ParseDuration(v);
-         if (!d.ok()) return d.status();
-         c.drain_timeout = *d;
-         return Status::Ok();
+         GAC_ASSIGN_OR_RETURN(auto d, ParseSeconds(v));
+         c.drain_timeout = d;
+         return base::Status::Ok();
        }},
       {"max-runs-exported", [](ServerConfig& c, const std::string& v) { return ParseSize(v, &c.max_runs_exported); }},
       {"per-layer-metrics", [](ServerConfig& c, const std::string& v) { return ParseBool(v, &c.per_layer_metrics); }},
@@ -140,30 +137,28 @@ const std::map<std::string, Setter>& Setters() {
       {"c-low",
        [](ServerConfig& c, const std::string& v) {
          double x;
-         Status st = ParseDouble(v, &x);
+         base::Status st = ParseDouble(v, &x);
          c.default_thresholds.set_c_low(x);
          return st;
        }},
       {"c-high",
        [](ServerConfig& c, const std::string& v) {
          double x;
-         Status st = ParseDouble(v, &x);
+         base::Status st = ParseDouble(v, &x);
          c.default_thresholds.set_c_high(x);
          return st;
        }},
       {"alpha-mode",
        [](ServerConfig& c, const std::string& v) {
-         StatusOr<AlphaMode> mode = ParseAlphaMode(v.c_str());
-         if (!mode.ok()) return mode.status();
-         c.default_thresholds.set_alpha_mode(proto::ToProto(*mode));
-         return Status::Ok();
+         GAC_ASSIGN_OR_RETURN(controller::AlphaMode mode, controller::ParseAlphaMode(v.c_str()));
+         c.default_thresholds.set_alpha_mode(proto::ToProto(mode));
+         return base::Status::Ok();
        }},
       {"mode",
        [](ServerConfig& c, const std::string& v) {
-         StatusOr<Mode> mode = ParseMode(v.c_str());
-         if (!mode.ok()) return mode.status();
-         c.default_mode = proto::ToProto(*mode);
-         return Status::Ok();
+         GAC_ASSIGN_OR_RETURN(controller::Mode mode, controller::ParseMode(v.c_str()));
+         c.default_mode = proto::ToProto(mode);
+         return base::Status::Ok();
        }},
   };
   return *setters;
@@ -171,25 +166,25 @@ const std::map<std::string, Setter>& Setters() {
 
 // `where` is "--" for a flag, "FILE:LINE: " for a config file line. A
 // deprecated key or value adds a note to `notes`.
-Status Set(ServerConfig& config, const std::string& key, const std::string& value, const std::string& where,
+base::Status Set(ServerConfig& config, const std::string& key, const std::string& value, const std::string& where,
            std::vector<std::string>* notes) {
   const auto& setters = Setters();
   auto it = setters.find(key);
-  if (it == setters.end()) return Status::InvalidArgument(where + "unknown option '" + key + "' (see --help)");
-  Status st = it->second(config, value);
-  if (!st.ok()) return Status::InvalidArgument(where + key + ": " + st.message());
+  if (it == setters.end()) return base::Status::InvalidArgument(where + "unknown option '" + key + "' (see --help)");
+  base::Status st = it->second(config, value);
+  if (!st.ok()) return base::Status::InvalidArgument(where + key + ": " + st.message());
   if (const Replacement* r = Deprecated(key, value); r != nullptr) {
     const bool flag = where == "--";
     const std::string old_spelling = key == "store" ? key + (flag ? "=" : " = ") + value : key;
     notes->push_back(where + old_spelling + " is deprecated; use " + (flag ? "--" : "") + r->key +
                      (flag ? "=" : " = ") + r->value);
   }
-  return Status::Ok();
+  return base::Status::Ok();
 }
 
-Status LoadConfigFile(const std::string& path, ServerConfig& config, std::vector<std::string>* notes) {
+base::Status LoadConfigFile(const std::string& path, ServerConfig& config, std::vector<std::string>* notes) {
   std::ifstream in(path);
-  if (!in) return Status::InvalidArgument("cannot read config file '" + path + "'");
+  if (!in) return base::Status::InvalidArgument("cannot read config file '" + path + "'");
   std::string line;
   int lineno = 0;
   while (std::getline(in, line)) {
@@ -199,11 +194,11 @@ Status LoadConfigFile(const std::string& path, ServerConfig& config, std::vector
     if (line.empty()) continue;
     const std::string where = path + ":" + std::to_string(lineno) + ": ";
     const auto eq = line.find('=');
-    if (eq == std::string::npos) return Status::InvalidArgument(where + "expected 'key = value'");
-    Status st = Set(config, Trim(line.substr(0, eq)), Trim(line.substr(eq + 1)), where, notes);
+    if (eq == std::string::npos) return base::Status::InvalidArgument(where + "expected 'key = value'");
+    base::Status st = Set(config, Trim(line.substr(0, eq)), Trim(line.substr(eq + 1)), where, notes);
     if (!st.ok()) return st;
   }
-  return Status::Ok();
+  return base::Status::Ok();
 }
 
 }  // namespace
@@ -251,14 +246,13 @@ deprecated (still accepted; gacd logs a note):
 )";
 }
 
-StatusOr<std::chrono::seconds> ParseDuration(const std::string& text) {
-  // The syntax is gac's one (gac/duration.h); gacd's settings are whole seconds.
-  StatusOr<std::chrono::nanoseconds> d = gac::ParseDuration(text);
-  if (!d.ok()) return d.status();
-  if (d->count() % 1000000000 != 0) {
-    return Status::InvalidArgument("duration '" + text + "' is not a whole number of seconds");
+base::StatusOr<std::chrono::seconds> ParseSeconds(const std::string& text) {
+  // The syntax is gac's one (gac/base/duration.h); gacd's settings are whole seconds.
+  GAC_ASSIGN_OR_RETURN(std::chrono::nanoseconds d, base::ParseDuration(text));
+  if (d.count() % 1000000000 != 0) {
+    return base::Status::InvalidArgument("duration '" + text + "' is not a whole number of seconds");
   }
-  return std::chrono::duration_cast<std::chrono::seconds>(*d);
+  return std::chrono::duration_cast<std::chrono::seconds>(d);
 }
 
 bool IsLoopbackAddress(const std::string& address) {
@@ -272,39 +266,39 @@ bool IsLoopbackAddress(const std::string& address) {
   return host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0;
 }
 
-Status ValidateConfig(const ServerConfig& c) {
-  if (c.listen.empty()) return Status::InvalidArgument("--listen must not be empty");
+base::Status ValidateConfig(const ServerConfig& c) {
+  if (c.listen.empty()) return base::Status::InvalidArgument("--listen must not be empty");
   if (c.tls_cert.empty() != c.tls_key.empty()) {
-    return Status::InvalidArgument("--tls-cert and --tls-key must be given together");
+    return base::Status::InvalidArgument("--tls-cert and --tls-key must be given together");
   }
   if (!c.tls_client_ca.empty() && c.tls_cert.empty()) {
-    return Status::InvalidArgument("--tls-client-ca needs --tls-cert and --tls-key (client certificates are checked over TLS)");
+    return base::Status::InvalidArgument("--tls-client-ca needs --tls-cert and --tls-key (client certificates are checked over TLS)");
   }
   if (c.insecure && !c.token_file.empty()) {
-    return Status::InvalidArgument("--insecure and --token-file exclude each other");
+    return base::Status::InvalidArgument("--insecure and --token-file exclude each other");
   }
   if (!c.insecure && c.token_file.empty()) {
-    return Status::InvalidArgument(
+    return base::Status::InvalidArgument(
         "no --token-file given: pass one, or --insecure for local use without authentication");
   }
   if (c.insecure && !IsLoopbackAddress(c.listen)) {
-    return Status::InvalidArgument("--insecure is allowed only on a loopback --listen address, got '" +
+    return base::Status::InvalidArgument("--insecure is allowed only on a loopback --listen address, got '" +
                                    c.listen + "'");
   }
-  StatusOr<Thresholds> t = proto::ThresholdsFromProto(c.default_thresholds);
-  if (!t.ok()) return Status::InvalidArgument("default thresholds: " + t.status().message());
+  base::StatusOr<controller::Thresholds> t = proto::ThresholdsFromProto(c.default_thresholds);
+  if (!t.ok()) return base::Status::InvalidArgument("default thresholds: " + t.status().message());
   if (IsPostgresUri(c.store) && !c.db.empty()) {
-    return Status::InvalidArgument("--db names a SQLite file; it does not go with --store=postgresql://...");
+    return base::Status::InvalidArgument("--db names a SQLite file; it does not go with --store=postgresql://...");
   }
   if (c.store == "memory" && !c.db.empty() && c.db != ":memory:") {
-    return Status::InvalidArgument("--db names a SQLite file; it does not go with --store=memory");
+    return base::Status::InvalidArgument("--db names a SQLite file; it does not go with --store=memory");
   }
-  if (c.max_message_bytes < 1024) return Status::InvalidArgument("--max-message-bytes must be >= 1024");
-  if (c.max_queue_rows == 0) return Status::InvalidArgument("--max-queue-rows must be > 0");
+  if (c.max_message_bytes < 1024) return base::Status::InvalidArgument("--max-message-bytes must be >= 1024");
+  if (c.max_queue_rows == 0) return base::Status::InvalidArgument("--max-queue-rows must be > 0");
   if (c.max_layers_per_run == 0 && c.per_layer_metrics) {
-    return Status::InvalidArgument("--max-layers-per-run must be > 0 with --per-layer-metrics");
+    return base::Status::InvalidArgument("--max-layers-per-run must be > 0 with --per-layer-metrics");
   }
-  return Status::Ok();
+  return base::Status::Ok();
 }
 
 std::string ServerConfig::DatabasePath() const { return db.empty() ? data_dir + "/gacd.db" : db; }
@@ -317,7 +311,7 @@ std::string ServerConfig::StoreDescription() const {
   return DatabasePath();
 }
 
-StatusOr<Flags> ParseFlags(int argc, const char* const* argv) {
+base::StatusOr<Flags> ParseFlags(int argc, const char* const* argv) {
   std::vector<std::pair<std::string, std::string>> flags;
   std::string config_file;
   for (int i = 1; i < argc; ++i) {
@@ -327,14 +321,14 @@ StatusOr<Flags> ParseFlags(int argc, const char* const* argv) {
       help.help = true;
       return help;
     }
-    if (arg.rfind("--", 0) != 0) return Status::InvalidArgument("unexpected argument '" + arg + "' (see --help)");
+    if (arg.rfind("--", 0) != 0) return base::Status::InvalidArgument("unexpected argument '" + arg + "' (see --help)");
     arg = arg.substr(2);
     std::string key = arg, value;
     if (const auto eq = arg.find('='); eq != std::string::npos) {
       key = arg.substr(0, eq);
       value = arg.substr(eq + 1);
     } else if (key != "insecure" && key != "per-layer-metrics") {
-      if (i + 1 >= argc) return Status::InvalidArgument("--" + key + " needs a value");
+      if (i + 1 >= argc) return base::Status::InvalidArgument("--" + key + " needs a value");
       value = argv[++i];
     }
     if (key == "config") {

@@ -25,11 +25,11 @@ Core::Core(Parts parts)
          executor_ != nullptr);
 }
 
-StatusOr<const Principal*> Core::Authenticate(std::string_view authorization) const {
+base::StatusOr<const Principal*> Core::Authenticate(std::string_view authorization) const {
   return auth_.Authenticate(authorization);
 }
 
-StatusOr<const Principal*> Core::Authenticate(const grpc::CallbackServerContext& ctx) const {
+base::StatusOr<const Principal*> Core::Authenticate(const grpc::CallbackServerContext& ctx) const {
   const auto& md = ctx.client_metadata();
   auto it = md.find("authorization");
   std::string_view value;
@@ -37,38 +37,38 @@ StatusOr<const Principal*> Core::Authenticate(const grpc::CallbackServerContext&
   return Authenticate(value);
 }
 
-StatusOr<const Principal*> Core::Authorize(const grpc::CallbackServerContext& ctx, Right right,
+base::StatusOr<const Principal*> Core::Authorize(const grpc::CallbackServerContext& ctx, Right right,
                                            const std::string& run) const {
-  StatusOr<const Principal*> p = Authenticate(ctx);
+  base::StatusOr<const Principal*> p = Authenticate(ctx);
   if (!p.ok()) return p;
   GAC_RETURN_IF_ERROR(Authenticator::Authorize(**p, right, run));
   return p;
 }
 
-grpc::Status Core::Fail(const char* method, const Status& status) {
-  metrics_->ObserveRpcError(method, StatusCodeName(status.code()));
+grpc::Status Core::Fail(const char* method, const base::Status& status) {
+  metrics_->ObserveRpcError(method, base::StatusCodeName(status.code()));
   return proto::ToGrpcStatus(status);
 }
 
 void Core::CallStarted() {
-  MutexLock lock(&calls_mu_);
+  base::MutexLock lock(&calls_mu_);
   ++open_calls_;
 }
 
 void Core::CallFinished() {
-  MutexLock lock(&calls_mu_);
+  base::MutexLock lock(&calls_mu_);
   if (--open_calls_ == 0) calls_cv_.SignalAll();
 }
 
 void Core::WaitForCalls(std::chrono::steady_clock::time_point deadline) {
-  MutexLock lock(&calls_mu_);
+  base::MutexLock lock(&calls_mu_);
   while (open_calls_ > 0 && calls_cv_.WaitUntil(&calls_mu_, deadline)) {
   }
 }
 
 void Core::Decide(const v1::DecideRequest& request, v1::DecideResponse* response,
                   std::chrono::steady_clock::time_point received) {
-  const Decision d = registry_->Decide(request.run(), proto::StatsFromProto(request), response->mutable_config());
+  const controller::Decision d = registry_->Decide(request.run(), proto::StatsFromProto(request), response->mutable_config());
   proto::EncodeDecideResponse(request, d, response);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - received).count();
   metrics_->ObserveDecide(request.run(), response->regime(), seconds, std::chrono::system_clock::now());
@@ -76,11 +76,11 @@ void Core::Decide(const v1::DecideRequest& request, v1::DecideResponse* response
 
 void Core::ChangeRunConfig(const v1::SetRunConfigRequest& request, const Principal& principal, ConfigDone done) {
   if (!request.has_thresholds()) {
-    done(Status::InvalidArgument("thresholds are required"));
+    done(base::Status::InvalidArgument("thresholds are required"));
     return;
   }
   if (request.reason().size() > limits_.max_reason_bytes) {
-    done(Status::InvalidArgument("reason longer than " + std::to_string(limits_.max_reason_bytes) + " bytes"));
+    done(base::Status::InvalidArgument("reason longer than " + std::to_string(limits_.max_reason_bytes) + " bytes"));
     return;
   }
   TryChangeRunConfig(std::make_shared<const v1::SetRunConfigRequest>(request), principal.name,
@@ -97,7 +97,7 @@ void Core::TryChangeRunConfig(std::shared_ptr<const v1::SetRunConfigRequest> req
   // change without expected_version is made again on top of them.
   auto write = std::make_shared<ConfigWrite>();
   write->run = request->run();
-  StatusOr<v1::RunConfig> next = registry_->Change(request->run(), request->thresholds(), request->mode(),
+  base::StatusOr<v1::RunConfig> next = registry_->Change(request->run(), request->thresholds(), request->mode(),
                                                   request->expected_version(), principal, NowNs(),
                                                   write->change.mutable_before());
   if (!next.ok()) {
@@ -110,18 +110,18 @@ void Core::TryChangeRunConfig(std::shared_ptr<const v1::SetRunConfigRequest> req
   WriteOp op;
   op.config = write.get();
   op.received_ns = NowNs();
-  const Status st = writer_->Submit(op, 1, [this, write, request, principal, done, attempts](const Status& s,
+  const base::Status st = writer_->Submit(op, 1, [this, write, request, principal, done, attempts](const base::Status& s,
                                                                                           const WriteOp& result) {
     if (!s.ok()) {
       registry_->Revert(write->run, write->config, write->change.before());
-      (*done)(Status::Unavailable("settings not stored: " + s.message()));
+      (*done)(base::Status::Unavailable("settings not stored: " + s.message()));
       return;
     }
     if (result.config_conflict) {
       registry_->Revert(write->run, write->config, result.stored_config);
       metrics_->ObserveConfig(write->run, registry_->Get(write->run), std::chrono::system_clock::now());
       if (request->expected_version() != 0 || attempts <= 1) {
-        (*done)(Status(StatusCode::kAborted, "run '" + write->run + "' was changed through another gacd: it is at version " +
+        (*done)(base::Status(base::StatusCode::kAborted, "run '" + write->run + "' was changed through another gacd: it is at version " +
                                                  std::to_string(result.stored_config.version()) + ", not " +
                                                  std::to_string(write->change.before().version())));
         return;

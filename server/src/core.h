@@ -19,7 +19,7 @@
 #include <string>
 #include <string_view>
 
-#include "gac/mutex.h"
+#include "gac/base/mutex.h"
 #include "gac/server/config.h"
 #include "gac/server/store.h"
 #include "gac/v1/control.pb.h"
@@ -62,15 +62,15 @@ class Core {
   Executor& executor() const { return *executor_; }
 
   // The principal of the "authorization" header value (may be empty).
-  StatusOr<const Principal*> Authenticate(std::string_view authorization) const;
-  StatusOr<const Principal*> Authenticate(const grpc::CallbackServerContext& ctx) const;
+  base::StatusOr<const Principal*> Authenticate(std::string_view authorization) const;
+  base::StatusOr<const Principal*> Authenticate(const grpc::CallbackServerContext& ctx) const;
   // Authenticates and authorises `right` on `run`.
-  StatusOr<const Principal*> Authorize(const grpc::CallbackServerContext& ctx, Right right,
+  base::StatusOr<const Principal*> Authorize(const grpc::CallbackServerContext& ctx, Right right,
                                        const std::string& run) const;
 
   // Counts the failure in gac_rpc_errors_total{method, code} and returns it
   // as a gRPC status.
-  grpc::Status Fail(const char* method, const Status& status);
+  grpc::Status Fail(const char* method, const base::Status& status);
 
   // Calls that have not finished: shutdown waits for them (up to the drain
   // time) before it cuts the rest off.
@@ -91,7 +91,7 @@ class Core {
   // error (InvalidArgument, Aborted for a stale expected_version, also when
   // another replica sharing the store changed the run first, Unavailable
   // when not stored). Never waits on the disk.
-  using ConfigDone = std::function<void(const StatusOr<v1::RunConfig>&)>;
+  using ConfigDone = std::function<void(const base::StatusOr<v1::RunConfig>&)>;
   void ChangeRunConfig(const v1::SetRunConfigRequest& request, const Principal& principal, ConfigDone done);
 
   // After a batch committed: the metrics of its newly stored records.
@@ -116,8 +116,8 @@ class Core {
   const std::unique_ptr<Writer> writer_;
   const std::unique_ptr<Executor> executor_;
 
-  Mutex calls_mu_;
-  CondVar calls_cv_;
+  base::Mutex calls_mu_;
+  base::CondVar calls_cv_;
   int open_calls_ GAC_GUARDED_BY(calls_mu_) = 0;
 };
 

@@ -10,7 +10,7 @@ Executor::~Executor() { Stop(); }
 
 void Executor::Post(std::function<void()> task) {
   {
-    MutexLock lock(&mu_);
+    base::MutexLock lock(&mu_);
     if (stopping_) return;
     tasks_.push_back(std::move(task));
   }
@@ -19,7 +19,7 @@ void Executor::Post(std::function<void()> task) {
 
 void Executor::Stop() {
   {
-    MutexLock lock(&mu_);
+    base::MutexLock lock(&mu_);
     stopping_ = true;
   }
   cv_.SignalAll();
@@ -32,7 +32,7 @@ void Executor::Run() {
   for (;;) {
     std::function<void()> task;
     {
-      MutexLock lock(&mu_);
+      base::MutexLock lock(&mu_);
       while (!stopping_ && tasks_.empty()) cv_.Wait(&mu_);
       if (tasks_.empty()) return;
       task = std::move(tasks_.front());

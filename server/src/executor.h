@@ -10,7 +10,7 @@
 #include <thread>
 #include <vector>
 
-#include "gac/mutex.h"
+#include "gac/base/mutex.h"
 
 namespace gac::server {
 
@@ -29,8 +29,8 @@ class Executor {
  private:
   void Run() GAC_EXCLUDES(mu_);
 
-  Mutex mu_;
-  CondVar cv_;
+  base::Mutex mu_;
+  base::CondVar cv_;
   std::deque<std::function<void()>> tasks_ GAC_GUARDED_BY(mu_);
   bool stopping_ GAC_GUARDED_BY(mu_) = false;
   std::vector<std::thread> threads_;  // constant after construction

@@ -11,7 +11,7 @@
 #include <utility>
 #include <vector>
 
-#include "gac/mutex.h"
+#include "gac/base/mutex.h"
 #include "gac/proto/convert.h"
 #include "gac/proto/wire_rules.h"
 #include "prometheus/counter.h"
@@ -38,13 +38,13 @@ using prometheus::Labels;
 constexpr std::size_t kMaxScalarNamesPerRun = 32;
 
 // Series per regime are indexed by the Regime's value and labelled with its name.
-constexpr std::size_t kNumRegimes = std::size(kAllRegimes);
+constexpr std::size_t kNumRegimes = std::size(controller::kAllRegimes);
 constexpr int kNoRegime = -1;
 
 // The series index of a wire regime, or kNoRegime for REGIME_UNSPECIFIED and
 // unknown values (rejected on ingest; never counted).
 int RegimeIndex(v1::Regime regime) {
-  StatusOr<Regime> r = proto::FromProto(regime);
+  base::StatusOr<controller::Regime> r = proto::FromProto(regime);
   return r.ok() ? static_cast<int>(*r) : kNoRegime;
 }
 
@@ -221,7 +221,7 @@ struct Metrics::Impl {
   Counter& layer_dropped_total_;
   Counter& scalar_dropped_total_;
 
-  mutable Mutex mu_;
+  mutable base::Mutex mu_;
   std::unordered_map<std::string, RunState> runs_ GAC_GUARDED_BY(mu_);
   std::list<std::string> lru_ GAC_GUARDED_BY(mu_);  // run ids, least recently seen first
   // Detached runs whose series Finish is removing. Family::Remove is linear
@@ -235,7 +235,7 @@ struct Metrics::Impl {
   int detach_waiting_ GAC_GUARDED_BY(mu_) = 0;   // callers waiting for MayDetach
   bool detach_turn_ GAC_GUARDED_BY(mu_) = false;  // a waiting detach goes before the next Collect
   // Signalled when pending_ shrinks, a collection ends or the turn changes.
-  CondVar pending_done_;
+  base::CondVar pending_done_;
 };
 
 Metrics::Impl::Impl(MetricsOptions options)
@@ -442,7 +442,7 @@ std::array<Counter*, kNumRegimes>& Metrics::Impl::StepCounters(const std::string
   for (std::size_t i = 0; i < kNumRegimes; ++i) {
     by_regime[i] = &steps_.Add({{"run", run},
                                 {"rank", std::to_string(rank)},
-                                {"regime", RegimeName(kAllRegimes[i])},
+                                {"regime", controller::RegimeName(controller::kAllRegimes[i])},
                                 {"mode", proto::EnumName(kModes[m])}});
   }
   return by_regime;
@@ -462,7 +462,7 @@ void Metrics::Impl::Finish(std::vector<Detached>& detached) {
   if (detached.empty()) return;
   for (Detached& d : detached) RemoveSeries(d.second);
   {
-    MutexLock lock(&mu_);
+    base::MutexLock lock(&mu_);
     for (const Detached& d : detached) pending_.erase(d.first);
   }
   pending_done_.SignalAll();
@@ -599,7 +599,7 @@ void Metrics::ObserveStep(const v1::StepRecord& record, std::chrono::system_cloc
   Impl& m = *impl_;
   std::vector<Impl::Detached> evicted;
   {
-    MutexLock lock(&m.mu_);
+    base::MutexLock lock(&m.mu_);
     Impl::RunState& state = m.Touch(record.run(), now, &evicted);
     m.ApplyStep(record, now, state);
   }
@@ -611,7 +611,7 @@ void Metrics::ObserveConfig(const std::string& run, const v1::RunConfig& config,
   Impl& m = *impl_;
   std::vector<Impl::Detached> evicted;
   {
-    MutexLock lock(&m.mu_);
+    base::MutexLock lock(&m.mu_);
     Impl::RunState& state = m.Touch(run, now, &evicted);
     if (state.c_low == nullptr) {
       state.c_low = &m.c_low_.Add({{"run", run}});
@@ -649,12 +649,12 @@ void Metrics::ObserveDecide(const std::string& run, v1::Regime regime, double se
   const int index = RegimeIndex(regime);
   std::vector<Impl::Detached> evicted;
   {
-    MutexLock lock(&m.mu_);
+    base::MutexLock lock(&m.mu_);
     Impl::RunState& state = m.Touch(run, now, &evicted);
     if (index != kNoRegime) {
       if (state.decisions[0] == nullptr) {
         for (std::size_t i = 0; i < kNumRegimes; ++i) {
-          state.decisions[i] = &m.decisions_.Add({{"run", run}, {"regime", RegimeName(kAllRegimes[i])}});
+          state.decisions[i] = &m.decisions_.Add({{"run", run}, {"regime", controller::RegimeName(controller::kAllRegimes[i])}});
         }
       }
       state.decisions[static_cast<std::size_t>(index)]->Increment();
@@ -667,7 +667,7 @@ std::size_t Metrics::ExpireIdle(std::chrono::system_clock::time_point now) {
   Impl& m = *impl_;
   std::vector<Impl::Detached> idle;
   {
-    MutexLock lock(&m.mu_);
+    base::MutexLock lock(&m.mu_);
     if (!m.MayDetach()) {
       ++m.detach_waiting_;
       while (!m.MayDetach()) m.pending_done_.Wait(&m.mu_);
@@ -691,7 +691,7 @@ std::size_t Metrics::ExpireIdle(std::chrono::system_clock::time_point now) {
 std::vector<prometheus::MetricFamily> Metrics::Collect() const {
   Impl& m = *impl_;
   {
-    MutexLock lock(&m.mu_);
+    base::MutexLock lock(&m.mu_);
     ++m.collect_waiting_;
     // A detach that waits goes first when it has the turn, and a Collect
     // does not join a running one past it (scrapes back to back would
@@ -706,7 +706,7 @@ std::vector<prometheus::MetricFamily> Metrics::Collect() const {
   // goes on during the collection.
   std::vector<prometheus::MetricFamily> families = m.registry_->Collect();
   {
-    MutexLock lock(&m.mu_);
+    base::MutexLock lock(&m.mu_);
     if (--m.collecting_ == 0 && m.detach_waiting_ > 0) m.detach_turn_ = true;
   }
   m.pending_done_.SignalAll();
@@ -716,7 +716,7 @@ std::vector<prometheus::MetricFamily> Metrics::Collect() const {
 std::string Metrics::Render() const { return prometheus::TextSerializer().Serialize(Collect()); }
 
 std::size_t Metrics::runs_exported() const {
-  MutexLock lock(&impl_->mu_);
+  base::MutexLock lock(&impl_->mu_);
   return impl_->runs_.size();
 }
 

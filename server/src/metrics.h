@@ -25,7 +25,8 @@
 //                 gac_ingest_batches_total, gac_ingest_duplicates_total,
 //                 gac_rpc_errors_total{method,code}, gac_store_queue_rows,
 //                 gac_store_write_seconds (histogram), gac_decide_seconds
-//                 (histogram), gac_runs_exported, gac_expired_runs_total
+//                 (histogram), gac_runs_exported, gac_expired_runs_total,
+//                 gac_layer_series_dropped_total, gac_scalar_series_dropped_total
 //
 // Thread safety: all methods are safe to call concurrently.
 

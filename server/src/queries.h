@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "gac/server/store.h"
-#include "gac/status.h"
+#include "gac/base/status.h"
 #include "gac/v1/control.pb.h"
 #include "gac/v1/query.pb.h"
 #include "server/src/auth.h"
@@ -35,21 +35,21 @@ inline constexpr PageLimits kStepPages{1000, 10000};
 inline constexpr PageLimits kConfigChangePages{100, 1000};
 
 // `requested`, or the default for 0; InvalidArgument above the maximum.
-StatusOr<std::uint32_t> PageSize(std::uint32_t requested, PageLimits limits);
+base::StatusOr<std::uint32_t> PageSize(std::uint32_t requested, PageLimits limits);
 
 // Page tokens: opaque to clients, checked strictly (InvalidArgument
 // "malformed page_token"). "" decodes to the first page.
 std::string EncodeRunToken(const std::string& last_run);  // runs after this id
-StatusOr<std::string> DecodeRunToken(const std::string& token);
+base::StatusOr<std::string> DecodeRunToken(const std::string& token);
 std::string EncodeStepToken(std::int64_t step, std::uint32_t rank);  // records after this key
-StatusOr<std::pair<std::int64_t, std::uint32_t>> DecodeStepToken(const std::string& token);
+base::StatusOr<std::pair<std::int64_t, std::uint32_t>> DecodeStepToken(const std::string& token);
 std::string EncodeOffsetToken(std::uint64_t offset);  // entries from this offset
-StatusOr<std::uint64_t> DecodeOffsetToken(const std::string& token);
+base::StatusOr<std::uint64_t> DecodeOffsetToken(const std::string& token);
 
 // One page of runs that `principal` may read, in id order, each with its
 // current settings; next_page_token set when more may follow. Runs the
 // principal may not read are skipped (and scanned past).
-StatusOr<v1::ListRunsResponse> ListRunsPage(Store& store, const RunRegistry& registry, const Principal& principal,
+base::StatusOr<v1::ListRunsResponse> ListRunsPage(Store& store, const RunRegistry& registry, const Principal& principal,
                                             const v1::ListRunsRequest& request);
 
 // The most bytes of records one GetSteps page carries (their serialized
@@ -62,11 +62,11 @@ inline constexpr std::size_t kMaxStepsPageBytes = 3 << 20;
 // A GetSteps request checked (run id, step range, page size and token) and
 // turned into the store query of one page plus one record (to know whether
 // a next page exists).
-StatusOr<StepQuery> StepQueryFromRequest(const v1::GetStepsRequest& request);
+base::StatusOr<StepQuery> StepQueryFromRequest(const v1::GetStepsRequest& request);
 // One page of records of `query` (from StepQueryFromRequest): at most
 // query.limit - 1 records and at most `max_bytes` of them (see
 // kMaxStepsPageBytes). NotFound for an unknown run.
-StatusOr<v1::GetStepsResponse> GetStepsPage(Store& store, const StepQuery& query,
+base::StatusOr<v1::GetStepsResponse> GetStepsPage(Store& store, const StepQuery& query,
                                             std::size_t max_bytes = kMaxStepsPageBytes);
 
 // The summary of a run from its stored info, its settings and its last
@@ -77,11 +77,11 @@ v1::RunSummary SummarizeRun(const v1::RunInfo& info, const v1::RunConfig& config
                             const std::vector<v1::StepRecord>& steps);
 // Reads what SummarizeRun needs (the last `window` steps of rank 0; 0 =
 // all). NotFound for an unknown run.
-StatusOr<v1::RunSummary> GetRunSummary(Store& store, const RunRegistry& registry, const std::string& run,
+base::StatusOr<v1::RunSummary> GetRunSummary(Store& store, const RunRegistry& registry, const std::string& run,
                                        std::uint32_t window);
 
 // One page of a run's audit log, oldest first.
-StatusOr<v1::ListConfigChangesResponse> ListConfigChangesPage(Store& store,
+base::StatusOr<v1::ListConfigChangesResponse> ListConfigChangesPage(Store& store,
                                                               const v1::ListConfigChangesRequest& request);
 
 }  // namespace gac::server

@@ -20,48 +20,48 @@ v1::RunConfig DefaultConfig(const v1::Thresholds& t, v1::ControlMode mode) {
 RunRegistry::Entry RunRegistry::MakeEntry(const v1::RunConfig& config) {
   // Stored settings were validated when set; fall back to the paper's values
   // rather than crash on a hand-edited database.
-  StatusOr<Controller> c = proto::ControllerFromProto(config.thresholds());
-  return Entry{config, c.ok() ? *c : *Controller::Create(Thresholds{})};
+  base::StatusOr<controller::Controller> c = proto::ControllerFromProto(config.thresholds());
+  return Entry{config, c.ok() ? *c : *controller::Controller::Create(controller::Thresholds{})};
 }
 
 RunRegistry::RunRegistry(const v1::Thresholds& default_thresholds, v1::ControlMode default_mode)
     : defaults_(MakeEntry(DefaultConfig(default_thresholds, default_mode))) {}
 
 void RunRegistry::Load(const std::vector<std::pair<std::string, v1::RunConfig>>& configs) {
-  WriterMutexLock lock(&mu_);
+  base::WriterMutexLock lock(&mu_);
   for (const auto& [run, config] : configs) runs_.insert_or_assign(run, MakeEntry(config));
 }
 
 v1::RunConfig RunRegistry::Get(const std::string& run) const {
-  ReaderMutexLock lock(&mu_);
+  base::ReaderMutexLock lock(&mu_);
   auto it = runs_.find(run);
   return it == runs_.end() ? defaults_.config : it->second.config;
 }
 
-Decision RunRegistry::Decide(const std::string& run, const AlignmentStats& stats, v1::RunConfig* used) const {
-  ReaderMutexLock lock(&mu_);
+controller::Decision RunRegistry::Decide(const std::string& run, const controller::AlignmentStats& stats, v1::RunConfig* used) const {
+  base::ReaderMutexLock lock(&mu_);
   auto it = runs_.find(run);
   const Entry& e = it == runs_.end() ? defaults_ : it->second;
   if (used != nullptr) *used = e.config;
   return e.controller.Decide(stats);
 }
 
-StatusOr<v1::RunConfig> RunRegistry::Change(const std::string& run, const v1::Thresholds& thresholds,
+base::StatusOr<v1::RunConfig> RunRegistry::Change(const std::string& run, const v1::Thresholds& thresholds,
                                             v1::ControlMode mode, std::uint64_t expected_version,
                                             const std::string& principal, std::int64_t now_ns,
                                             v1::RunConfig* before) {
-  StatusOr<Thresholds> t = proto::ThresholdsFromProto(thresholds);
-  if (!t.ok()) return Status::InvalidArgument("thresholds: " + t.status().message());
+  base::StatusOr<controller::Thresholds> t = proto::ThresholdsFromProto(thresholds);
+  if (!t.ok()) return base::Status::InvalidArgument("thresholds: " + t.status().message());
   // UNSPECIFIED keeps the run's current mode (a thresholds-only change).
   if (mode != v1::CONTROL_MODE_UNSPECIFIED) {
-    if (StatusOr<Mode> m = proto::FromProto(mode); !m.ok()) return m.status();
+    if (base::StatusOr<controller::Mode> m = proto::FromProto(mode); !m.ok()) return m.status();
   }
-  WriterMutexLock lock(&mu_);
+  base::WriterMutexLock lock(&mu_);
   auto it = runs_.find(run);
   const v1::RunConfig current = it == runs_.end() ? defaults_.config : it->second.config;
   if (mode == v1::CONTROL_MODE_UNSPECIFIED) mode = current.mode();
   if (expected_version != 0 && expected_version != current.version()) {
-    return Status(StatusCode::kAborted, "run '" + run + "' is at version " + std::to_string(current.version()) +
+    return base::Status(base::StatusCode::kAborted, "run '" + run + "' is at version " + std::to_string(current.version()) +
                                             ", not the expected " + std::to_string(expected_version));
   }
   v1::RunConfig next;
@@ -79,7 +79,7 @@ StatusOr<v1::RunConfig> RunRegistry::Change(const std::string& run, const v1::Th
 }
 
 void RunRegistry::Revert(const std::string& run, const v1::RunConfig& failed, const v1::RunConfig& previous) {
-  WriterMutexLock lock(&mu_);
+  base::WriterMutexLock lock(&mu_);
   auto it = runs_.find(run);
   if (it == runs_.end() || it->second.config.version() != failed.version()) return;
   if (previous.version() == 0) {
@@ -91,7 +91,7 @@ void RunRegistry::Revert(const std::string& run, const v1::RunConfig& failed, co
 
 bool RunRegistry::Install(const std::string& run, const v1::RunConfig& config) {
   if (config.version() == 0) return false;  // never stored: the defaults apply
-  WriterMutexLock lock(&mu_);
+  base::WriterMutexLock lock(&mu_);
   auto it = runs_.find(run);
   if (it != runs_.end() && it->second.config.version() >= config.version()) return false;
   runs_.insert_or_assign(run, MakeEntry(config));

@@ -14,8 +14,8 @@
 #include <vector>
 
 #include "gac/controller/controller.h"
-#include "gac/mutex.h"
-#include "gac/status.h"
+#include "gac/base/mutex.h"
+#include "gac/base/status.h"
 #include "gac/v1/control.pb.h"
 
 namespace gac::server {
@@ -32,12 +32,12 @@ class RunRegistry {
   v1::RunConfig Get(const std::string& run) const;
 
   // Decides with the run's settings; `used` (if not null) receives them.
-  Decision Decide(const std::string& run, const AlignmentStats& stats, v1::RunConfig* used) const;
+  controller::Decision Decide(const std::string& run, const controller::AlignmentStats& stats, v1::RunConfig* used) const;
 
   // Validates and installs a change. ABORTED when expected_version is
   // non-zero and differs from the current version. On success returns the
   // new settings (version + 1) and fills `before`.
-  StatusOr<v1::RunConfig> Change(const std::string& run, const v1::Thresholds& thresholds,
+  base::StatusOr<v1::RunConfig> Change(const std::string& run, const v1::Thresholds& thresholds,
                                  v1::ControlMode mode, std::uint64_t expected_version,
                                  const std::string& principal, std::int64_t now_ns,
                                  v1::RunConfig* before);
@@ -56,12 +56,12 @@ class RunRegistry {
  private:
   struct Entry {
     v1::RunConfig config;
-    Controller controller;
+    controller::Controller controller;
   };
   static Entry MakeEntry(const v1::RunConfig& config);
 
   const Entry defaults_;
-  mutable SharedMutex mu_;
+  mutable base::SharedMutex mu_;
   std::unordered_map<std::string, Entry> runs_ GAC_GUARDED_BY(mu_);
 };
 

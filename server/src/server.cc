@@ -10,8 +10,8 @@
 #include <utility>
 #include <vector>
 
-#include "gac/file_util.h"
-#include "gac/mutex.h"
+#include "gac/base/file_util.h"
+#include "gac/base/mutex.h"
 #include "server/src/core.h"
 #include "server/src/http/http_server.h"
 #include "server/src/metrics.h"
@@ -25,17 +25,17 @@ namespace {
 constexpr int kMaxMetadataBytes = 16 * 1024;
 
 // The bearer tokens of the token file, or every call allowed (--insecure).
-StatusOr<Authenticator> LoadCredentials(const ServerConfig& config) {
+base::StatusOr<Authenticator> LoadCredentials(const ServerConfig& config) {
   if (config.insecure) return Authenticator::Insecure();
   return Authenticator::FromFile(config.token_file);
 }
 
 // The store the configuration names: PostgreSQL, the in-memory store, or
 // SQLite (creating its data directory when the file is not named).
-StatusOr<std::unique_ptr<Store>> OpenStore(const ServerConfig& config) {
+base::StatusOr<std::unique_ptr<Store>> OpenStore(const ServerConfig& config) {
   if (IsPostgresUri(config.store)) return OpenPostgresStore(config.store);
   if (config.UsesMemoryStore()) return NewMemoryStore();
-  if (config.db.empty()) GAC_RETURN_IF_ERROR(MakeDirs(config.data_dir, "data directory"));
+  if (config.db.empty()) GAC_RETURN_IF_ERROR(base::MakeDirs(config.data_dir, "data directory"));
   SqliteOptions opts;
   opts.synchronous = config.sync == "normal" ? "NORMAL" : "FULL";
   return OpenSqliteStore(config.DatabasePath(), opts);
@@ -43,10 +43,9 @@ StatusOr<std::unique_ptr<Store>> OpenStore(const ServerConfig& config) {
 
 // The core over `store`, with the run settings stored in it loaded into the
 // registry and the metrics.
-StatusOr<std::unique_ptr<Core>> AssembleCore(const ServerConfig& config, Authenticator auth,
+base::StatusOr<std::unique_ptr<Core>> AssembleCore(const ServerConfig& config, Authenticator auth,
                                              std::unique_ptr<Store> store) {
-  StatusOr<std::vector<std::pair<std::string, v1::RunConfig>>> stored = store->LoadRunConfigs();
-  if (!stored.ok()) return stored.status();
+  GAC_ASSIGN_OR_RETURN(auto stored, store->LoadRunConfigs());
   Core::Parts parts;
   parts.config = config;
   parts.auth = std::move(auth);
@@ -57,9 +56,9 @@ StatusOr<std::unique_ptr<Core>> AssembleCore(const ServerConfig& config, Authent
   mopts.run_ttl = config.run_ttl;
   parts.metrics = std::make_unique<Metrics>(mopts);
   parts.registry = std::make_unique<RunRegistry>(config.default_thresholds, config.default_mode);
-  parts.registry->Load(*stored);
+  parts.registry->Load(stored);
   const auto now = std::chrono::system_clock::now();
-  for (const auto& [run, cfg] : *stored) parts.metrics->ObserveConfig(run, cfg, now);
+  for (const auto& [run, cfg] : stored) parts.metrics->ObserveConfig(run, cfg, now);
   parts.writer = std::make_unique<Writer>(store.get(), parts.metrics.get(), config.max_queue_rows);
   parts.executor = std::make_unique<Executor>(2);
   parts.store = std::move(store);
@@ -68,25 +67,22 @@ StatusOr<std::unique_ptr<Core>> AssembleCore(const ServerConfig& config, Authent
 
 // gRPC's server credentials: plaintext, TLS, or TLS that requires client
 // certificates signed by the client CA (mTLS).
-StatusOr<std::shared_ptr<grpc::ServerCredentials>> LoadTlsCredentials(const ServerConfig& config) {
+base::StatusOr<std::shared_ptr<grpc::ServerCredentials>> LoadTlsCredentials(const ServerConfig& config) {
   if (config.tls_cert.empty()) return grpc::InsecureServerCredentials();
-  StatusOr<std::string> key = ReadFileToString(config.tls_key, "TLS key");
-  if (!key.ok()) return key.status();
-  StatusOr<std::string> cert = ReadFileToString(config.tls_cert, "TLS certificate");
-  if (!cert.ok()) return cert.status();
-  if (key->empty() || cert->empty()) {
-    return Status::InvalidArgument("TLS key '" + config.tls_key + "' or certificate '" + config.tls_cert + "' is empty");
+  GAC_ASSIGN_OR_RETURN(std::string key, base::ReadFileToString(config.tls_key, "TLS key"));
+  GAC_ASSIGN_OR_RETURN(std::string cert, base::ReadFileToString(config.tls_cert, "TLS certificate"));
+  if (key.empty() || cert.empty()) {
+    return base::Status::InvalidArgument("TLS key '" + config.tls_key + "' or certificate '" + config.tls_cert + "' is empty");
   }
   grpc::SslServerCredentialsOptions::PemKeyCertPair pair;
-  pair.private_key = std::move(*key);
-  pair.cert_chain = std::move(*cert);
+  pair.private_key = std::move(key);
+  pair.cert_chain = std::move(cert);
   grpc::SslServerCredentialsOptions opts;
   opts.pem_key_cert_pairs.push_back(pair);
   if (!config.tls_client_ca.empty()) {  // mTLS: a client without a certificate of these CAs cannot connect
-    StatusOr<std::string> ca = ReadFileToString(config.tls_client_ca, "TLS client CA");
-    if (!ca.ok()) return ca.status();
-    if (ca->empty()) return Status::InvalidArgument("TLS client CA '" + config.tls_client_ca + "' is empty");
-    opts.pem_root_certs = std::move(*ca);
+    GAC_ASSIGN_OR_RETURN(std::string ca, base::ReadFileToString(config.tls_client_ca, "TLS client CA"));
+    if (ca.empty()) return base::Status::InvalidArgument("TLS client CA '" + config.tls_client_ca + "' is empty");
+    opts.pem_root_certs = std::move(ca);
     opts.client_certificate_request = GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY;
   }
   return grpc::SslServerCredentials(opts);
@@ -115,14 +111,14 @@ struct GacServer::Impl {
 
   std::thread housekeeping;
   std::unique_ptr<SettingsSync> settings_sync;
-  Mutex mu;
-  CondVar cv;
+  base::Mutex mu;
+  base::CondVar cv;
   bool shutting_down GAC_GUARDED_BY(mu) = false;
   bool shut_down GAC_GUARDED_BY(mu) = false;
 
   // Serves the gRPC services on config.listen. Unavailable when the address
   // cannot be bound.
-  Status StartGrpc(const std::shared_ptr<grpc::ServerCredentials>& creds) {
+  base::Status StartGrpc(const std::shared_ptr<grpc::ServerCredentials>& creds) {
     const ServerConfig& config = core->config();
     ingest = std::make_unique<IngestServiceImpl>(core.get());
     control = std::make_unique<ControlServiceImpl>(core.get());
@@ -149,18 +145,18 @@ struct GacServer::Impl {
     builder.RegisterService(query.get());
     server = builder.BuildAndStart();
     if (server == nullptr || port == 0) {
-      return Status::Unavailable("cannot listen on '" + config.listen + "' (address in use or invalid?)");
+      return base::Status::Unavailable("cannot listen on '" + config.listen + "' (address in use or invalid?)");
     }
     address = BoundAddress(config.listen, port);
     server->GetHealthCheckService()->SetServingStatus(true);
-    return Status::Ok();
+    return base::Status::Ok();
   }
 
   // Serves /metrics, the JSON API and the page on config.metrics_listen
   // (nothing when it is empty).
-  Status StartHttp() {
+  base::Status StartHttp() {
     const ServerConfig& config = core->config();
-    if (config.metrics_listen.empty()) return Status::Ok();
+    if (config.metrics_listen.empty()) return base::Status::Ok();
     HttpServerOptions hopts;
     hopts.listen = config.metrics_listen;
     hopts.max_body_bytes = config.max_message_bytes;
@@ -168,11 +164,10 @@ struct GacServer::Impl {
     hopts.api_enabled = !config.insecure || IsLoopbackAddress(config.metrics_listen);
     hopts.api_disabled_reason = "gacd runs --insecure: its HTTP API answers on a loopback --http-listen only (" +
                                 config.metrics_listen + " is not); give gacd a --token-file";
-    StatusOr<std::unique_ptr<HttpServer>> started = HttpServer::Start(hopts, core.get());
-    if (!started.ok()) return started.status();
-    http = std::move(*started);
+    GAC_ASSIGN_OR_RETURN(std::unique_ptr<HttpServer> started, HttpServer::Start(hopts, core.get()));
+    http = std::move(started);
     metrics_port = http->port();
-    return Status::Ok();
+    return base::Status::Ok();
   }
 
   // Housekeeping, and the settings changed through other replicas sharing
@@ -206,7 +201,7 @@ struct GacServer::Impl {
     auto next_retention = std::chrono::steady_clock::now();
     for (;;) {
       {
-        MutexLock lock(&mu);
+        base::MutexLock lock(&mu);
         if (!shutting_down) cv.WaitFor(&mu, std::chrono::seconds(1));
         if (shutting_down) return;
       }
@@ -226,24 +221,20 @@ GacServer::GacServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 GacServer::~GacServer() { Shutdown(std::chrono::milliseconds(0)); }
 
-StatusOr<std::unique_ptr<GacServer>> GacServer::Start(const ServerConfig& config, std::unique_ptr<Store> store) {
+base::StatusOr<std::unique_ptr<GacServer>> GacServer::Start(const ServerConfig& config, std::unique_ptr<Store> store) {
   GAC_RETURN_IF_ERROR(ValidateConfig(config));
-  StatusOr<Authenticator> auth = LoadCredentials(config);
-  if (!auth.ok()) return auth.status();
+  GAC_ASSIGN_OR_RETURN(Authenticator auth, LoadCredentials(config));
   if (store == nullptr) {
-    StatusOr<std::unique_ptr<Store>> opened = OpenStore(config);
-    if (!opened.ok()) return opened.status();
-    store = std::move(*opened);
+    GAC_ASSIGN_OR_RETURN(std::unique_ptr<Store> opened, OpenStore(config));
+    store = std::move(opened);
   }
-  StatusOr<std::unique_ptr<Core>> core = AssembleCore(config, std::move(*auth), std::move(store));
-  if (!core.ok()) return core.status();
-  StatusOr<std::shared_ptr<grpc::ServerCredentials>> creds = LoadTlsCredentials(config);
-  if (!creds.ok()) return creds.status();
+  GAC_ASSIGN_OR_RETURN(std::unique_ptr<Core> core, AssembleCore(config, std::move(auth), std::move(store)));
+  GAC_ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> creds, LoadTlsCredentials(config));
   // On an error from here, destroying `impl` stops what started (the writer
   // commits what is queued: nothing, as nothing was served).
-  auto impl = std::make_unique<Impl>(std::move(*core));
-  GAC_RETURN_IF_ERROR(impl->StartGrpc(*creds));
-  if (Status st = impl->StartHttp(); !st.ok()) {
+  auto impl = std::make_unique<Impl>(std::move(core));
+  GAC_RETURN_IF_ERROR(impl->StartGrpc(creds));
+  if (base::Status st = impl->StartHttp(); !st.ok()) {
     impl->server->Shutdown();
     return st;
   }
@@ -255,7 +246,7 @@ StatusOr<std::unique_ptr<GacServer>> GacServer::Start(const ServerConfig& config
 void GacServer::Shutdown(std::chrono::milliseconds drain) {
   Impl& s = *impl_;
   {
-    MutexLock lock(&s.mu);
+    base::MutexLock lock(&s.mu);
     if (s.shutting_down) {
       while (!s.shut_down) s.cv.Wait(&s.mu);
       return;
@@ -280,14 +271,14 @@ void GacServer::Shutdown(std::chrono::milliseconds drain) {
   if (s.housekeeping.joinable()) s.housekeeping.join();
   http_stop.join();
   {
-    MutexLock lock(&s.mu);
+    base::MutexLock lock(&s.mu);
     s.shut_down = true;
   }
   s.cv.SignalAll();
 }
 
 void GacServer::Wait() {
-  MutexLock lock(&impl_->mu);
+  base::MutexLock lock(&impl_->mu);
   while (!impl_->shut_down) impl_->cv.Wait(&impl_->mu);
 }
 

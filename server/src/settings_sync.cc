@@ -26,7 +26,7 @@ void SettingsSync::Start() {
 
 void SettingsSync::Stop() {
   {
-    MutexLock lock(&mu_);
+    base::MutexLock lock(&mu_);
     stop_ = true;
   }
   cv_.SignalAll();
@@ -34,12 +34,12 @@ void SettingsSync::Stop() {
 }
 
 bool SettingsSync::stopping() const {
-  MutexLock lock(&mu_);
+  base::MutexLock lock(&mu_);
   return stop_;
 }
 
 bool SettingsSync::Sleep(std::chrono::milliseconds d) {
-  MutexLock lock(&mu_);
+  base::MutexLock lock(&mu_);
   const auto deadline = Clock::now() + d;
   while (!stop_ && cv_.WaitUntil(&mu_, deadline)) {
   }
@@ -63,7 +63,7 @@ void SettingsSync::Run() {
   auto backoff = std::chrono::milliseconds(100);
   auto next_reload = Clock::now();
   // After a failure: say so once, reload once the store answers, back off.
-  const auto failed = [&](const Status& status) {
+  const auto failed = [&](const base::Status& status) {
     if (!failing) std::fprintf(stderr, "gacd: settings of other replicas: %s (retrying)\n", status.ToString().c_str());
     failing = true;
     reload = true;
@@ -76,15 +76,15 @@ void SettingsSync::Run() {
     const auto until_reload = std::chrono::duration_cast<std::chrono::milliseconds>(next_reload - now);
     const auto wait = reload ? std::chrono::milliseconds(0)
                              : std::clamp(until_reload, std::chrono::milliseconds(0), kMaxWait);
-    StatusOr<std::vector<std::pair<std::string, v1::RunConfig>>> changes = store_->WaitForConfigChanges(wait);
-    if (changes.status().code() == StatusCode::kUnimplemented) return;  // one process per store
+    base::StatusOr<std::vector<std::pair<std::string, v1::RunConfig>>> changes = store_->WaitForConfigChanges(wait);
+    if (changes.status().code() == base::StatusCode::kUnimplemented) return;  // one process per store
     if (!changes.ok()) {
       if (!failed(changes.status())) return;
       continue;
     }
     Install(*changes);
     if (reload || Clock::now() >= next_reload) {
-      StatusOr<std::vector<std::pair<std::string, v1::RunConfig>>> all = store_->LoadRunConfigs();
+      base::StatusOr<std::vector<std::pair<std::string, v1::RunConfig>>> all = store_->LoadRunConfigs();
       if (!all.ok()) {
         if (!failed(all.status())) return;
         continue;

@@ -23,7 +23,7 @@
 #include <utility>
 #include <vector>
 
-#include "gac/mutex.h"
+#include "gac/base/mutex.h"
 #include "gac/server/store.h"
 #include "server/src/metrics.h"
 #include "server/src/registry.h"
@@ -59,8 +59,8 @@ class SettingsSync {
   const std::chrono::milliseconds refresh_interval_;
   std::atomic<std::uint64_t> installed_{0};
 
-  mutable Mutex mu_;
-  CondVar cv_;
+  mutable base::Mutex mu_;
+  base::CondVar cv_;
   bool stop_ GAC_GUARDED_BY(mu_) = false;
   std::thread thread_;
 };

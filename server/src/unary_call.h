@@ -30,13 +30,13 @@ class UnaryCall {
     core_->CallStarted();
   }
 
-  StatusOr<const Principal*> Authenticate() const { return core_->Authenticate(*ctx_); }
-  StatusOr<const Principal*> Authorize(Right right, const std::string& run) const {
+  base::StatusOr<const Principal*> Authenticate() const { return core_->Authenticate(*ctx_); }
+  base::StatusOr<const Principal*> Authorize(Right right, const std::string& run) const {
     return core_->Authorize(*ctx_, right, run);
   }
 
   // Ends the call; returns the reactor for the handler to return.
-  grpc::ServerUnaryReactor* Finish(const Status& status) const {
+  grpc::ServerUnaryReactor* Finish(const base::Status& status) const {
     reactor_->Finish(status.ok() ? grpc::Status::OK : core_->Fail(method_, status));
     core_->CallFinished();
     return reactor_;

@@ -14,8 +14,8 @@
 namespace gac::server {
 namespace {
 
-Status Bad(const std::string& prefix, const std::string& msg) {
-  return Status::InvalidArgument(prefix + msg);
+base::Status Bad(const std::string& prefix, const std::string& msg) {
+  return base::Status::InvalidArgument(prefix + msg);
 }
 
 std::string Num(double v) {
@@ -24,53 +24,53 @@ std::string Num(double v) {
   return buf;
 }
 
-Status CheckFinite(const std::string& prefix, const char* field, double v) {
+base::Status CheckFinite(const std::string& prefix, const char* field, double v) {
   if (!std::isfinite(v)) return Bad(prefix, std::string(field) + " must be finite, got " + Num(v));
-  return Status::Ok();
+  return base::Status::Ok();
 }
 
-Status CheckNorm(const std::string& prefix, const char* field, double v) {
+base::Status CheckNorm(const std::string& prefix, const char* field, double v) {
   if (!std::isfinite(v) || v < 0) {
     return Bad(prefix, std::string(field) + " must be finite and >= 0, got " + Num(v));
   }
-  return Status::Ok();
+  return base::Status::Ok();
 }
 
-Status CheckCosine(const std::string& prefix, const char* field, double v) {
+base::Status CheckCosine(const std::string& prefix, const char* field, double v) {
   // A cosine computed in floating point may exceed 1 by rounding; allow 1e-6.
   if (!std::isfinite(v) || std::fabs(v) > 1.0 + proto::kCosineSlack) {
     return Bad(prefix, std::string(field) + " must be in [-1, 1], got " + Num(v));
   }
-  return Status::Ok();
+  return base::Status::Ok();
 }
 
 // Checks the range the schema gives `field` (record_schema.h), when present.
-Status CheckField(const std::string& prefix, const proto::StepField& field, const v1::StepRecord& r) {
+base::Status CheckField(const std::string& prefix, const proto::StepField& field, const v1::StepRecord& r) {
   const proto::FieldValue v = field.get(r);
-  if (!v.present) return Status::Ok();
+  if (!v.present) return base::Status::Ok();
   const bool real = field.type == proto::FieldType::kReal;
   switch (field.range) {
     case proto::FieldRange::kAny:
-      return real ? CheckFinite(prefix, field.name, v.real) : Status::Ok();
+      return real ? CheckFinite(prefix, field.name, v.real) : base::Status::Ok();
     case proto::FieldRange::kNonNegative:
       if (real) return CheckNorm(prefix, field.name, v.real);
       if (v.integer < 0) {
         return Bad(prefix, std::string(field.name) + " must be >= 0, got " + std::to_string(v.integer));
       }
-      return Status::Ok();
+      return base::Status::Ok();
     case proto::FieldRange::kUnit:
       if (!std::isfinite(v.real) || v.real < 0 || v.real > 1) {
         return Bad(prefix, std::string(field.name) + " must be in [0, 1], got " + Num(v.real));
       }
-      return Status::Ok();
+      return base::Status::Ok();
     case proto::FieldRange::kCosine:
       return CheckCosine(prefix, field.name, v.real);
   }
-  return Status::Ok();
+  return base::Status::Ok();
 }
 
-Status ValidateRecordWithPrefix(const v1::StepRecord& r, const Limits& limits, const std::string& p) {
-  Status st = ValidateRunId(r.run());
+base::Status ValidateRecordWithPrefix(const v1::StepRecord& r, const Limits& limits, const std::string& p) {
+  base::Status st = ValidateRunId(r.run());
   if (!st.ok()) return Bad(p, st.message());
   // The largest int64 is left out: queries end their step range before an
   // exclusive bound, so a record there could never be read back.
@@ -82,7 +82,7 @@ Status ValidateRecordWithPrefix(const v1::StepRecord& r, const Limits& limits, c
     return Bad(p, "rank " + std::to_string(r.rank()) + " must be < world_size " + std::to_string(world));
   }
   for (const proto::StepField& field : proto::kStepFields) GAC_RETURN_IF_ERROR(CheckField(p, field, r));
-  if (StatusOr<Regime> regime = proto::FromProto(r.regime()); !regime.ok()) return Bad(p, regime.status().message());
+  if (base::StatusOr<controller::Regime> regime = proto::FromProto(r.regime()); !regime.ok()) return Bad(p, regime.status().message());
   // UNSPECIFIED is allowed here: older agents do not report their mode.
   if (!v1::ControlMode_IsValid(r.mode())) return Bad(p, "unknown mode " + std::to_string(r.mode()));
   if (static_cast<std::size_t>(r.scalars_size()) > limits.max_scalars_per_record) {
@@ -110,24 +110,24 @@ Status ValidateRecordWithPrefix(const v1::StepRecord& r, const Limits& limits, c
     GAC_RETURN_IF_ERROR(CheckNorm(lp, "grad_norm", l.grad_norm()));
     GAC_RETURN_IF_ERROR(CheckNorm(lp, "ref_norm", l.ref_norm()));
   }
-  return Status::Ok();
+  return base::Status::Ok();
 }
 
 }  // namespace
 
-Status ValidateRunId(std::string_view run) { return proto::CheckRunId(run); }
+base::Status ValidateRunId(std::string_view run) { return proto::CheckRunId(run); }
 
-Status ValidateName(std::string_view what, std::string_view name) { return proto::CheckName(what, name); }
+base::Status ValidateName(std::string_view what, std::string_view name) { return proto::CheckName(what, name); }
 
-Status ValidateStepRecord(const v1::StepRecord& record, const Limits& limits) {
+base::Status ValidateStepRecord(const v1::StepRecord& record, const Limits& limits) {
   return ValidateRecordWithPrefix(record, limits, "");
 }
 
-Status ValidateIngestRequest(const v1::IngestRequest& request, const Limits& limits) {
-  if (request.sequence() == 0) return Status::InvalidArgument("sequence must be >= 1");
-  if (request.records_size() == 0) return Status::InvalidArgument("batch has no records");
+base::Status ValidateIngestRequest(const v1::IngestRequest& request, const Limits& limits) {
+  if (request.sequence() == 0) return base::Status::InvalidArgument("sequence must be >= 1");
+  if (request.records_size() == 0) return base::Status::InvalidArgument("batch has no records");
   if (static_cast<std::size_t>(request.records_size()) > limits.max_records_per_batch) {
-    return Status::InvalidArgument("batch has " + std::to_string(request.records_size()) +
+    return base::Status::InvalidArgument("batch has " + std::to_string(request.records_size()) +
                                    " records, more than " + std::to_string(limits.max_records_per_batch));
   }
   struct KeyHash {
@@ -147,29 +147,29 @@ Status ValidateIngestRequest(const v1::IngestRequest& request, const Limits& lim
                         ", " + std::to_string(r.step()) + ") within one batch");
     }
   }
-  return Status::Ok();
+  return base::Status::Ok();
 }
 
-Status ValidateDecideRequest(const v1::DecideRequest& request) {
-  Status st = ValidateRunId(request.run());
+base::Status ValidateDecideRequest(const v1::DecideRequest& request) {
+  base::Status st = ValidateRunId(request.run());
   if (!st.ok()) return st;
-  if (request.step() < 0) return Status::InvalidArgument("step must be >= 0");
+  if (request.step() < 0) return base::Status::InvalidArgument("step must be >= 0");
   // Non-finite statistics are a valid input: they give REGIME_INVALID.
-  if (request.grad_sq() < 0) return Status::InvalidArgument("grad_sq must be >= 0, got " + Num(request.grad_sq()));
-  if (request.ref_sq() < 0) return Status::InvalidArgument("ref_sq must be >= 0, got " + Num(request.ref_sq()));
+  if (request.grad_sq() < 0) return base::Status::InvalidArgument("grad_sq must be >= 0, got " + Num(request.grad_sq()));
+  if (request.ref_sq() < 0) return base::Status::InvalidArgument("ref_sq must be >= 0, got " + Num(request.ref_sq()));
   // Sums of one g and one p obey Cauchy-Schwarz, |dot| <= |g| |p|: beyond
   // rounding (the tolerance of a cosine on the wire), no cosine in [-1, 1]
   // follows from them, and the agent would refuse the answer.
   if (request.has_reference() && request.ref_sq() > 0 && std::isfinite(request.dot()) &&
       std::isfinite(request.grad_sq()) && std::isfinite(request.ref_sq())) {
     const double c =
-        request.dot() / (std::sqrt(request.grad_sq()) * std::sqrt(request.ref_sq()) + kCosineEpsilon);
+        request.dot() / (std::sqrt(request.grad_sq()) * std::sqrt(request.ref_sq()) + controller::kCosineEpsilon);
     if (std::fabs(c) > 1.0 + 1e-6) {
-      return Status::InvalidArgument("dot does not fit grad_sq and ref_sq: |dot| / sqrt(grad_sq * ref_sq) = " +
+      return base::Status::InvalidArgument("dot does not fit grad_sq and ref_sq: |dot| / sqrt(grad_sq * ref_sq) = " +
                                      Num(c) + ", above 1");
     }
   }
-  return Status::Ok();
+  return base::Status::Ok();
 }
 
 }  // namespace gac::server

@@ -10,7 +10,7 @@
 #include <string_view>
 
 #include "gac/proto/wire_rules.h"
-#include "gac/status.h"
+#include "gac/base/status.h"
 #include "gac/v1/control.pb.h"
 #include "gac/v1/telemetry.pb.h"
 
@@ -25,18 +25,18 @@ struct Limits {
 };
 
 // proto::CheckRunId: 1-128 characters of [A-Za-z0-9._:/-].
-Status ValidateRunId(std::string_view run);
+base::Status ValidateRunId(std::string_view run);
 // proto::CheckName: 1-256 printable ASCII characters (0x21-0x7e) and space.
-Status ValidateName(std::string_view what, std::string_view name);
+base::Status ValidateName(std::string_view what, std::string_view name);
 
-Status ValidateStepRecord(const v1::StepRecord& record, const Limits& limits);
+base::Status ValidateStepRecord(const v1::StepRecord& record, const Limits& limits);
 // Sequence >= 1, 1..max records, each record valid, no (run, rank, step)
 // repeated within the batch.
-Status ValidateIngestRequest(const v1::IngestRequest& request, const Limits& limits);
+base::Status ValidateIngestRequest(const v1::IngestRequest& request, const Limits& limits);
 // Step >= 0, valid run id, gg and pp >= 0, and |dot| <= sqrt(gg * pp) up to
 // rounding when they are finite (non-finite statistics are valid: they give
 // REGIME_INVALID).
-Status ValidateDecideRequest(const v1::DecideRequest& request);
+base::Status ValidateDecideRequest(const v1::DecideRequest& request);
 
 }  // namespace gac::server
 

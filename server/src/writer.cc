@@ -16,24 +16,24 @@ Writer::Writer(Store* store, Metrics* metrics, std::size_t max_queue_rows, std::
 
 Writer::~Writer() { Stop(); }
 
-Status Writer::Submit(const WriteOp& op, std::size_t rows, Done done) {
+base::Status Writer::Submit(const WriteOp& op, std::size_t rows, Done done) {
   {
-    MutexLock lock(&mu_);
-    if (stopping_) return Status::Unavailable("gacd is shutting down");
+    base::MutexLock lock(&mu_);
+    if (stopping_) return base::Status::Unavailable("gacd is shutting down");
     if (!queue_.empty() && queued_rows_ + rows > max_queue_rows_) {
-      return Status::ResourceExhausted("write queue full (" + std::to_string(queued_rows_) + " rows); retry later");
+      return base::Status::ResourceExhausted("write queue full (" + std::to_string(queued_rows_) + " rows); retry later");
     }
     queue_.push_back(Item{op, rows, std::move(done)});
     queued_rows_ += rows;
     if (metrics_ != nullptr) metrics_->SetQueueRows(queued_rows_);
   }
   cv_.Signal();
-  return Status::Ok();
+  return base::Status::Ok();
 }
 
 void Writer::Stop() {
   {
-    MutexLock lock(&mu_);
+    base::MutexLock lock(&mu_);
     if (stopping_ && !thread_.joinable()) return;
     stopping_ = true;
   }
@@ -42,7 +42,7 @@ void Writer::Stop() {
 }
 
 std::size_t Writer::queued_rows() const {
-  MutexLock lock(&mu_);
+  base::MutexLock lock(&mu_);
   return queued_rows_;
 }
 
@@ -51,7 +51,7 @@ void Writer::Run() {
   std::vector<WriteOp> ops;
   for (;;) {
     {
-      MutexLock lock(&mu_);
+      base::MutexLock lock(&mu_);
       while (!stopping_ && queue_.empty()) cv_.Wait(&mu_);
       if (queue_.empty()) return;  // stopping and drained
       std::size_t rows = 0;
@@ -64,7 +64,7 @@ void Writer::Run() {
     ops.clear();
     for (const Item& item : batch) ops.push_back(item.op);
     const auto start = std::chrono::steady_clock::now();
-    const Status status = store_->Apply(&ops);
+    const base::Status status = store_->Apply(&ops);
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     if (metrics_ != nullptr) metrics_->ObserveWriteSeconds(seconds);
     std::size_t done_rows = 0;
@@ -74,7 +74,7 @@ void Writer::Run() {
     }
     batch.clear();
     {
-      MutexLock lock(&mu_);
+      base::MutexLock lock(&mu_);
       queued_rows_ -= done_rows;
       if (metrics_ != nullptr) metrics_->SetQueueRows(queued_rows_);
     }

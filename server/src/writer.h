@@ -14,7 +14,7 @@
 #include <functional>
 #include <thread>
 
-#include "gac/mutex.h"
+#include "gac/base/mutex.h"
 #include "gac/server/store.h"
 
 namespace gac::server {
@@ -25,7 +25,7 @@ class Writer {
  public:
   // Called once per op on the writer thread, after its transaction
   // committed (OK, results filled) or failed (the error; nothing stored).
-  using Done = std::function<void(const Status& status, const WriteOp& op)>;
+  using Done = std::function<void(const base::Status& status, const WriteOp& op)>;
 
   // REQUIRES: store outlives the writer. metrics may be null.
   Writer(Store* store, Metrics* metrics, std::size_t max_queue_rows,
@@ -38,7 +38,7 @@ class Writer {
   // queue bound. RESOURCE_EXHAUSTED when the bound would be exceeded (an op
   // larger than the bound is accepted into an empty queue), UNAVAILABLE after
   // Stop. The pointers in `op` must stay valid until `done` has run.
-  Status Submit(const WriteOp& op, std::size_t rows, Done done) GAC_EXCLUDES(mu_);
+  base::Status Submit(const WriteOp& op, std::size_t rows, Done done) GAC_EXCLUDES(mu_);
 
   // Commits everything queued, runs the callbacks, and stops the thread.
   // Later Submits fail. Idempotent.
@@ -59,8 +59,8 @@ class Writer {
   const std::size_t max_queue_rows_;
   const std::size_t max_transaction_rows_;
 
-  mutable Mutex mu_;
-  CondVar cv_;
+  mutable base::Mutex mu_;
+  base::CondVar cv_;
   std::deque<Item> queue_ GAC_GUARDED_BY(mu_);
   std::size_t queued_rows_ GAC_GUARDED_BY(mu_) = 0;
   bool stopping_ GAC_GUARDED_BY(mu_) = false;

@@ -23,13 +23,13 @@ inline double MaxRelDiff(const at::Tensor& a, const at::Tensor& b) {
 // The agent's decision is the reference's: regime, whether to step, cosine
 // (1e-6), and the report agrees with it. Call through ASSERT_NO_FATAL_FAILURE.
 inline void ExpectSameDecision(const agent::StepReport& r, const RefDecision& want, int strided_tensors) {
-  ASSERT_EQ(RegimeName(r.decision.regime), want.regime);
+  ASSERT_EQ(controller::RegimeName(r.decision.regime), want.regime);
   ASSERT_EQ(r.step_optimizer, want.step_optimizer);
   ASSERT_EQ(r.decision.cosine.has_value(), want.cosine.has_value());
   if (want.cosine) {
     EXPECT_NEAR(*r.decision.cosine, *want.cosine, 1e-6);
   }
-  EXPECT_EQ(r.gradient_modified, r.decision.regime == Regime::kProject);
+  EXPECT_EQ(r.gradient_modified, r.decision.regime == controller::Regime::kProject);
   EXPECT_EQ(r.strided_tensors, strided_tensors);
 }
 

@@ -104,7 +104,7 @@ std::unique_ptr<Agent> MakeAgent(AgentOptions o) {
 }
 
 class AgentVsReference
-    : public ::testing::TestWithParam<std::tuple<SnapshotDtype, AlphaMode, ReferencePolicy, int, bool>> {};
+    : public ::testing::TestWithParam<std::tuple<SnapshotDtype, controller::AlphaMode, ReferencePolicy, int, bool>> {};
 
 TEST_P(AgentVsReference, SameDecisionsCosinesAndUpdates) {
   const auto [snap, alpha_mode, policy, threads, mixed] = GetParam();
@@ -120,19 +120,19 @@ TEST_P(AgentVsReference, SameDecisionsCosinesAndUpdates) {
   auto agent = MakeAgent(o);
 
   RefOptions ro;
-  ro.exact_alpha = alpha_mode == AlphaMode::kExact;
+  ro.exact_alpha = alpha_mode == controller::AlphaMode::kExact;
   ro.snapshot_bf16 = snap == SnapshotDtype::kBFloat16;
   ro.applied_update_reference = policy == ReferencePolicy::kAppliedUpdate;
   ReferenceGac reference(ro);
   Model ref_model = Model::Make();  // same shapes; gradients copied below
 
-  std::map<Regime, int> seen;
+  std::map<controller::Regime, int> seen;
   for (int step = 1; step <= 40; ++step) {
     SCOPED_TRACE("step " + std::to_string(step));
     agent_model.NextGradients(kSchedule[step % 10], mixed);
     ref_model.SetGrads(agent_model.CloneGradsKeepLayout());
 
-    StatusOr<StepReport> r = agent->Step(step, agent_model.params);
+    base::StatusOr<controller::StepReport> r = agent->Step(step, agent_model.params);
     ASSERT_TRUE(r.ok()) << r.status().ToString();
     const auto want = reference.Step(ref_model.params);
 
@@ -145,19 +145,19 @@ TEST_P(AgentVsReference, SameDecisionsCosinesAndUpdates) {
     }
   }
   // The schedule must really exercise every regime, or the test proves little.
-  EXPECT_GE(seen[Regime::kSafe], 4);
-  EXPECT_GE(seen[Regime::kProject], 8);
-  EXPECT_GE(seen[Regime::kSkip], 4);
+  EXPECT_GE(seen[controller::Regime::kSafe], 4);
+  EXPECT_GE(seen[controller::Regime::kProject], 8);
+  EXPECT_GE(seen[controller::Regime::kSkip], 4);
 }
 
 INSTANTIATE_TEST_SUITE_P(
     Options, AgentVsReference,
-    ::testing::Values(std::make_tuple(SnapshotDtype::kFloat32, AlphaMode::kPaper, ReferencePolicy::kRawGradient, 1, false),
-                      std::make_tuple(SnapshotDtype::kFloat32, AlphaMode::kExact, ReferencePolicy::kRawGradient, 2, false),
-                      std::make_tuple(SnapshotDtype::kBFloat16, AlphaMode::kPaper, ReferencePolicy::kRawGradient, 2, false),
-                      std::make_tuple(SnapshotDtype::kFloat32, AlphaMode::kPaper, ReferencePolicy::kAppliedUpdate, 2, false),
-                      std::make_tuple(SnapshotDtype::kFloat32, AlphaMode::kPaper, ReferencePolicy::kRawGradient, 2, true),
-                      std::make_tuple(SnapshotDtype::kBFloat16, AlphaMode::kExact, ReferencePolicy::kRawGradient, 1, true)));
+    ::testing::Values(std::make_tuple(SnapshotDtype::kFloat32, controller::AlphaMode::kPaper, ReferencePolicy::kRawGradient, 1, false),
+                      std::make_tuple(SnapshotDtype::kFloat32, controller::AlphaMode::kExact, ReferencePolicy::kRawGradient, 2, false),
+                      std::make_tuple(SnapshotDtype::kBFloat16, controller::AlphaMode::kPaper, ReferencePolicy::kRawGradient, 2, false),
+                      std::make_tuple(SnapshotDtype::kFloat32, controller::AlphaMode::kPaper, ReferencePolicy::kAppliedUpdate, 2, false),
+                      std::make_tuple(SnapshotDtype::kFloat32, controller::AlphaMode::kPaper, ReferencePolicy::kRawGradient, 2, true),
+                      std::make_tuple(SnapshotDtype::kBFloat16, controller::AlphaMode::kExact, ReferencePolicy::kRawGradient, 1, true)));
 
 // A single fp32 parameter with gradients we set by hand.
 struct One {
@@ -172,7 +172,7 @@ TEST(AgentStep, FirstStepHasNoCosineAndSnapshotsTheGradient) {
   m.Set(at::randn({4096}));
   auto r = agent->Step(1, m.params);
   ASSERT_TRUE(r.ok());
-  EXPECT_EQ(r->decision.regime, Regime::kSafe);
+  EXPECT_EQ(r->decision.regime, controller::Regime::kSafe);
   EXPECT_FALSE(r->decision.cosine.has_value());
   EXPECT_TRUE(r->step_optimizer);
   EXPECT_NEAR(r->decision.grad_norm, m.param.grad().norm().item<double>(), 1e-4);
@@ -181,7 +181,7 @@ TEST(AgentStep, FirstStepHasNoCosineAndSnapshotsTheGradient) {
   ASSERT_TRUE(r.ok());
   ASSERT_TRUE(r->decision.cosine.has_value());
   EXPECT_NEAR(*r->decision.cosine, 1.0, 1e-6);
-  EXPECT_EQ(r->decision.regime, Regime::kSkip);
+  EXPECT_EQ(r->decision.regime, controller::Regime::kSkip);
   EXPECT_FALSE(r->step_optimizer);
   EXPECT_EQ(agent->snapshot_bytes(), 4096 * 4);
 }
@@ -219,10 +219,10 @@ TEST(AgentStep, LargeSnapshotsAgreeWithTheReference) {
       state = kSchedule[step % 10] * state + at::randn({numel}, at::kDouble);
       param.mutable_grad() = state.to(at::kFloat);
       ref_param.mutable_grad() = state.to(at::kFloat);
-      StatusOr<StepReport> r = agent->Step(step, {param});
+      base::StatusOr<controller::StepReport> r = agent->Step(step, {param});
       ASSERT_TRUE(r.ok()) << r.status().ToString();
       const auto want = reference.Step({ref_param});
-      ASSERT_EQ(RegimeName(r->decision.regime), want.regime) << "step " << step;
+      ASSERT_EQ(controller::RegimeName(r->decision.regime), want.regime) << "step " << step;
       ASSERT_EQ(r->decision.cosine.has_value(), want.cosine.has_value());
       if (want.cosine) {
         EXPECT_NEAR(*r->decision.cosine, *want.cosine, 1e-6);
@@ -238,7 +238,7 @@ TEST(AgentStep, LargeSnapshotsAgreeWithTheReference) {
 TEST(AgentStep, MonitorModeNeverChangesTheUpdate) {
   One m;
   AgentOptions o;
-  o.mode = Mode::kMonitor;
+  o.mode = controller::Mode::kMonitor;
   auto agent = MakeAgent(o);
   const at::Tensor base = at::randn({4096});
   for (int step = 1; step <= 6; ++step) {
@@ -250,7 +250,7 @@ TEST(AgentStep, MonitorModeNeverChangesTheUpdate) {
     EXPECT_FALSE(r->gradient_modified);
     EXPECT_TRUE(at::equal(m.param.grad(), g));
     if (step > 1) {
-      EXPECT_NE(r->decision.regime, Regime::kSafe) << "the schedule is aligned: GAC would act";
+      EXPECT_NE(r->decision.regime, controller::Regime::kSafe) << "the schedule is aligned: GAC would act";
     }
   }
 }
@@ -266,7 +266,7 @@ TEST(AgentStep, NonFiniteGradientIsInvalidAndKeepsTheSnapshot) {
   m.Set(bad);
   auto r = agent->Step(2, m.params);
   ASSERT_TRUE(r.ok());
-  EXPECT_EQ(r->decision.regime, Regime::kInvalid);
+  EXPECT_EQ(r->decision.regime, controller::Regime::kInvalid);
   EXPECT_FALSE(r->step_optimizer);
   EXPECT_FALSE(r->decision.cosine.has_value());
   // The next step is compared with g1, not with the NaN gradient.
@@ -310,10 +310,10 @@ TEST(AgentStep, ChangedParameterSetIsAnErrorUntilReset) {
   other.mutable_grad() = at::ones({10});
   const at::Tensor before = m.param.grad().clone();
   auto r = agent->Step(2, {other});
-  EXPECT_EQ(r.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(r.status().code(), base::StatusCode::kFailedPrecondition);
   EXPECT_NE(r.status().message().find("Reset"), std::string::npos);
   r = agent->Step(2, {other, m.param});
-  EXPECT_EQ(r.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(r.status().code(), base::StatusCode::kFailedPrecondition);
   agent->Reset();
   r = agent->Step(2, {other});
   ASSERT_TRUE(r.ok()) << r.status().ToString();
@@ -326,8 +326,8 @@ TEST(AgentStep, StepIndexMustIncrease) {
   auto agent = MakeAgent({});
   m.Set(at::randn({4096}));
   ASSERT_TRUE(agent->Step(5, m.params).ok());
-  EXPECT_EQ(agent->Step(5, m.params).status().code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(agent->Step(4, m.params).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(agent->Step(5, m.params).status().code(), base::StatusCode::kInvalidArgument);
+  EXPECT_EQ(agent->Step(4, m.params).status().code(), base::StatusCode::kInvalidArgument);
   EXPECT_TRUE(agent->Step(6, m.params).ok());
 }
 
@@ -339,7 +339,7 @@ TEST(AgentStep, UnsupportedDtypeIsRejectedWithoutSideEffects) {
   d.mutable_grad() = at::randn({100}, at::kDouble);
   const at::Tensor before = a.grad().clone();
   auto r = agent->Step(1, {a, d});
-  ASSERT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  ASSERT_EQ(r.status().code(), base::StatusCode::kInvalidArgument);
   EXPECT_NE(r.status().message().find("Double"), std::string::npos) << r.status().message();
   EXPECT_TRUE(at::equal(a.grad(), before));
 }
@@ -382,18 +382,18 @@ TEST(AgentStep, ErrorLateInAParallelGatherLeavesEverythingUntouched) {
     const at::Tensor good = p2[290].grad();
     p2[290].mutable_grad() = good.to(at::kDouble);
     auto bad = a2->Step(++step, p2);
-    ASSERT_EQ(bad.status().code(), StatusCode::kInvalidArgument) << bad.status().ToString();
+    ASSERT_EQ(bad.status().code(), base::StatusCode::kInvalidArgument) << bad.status().ToString();
     p2[290].mutable_grad() = good;
     std::vector<at::Tensor> swapped = p2;
     swapped[299] = at::zeros({4096}).set_requires_grad(true);
     swapped[299].mutable_grad() = at::randn({4096});
-    EXPECT_EQ(a2->Step(++step, swapped).status().code(), StatusCode::kFailedPrecondition);
+    EXPECT_EQ(a2->Step(++step, swapped).status().code(), base::StatusCode::kFailedPrecondition);
     // Errors early and late: the first in parameter order is the one
     // reported, as with one thread.
     p2[10].mutable_grad() = p2[10].grad().to(at::kDouble);
     p2[280].mutable_grad() = at::zeros({2, 2048});
     auto both = a2->Step(++step, p2);
-    ASSERT_EQ(both.status().code(), StatusCode::kInvalidArgument);
+    ASSERT_EQ(both.status().code(), base::StatusCode::kInvalidArgument);
     EXPECT_NE(both.status().message().find("parameter 10 "), std::string::npos) << both.status().message();
     p2[10].mutable_grad() = before[10].clone();
     p2[280].mutable_grad() = before[280].clone();
@@ -441,15 +441,15 @@ TEST(AgentStep, ResultsDoNotDependOnThreadCount) {
 TEST(AgentCreate, RejectsBadOptions) {
   AgentOptions o;
   o.thresholds = {0.3, 0.05};
-  EXPECT_EQ(Agent::Create(o).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(Agent::Create(o).status().code(), base::StatusCode::kInvalidArgument);
   o = {};
   o.chunk_elements = 10;
-  EXPECT_EQ(Agent::Create(o).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(Agent::Create(o).status().code(), base::StatusCode::kInvalidArgument);
   o = {};
   o.num_threads = -1;
-  EXPECT_EQ(Agent::Create(o).status().code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(ParseMode("remote-ish").status().code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(*ParseMode("monitor"), Mode::kMonitor);
+  EXPECT_EQ(Agent::Create(o).status().code(), base::StatusCode::kInvalidArgument);
+  EXPECT_EQ(controller::ParseMode("remote-ish").status().code(), base::StatusCode::kInvalidArgument);
+  EXPECT_EQ(*controller::ParseMode("monitor"), controller::Mode::kMonitor);
 }
 
 }  // namespace

@@ -19,7 +19,7 @@ at::Tensor ParamWithGrad(at::IntArrayRef shape, at::Device device) {
 }
 
 std::unique_ptr<Agent> MakeAgent() {
-  StatusOr<std::unique_ptr<Agent>> agent = Agent::Create(AgentOptions{});
+  base::StatusOr<std::unique_ptr<Agent>> agent = Agent::Create(AgentOptions{});
   EXPECT_TRUE(agent.ok()) << agent.status().ToString();
   return agent.ok() ? std::move(*agent) : nullptr;
 }
@@ -29,9 +29,9 @@ TEST(DeviceDispatchTest, GradientsOnAnUnsupportedDeviceAreUnimplemented) {
   ASSERT_NE(agent, nullptr);
   const std::vector<at::Tensor> params = {ParamWithGrad({4, 5}, at::kMeta), ParamWithGrad({7}, at::kMeta)};
   for (int attempt = 0; attempt < 2; ++attempt) {
-    StatusOr<StepReport> r = agent->Step(1 + attempt, params);
+    base::StatusOr<controller::StepReport> r = agent->Step(1 + attempt, params);
     ASSERT_FALSE(r.ok());
-    EXPECT_EQ(r.status().code(), StatusCode::kUnimplemented) << r.status().ToString();
+    EXPECT_EQ(r.status().code(), base::StatusCode::kUnimplemented) << r.status().ToString();
     EXPECT_NE(r.status().message().find("meta"), std::string::npos) << r.status().ToString();
   }
   EXPECT_EQ(agent->snapshot_bytes(), 0) << "no plan is kept after a refused step";
@@ -42,14 +42,14 @@ TEST(DeviceDispatchTest, MixedDeviceListsAreRefused) {
   ASSERT_NE(agent, nullptr);
   const std::vector<at::Tensor> mixed = {ParamWithGrad({3}, at::kCPU), ParamWithGrad({3}, at::kMeta),
                                          ParamWithGrad({2}, at::kCPU)};
-  StatusOr<StepReport> r = agent->Step(1, mixed);
+  base::StatusOr<controller::StepReport> r = agent->Step(1, mixed);
   ASSERT_FALSE(r.ok());
-  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument) << r.status().ToString();
+  EXPECT_EQ(r.status().code(), base::StatusCode::kInvalidArgument) << r.status().ToString();
   EXPECT_NE(r.status().message().find("one device"), std::string::npos) << r.status().ToString();
 
   // The CPU path is unaffected afterwards.
   const std::vector<at::Tensor> cpu = {ParamWithGrad({3}, at::kCPU), ParamWithGrad({2}, at::kCPU)};
-  StatusOr<StepReport> ok = agent->Step(2, cpu);
+  base::StatusOr<controller::StepReport> ok = agent->Step(2, cpu);
   ASSERT_TRUE(ok.ok()) << ok.status().ToString();
   EXPECT_EQ(ok->tensors, 2);
   EXPECT_EQ(ok->elements, 5);

@@ -12,28 +12,28 @@ namespace gac::agent {
 namespace {
 
 // Answers with a fixed decision, or fails.
-class FakeSource final : public DecisionSource {
+class FakeSource final : public controller::DecisionSource {
  public:
-  StatusOr<Decision> Decide(std::int64_t step, const AlignmentStats& stats) override {
+  base::StatusOr<controller::Decision> Decide(std::int64_t step, const controller::AlignmentStats& stats) override {
     ++calls;
     last_step = step;
     last_stats = stats;
     if (!answer.ok()) return answer.status();
     return *answer;
   }
-  StatusOr<Decision> answer = Status::Unavailable("gacd down");
+  base::StatusOr<controller::Decision> answer = base::Status::Unavailable("gacd down");
   int calls = 0;
   std::int64_t last_step = -1;
-  AlignmentStats last_stats;
+  controller::AlignmentStats last_stats;
 };
 
 // Adds `other` to the 1-scalar all-reduce (as if another rank fell back) and
 // leaves the statistics as they are.
 class FakeReducer final : public Reducer {
  public:
-  Status AllReduceSum(double* values, std::size_t n) override {
+  base::Status AllReduceSum(double* values, std::size_t n) override {
     if (n == 1) values[0] += other;
-    return Status::Ok();
+    return base::Status::Ok();
   }
   int rank() const override { return 0; }
   int world_size() const override { return 2; }
@@ -60,13 +60,13 @@ std::unique_ptr<Agent> Make(AgentOptions o) {
 TEST(RemoteMode, UsesTheSourcesDecision) {
   Params m({3000});
   auto source = std::make_shared<FakeSource>();
-  Decision skip;
-  skip.regime = Regime::kSkip;
+  controller::Decision skip;
+  skip.regime = controller::Regime::kSkip;
   skip.apply_update = false;
   skip.cosine = 0.9;
   source->answer = skip;
   AgentOptions o;
-  o.mode = Mode::kRemote;
+  o.mode = controller::Mode::kRemote;
   o.decision_source = source;
   auto agent = Make(o);
   const at::Tensor g = at::randn({3000});
@@ -78,7 +78,7 @@ TEST(RemoteMode, UsesTheSourcesDecision) {
   EXPECT_EQ(source->last_step, 2);
   EXPECT_TRUE(source->last_stats.has_reference);
   EXPECT_NEAR(source->last_stats.ref_sq, g.square().sum().item<double>(), 1e-3 * source->last_stats.ref_sq);
-  EXPECT_EQ(r->decision.regime, Regime::kSkip);
+  EXPECT_EQ(r->decision.regime, controller::Regime::kSkip);
   EXPECT_FALSE(r->step_optimizer);
   EXPECT_FALSE(r->fallback);
   EXPECT_EQ(agent->fallbacks(), 0u);
@@ -87,12 +87,12 @@ TEST(RemoteMode, UsesTheSourcesDecision) {
 TEST(RemoteMode, ProjectsWithTheRemoteCoefficient) {
   Params m({2048});
   auto source = std::make_shared<FakeSource>();
-  Decision project;
-  project.regime = Regime::kProject;
+  controller::Decision project;
+  project.regime = controller::Regime::kProject;
   project.projection_coeff = 0.5;
   source->answer = project;
   AgentOptions o;
-  o.mode = Mode::kRemote;
+  o.mode = controller::Mode::kRemote;
   o.decision_source = source;
   auto agent = Make(o);
   const at::Tensor p = at::randn({2048}), g = at::randn({2048});
@@ -109,7 +109,7 @@ TEST(RemoteMode, FallsBackToTheLocalDecisionAndCounts) {
   Params m({4096});
   auto source = std::make_shared<FakeSource>();  // always fails
   AgentOptions o;
-  o.mode = Mode::kRemote;
+  o.mode = controller::Mode::kRemote;
   o.decision_source = source;
   auto agent = Make(o);
   AgentOptions lo;
@@ -134,14 +134,14 @@ TEST(RemoteMode, FallsBackToTheLocalDecisionAndCounts) {
 TEST(RemoteMode, AFallbackOnAnotherRankIsAFallbackHere) {
   Params m({1024});
   auto source = std::make_shared<FakeSource>();
-  Decision skip;
-  skip.regime = Regime::kSkip;
+  controller::Decision skip;
+  skip.regime = controller::Regime::kSkip;
   skip.apply_update = false;
   source->answer = skip;
   auto reducer = std::make_shared<FakeReducer>();
   reducer->other = 1.0;
   AgentOptions o;
-  o.mode = Mode::kRemote;
+  o.mode = controller::Mode::kRemote;
   o.decision_source = source;
   o.reducer = reducer;
   auto agent = Make(o);
@@ -150,19 +150,19 @@ TEST(RemoteMode, AFallbackOnAnotherRankIsAFallbackHere) {
   ASSERT_TRUE(r.ok());
   EXPECT_TRUE(r->fallback);
   EXPECT_EQ(r->remote_error, "another rank fell back");
-  EXPECT_EQ(r->decision.regime, Regime::kSafe);  // the local decision on a first step
+  EXPECT_EQ(r->decision.regime, controller::Regime::kSafe);  // the local decision on a first step
 }
 
 TEST(RemoteMode, NeedsADecisionSource) {
   AgentOptions o;
-  o.mode = Mode::kRemote;
-  EXPECT_EQ(Agent::Create(o).status().code(), StatusCode::kInvalidArgument);
+  o.mode = controller::Mode::kRemote;
+  EXPECT_EQ(Agent::Create(o).status().code(), base::StatusCode::kInvalidArgument);
   auto agent = Make({});
-  EXPECT_EQ(agent->set_mode(Mode::kRemote).code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(agent->options().mode, Mode::kLocal);
-  EXPECT_TRUE(agent->set_mode(Mode::kMonitor).ok());
-  EXPECT_STREQ(ModeName(Mode::kRemote), "remote");
-  EXPECT_EQ(*ParseMode("remote"), Mode::kRemote);
+  EXPECT_EQ(agent->set_mode(controller::Mode::kRemote).code(), base::StatusCode::kInvalidArgument);
+  EXPECT_EQ(agent->options().mode, controller::Mode::kLocal);
+  EXPECT_TRUE(agent->set_mode(controller::Mode::kMonitor).ok());
+  EXPECT_STREQ(controller::ModeName(controller::Mode::kRemote), "remote");
+  EXPECT_EQ(*controller::ParseMode("remote"), controller::Mode::kRemote);
 }
 
 TEST(Layers, StatisticsMatchFp64PerLayer) {
@@ -196,7 +196,7 @@ TEST(Layers, StatisticsMatchFp64PerLayer) {
       gg += g64.square().sum().item<double>();
       pp += p64.square().sum().item<double>();
     }
-    const LayerStats& s = r->layers[k];
+    const controller::LayerStats& s = r->layers[k];
     EXPECT_EQ(s.name, o.layers[k].name);
     EXPECT_NEAR(s.dot, dot, 1e-5 * std::sqrt(gg * pp) + 1e-9) << s.name;
     EXPECT_NEAR(s.grad_sq, gg, 1e-6 * gg + 1e-9) << s.name;
@@ -215,16 +215,16 @@ TEST(Layers, StatisticsMatchFp64PerLayer) {
 TEST(Layers, BadLayersAreRejected) {
   AgentOptions o;
   o.layers = {{"a", {0, 1}}, {"b", {1}}};
-  EXPECT_EQ(Agent::Create(o).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(Agent::Create(o).status().code(), base::StatusCode::kInvalidArgument);
   o.layers = {{"", {0}}};
-  EXPECT_EQ(Agent::Create(o).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(Agent::Create(o).status().code(), base::StatusCode::kInvalidArgument);
   o.layers = {{"a", {-1}}};
-  EXPECT_EQ(Agent::Create(o).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(Agent::Create(o).status().code(), base::StatusCode::kInvalidArgument);
   o.layers = {{"a", {5}}};
   auto agent = Make(o);
   Params m({10});
   m.Set({at::randn({10})});
-  EXPECT_EQ(agent->Step(1, m.params).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(agent->Step(1, m.params).status().code(), base::StatusCode::kInvalidArgument);
 }
 
 // AgentOptions::groups and ParameterGroup, the former names, still work
@@ -244,11 +244,11 @@ TEST(Layers, DeprecatedGroupsAliasStillWorks) {
   ASSERT_TRUE(r.ok());
   ASSERT_EQ(r->layers.size(), 2u);
   EXPECT_EQ(r->layers[1].name, "b");
-  const GroupStats& former = r->layers[0];
+  const controller::GroupStats& former = r->layers[0];
   EXPECT_EQ(former.name, "a");
   // Both names at once is ambiguous.
   o.layers = {{"c", {0}}};
-  EXPECT_EQ(Agent::Create(o).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(Agent::Create(o).status().code(), base::StatusCode::kInvalidArgument);
 }
 #pragma GCC diagnostic pop
 
@@ -258,12 +258,12 @@ TEST(Report, CarriesTheModeItRanIn) {
   m.Set({at::randn({10})});
   auto r = agent->Step(1, m.params);
   ASSERT_TRUE(r.ok());
-  EXPECT_EQ(r->mode, Mode::kLocal);
-  ASSERT_TRUE(agent->set_mode(Mode::kMonitor).ok());
+  EXPECT_EQ(r->mode, controller::Mode::kLocal);
+  ASSERT_TRUE(agent->set_mode(controller::Mode::kMonitor).ok());
   m.Set({at::randn({10})});
   r = agent->Step(2, m.params);
   ASSERT_TRUE(r.ok());
-  EXPECT_EQ(r->mode, Mode::kMonitor);
+  EXPECT_EQ(r->mode, controller::Mode::kMonitor);
   EXPECT_DOUBLE_EQ(r->agent_overhead_seconds(), r->stats_seconds + r->decide_seconds + r->apply_seconds);
 }
 

@@ -48,8 +48,8 @@ extern char** environ;
 
 namespace {
 
-using gac::AlphaMode;
-using gac::Regime;
+using gac::controller::AlphaMode;
+using gac::controller::Regime;
 using gac::agent::Agent;
 using gac::agent::AgentOptions;
 using gac::agent::SnapshotDtype;
@@ -97,7 +97,7 @@ enum class Sharding { kPerParam, kFlat };
 
 struct Variant {
   std::string name;
-  AlphaMode alpha_mode = AlphaMode::kPaper;
+  gac::controller::AlphaMode alpha_mode = gac::controller::AlphaMode::kPaper;
   SnapshotDtype snapshot = SnapshotDtype::kFloat32;
   Sharding sharding = Sharding::kPerParam;
 };
@@ -109,7 +109,7 @@ std::optional<Variant> ParseVariant(const std::string& name) {
         if (name == std::string(alpha) + "-" + snap + "-" + shard) {
           Variant v;
           v.name = name;
-          v.alpha_mode = std::strcmp(alpha, "exact") == 0 ? AlphaMode::kExact : AlphaMode::kPaper;
+          v.alpha_mode = std::strcmp(alpha, "exact") == 0 ? gac::controller::AlphaMode::kExact : gac::controller::AlphaMode::kPaper;
           v.snapshot = std::strcmp(snap, "bf16") == 0 ? SnapshotDtype::kBFloat16 : SnapshotDtype::kFloat32;
           v.sharding = std::strcmp(shard, "flat") == 0 ? Sharding::kFlat : Sharding::kPerParam;
           return v;
@@ -232,7 +232,7 @@ int RunWorker(int rank, int world, const std::string& store_file, const std::str
     chk.Check(reducer->rank() == rank && reducer->world_size() == world, "reducer rank/world");
 
     AgentOptions opts;
-    opts.thresholds = gac::Thresholds{kCLow, kCHigh};
+    opts.thresholds = gac::controller::Thresholds{kCLow, kCHigh};
     opts.alpha_mode = variant->alpha_mode;
     opts.mode = gac::agent::Mode::kLocal;
     opts.snapshot_dtype = variant->snapshot;
@@ -247,7 +247,7 @@ int RunWorker(int rank, int world, const std::string& store_file, const std::str
     }
     Agent& full_agent = **full_agent_or;
     Agent& shard_agent = **shard_agent_or;
-    auto reference_controller = gac::Controller::Create(opts.thresholds, opts.alpha_mode);
+    auto reference_controller = gac::controller::Controller::Create(opts.thresholds, opts.alpha_mode);
     if (!reference_controller.ok()) {
       chk.Fail("Controller::Create failed");
       return finish(2);
@@ -334,7 +334,7 @@ int RunWorker(int rank, int world, const std::string& store_file, const std::str
       const at::Tensor raw = at::cat(raw64);
 
       // --- fp64 reference: statistics against the snapshot the agent holds.
-      gac::AlignmentStats ref_stats;
+      gac::controller::AlignmentStats ref_stats;
       at::Tensor ref_p;
       if (prev_raw.defined()) {
         ref_p = variant->snapshot == SnapshotDtype::kBFloat16 ? prev_raw.to(at::kBFloat16).to(at::kDouble)
@@ -344,7 +344,7 @@ int RunWorker(int rank, int world, const std::string& store_file, const std::str
       } else {
         ref_stats = {0.0, raw.dot(raw).item<double>(), 0.0, false};
       }
-      const gac::Decision ref = reference_controller->Decide(ref_stats);
+      const gac::controller::Decision ref = reference_controller->Decide(ref_stats);
 
       // --- Both agents.
       auto rf = full_agent.Step(t, full_params);
@@ -354,19 +354,19 @@ int RunWorker(int rank, int world, const std::string& store_file, const std::str
                      rs.status().ToString().c_str()));
         return finish(3);  // the collective sequence is broken: stop here
       }
-      const gac::Decision& df = rf->decision;
-      const gac::Decision& ds = rs->decision;
+      const gac::controller::Decision& df = rf->decision;
+      const gac::controller::Decision& ds = rs->decision;
       const std::string at_step = Fmt("step %d (target %.3f, ref c %.6f, regime %s)", t, target,
-                                      ref.cosine.value_or(NAN), gac::RegimeName(ref.regime));
+                                      ref.cosine.value_or(NAN), gac::controller::RegimeName(ref.regime));
       ++counts[static_cast<int>(ds.regime)];
 
-      chk.Check(df.regime == ref.regime, at_step + ": full regime " + gac::RegimeName(df.regime));
-      chk.Check(ds.regime == ref.regime, at_step + ": sharded regime " + gac::RegimeName(ds.regime));
+      chk.Check(df.regime == ref.regime, at_step + ": full regime " + gac::controller::RegimeName(df.regime));
+      chk.Check(ds.regime == ref.regime, at_step + ": sharded regime " + gac::controller::RegimeName(ds.regime));
       chk.Check(rf->step_optimizer == rs->step_optimizer, at_step + ": step_optimizer differs");
-      chk.Check(rs->step_optimizer == (ref.regime == Regime::kSafe || ref.regime == Regime::kProject),
+      chk.Check(rs->step_optimizer == (ref.regime == gac::controller::Regime::kSafe || ref.regime == gac::controller::Regime::kProject),
                 at_step + ": step_optimizer does not match the regime");
       chk.Check(rf->gradient_modified == rs->gradient_modified, at_step + ": gradient_modified differs");
-      chk.Check(rf->gradient_modified == (ref.regime == Regime::kProject), at_step + ": gradient_modified");
+      chk.Check(rf->gradient_modified == (ref.regime == gac::controller::Regime::kProject), at_step + ": gradient_modified");
       chk.Check(rf->strided_tensors == 1, at_step + Fmt(": full strided_tensors %d", rf->strided_tensors));
       chk.Check(rs->strided_tensors == 0, at_step + Fmt(": shard strided_tensors %d", rs->strided_tensors));
       std::int64_t shard_elems = 0;
@@ -395,11 +395,11 @@ int RunWorker(int rank, int world, const std::string& store_file, const std::str
 
       // --- Gradients after the step.
       at::Tensor ref_projected;  // fp64 reference of g'
-      if (ref.regime == Regime::kProject) {
+      if (ref.regime == gac::controller::Regime::kProject) {
         ref_projected = raw - ref_p * ref.projection_coeff;
         const double c_after =
             ref_projected.dot(ref_p).item<double>() /
-            (ref_projected.norm().item<double>() * ref_p.norm().item<double>() + gac::kCosineEpsilon);
+            (ref_projected.norm().item<double>() * ref_p.norm().item<double>() + gac::controller::kCosineEpsilon);
         if (!ds.cosine_after) {
           chk.Fail(at_step + ": cosine_after absent on project");
         } else {
@@ -407,7 +407,7 @@ int RunWorker(int rank, int world, const std::string& store_file, const std::str
           max_after_err = std::max(max_after_err, e);
           chk.Check(e <= kCosineTol, at_step + Fmt(": cosine_after %.9f vs fp64 %.9f", *ds.cosine_after, c_after));
         }
-        if (variant->alpha_mode == AlphaMode::kExact) {
+        if (variant->alpha_mode == gac::controller::AlphaMode::kExact) {
           chk.Check(std::abs(std::abs(c_after) - kCLow) <= kCosineTol,
                     at_step + Fmt(": exact alpha leaves |c'| = %.9f, not c_low", std::abs(c_after)));
         } else {
@@ -424,7 +424,7 @@ int RunWorker(int rank, int world, const std::string& store_file, const std::str
         const at::Tensor shard_grad = shard_params[i].grad();
         const at::Tensor shard_after = shard_grad.defined() ? F64(shard_grad) : at::zeros({0}, at::kDouble);
         chk.Check(shard_after.numel() == ranges[i].size(), what + ": shard gradient size");
-        if (ref.regime != Regime::kProject) {
+        if (ref.regime != gac::controller::Regime::kProject) {
           // Untouched, bit for bit.
           chk.Check(at::equal(full_after, raw64[i]), what + ": full gradient modified outside project");
           chk.Check(at::equal(shard_after, F64(shard_grads_raw[i])), what + ": shard gradient modified outside project");

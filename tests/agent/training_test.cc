@@ -55,7 +55,7 @@ TEST(TrainingTest, AgentMatchesPlainReferenceOverTraining) {
 
   AgentOptions o;
   o.thresholds = {0.1, 0.5};
-  o.mode = Mode::kLocal;
+  o.mode = controller::Mode::kLocal;
   o.chunk_elements = 1024;
   auto agent = Agent::Create(o);
   ASSERT_TRUE(agent.ok());
@@ -76,7 +76,7 @@ TEST(TrainingTest, AgentMatchesPlainReferenceOverTraining) {
     auto r = (*agent)->Step(step, with_agent.params);
     ASSERT_TRUE(r.ok()) << r.status().ToString();
     const auto want = reference.Step(with_reference.params);
-    ASSERT_EQ(RegimeName(r->decision.regime), want.regime);
+    ASSERT_EQ(controller::RegimeName(r->decision.regime), want.regime);
     ASSERT_EQ(r->step_optimizer, want.step_optimizer);
     if (want.cosine) {
       ASSERT_TRUE(r->decision.cosine.has_value());

@@ -181,7 +181,7 @@ TEST(Flags, Durations) {
   EXPECT_EQ(ParseDurationFlag("--t", "1.5")->count(), 1500);
   EXPECT_EQ(ParseDurationFlag("--t", "2m")->count(), 120000);
   EXPECT_EQ(ParseDurationFlag("--t", "1h")->count(), 3600000);
-  EXPECT_EQ(ParseDurationFlag("--t", "1d")->count(), 86400000) << "gac::ParseDuration's units, as gacd's";
+  EXPECT_EQ(ParseDurationFlag("--t", "1d")->count(), 86400000) << "gac::base::ParseDuration's units, as gacd's";
   EXPECT_EQ(ParseDurationFlag("--t", "0.1ms")->count(), 1) << "at least a millisecond";
   for (const char* bad : {"0", "-1s", "s", "10x", "", "1e999"}) {
     EXPECT_TRUE(ParseDurationFlag("--t", bad).status().IsInvalidArgument()) << bad;
@@ -192,16 +192,16 @@ TEST(Flags, Durations) {
 
 // The regime and alpha of a recorded c_t by the rules in docs/ALGORITHM.md, written
 // out here rather than taken from gac::Controller.
-std::pair<Regime, double> Reference(const RecordedStep& s, double lo, double hi, AlphaMode mode) {
-  if (s.regime == Regime::kInvalid) return {Regime::kInvalid, 1.0};
-  if (!s.cosine) return {Regime::kSafe, 1.0};
+std::pair<controller::Regime, double> Reference(const RecordedStep& s, double lo, double hi, controller::AlphaMode mode) {
+  if (s.regime == controller::Regime::kInvalid) return {controller::Regime::kInvalid, 1.0};
+  if (!s.cosine) return {controller::Regime::kSafe, 1.0};
   const double a = std::fabs(*s.cosine);
-  if (a <= lo) return {Regime::kSafe, 1.0};
-  if (a >= hi) return {Regime::kSkip, 1.0};
+  if (a <= lo) return {controller::Regime::kSafe, 1.0};
+  if (a >= hi) return {controller::Regime::kSkip, 1.0};
   const double c = *s.cosine;
   const double alpha =
-      mode == AlphaMode::kPaper ? lo / a : lo * std::sqrt(1.0 - c * c) / (a * std::sqrt(1.0 - lo * lo));
-  return {Regime::kProject, alpha};
+      mode == controller::AlphaMode::kPaper ? lo / a : lo * std::sqrt(1.0 - c * c) / (a * std::sqrt(1.0 - lo * lo));
+  return {controller::Regime::kProject, alpha};
 }
 
 TEST(Replay, EveryStepAgreesWithTheRules) {
@@ -214,7 +214,7 @@ TEST(Replay, EveryStepAgreesWithTheRules) {
     s.step = i;
     const int k = kind(rng);
     if (k == 0) {
-      s.regime = Regime::kInvalid;
+      s.regime = controller::Regime::kInvalid;
     } else if (k > 1) {
       s.cosine = cos_dist(rng);
     }
@@ -224,9 +224,9 @@ TEST(Replay, EveryStepAgreesWithTheRules) {
   steps[10].cosine = 0.05;
   steps[11].cosine = -0.3;
   steps[12].cosine = std::nextafter(0.3, 0.0);
-  for (AlphaMode mode : {AlphaMode::kPaper, AlphaMode::kExact}) {
+  for (controller::AlphaMode mode : {controller::AlphaMode::kPaper, controller::AlphaMode::kExact}) {
     for (auto [lo, hi] : {std::pair{0.05, 0.3}, std::pair{0.1, 0.5}, std::pair{0.02, 1.0}}) {
-      Replayer replayer(*Controller::Create({lo, hi}, mode));
+      Replayer replayer(*controller::Controller::Create({lo, hi}, mode));
       std::uint64_t counts[4] = {};
       for (const RecordedStep& s : steps) {
         const ReplayedDecision d = replayer.Add(s);
@@ -235,25 +235,25 @@ TEST(Replay, EveryStepAgreesWithTheRules) {
         ASSERT_NEAR(d.alpha, alpha, 1e-15 * alpha) << "step " << s.step;
         ++counts[static_cast<int>(want)];
       }
-      for (Regime r : kAllRegimes) EXPECT_EQ(replayer.replayed().count(r), counts[static_cast<int>(r)]);
+      for (controller::Regime r : controller::kAllRegimes) EXPECT_EQ(replayer.replayed().count(r), counts[static_cast<int>(r)]);
       EXPECT_EQ(replayer.steps(), steps.size());
     }
   }
 }
 
 TEST(Replay, RecordedThresholdsGiveNoDifferences) {
-  const Controller recorded = *Controller::Create({0.05, 0.3});
+  const controller::Controller recorded = *controller::Controller::Create({0.05, 0.3});
   std::mt19937_64 rng(5);
   std::uniform_real_distribution<double> cos_dist(-0.6, 0.6);
   Replayer same(recorded);
-  Replayer other(*Controller::Create({0.1, 0.3}), 3);
+  Replayer other(*controller::Controller::Create({0.1, 0.3}), 3);
   std::uint64_t want_differing = 0;
   for (std::int64_t i = 0; i < 1000; ++i) {
     RecordedStep s;
     s.step = i;
     s.cosine = cos_dist(rng);
     s.regime = recorded.RegimeForCosine(*s.cosine);
-    s.alpha = s.regime == Regime::kProject ? recorded.Alpha(*s.cosine) : 1.0;
+    s.alpha = s.regime == controller::Regime::kProject ? recorded.Alpha(*s.cosine) : 1.0;
     same.Add(s);
     other.Add(s);
     const double a = std::fabs(*s.cosine);
@@ -264,26 +264,26 @@ TEST(Replay, RecordedThresholdsGiveNoDifferences) {
   EXPECT_EQ(other.differing_count(), want_differing);
   ASSERT_EQ(other.differing().size(), 3u);  // kept: the first three
   EXPECT_LT(other.differing()[0].step, other.differing()[1].step);
-  EXPECT_EQ(other.differing()[0].recorded, Regime::kProject);
-  EXPECT_EQ(other.differing()[0].replayed, Regime::kSafe);
+  EXPECT_EQ(other.differing()[0].recorded, controller::Regime::kProject);
+  EXPECT_EQ(other.differing()[0].replayed, controller::Regime::kSafe);
 }
 
 TEST(RegimeSeries, FirstStepsAndLongestSkipRunWithGaps) {
   RegimeSeries s;
-  const std::vector<std::pair<std::int64_t, Regime>> steps = {
-      {0, Regime::kSafe},  {1, Regime::kProject}, {2, Regime::kSkip}, {3, Regime::kSkip},
-      {5, Regime::kSkip},  {6, Regime::kSkip},    {7, Regime::kSkip}, {8, Regime::kInvalid},
-      {9, Regime::kSkip},  {10, Regime::kSkip},   {11, Regime::kSkip}, {12, Regime::kSkip}};
+  const std::vector<std::pair<std::int64_t, controller::Regime>> steps = {
+      {0, controller::Regime::kSafe},  {1, controller::Regime::kProject}, {2, controller::Regime::kSkip}, {3, controller::Regime::kSkip},
+      {5, controller::Regime::kSkip},  {6, controller::Regime::kSkip},    {7, controller::Regime::kSkip}, {8, controller::Regime::kInvalid},
+      {9, controller::Regime::kSkip},  {10, controller::Regime::kSkip},   {11, controller::Regime::kSkip}, {12, controller::Regime::kSkip}};
   for (auto [step, r] : steps) s.Add(step, r);
   EXPECT_EQ(*s.first_project(), 1);
   EXPECT_EQ(*s.first_skip(), 2);
   // 2-3, then a gap (4 missing): 5-7, then invalid: 9-12 is the longest.
   EXPECT_EQ(s.longest_skip(), 4u);
   EXPECT_EQ(*s.longest_skip_first(), 9);
-  EXPECT_EQ(s.count(Regime::kSkip), 9u);
+  EXPECT_EQ(s.count(controller::Regime::kSkip), 9u);
   EXPECT_EQ(s.total(), steps.size());
   RegimeSeries none;
-  none.Add(0, Regime::kSafe);
+  none.Add(0, controller::Regime::kSafe);
   EXPECT_EQ(none.longest_skip(), 0u);
   EXPECT_FALSE(none.longest_skip_first().has_value());
   EXPECT_FALSE(none.first_skip().has_value());

@@ -135,7 +135,7 @@ std::vector<v1::StepRecord> SyntheticRecords(SyntheticRunOptions o, int steps) {
   return out;
 }
 
-Status Feed(Client& client, const std::vector<v1::StepRecord>& records) {
+base::Status Feed(Client& client, const std::vector<v1::StepRecord>& records) {
   std::vector<v1::IngestRequest> batches;
   for (std::size_t i = 0; i < records.size(); i += 500) {
     const auto end = records.begin() + static_cast<std::ptrdiff_t>(std::min(records.size(), i + 500));
@@ -148,11 +148,11 @@ Status Feed(Client& client, const std::vector<v1::StepRecord>& records) {
   for (int attempt = 0; attempt < 3; ++attempt) {
     std::vector<v1::IngestAck> acks;
     st = client.Ingest(batches, &acks);
-    if (st.ok() && acks.size() == batches.size()) return Status::Ok();
-    if (st.ok()) return Status::Internal("ingest: missing acks");
+    if (st.ok() && acks.size() == batches.size()) return base::Status::Ok();
+    if (st.ok()) return base::Status::Internal("ingest: missing acks");
     if (st.error_code() != grpc::StatusCode::UNAVAILABLE && st.error_code() != grpc::StatusCode::INTERNAL) break;
   }
-  return Status::Internal("ingest: " + st.error_message());
+  return base::Status::Internal("ingest: " + st.error_message());
 }
 
 SyntheticRunOptions GoldenRun() {
@@ -219,7 +219,7 @@ class Gacctl : public ::testing::Test {
     hist.layers = 0;
     for (const auto& records : {SyntheticRecords(GoldenRun(), 14), SpikeRecords(), SyntheticRecords(sync, 200),
                                 SyntheticRecords(hist, 5)}) {
-      const Status st = Feed(writer, records);
+      const base::Status st = Feed(writer, records);
       if (!st.ok()) {
         setup_error_ = st.ToString();
         return;

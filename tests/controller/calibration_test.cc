@@ -40,12 +40,12 @@ double ReferenceQuantile(std::vector<double> x, double q) {
   return x[n - 1];
 }
 
-CalibrationStats ReferenceStats(const std::vector<double>& values, double c_low) {
+controller::CalibrationStats ReferenceStats(const std::vector<double>& values, double c_low) {
   std::vector<double> a;
   for (double v : values) {
     if (std::isfinite(v)) a.push_back(std::fabs(v));
   }
-  CalibrationStats st;
+  controller::CalibrationStats st;
   st.count = a.size();
   if (a.empty()) return st;
   st.q90 = ReferenceQuantile(a, 0.9);
@@ -61,7 +61,7 @@ CalibrationStats ReferenceStats(const std::vector<double>& values, double c_low)
   return st;
 }
 
-void ExpectStatsNear(const CalibrationStats& got, const CalibrationStats& want) {
+void ExpectStatsNear(const controller::CalibrationStats& got, const controller::CalibrationStats& want) {
   EXPECT_EQ(got.count, want.count);
   EXPECT_NEAR(got.q90, want.q90, 1e-12 * std::max(1.0, want.q90));
   EXPECT_EQ(got.max, want.max);  // max is a selection: exact
@@ -74,7 +74,7 @@ void ExpectStatsNear(const CalibrationStats& got, const CalibrationStats& want) 
 // ---------------------------------------------------------------------------
 
 TEST(ComputeCalibrationTest, EmptyInput) {
-  const CalibrationStats st = ComputeCalibration({}, 0.05);
+  const controller::CalibrationStats st = controller::ComputeCalibration({}, 0.05);
   EXPECT_EQ(st.count, 0u);
   EXPECT_EQ(st.q90, 0.0);
   EXPECT_EQ(st.max, 0.0);
@@ -83,7 +83,7 @@ TEST(ComputeCalibrationTest, EmptyInput) {
 }
 
 TEST(ComputeCalibrationTest, OnlyNonFiniteIsEmpty) {
-  const CalibrationStats st = ComputeCalibration({kNaN, kInf, -kInf, kNaN}, 0.05);
+  const controller::CalibrationStats st = controller::ComputeCalibration({kNaN, kInf, -kInf, kNaN}, 0.05);
   EXPECT_EQ(st.count, 0u);
   EXPECT_EQ(st.q90, 0.0);
   EXPECT_EQ(st.max, 0.0);
@@ -110,7 +110,7 @@ TEST(ComputeCalibrationTest, HandCheckedNumpyQuantiles) {
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(::testing::PrintToString(c.values));
-    const CalibrationStats st = ComputeCalibration(c.values, 0.05);
+    const controller::CalibrationStats st = controller::ComputeCalibration(c.values, 0.05);
     EXPECT_EQ(st.count, c.values.size());
     EXPECT_NEAR(st.q90, c.q90, 1e-12);
   }
@@ -119,15 +119,15 @@ TEST(ComputeCalibrationTest, HandCheckedNumpyQuantiles) {
 TEST(ComputeCalibrationTest, HandCheckedSmallExample) {
   // |values| = {0.01, 0.05, 0.05, 0.2} after dropping NaN and Inf.
   const std::vector<double> v = {0.05, -0.01, kNaN, -0.05, 0.2, kInf, -kInf};
-  const CalibrationStats st = ComputeCalibration(v, 0.05);
+  const controller::CalibrationStats st = controller::ComputeCalibration(v, 0.05);
   EXPECT_EQ(st.count, 4u);
   EXPECT_NEAR(st.q90, 0.05 + 0.7 * (0.2 - 0.05), 1e-15);  // h = 2.7
   EXPECT_EQ(st.max, 0.2);
   EXPECT_NEAR(st.mean, 0.31 / 4.0, 1e-15);
   // |c| <= c_low counts the values equal to c_low.
   EXPECT_EQ(st.frac_le_c_low, 0.75);
-  EXPECT_EQ(ComputeCalibration(v, 0.049).frac_le_c_low, 0.25);
-  EXPECT_EQ(ComputeCalibration(v, 0.2).frac_le_c_low, 1.0);
+  EXPECT_EQ(controller::ComputeCalibration(v, 0.049).frac_le_c_low, 0.25);
+  EXPECT_EQ(controller::ComputeCalibration(v, 0.2).frac_le_c_low, 1.0);
 }
 
 TEST(ComputeCalibrationTest, RandomAgainstReference) {
@@ -147,7 +147,7 @@ TEST(ComputeCalibrationTest, RandomAgainstReference) {
       }
       for (double c_low : {0.0, 0.03, 0.05, 1.0}) {
         SCOPED_TRACE("n=" + std::to_string(n) + " rep=" + std::to_string(rep) + " c_low=" + std::to_string(c_low));
-        ExpectStatsNear(ComputeCalibration(v, c_low), ReferenceStats(v, c_low));
+        ExpectStatsNear(controller::ComputeCalibration(v, c_low), ReferenceStats(v, c_low));
       }
     }
   }
@@ -158,7 +158,7 @@ TEST(ComputeCalibrationTest, RandomAgainstReference) {
 // ---------------------------------------------------------------------------
 
 TEST(CalibrationWindowTest, SkipFirst) {
-  CalibrationWindow w(/*capacity=*/100, /*skip_first=*/3);
+  controller::CalibrationWindow w(/*capacity=*/100, /*skip_first=*/3);
   for (double v : {0.9, -0.8, 0.7}) w.Add(v);  // warm-up transient, dropped
   EXPECT_EQ(w.seen(), 3u);
   EXPECT_EQ(w.size(), 0u);
@@ -167,13 +167,13 @@ TEST(CalibrationWindowTest, SkipFirst) {
   w.Add(0.04);
   EXPECT_EQ(w.seen(), 5u);
   EXPECT_EQ(w.size(), 2u);
-  const CalibrationStats st = w.Stats(0.05);
+  const controller::CalibrationStats st = w.Stats(0.05);
   ExpectStatsNear(st, ReferenceStats({0.02, 0.04}, 0.05));
   EXPECT_EQ(st.max, 0.04);  // none of the skipped values leaked in
 }
 
 TEST(CalibrationWindowTest, NonFiniteCountedButNotStored) {
-  CalibrationWindow w(10);
+  controller::CalibrationWindow w(10);
   w.Add(0.1);
   w.Add(kNaN);
   w.Add(kInf);
@@ -185,11 +185,11 @@ TEST(CalibrationWindowTest, NonFiniteCountedButNotStored) {
 }
 
 TEST(CalibrationWindowTest, RingKeepsTheLastCapacityValues) {
-  CalibrationWindow w(4);
+  controller::CalibrationWindow w(4);
   for (int i = 1; i <= 10; ++i) w.Add(i % 2 ? i / 100.0 : -i / 100.0);
   EXPECT_EQ(w.seen(), 10u);
   EXPECT_EQ(w.size(), 4u);
-  const CalibrationStats st = w.Stats(0.08);
+  const controller::CalibrationStats st = w.Stats(0.08);
   ExpectStatsNear(st, ReferenceStats({0.07, 0.08, 0.09, 0.10}, 0.08));
   EXPECT_EQ(st.max, 0.10);
   EXPECT_EQ(st.frac_le_c_low, 0.5);
@@ -205,7 +205,7 @@ TEST(CalibrationWindowTest, RandomStreamMatchesLastCapacityFiniteValues) {
   for (std::size_t capacity : {1u, 2u, 7u, 50u}) {
     for (std::size_t skip : {0u, 5u}) {
       SCOPED_TRACE("capacity=" + std::to_string(capacity) + " skip=" + std::to_string(skip));
-      CalibrationWindow w(capacity, skip);
+      controller::CalibrationWindow w(capacity, skip);
       std::vector<double> kept;  // finite values after the warm-up, in order
       for (std::size_t i = 0; i < 300; ++i) {
         const int k = kind(rng);
@@ -216,8 +216,8 @@ TEST(CalibrationWindowTest, RandomStreamMatchesLastCapacityFiniteValues) {
         const std::vector<double> last(kept.end() - static_cast<std::ptrdiff_t>(m), kept.end());
         ASSERT_EQ(w.seen(), i + 1);
         ASSERT_EQ(w.size(), m);
-        const CalibrationStats got = w.Stats(0.05);
-        const CalibrationStats want = ReferenceStats(last, 0.05);
+        const controller::CalibrationStats got = w.Stats(0.05);
+        const controller::CalibrationStats want = ReferenceStats(last, 0.05);
         ASSERT_EQ(got.count, want.count) << "i=" << i;
         ASSERT_EQ(got.max, want.max) << "i=" << i;
         ASSERT_NEAR(got.q90, want.q90, 1e-12) << "i=" << i;
@@ -232,8 +232,8 @@ TEST(CalibrationWindowTest, RandomStreamMatchesLastCapacityFiniteValues) {
 // SuggestThresholds
 // ---------------------------------------------------------------------------
 
-CalibrationStats Stats(double q90, double max, std::size_t count = 100) {
-  CalibrationStats st;
+controller::CalibrationStats Stats(double q90, double max, std::size_t count = 100) {
+  controller::CalibrationStats st;
   st.count = count;
   st.q90 = q90;
   st.max = max;
@@ -244,11 +244,11 @@ CalibrationStats Stats(double q90, double max, std::size_t count = 100) {
 TEST(SuggestThresholdsTest, PaperTable3) {
   // Qwen3-1.7B on-policy: q0.9 = 0.0471, max = 0.0924.
   // c_low = 0.0471 (already 3 significant digits), c_high = max(3 * 0.0924, 0.0942).
-  StatusOr<Thresholds> t = SuggestThresholds(Stats(0.0471, 0.0924));
+  base::StatusOr<controller::Thresholds> t = controller::SuggestThresholds(Stats(0.0471, 0.0924));
   ASSERT_TRUE(t.ok()) << t.status().ToString();
   EXPECT_DOUBLE_EQ(t->c_low, 0.0471);
   EXPECT_NEAR(t->c_high, 0.2772, 1e-12);
-  EXPECT_TRUE(ValidateThresholds(*t).ok());
+  EXPECT_TRUE(controller::ValidateThresholds(*t).ok());
 }
 
 struct RuleCase {
@@ -278,11 +278,11 @@ TEST(SuggestThresholdsTest, DocumentedRule) {
   };
   for (const RuleCase& c : cases) {
     SCOPED_TRACE("q90=" + std::to_string(c.q90) + " max=" + std::to_string(c.max));
-    StatusOr<Thresholds> t = SuggestThresholds(Stats(c.q90, c.max));
+    base::StatusOr<controller::Thresholds> t = controller::SuggestThresholds(Stats(c.q90, c.max));
     ASSERT_TRUE(t.ok()) << t.status().ToString();
     EXPECT_NEAR(t->c_low, c.c_low, 1e-12);
     EXPECT_NEAR(t->c_high, c.c_high, 1e-12);
-    EXPECT_TRUE(ValidateThresholds(*t).ok());
+    EXPECT_TRUE(controller::ValidateThresholds(*t).ok());
   }
 }
 
@@ -296,7 +296,7 @@ TEST(SuggestThresholdsTest, RandomStatsObeyTheRule) {
     const double q90 = std::pow(10.0, log_q(rng));
     const double max = q90 * ratio(rng);
     SCOPED_TRACE("q90=" + std::to_string(q90) + " max=" + std::to_string(max));
-    StatusOr<Thresholds> t = SuggestThresholds(Stats(q90, max));
+    base::StatusOr<controller::Thresholds> t = controller::SuggestThresholds(Stats(q90, max));
     ASSERT_TRUE(t.ok()) << t.status().ToString();
     const double unit = std::pow(10.0, std::floor(std::log10(q90)) - 2.0);
     EXPECT_GE(t->c_low, q90 * (1.0 - 1e-12));
@@ -307,31 +307,31 @@ TEST(SuggestThresholdsTest, RandomStatsObeyTheRule) {
     EXPECT_GE(std::round(digits), 100.0);
     EXPECT_LE(std::round(digits), 1000.0);
     EXPECT_NEAR(t->c_high, std::min(1.0, std::max(3.0 * max, 2.0 * t->c_low)), 1e-15);
-    EXPECT_TRUE(ValidateThresholds(*t).ok());
+    EXPECT_TRUE(controller::ValidateThresholds(*t).ok());
   }
 }
 
 TEST(SuggestThresholdsTest, TooFewValues) {
   for (std::size_t count : {0u, 1u, 19u}) {
     SCOPED_TRACE(count);
-    StatusOr<Thresholds> t = SuggestThresholds(Stats(0.05, 0.09, count));
+    base::StatusOr<controller::Thresholds> t = controller::SuggestThresholds(Stats(0.05, 0.09, count));
     EXPECT_FALSE(t.ok());
-    EXPECT_EQ(t.status().code(), StatusCode::kFailedPrecondition);
+    EXPECT_EQ(t.status().code(), base::StatusCode::kFailedPrecondition);
   }
-  EXPECT_TRUE(SuggestThresholds(Stats(0.05, 0.09, 20)).ok());
-  EXPECT_EQ(SuggestThresholds(Stats(0.05, 0.09, 49), 50).status().code(), StatusCode::kFailedPrecondition);
-  EXPECT_TRUE(SuggestThresholds(Stats(0.05, 0.09, 50), 50).ok());
+  EXPECT_TRUE(controller::SuggestThresholds(Stats(0.05, 0.09, 20)).ok());
+  EXPECT_EQ(controller::SuggestThresholds(Stats(0.05, 0.09, 49), 50).status().code(), base::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(controller::SuggestThresholds(Stats(0.05, 0.09, 50), 50).ok());
   // Even with min_count = 0 there is nothing to calibrate on without values.
-  EXPECT_EQ(SuggestThresholds(Stats(0.0, 0.0, 0), 0).status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(controller::SuggestThresholds(Stats(0.0, 0.0, 0), 0).status().code(), base::StatusCode::kFailedPrecondition);
 }
 
 TEST(SuggestThresholdsTest, CosineTooHighToCalibrate) {
   // q90 rounds up to 1.0, so c_low = c_high = 1: no valid thresholds exist.
   for (double q90 : {0.9991, 0.9999, 1.0}) {
     SCOPED_TRACE(q90);
-    StatusOr<Thresholds> t = SuggestThresholds(Stats(q90, 1.0));
+    base::StatusOr<controller::Thresholds> t = controller::SuggestThresholds(Stats(q90, 1.0));
     EXPECT_FALSE(t.ok());
-    EXPECT_EQ(t.status().code(), StatusCode::kFailedPrecondition);
+    EXPECT_EQ(t.status().code(), base::StatusCode::kFailedPrecondition);
   }
 }
 
@@ -340,21 +340,21 @@ TEST(SuggestThresholdsTest, FromAWindow) {
   // statistics, and a controller built from them.
   std::mt19937_64 rng(5);
   std::normal_distribution<double> normal(0.0, 0.02);
-  CalibrationWindow w(1000, 50);
+  controller::CalibrationWindow w(1000, 50);
   std::vector<double> all;
   for (int i = 0; i < 1200; ++i) {
     const double v = i < 50 ? 0.9 : normal(rng);  // large transient first
     w.Add(v);
     all.push_back(v);
   }
-  const CalibrationStats st = w.Stats(0.05);
+  const controller::CalibrationStats st = w.Stats(0.05);
   const std::vector<double> last(all.end() - 1000, all.end());
   ExpectStatsNear(st, ReferenceStats(last, 0.05));
-  StatusOr<Thresholds> t = SuggestThresholds(st);
+  base::StatusOr<controller::Thresholds> t = controller::SuggestThresholds(st);
   ASSERT_TRUE(t.ok()) << t.status().ToString();
   EXPECT_GE(t->c_low, st.q90);
   EXPECT_LT(t->c_low, 0.1);  // the 0.9 transient was skipped
-  EXPECT_TRUE(Controller::Create(*t).ok());
+  EXPECT_TRUE(controller::Controller::Create(*t).ok());
 }
 
 }  // namespace

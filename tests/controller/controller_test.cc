@@ -22,7 +22,7 @@
 #include <gtest/gtest.h>
 
 #include "gac/controller/controller.h"
-#include "gac/status.h"
+#include "gac/base/status.h"
 
 namespace gac {
 namespace {
@@ -34,8 +34,8 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 // Helpers
 // ---------------------------------------------------------------------------
 
-Controller MakeController(double c_low, double c_high, AlphaMode mode = AlphaMode::kPaper) {
-  StatusOr<Controller> c = Controller::Create(Thresholds{c_low, c_high}, mode);
+controller::Controller MakeController(double c_low, double c_high, controller::AlphaMode mode = controller::AlphaMode::kPaper) {
+  base::StatusOr<controller::Controller> c = controller::Controller::Create(controller::Thresholds{c_low, c_high}, mode);
   EXPECT_TRUE(c.ok()) << c.status().ToString();
   return std::move(c).value();
 }
@@ -45,9 +45,9 @@ Controller MakeController(double c_low, double c_high, AlphaMode mode = AlphaMod
 // 1e-8 (far below half an ulp of 2^60, which is 128) leaves it unchanged, so
 // the denominator is a power of two and dot = cosine * 2^60 divides back to
 // exactly `cosine` whatever the rounding mode of the multiplication.
-AlignmentStats StatsForCosine(double cosine) {
+controller::AlignmentStats StatsForCosine(double cosine) {
   const double n = std::ldexp(1.0, 60);
-  AlignmentStats s;
+  controller::AlignmentStats s;
   s.dot = std::ldexp(cosine, 60);
   s.grad_sq = n;
   s.ref_sq = n;
@@ -72,45 +72,45 @@ double Cosine(const std::vector<double>& a, const std::vector<double>& b) {
 // ---------------------------------------------------------------------------
 
 TEST(StatusTest, DefaultIsOk) {
-  Status s;
+  base::Status s;
   EXPECT_TRUE(s.ok());
-  EXPECT_EQ(s.code(), StatusCode::kOk);
+  EXPECT_EQ(s.code(), base::StatusCode::kOk);
   EXPECT_EQ(s.message(), "");
   EXPECT_EQ(s.ToString(), "OK");
-  EXPECT_TRUE(Status::Ok().ok());
+  EXPECT_TRUE(base::Status::Ok().ok());
 }
 
 TEST(StatusTest, OkCodeWithMessageIsStillOk) {
-  Status s(StatusCode::kOk, "ignored");
+  base::Status s(base::StatusCode::kOk, "ignored");
   EXPECT_TRUE(s.ok());
   EXPECT_EQ(s.ToString(), "OK");
 }
 
 TEST(StatusTest, FactoriesSetCodeAndMessage) {
   struct Case {
-    Status status;
-    StatusCode code;
+    base::Status status;
+    base::StatusCode code;
   };
   const Case cases[] = {
-      {Status::Cancelled("m"), StatusCode::kCancelled},
-      {Status::Unknown("m"), StatusCode::kUnknown},
-      {Status::InvalidArgument("m"), StatusCode::kInvalidArgument},
-      {Status::DeadlineExceeded("m"), StatusCode::kDeadlineExceeded},
-      {Status::NotFound("m"), StatusCode::kNotFound},
-      {Status::AlreadyExists("m"), StatusCode::kAlreadyExists},
-      {Status::PermissionDenied("m"), StatusCode::kPermissionDenied},
-      {Status::ResourceExhausted("m"), StatusCode::kResourceExhausted},
-      {Status::FailedPrecondition("m"), StatusCode::kFailedPrecondition},
-      {Status::Aborted("m"), StatusCode::kAborted},
-      {Status::OutOfRange("m"), StatusCode::kOutOfRange},
-      {Status::Unimplemented("m"), StatusCode::kUnimplemented},
-      {Status::Internal("m"), StatusCode::kInternal},
-      {Status::Unavailable("m"), StatusCode::kUnavailable},
-      {Status::DataLoss("m"), StatusCode::kDataLoss},
-      {Status::Unauthenticated("m"), StatusCode::kUnauthenticated},
+      {base::Status::Cancelled("m"), base::StatusCode::kCancelled},
+      {base::Status::Unknown("m"), base::StatusCode::kUnknown},
+      {base::Status::InvalidArgument("m"), base::StatusCode::kInvalidArgument},
+      {base::Status::DeadlineExceeded("m"), base::StatusCode::kDeadlineExceeded},
+      {base::Status::NotFound("m"), base::StatusCode::kNotFound},
+      {base::Status::AlreadyExists("m"), base::StatusCode::kAlreadyExists},
+      {base::Status::PermissionDenied("m"), base::StatusCode::kPermissionDenied},
+      {base::Status::ResourceExhausted("m"), base::StatusCode::kResourceExhausted},
+      {base::Status::FailedPrecondition("m"), base::StatusCode::kFailedPrecondition},
+      {base::Status::Aborted("m"), base::StatusCode::kAborted},
+      {base::Status::OutOfRange("m"), base::StatusCode::kOutOfRange},
+      {base::Status::Unimplemented("m"), base::StatusCode::kUnimplemented},
+      {base::Status::Internal("m"), base::StatusCode::kInternal},
+      {base::Status::Unavailable("m"), base::StatusCode::kUnavailable},
+      {base::Status::DataLoss("m"), base::StatusCode::kDataLoss},
+      {base::Status::Unauthenticated("m"), base::StatusCode::kUnauthenticated},
   };
   for (const Case& c : cases) {
-    SCOPED_TRACE(StatusCodeName(c.code));
+    SCOPED_TRACE(base::StatusCodeName(c.code));
     EXPECT_FALSE(c.status.ok());
     EXPECT_EQ(c.status.code(), c.code);
     EXPECT_EQ(c.status.message(), "m");
@@ -119,116 +119,116 @@ TEST(StatusTest, FactoriesSetCodeAndMessage) {
 }
 
 TEST(StatusTest, EachPredicateIsTrueForItsCodeOnly) {
-  using Predicate = bool (Status::*)() const;
-  const std::pair<StatusCode, Predicate> predicates[] = {
-      {StatusCode::kCancelled, &Status::IsCancelled},
-      {StatusCode::kUnknown, &Status::IsUnknown},
-      {StatusCode::kInvalidArgument, &Status::IsInvalidArgument},
-      {StatusCode::kDeadlineExceeded, &Status::IsDeadlineExceeded},
-      {StatusCode::kNotFound, &Status::IsNotFound},
-      {StatusCode::kAlreadyExists, &Status::IsAlreadyExists},
-      {StatusCode::kPermissionDenied, &Status::IsPermissionDenied},
-      {StatusCode::kResourceExhausted, &Status::IsResourceExhausted},
-      {StatusCode::kFailedPrecondition, &Status::IsFailedPrecondition},
-      {StatusCode::kAborted, &Status::IsAborted},
-      {StatusCode::kOutOfRange, &Status::IsOutOfRange},
-      {StatusCode::kUnimplemented, &Status::IsUnimplemented},
-      {StatusCode::kInternal, &Status::IsInternal},
-      {StatusCode::kUnavailable, &Status::IsUnavailable},
-      {StatusCode::kDataLoss, &Status::IsDataLoss},
-      {StatusCode::kUnauthenticated, &Status::IsUnauthenticated},
+  using Predicate = bool (base::Status::*)() const;
+  const std::pair<base::StatusCode, Predicate> predicates[] = {
+      {base::StatusCode::kCancelled, &base::Status::IsCancelled},
+      {base::StatusCode::kUnknown, &base::Status::IsUnknown},
+      {base::StatusCode::kInvalidArgument, &base::Status::IsInvalidArgument},
+      {base::StatusCode::kDeadlineExceeded, &base::Status::IsDeadlineExceeded},
+      {base::StatusCode::kNotFound, &base::Status::IsNotFound},
+      {base::StatusCode::kAlreadyExists, &base::Status::IsAlreadyExists},
+      {base::StatusCode::kPermissionDenied, &base::Status::IsPermissionDenied},
+      {base::StatusCode::kResourceExhausted, &base::Status::IsResourceExhausted},
+      {base::StatusCode::kFailedPrecondition, &base::Status::IsFailedPrecondition},
+      {base::StatusCode::kAborted, &base::Status::IsAborted},
+      {base::StatusCode::kOutOfRange, &base::Status::IsOutOfRange},
+      {base::StatusCode::kUnimplemented, &base::Status::IsUnimplemented},
+      {base::StatusCode::kInternal, &base::Status::IsInternal},
+      {base::StatusCode::kUnavailable, &base::Status::IsUnavailable},
+      {base::StatusCode::kDataLoss, &base::Status::IsDataLoss},
+      {base::StatusCode::kUnauthenticated, &base::Status::IsUnauthenticated},
   };
   for (int code = 0; code <= 16; ++code) {
-    const Status status(static_cast<StatusCode>(code), "m");
+    const base::Status status(static_cast<base::StatusCode>(code), "m");
     for (const auto& [predicate_code, predicate] : predicates) {
-      SCOPED_TRACE(std::string(StatusCodeName(status.code())) + " vs " + StatusCodeName(predicate_code));
+      SCOPED_TRACE(std::string(base::StatusCodeName(status.code())) + " vs " + base::StatusCodeName(predicate_code));
       EXPECT_EQ((status.*predicate)(), static_cast<int>(predicate_code) == code);
     }
   }
 }
 
 TEST(StatusTest, ErrnoMapsToTheCodeOfWhatWentWrong) {
-  EXPECT_EQ(ErrnoToStatusCode(0), StatusCode::kOk);
-  EXPECT_EQ(ErrnoToStatusCode(ENOENT), StatusCode::kNotFound);
-  EXPECT_EQ(ErrnoToStatusCode(EACCES), StatusCode::kPermissionDenied);
-  EXPECT_EQ(ErrnoToStatusCode(EROFS), StatusCode::kPermissionDenied);
-  EXPECT_EQ(ErrnoToStatusCode(ENOSPC), StatusCode::kResourceExhausted);
-  EXPECT_EQ(ErrnoToStatusCode(EMFILE), StatusCode::kResourceExhausted);
-  EXPECT_EQ(ErrnoToStatusCode(EEXIST), StatusCode::kAlreadyExists);
-  EXPECT_EQ(ErrnoToStatusCode(ENOTDIR), StatusCode::kFailedPrecondition);
-  EXPECT_EQ(ErrnoToStatusCode(EIO), StatusCode::kUnavailable);
-  EXPECT_EQ(ErrnoToStatusCode(EINTR), StatusCode::kUnavailable);
-  EXPECT_EQ(ErrnoToStatusCode(ETIMEDOUT), StatusCode::kDeadlineExceeded);
-  EXPECT_EQ(ErrnoToStatusCode(EINVAL), StatusCode::kInvalidArgument);
-  EXPECT_EQ(ErrnoToStatusCode(ECANCELED), StatusCode::kCancelled);
-  EXPECT_EQ(ErrnoToStatusCode(ENOSYS), StatusCode::kUnimplemented);
+  EXPECT_EQ(base::ErrnoToStatusCode(0), base::StatusCode::kOk);
+  EXPECT_EQ(base::ErrnoToStatusCode(ENOENT), base::StatusCode::kNotFound);
+  EXPECT_EQ(base::ErrnoToStatusCode(EACCES), base::StatusCode::kPermissionDenied);
+  EXPECT_EQ(base::ErrnoToStatusCode(EROFS), base::StatusCode::kPermissionDenied);
+  EXPECT_EQ(base::ErrnoToStatusCode(ENOSPC), base::StatusCode::kResourceExhausted);
+  EXPECT_EQ(base::ErrnoToStatusCode(EMFILE), base::StatusCode::kResourceExhausted);
+  EXPECT_EQ(base::ErrnoToStatusCode(EEXIST), base::StatusCode::kAlreadyExists);
+  EXPECT_EQ(base::ErrnoToStatusCode(ENOTDIR), base::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(base::ErrnoToStatusCode(EIO), base::StatusCode::kUnavailable);
+  EXPECT_EQ(base::ErrnoToStatusCode(EINTR), base::StatusCode::kUnavailable);
+  EXPECT_EQ(base::ErrnoToStatusCode(ETIMEDOUT), base::StatusCode::kDeadlineExceeded);
+  EXPECT_EQ(base::ErrnoToStatusCode(EINVAL), base::StatusCode::kInvalidArgument);
+  EXPECT_EQ(base::ErrnoToStatusCode(ECANCELED), base::StatusCode::kCancelled);
+  EXPECT_EQ(base::ErrnoToStatusCode(ENOSYS), base::StatusCode::kUnimplemented);
   // No errno is data loss: a failed call loses nothing by itself.
-  for (int e = 1; e < 200; ++e) EXPECT_NE(ErrnoToStatusCode(e), StatusCode::kDataLoss) << e;
-  const Status st = ErrnoToStatus(ENOENT, "cannot open 'x'");
+  for (int e = 1; e < 200; ++e) EXPECT_NE(base::ErrnoToStatusCode(e), base::StatusCode::kDataLoss) << e;
+  const base::Status st = base::ErrnoToStatus(ENOENT, "cannot open 'x'");
   EXPECT_TRUE(st.IsNotFound());
   EXPECT_EQ(st.message(), std::string("cannot open 'x': ") + std::strerror(ENOENT));
 }
 
 TEST(StatusTest, WithPrefixKeepsTheCode) {
-  EXPECT_EQ(Status::NotFound("run 7").WithPrefix("GetSteps"), Status::NotFound("GetSteps: run 7"));
-  EXPECT_TRUE(Status::Ok().WithPrefix("x").ok());
-  EXPECT_NE(Status::NotFound("a"), Status::NotFound("b"));
-  EXPECT_NE(Status::NotFound("a"), Status::Internal("a"));
+  EXPECT_EQ(base::Status::NotFound("run 7").WithPrefix("GetSteps"), base::Status::NotFound("GetSteps: run 7"));
+  EXPECT_TRUE(base::Status::Ok().WithPrefix("x").ok());
+  EXPECT_NE(base::Status::NotFound("a"), base::Status::NotFound("b"));
+  EXPECT_NE(base::Status::NotFound("a"), base::Status::Internal("a"));
 }
 
 TEST(StatusTest, CodesMatchGrpcNumberingAndNames) {
   // The numbering is grpc::StatusCode's; the names are gRPC's canonical ones.
   struct Case {
-    StatusCode code;
+    base::StatusCode code;
     int number;
     const char* name;
   };
   const Case cases[] = {
-      {StatusCode::kOk, 0, "OK"},
-      {StatusCode::kCancelled, 1, "CANCELLED"},
-      {StatusCode::kUnknown, 2, "UNKNOWN"},
-      {StatusCode::kInvalidArgument, 3, "INVALID_ARGUMENT"},
-      {StatusCode::kDeadlineExceeded, 4, "DEADLINE_EXCEEDED"},
-      {StatusCode::kNotFound, 5, "NOT_FOUND"},
-      {StatusCode::kAlreadyExists, 6, "ALREADY_EXISTS"},
-      {StatusCode::kPermissionDenied, 7, "PERMISSION_DENIED"},
-      {StatusCode::kResourceExhausted, 8, "RESOURCE_EXHAUSTED"},
-      {StatusCode::kFailedPrecondition, 9, "FAILED_PRECONDITION"},
-      {StatusCode::kAborted, 10, "ABORTED"},
-      {StatusCode::kOutOfRange, 11, "OUT_OF_RANGE"},
-      {StatusCode::kUnimplemented, 12, "UNIMPLEMENTED"},
-      {StatusCode::kInternal, 13, "INTERNAL"},
-      {StatusCode::kUnavailable, 14, "UNAVAILABLE"},
-      {StatusCode::kDataLoss, 15, "DATA_LOSS"},
-      {StatusCode::kUnauthenticated, 16, "UNAUTHENTICATED"},
+      {base::StatusCode::kOk, 0, "OK"},
+      {base::StatusCode::kCancelled, 1, "CANCELLED"},
+      {base::StatusCode::kUnknown, 2, "UNKNOWN"},
+      {base::StatusCode::kInvalidArgument, 3, "INVALID_ARGUMENT"},
+      {base::StatusCode::kDeadlineExceeded, 4, "DEADLINE_EXCEEDED"},
+      {base::StatusCode::kNotFound, 5, "NOT_FOUND"},
+      {base::StatusCode::kAlreadyExists, 6, "ALREADY_EXISTS"},
+      {base::StatusCode::kPermissionDenied, 7, "PERMISSION_DENIED"},
+      {base::StatusCode::kResourceExhausted, 8, "RESOURCE_EXHAUSTED"},
+      {base::StatusCode::kFailedPrecondition, 9, "FAILED_PRECONDITION"},
+      {base::StatusCode::kAborted, 10, "ABORTED"},
+      {base::StatusCode::kOutOfRange, 11, "OUT_OF_RANGE"},
+      {base::StatusCode::kUnimplemented, 12, "UNIMPLEMENTED"},
+      {base::StatusCode::kInternal, 13, "INTERNAL"},
+      {base::StatusCode::kUnavailable, 14, "UNAVAILABLE"},
+      {base::StatusCode::kDataLoss, 15, "DATA_LOSS"},
+      {base::StatusCode::kUnauthenticated, 16, "UNAUTHENTICATED"},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);
     EXPECT_EQ(static_cast<int>(c.code), c.number);
-    EXPECT_STREQ(StatusCodeName(c.code), c.name);
+    EXPECT_STREQ(base::StatusCodeName(c.code), c.name);
   }
 }
 
 TEST(StatusTest, ToStringFormat) {
-  EXPECT_EQ(Status::InvalidArgument("bad c_low").ToString(), "INVALID_ARGUMENT: bad c_low");
-  EXPECT_EQ(Status(StatusCode::kUnauthenticated, "no token").ToString(), "UNAUTHENTICATED: no token");
-  EXPECT_EQ(Status::DataLoss("torn record").ToString(), "DATA_LOSS: torn record");
-  EXPECT_EQ(Status(StatusCode::kOk, "dropped").ToString(), "OK");
+  EXPECT_EQ(base::Status::InvalidArgument("bad c_low").ToString(), "INVALID_ARGUMENT: bad c_low");
+  EXPECT_EQ(base::Status(base::StatusCode::kUnauthenticated, "no token").ToString(), "UNAUTHENTICATED: no token");
+  EXPECT_EQ(base::Status::DataLoss("torn record").ToString(), "DATA_LOSS: torn record");
+  EXPECT_EQ(base::Status(base::StatusCode::kOk, "dropped").ToString(), "OK");
 }
 
 TEST(StatusTest, CopiesAreIndependentValues) {
-  Status a = Status::NotFound("run 7");
-  Status b = a;
-  EXPECT_EQ(b.code(), StatusCode::kNotFound);
+  base::Status a = base::Status::NotFound("run 7");
+  base::Status b = a;
+  EXPECT_EQ(b.code(), base::StatusCode::kNotFound);
   EXPECT_EQ(b.message(), "run 7");
-  a = Status::Ok();
+  a = base::Status::Ok();
   EXPECT_TRUE(a.ok());
   EXPECT_FALSE(b.ok());  // b does not alias a
   EXPECT_EQ(b.message(), "run 7");
 }
 
 TEST(StatusOrTest, HoldsValue) {
-  StatusOr<int> v = 42;
+  base::StatusOr<int> v = 42;
   ASSERT_TRUE(v.ok());
   EXPECT_TRUE(v.status().ok());
   EXPECT_EQ(v.value(), 42);
@@ -236,28 +236,28 @@ TEST(StatusOrTest, HoldsValue) {
   *v = 7;
   EXPECT_EQ(v.value(), 7);
 
-  StatusOr<std::string> s = std::string("abc");
+  base::StatusOr<std::string> s = std::string("abc");
   ASSERT_TRUE(s.ok());
   EXPECT_EQ(s->size(), 3u);
 }
 
 TEST(StatusOrTest, HoldsError) {
-  StatusOr<int> v = Status::NotFound("nope");
+  base::StatusOr<int> v = base::Status::NotFound("nope");
   EXPECT_FALSE(v.ok());
-  EXPECT_EQ(v.status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(v.status().code(), base::StatusCode::kNotFound);
   EXPECT_EQ(v.status().message(), "nope");
 }
 
 TEST(StatusOrTest, OkStatusWithoutValueBecomesInternal) {
   // Constructing from an OK status is a programming error; it must not
   // produce an "ok" StatusOr without a value.
-  StatusOr<int> v = Status::Ok();
+  base::StatusOr<int> v = base::Status::Ok();
   EXPECT_FALSE(v.ok());
-  EXPECT_EQ(v.status().code(), StatusCode::kInternal);
+  EXPECT_EQ(v.status().code(), base::StatusCode::kInternal);
 }
 
 TEST(StatusOrTest, MoveOnlyValue) {
-  StatusOr<std::unique_ptr<int>> v = std::make_unique<int>(5);
+  base::StatusOr<std::unique_ptr<int>> v = std::make_unique<int>(5);
   ASSERT_TRUE(v.ok());
   std::unique_ptr<int> p = std::move(v).value();
   ASSERT_NE(p, nullptr);
@@ -269,23 +269,23 @@ TEST(StatusOrTest, MoveOnlyValue) {
 // ---------------------------------------------------------------------------
 
 TEST(NamesTest, RegimeNamesAndRoundTrip) {
-  const std::pair<Regime, const char*> cases[] = {
-      {Regime::kSafe, "safe"}, {Regime::kProject, "project"}, {Regime::kSkip, "skip"}, {Regime::kInvalid, "invalid"}};
+  const std::pair<controller::Regime, const char*> cases[] = {
+      {controller::Regime::kSafe, "safe"}, {controller::Regime::kProject, "project"}, {controller::Regime::kSkip, "skip"}, {controller::Regime::kInvalid, "invalid"}};
   for (const auto& [regime, name] : cases) {
     SCOPED_TRACE(name);
-    EXPECT_STREQ(RegimeName(regime), name);
-    StatusOr<Regime> parsed = ParseRegime(name);
+    EXPECT_STREQ(controller::RegimeName(regime), name);
+    base::StatusOr<controller::Regime> parsed = controller::ParseRegime(name);
     ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
     EXPECT_EQ(*parsed, regime);
   }
 }
 
 TEST(NamesTest, AlphaModeNamesAndRoundTrip) {
-  const std::pair<AlphaMode, const char*> cases[] = {{AlphaMode::kPaper, "paper"}, {AlphaMode::kExact, "exact"}};
+  const std::pair<controller::AlphaMode, const char*> cases[] = {{controller::AlphaMode::kPaper, "paper"}, {controller::AlphaMode::kExact, "exact"}};
   for (const auto& [mode, name] : cases) {
     SCOPED_TRACE(name);
-    EXPECT_STREQ(AlphaModeName(mode), name);
-    StatusOr<AlphaMode> parsed = ParseAlphaMode(name);
+    EXPECT_STREQ(controller::AlphaModeName(mode), name);
+    base::StatusOr<controller::AlphaMode> parsed = controller::ParseAlphaMode(name);
     ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
     EXPECT_EQ(*parsed, mode);
   }
@@ -294,23 +294,23 @@ TEST(NamesTest, AlphaModeNamesAndRoundTrip) {
 TEST(NamesTest, ParseErrors) {
   for (const char* bad : {"", "Safe", "SAFE", "safe ", "projection", "unknown"}) {
     SCOPED_TRACE(bad);
-    StatusOr<Regime> r = ParseRegime(bad);
+    base::StatusOr<controller::Regime> r = controller::ParseRegime(bad);
     EXPECT_FALSE(r.ok());
-    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_EQ(r.status().code(), base::StatusCode::kInvalidArgument);
     // The message quotes what was given so a typo in a config is findable.
     EXPECT_NE(r.status().message().find(std::string("'") + bad + "'"), std::string::npos)
         << r.status().message();
   }
   for (const char* bad : {"", "Paper", "EXACT", "exactly", "safe"}) {
     SCOPED_TRACE(bad);
-    StatusOr<AlphaMode> m = ParseAlphaMode(bad);
+    base::StatusOr<controller::AlphaMode> m = controller::ParseAlphaMode(bad);
     EXPECT_FALSE(m.ok());
-    EXPECT_EQ(m.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_EQ(m.status().code(), base::StatusCode::kInvalidArgument);
     EXPECT_NE(m.status().message().find(std::string("'") + bad + "'"), std::string::npos)
         << m.status().message();
   }
-  EXPECT_EQ(ParseRegime(nullptr).status().code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(ParseAlphaMode(nullptr).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(controller::ParseRegime(nullptr).status().code(), base::StatusCode::kInvalidArgument);
+  EXPECT_EQ(controller::ParseAlphaMode(nullptr).status().code(), base::StatusCode::kInvalidArgument);
 }
 
 // ---------------------------------------------------------------------------
@@ -332,15 +332,15 @@ class BadThresholdsTest : public ::testing::TestWithParam<BadThresholdsCase> {};
 
 TEST_P(BadThresholdsTest, Rejected) {
   const BadThresholdsCase& c = GetParam();
-  const Thresholds t{c.c_low, c.c_high};
-  Status s = ValidateThresholds(t);
-  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.ToString();
+  const controller::Thresholds t{c.c_low, c.c_high};
+  base::Status s = controller::ValidateThresholds(t);
+  EXPECT_EQ(s.code(), base::StatusCode::kInvalidArgument) << s.ToString();
   EXPECT_NE(s.message().find(c.must_mention), std::string::npos) << s.message();
 
-  for (AlphaMode mode : {AlphaMode::kPaper, AlphaMode::kExact}) {
-    StatusOr<Controller> ctl = Controller::Create(t, mode);
+  for (controller::AlphaMode mode : {controller::AlphaMode::kPaper, controller::AlphaMode::kExact}) {
+    base::StatusOr<controller::Controller> ctl = controller::Controller::Create(t, mode);
     EXPECT_FALSE(ctl.ok());
-    EXPECT_EQ(ctl.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_EQ(ctl.status().code(), base::StatusCode::kInvalidArgument);
   }
 }
 
@@ -361,25 +361,25 @@ INSTANTIATE_TEST_SUITE_P(
     [](const ::testing::TestParamInfo<BadThresholdsCase>& info) { return std::string(info.param.name); });
 
 TEST(ValidateThresholdsTest, AcceptsValid) {
-  for (const Thresholds& t : {Thresholds{}, Thresholds{0.05, 0.3}, Thresholds{0.05, 1.0}, Thresholds{1e-9, 2e-9},
-                              Thresholds{0.999, 1.0}}) {
+  for (const controller::Thresholds& t : {controller::Thresholds{}, controller::Thresholds{0.05, 0.3}, controller::Thresholds{0.05, 1.0}, controller::Thresholds{1e-9, 2e-9},
+                              controller::Thresholds{0.999, 1.0}}) {
     SCOPED_TRACE(std::to_string(t.c_low) + " " + std::to_string(t.c_high));
-    EXPECT_TRUE(ValidateThresholds(t).ok()) << ValidateThresholds(t).ToString();
-    StatusOr<Controller> ctl = Controller::Create(t, AlphaMode::kExact);
+    EXPECT_TRUE(controller::ValidateThresholds(t).ok()) << controller::ValidateThresholds(t).ToString();
+    base::StatusOr<controller::Controller> ctl = controller::Controller::Create(t, controller::AlphaMode::kExact);
     ASSERT_TRUE(ctl.ok());
     EXPECT_EQ(ctl->thresholds().c_low, t.c_low);
     EXPECT_EQ(ctl->thresholds().c_high, t.c_high);
-    EXPECT_EQ(ctl->mode(), AlphaMode::kExact);
+    EXPECT_EQ(ctl->mode(), controller::AlphaMode::kExact);
   }
 }
 
 TEST(ValidateThresholdsTest, DefaultsAreThePapers) {
-  const Thresholds t;
+  const controller::Thresholds t;
   EXPECT_EQ(t.c_low, 0.05);
   EXPECT_EQ(t.c_high, 0.3);
-  StatusOr<Controller> ctl = Controller::Create(t);
+  base::StatusOr<controller::Controller> ctl = controller::Controller::Create(t);
   ASSERT_TRUE(ctl.ok());
-  EXPECT_EQ(ctl->mode(), AlphaMode::kPaper);
+  EXPECT_EQ(ctl->mode(), controller::AlphaMode::kPaper);
 }
 
 // ---------------------------------------------------------------------------
@@ -388,8 +388,8 @@ TEST(ValidateThresholdsTest, DefaultsAreThePapers) {
 
 struct DecideCase {
   std::string name;
-  AlignmentStats stats;
-  Regime regime;
+  controller::AlignmentStats stats;
+  controller::Regime regime;
   bool has_cosine;
   double cosine;  // compared exactly when has_cosine
 };
@@ -402,39 +402,39 @@ std::vector<DecideCase> BoundaryCases() {
   const double below_lo = std::nextafter(lo, 0.0);
   const double below_hi = std::nextafter(hi, 0.0);
   const double above_hi = std::nextafter(hi, 1.0);
-  auto row = [](const char* name, double c, Regime r) { return DecideCase{name, StatsForCosine(c), r, true, c}; };
+  auto row = [](const char* name, double c, controller::Regime r) { return DecideCase{name, StatsForCosine(c), r, true, c}; };
   std::vector<DecideCase> rows = {
-      row("zero", 0.0, Regime::kSafe),
-      row("inside_safe", 0.01, Regime::kSafe),
-      row("just_below_c_low", below_lo, Regime::kSafe),
-      row("exactly_c_low", lo, Regime::kSafe),
-      row("just_above_c_low", above_lo, Regime::kProject),
-      row("mid_band", 0.17, Regime::kProject),
-      row("just_below_c_high", below_hi, Regime::kProject),
-      row("exactly_c_high", hi, Regime::kSkip),
-      row("just_above_c_high", above_hi, Regime::kSkip),
-      row("one", 1.0, Regime::kSkip),
+      row("zero", 0.0, controller::Regime::kSafe),
+      row("inside_safe", 0.01, controller::Regime::kSafe),
+      row("just_below_c_low", below_lo, controller::Regime::kSafe),
+      row("exactly_c_low", lo, controller::Regime::kSafe),
+      row("just_above_c_low", above_lo, controller::Regime::kProject),
+      row("mid_band", 0.17, controller::Regime::kProject),
+      row("just_below_c_high", below_hi, controller::Regime::kProject),
+      row("exactly_c_high", hi, controller::Regime::kSkip),
+      row("just_above_c_high", above_hi, controller::Regime::kSkip),
+      row("one", 1.0, controller::Regime::kSkip),
       // Negative cosines: the regimes depend on |c| only.
-      row("neg_inside_safe", -0.01, Regime::kSafe),
-      row("neg_exactly_c_low", -lo, Regime::kSafe),
-      row("neg_just_above_c_low", -above_lo, Regime::kProject),
-      row("neg_mid_band", -0.17, Regime::kProject),
-      row("neg_just_below_c_high", -below_hi, Regime::kProject),
-      row("neg_exactly_c_high", -hi, Regime::kSkip),
-      row("neg_one", -1.0, Regime::kSkip),
+      row("neg_inside_safe", -0.01, controller::Regime::kSafe),
+      row("neg_exactly_c_low", -lo, controller::Regime::kSafe),
+      row("neg_just_above_c_low", -above_lo, controller::Regime::kProject),
+      row("neg_mid_band", -0.17, controller::Regime::kProject),
+      row("neg_just_below_c_high", -below_hi, controller::Regime::kProject),
+      row("neg_exactly_c_high", -hi, controller::Regime::kSkip),
+      row("neg_one", -1.0, controller::Regime::kSkip),
   };
   // A zero gradient against a real reference: c = 0 / (0 + 1e-8) = 0, safe.
-  rows.push_back({"zero_gg", AlignmentStats{0.0, 0.0, 4.0, true}, Regime::kSafe, true, 0.0});
+  rows.push_back({"zero_gg", controller::AlignmentStats{0.0, 0.0, 4.0, true}, controller::Regime::kSafe, true, 0.0});
   // No reference: safe, and there is no cosine to report.
-  rows.push_back({"no_reference", AlignmentStats{0.0, 1.0, 0.0, false}, Regime::kSafe, false, 0.0});
-  rows.push_back({"no_reference_nonzero_fields", AlignmentStats{0.9, 1.0, 1.0, false}, Regime::kSafe, false, 0.0});
-  rows.push_back({"pp_zero", AlignmentStats{0.0, 1.0, 0.0, true}, Regime::kSafe, false, 0.0});
-  rows.push_back({"pp_zero_gg_zero", AlignmentStats{0.0, 0.0, 0.0, true}, Regime::kSafe, false, 0.0});
+  rows.push_back({"no_reference", controller::AlignmentStats{0.0, 1.0, 0.0, false}, controller::Regime::kSafe, false, 0.0});
+  rows.push_back({"no_reference_nonzero_fields", controller::AlignmentStats{0.9, 1.0, 1.0, false}, controller::Regime::kSafe, false, 0.0});
+  rows.push_back({"pp_zero", controller::AlignmentStats{0.0, 1.0, 0.0, true}, controller::Regime::kSafe, false, 0.0});
+  rows.push_back({"pp_zero_gg_zero", controller::AlignmentStats{0.0, 0.0, 0.0, true}, controller::Regime::kSafe, false, 0.0});
   // A subnormal pp with c in the projection band: (1 - alpha) dot / pp
   // overflows to -inf (|g| = 1e153, |p| = 2.2e-162, c = -0.076). The
   // reference is numerically zero: safe, as pp == 0 (found by fuzzing).
   rows.push_back({"pp_subnormal_coefficient_overflows",
-                  AlignmentStats{-9.3132275225116241e-10, 1e306, 4.94065645841247e-324, true}, Regime::kSafe, false,
+                  controller::AlignmentStats{-9.3132275225116241e-10, 1e306, 4.94065645841247e-324, true}, controller::Regime::kSafe, false,
                   0.0});
   // Non-finite inputs, in each field: invalid. A non-finite gradient must never
   // be stepped, reference or not.
@@ -445,12 +445,12 @@ std::vector<DecideCase> BoundaryCases() {
   for (const auto& b : bad) {
     for (int field = 0; field < 3; ++field) {
       for (bool has_ref : {true, false}) {
-        AlignmentStats s = StatsForCosine(0.17);
+        controller::AlignmentStats s = StatsForCosine(0.17);
         s.has_reference = has_ref;
         (field == 0 ? s.dot : field == 1 ? s.grad_sq : s.ref_sq) = b.value;
         const std::string name =
             std::string(field == 0 ? "dot_" : field == 1 ? "gg_" : "pp_") + b.name + (has_ref ? "" : "_no_ref");
-        rows.push_back({name, s, Regime::kInvalid, false, 0.0});
+        rows.push_back({name, s, controller::Regime::kInvalid, false, 0.0});
       }
     }
   }
@@ -466,17 +466,17 @@ class DecideBoundaryTest : public ::testing::TestWithParam<DecideCase> {};
 
 TEST_P(DecideBoundaryTest, RegimeAndFields) {
   const DecideCase& c = GetParam();
-  for (AlphaMode mode : {AlphaMode::kPaper, AlphaMode::kExact}) {
-    SCOPED_TRACE(AlphaModeName(mode));
-    const Controller ctl = MakeController(0.05, 0.3, mode);
-    const Decision d = ctl.Decide(c.stats);
-    EXPECT_EQ(d.regime, c.regime) << RegimeName(d.regime);
+  for (controller::AlphaMode mode : {controller::AlphaMode::kPaper, controller::AlphaMode::kExact}) {
+    SCOPED_TRACE(controller::AlphaModeName(mode));
+    const controller::Controller ctl = MakeController(0.05, 0.3, mode);
+    const controller::Decision d = ctl.Decide(c.stats);
+    EXPECT_EQ(d.regime, c.regime) << controller::RegimeName(d.regime);
     ASSERT_EQ(d.cosine.has_value(), c.has_cosine);
     if (c.has_cosine) {
       EXPECT_EQ(*d.cosine, c.cosine);
     }
     switch (c.regime) {
-      case Regime::kSafe:
+      case controller::Regime::kSafe:
         EXPECT_TRUE(d.apply_update);
         EXPECT_EQ(d.alpha, 1.0);
         EXPECT_EQ(d.projection_coeff, 0.0);
@@ -486,7 +486,7 @@ TEST_P(DecideBoundaryTest, RegimeAndFields) {
           EXPECT_EQ(*d.cosine_after, c.cosine);
         }
         break;
-      case Regime::kProject:
+      case controller::Regime::kProject:
         EXPECT_TRUE(d.apply_update);
         EXPECT_GT(d.alpha, 0.0);
         // One ulp above c_low alpha is 1 up to rounding; away from it, < 1.
@@ -502,8 +502,8 @@ TEST_P(DecideBoundaryTest, RegimeAndFields) {
         EXPECT_GE(std::fabs(*d.cosine_after), 0.05 * (1.0 - 1e-12));
         EXPECT_EQ(std::signbit(*d.cosine_after), std::signbit(c.cosine));
         break;
-      case Regime::kSkip:
-      case Regime::kInvalid:
+      case controller::Regime::kSkip:
+      case controller::Regime::kInvalid:
         EXPECT_FALSE(d.apply_update);
         EXPECT_FALSE(d.cosine_after.has_value());
         EXPECT_EQ(d.projection_coeff, 0.0);
@@ -518,12 +518,12 @@ INSTANTIATE_TEST_SUITE_P(All, DecideBoundaryTest, ::testing::ValuesIn(BoundaryCa
 TEST(DecideTest, NegativeSumOfSquaresIsInvalid) {
   // gg and pp are sums of squares; a negative one (a corrupted or hostile
   // stats message) must not turn into a NaN projection that gets applied.
-  const Controller ctl = MakeController(0.05, 0.3);
-  for (const AlignmentStats& s : {AlignmentStats{0.5, -1.0, 1.0, true}, AlignmentStats{0.5, 1.0, -1.0, true},
-                                  AlignmentStats{0.5, -1.0, -1.0, true}, AlignmentStats{0.0, -1.0, 0.0, false}}) {
+  const controller::Controller ctl = MakeController(0.05, 0.3);
+  for (const controller::AlignmentStats& s : {controller::AlignmentStats{0.5, -1.0, 1.0, true}, controller::AlignmentStats{0.5, 1.0, -1.0, true},
+                                  controller::AlignmentStats{0.5, -1.0, -1.0, true}, controller::AlignmentStats{0.0, -1.0, 0.0, false}}) {
     SCOPED_TRACE(std::to_string(s.grad_sq) + " " + std::to_string(s.ref_sq));
-    const Decision d = ctl.Decide(s);
-    EXPECT_EQ(d.regime, Regime::kInvalid);
+    const controller::Decision d = ctl.Decide(s);
+    EXPECT_EQ(d.regime, controller::Regime::kInvalid);
     EXPECT_FALSE(d.apply_update);
     EXPECT_FALSE(d.cosine.has_value());
     EXPECT_EQ(d.projection_coeff, 0.0);
@@ -532,26 +532,26 @@ TEST(DecideTest, NegativeSumOfSquaresIsInvalid) {
 
 TEST(DecideTest, BoundaryFollowsConfiguredThresholds) {
   // The same cosine lands in different regimes with different thresholds.
-  const AlignmentStats s = StatsForCosine(0.25);
-  EXPECT_EQ(MakeController(0.25, 0.5).Decide(s).regime, Regime::kSafe);
-  EXPECT_EQ(MakeController(0.1, 0.5).Decide(s).regime, Regime::kProject);
-  EXPECT_EQ(MakeController(0.1, 0.25).Decide(s).regime, Regime::kSkip);
+  const controller::AlignmentStats s = StatsForCosine(0.25);
+  EXPECT_EQ(MakeController(0.25, 0.5).Decide(s).regime, controller::Regime::kSafe);
+  EXPECT_EQ(MakeController(0.1, 0.5).Decide(s).regime, controller::Regime::kProject);
+  EXPECT_EQ(MakeController(0.1, 0.25).Decide(s).regime, controller::Regime::kSkip);
   // With c_high == 1 nothing short of a perfectly aligned gradient is skipped.
-  const Controller wide = MakeController(0.05, 1.0);
-  EXPECT_EQ(wide.Decide(StatsForCosine(std::nextafter(1.0, 0.0))).regime, Regime::kProject);
-  EXPECT_EQ(wide.Decide(StatsForCosine(1.0)).regime, Regime::kSkip);
-  EXPECT_EQ(wide.Decide(StatsForCosine(-1.0)).regime, Regime::kSkip);
+  const controller::Controller wide = MakeController(0.05, 1.0);
+  EXPECT_EQ(wide.Decide(StatsForCosine(std::nextafter(1.0, 0.0))).regime, controller::Regime::kProject);
+  EXPECT_EQ(wide.Decide(StatsForCosine(1.0)).regime, controller::Regime::kSkip);
+  EXPECT_EQ(wide.Decide(StatsForCosine(-1.0)).regime, controller::Regime::kSkip);
 }
 
 TEST(DecideTest, EpsilonInTheDenominator) {
   // |g| = |p| = 1e-4, true cosine 0.4: with the paper's 1e-8 in the
   // denominator c = 0.4e-8 / (1e-8 + 1e-8) = 0.2, which is in the projection
   // band of the defaults although the true cosine is above c_high.
-  const AlignmentStats s{0.4e-8, 1e-8, 1e-8, true};
-  const Decision d = MakeController(0.05, 0.3).Decide(s);
+  const controller::AlignmentStats s{0.4e-8, 1e-8, 1e-8, true};
+  const controller::Decision d = MakeController(0.05, 0.3).Decide(s);
   ASSERT_TRUE(d.cosine.has_value());
   EXPECT_NEAR(*d.cosine, 0.2, 1e-12);
-  EXPECT_EQ(d.regime, Regime::kProject);
+  EXPECT_EQ(d.regime, controller::Regime::kProject);
   EXPECT_NEAR(d.alpha, 0.05 / 0.2, 1e-12);
   // cosine_after is the geometric cosine of (g', p): the true cosine 0.4 with
   // its parallel part scaled by alpha = 0.25.
@@ -560,10 +560,10 @@ TEST(DecideTest, EpsilonInTheDenominator) {
 }
 
 TEST(DecideTest, NormsReported) {
-  const Decision d = MakeController(0.05, 0.3).Decide(AlignmentStats{1.0, 9.0, 16.0, true});
+  const controller::Decision d = MakeController(0.05, 0.3).Decide(controller::AlignmentStats{1.0, 9.0, 16.0, true});
   EXPECT_EQ(d.grad_norm, 3.0);
   EXPECT_EQ(d.ref_norm, 4.0);
-  const Decision first = MakeController(0.05, 0.3).Decide(AlignmentStats{0.0, 25.0, 0.0, false});
+  const controller::Decision first = MakeController(0.05, 0.3).Decide(controller::AlignmentStats{0.0, 25.0, 0.0, false});
   EXPECT_EQ(first.grad_norm, 5.0);
   EXPECT_EQ(first.ref_norm, 0.0);
 }
@@ -571,8 +571,8 @@ TEST(DecideTest, NormsReported) {
 TEST(AlphaTest, PaperAndExactFormulas) {
   // Independent closed forms from docs/ALGORITHM.md, over the band and both signs.
   const double lo = 0.05;
-  const Controller paper = MakeController(lo, 1.0, AlphaMode::kPaper);
-  const Controller exact = MakeController(lo, 1.0, AlphaMode::kExact);
+  const controller::Controller paper = MakeController(lo, 1.0, controller::AlphaMode::kPaper);
+  const controller::Controller exact = MakeController(lo, 1.0, controller::AlphaMode::kExact);
   for (double c : {0.051, 0.1, 0.2, 0.3, 0.5, 0.9, 0.99}) {
     for (double sign : {1.0, -1.0}) {
       SCOPED_TRACE(sign * c);
@@ -592,13 +592,13 @@ TEST(CosineAfterProjectionTest, ClosedForm) {
     for (double alpha : {0.0, 0.1, 0.5, 1.0}) {
       SCOPED_TRACE(std::to_string(c) + " " + std::to_string(alpha));
       const double want = alpha * c / std::sqrt(alpha * alpha * c * c + 1.0 - c * c);
-      EXPECT_NEAR(CosineAfterProjection(c, alpha), want, 1e-15);
+      EXPECT_NEAR(controller::CosineAfterProjection(c, alpha), want, 1e-15);
     }
   }
   // alpha = 1 leaves the cosine unchanged.
-  EXPECT_NEAR(CosineAfterProjection(0.42, 1.0), 0.42, 1e-15);
+  EXPECT_NEAR(controller::CosineAfterProjection(0.42, 1.0), 0.42, 1e-15);
   // Parallel gradient fully removed: g' = 0, reported as 0 rather than NaN.
-  EXPECT_EQ(CosineAfterProjection(1.0, 0.0), 0.0);
+  EXPECT_EQ(controller::CosineAfterProjection(1.0, 0.0), 0.0);
 }
 
 // ---------------------------------------------------------------------------
@@ -616,11 +616,11 @@ void PrintTo(const PropertyCase& c, std::ostream* os) {
   *os << "dim=" << c.dim << " c_low=" << c.c_low << " c_high=" << c.c_high << " trials=" << c.trials;
 }
 
-class ProjectionPropertyTest : public ::testing::TestWithParam<std::tuple<PropertyCase, AlphaMode>> {};
+class ProjectionPropertyTest : public ::testing::TestWithParam<std::tuple<PropertyCase, controller::AlphaMode>> {};
 
 TEST_P(ProjectionPropertyTest, MeasuredCosineAfterProjection) {
   const auto& [pc, mode] = GetParam();
-  const Controller ctl = MakeController(pc.c_low, pc.c_high, mode);
+  const controller::Controller ctl = MakeController(pc.c_low, pc.c_high, mode);
   std::mt19937_64 rng(0x9ac0000 + pc.dim * 31 + static_cast<int>(mode));
   std::normal_distribution<double> normal(0.0, 1.0);
   std::uniform_real_distribution<double> band(pc.c_low, pc.c_high);
@@ -653,12 +653,12 @@ TEST_P(ProjectionPropertyTest, MeasuredCosineAfterProjection) {
       g[i] = g_norm * (c * u[i] + s * w[i]);
       p[i] = p_norm * u[i];
     }
-    const AlignmentStats stats{Dot(g, p), Dot(g, g), Dot(p, p), true};
+    const controller::AlignmentStats stats{Dot(g, p), Dot(g, g), Dot(p, p), true};
     const double c_measured = Cosine(g, p);
     SCOPED_TRACE("trial " + std::to_string(trial) + " c=" + std::to_string(c_measured));
 
-    const Decision d = ctl.Decide(stats);
-    ASSERT_EQ(d.regime, Regime::kProject);
+    const controller::Decision d = ctl.Decide(stats);
+    ASSERT_EQ(d.regime, controller::Regime::kProject);
     ASSERT_TRUE(d.apply_update);
     ASSERT_TRUE(d.cosine.has_value());
     EXPECT_NEAR(*d.cosine, c_measured, 1e-10);
@@ -669,9 +669,9 @@ TEST_P(ProjectionPropertyTest, MeasuredCosineAfterProjection) {
     // The target, from the closed forms in docs/ALGORITHM.md.
     const double lo = pc.c_low;
     const double want_abs =
-        mode == AlphaMode::kExact ? lo : lo / std::sqrt(lo * lo + 1.0 - c_measured * c_measured);
+        mode == controller::AlphaMode::kExact ? lo : lo / std::sqrt(lo * lo + 1.0 - c_measured * c_measured);
     EXPECT_NEAR(after, std::copysign(want_abs, c_measured), 1e-9 * want_abs);
-    if (mode == AlphaMode::kPaper) {
+    if (mode == controller::AlphaMode::kPaper) {
       EXPECT_NEAR(d.alpha, lo / std::fabs(c_measured), 1e-9 * d.alpha);
     }
     ASSERT_TRUE(d.cosine_after.has_value());
@@ -700,10 +700,10 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Combine(::testing::Values(PropertyCase{2, 0.05, 0.3, 2000}, PropertyCase{3, 0.05, 0.3, 2000},
                                          PropertyCase{17, 0.1, 0.9, 1000}, PropertyCase{256, 0.2, 1.0, 300},
                                          PropertyCase{1000, 0.05, 0.3, 100}, PropertyCase{10000, 0.05, 0.99, 20}),
-                       ::testing::Values(AlphaMode::kPaper, AlphaMode::kExact)),
-    [](const ::testing::TestParamInfo<std::tuple<PropertyCase, AlphaMode>>& info) {
+                       ::testing::Values(controller::AlphaMode::kPaper, controller::AlphaMode::kExact)),
+    [](const ::testing::TestParamInfo<std::tuple<PropertyCase, controller::AlphaMode>>& info) {
       const PropertyCase& pc = std::get<0>(info.param);
-      return "dim" + std::to_string(pc.dim) + "_" + AlphaModeName(std::get<1>(info.param));
+      return "dim" + std::to_string(pc.dim) + "_" + controller::AlphaModeName(std::get<1>(info.param));
     });
 
 TEST(DecideRandomTest, RegimesAgreeWithReference) {
@@ -711,7 +711,7 @@ TEST(DecideRandomTest, RegimesAgreeWithReference) {
   // docs/ALGORITHM.md rules give for the cosine computed here.
   const double lo = 0.05;
   const double hi = 0.3;
-  const Controller ctl = MakeController(lo, hi, AlphaMode::kExact);
+  const controller::Controller ctl = MakeController(lo, hi, controller::AlphaMode::kExact);
   std::mt19937_64 rng(20240611);
   std::uniform_real_distribution<double> cos_dist(-1.0, 1.0);
   std::uniform_real_distribution<double> log_norm(-6.0, 6.0);
@@ -720,16 +720,16 @@ TEST(DecideRandomTest, RegimesAgreeWithReference) {
     const double c = cos_dist(rng) * (trial % 2 ? 1.0 : 0.4);  // half the trials near the band
     const double gn = std::pow(10.0, log_norm(rng));
     const double pn = std::pow(10.0, log_norm(rng));
-    const AlignmentStats s{c * gn * pn, gn * gn, pn * pn, true};
+    const controller::AlignmentStats s{c * gn * pn, gn * gn, pn * pn, true};
     const double ref_c = s.dot / (std::sqrt(s.grad_sq * s.ref_sq) + 1e-8);
-    const Regime want = std::fabs(ref_c) <= lo ? Regime::kSafe : std::fabs(ref_c) >= hi ? Regime::kSkip
-                                                                                       : Regime::kProject;
-    const Decision d = ctl.Decide(s);
+    const controller::Regime want = std::fabs(ref_c) <= lo ? controller::Regime::kSafe : std::fabs(ref_c) >= hi ? controller::Regime::kSkip
+                                                                                       : controller::Regime::kProject;
+    const controller::Decision d = ctl.Decide(s);
     ASSERT_EQ(d.regime, want) << "trial " << trial << " c=" << ref_c;
     ASSERT_TRUE(d.cosine.has_value());
     // |g|*|p| and sqrt(gg*pp) may differ in the last bit.
     EXPECT_DOUBLE_EQ(*d.cosine, ref_c);
-    EXPECT_EQ(d.apply_update, want != Regime::kSkip);
+    EXPECT_EQ(d.apply_update, want != controller::Regime::kSkip);
     ++counts[static_cast<int>(d.regime)];
   }
   // The sample must actually exercise the three regimes.
@@ -745,34 +745,34 @@ TEST(RegimeForCosineTest, AgreesWithDecideOnTheReportedCosine) {
   std::mt19937_64 rng(7);
   std::uniform_real_distribution<double> cos_dist(-0.6, 0.6);
   std::uniform_real_distribution<double> log_norm(-3.0, 3.0);
-  const Controller controllers[] = {MakeController(0.05, 0.3), MakeController(0.02, 0.1),
-                                    MakeController(0.1, 1.0, AlphaMode::kExact)};
-  for (const Controller& ctl : controllers) {
+  const controller::Controller controllers[] = {MakeController(0.05, 0.3), MakeController(0.02, 0.1),
+                                    MakeController(0.1, 1.0, controller::AlphaMode::kExact)};
+  for (const controller::Controller& ctl : controllers) {
     for (int trial = 0; trial < 5000; ++trial) {
       const double gn = std::pow(10.0, log_norm(rng));
       const double pn = std::pow(10.0, log_norm(rng));
       const double c = cos_dist(rng);
-      const Decision d = ctl.Decide(AlignmentStats{c * gn * pn, gn * gn, pn * pn, true});
+      const controller::Decision d = ctl.Decide(controller::AlignmentStats{c * gn * pn, gn * gn, pn * pn, true});
       ASSERT_TRUE(d.cosine.has_value());
       ASSERT_EQ(ctl.RegimeForCosine(*d.cosine), d.regime) << "c=" << *d.cosine;
     }
-    const Thresholds& t = ctl.thresholds();
-    EXPECT_EQ(ctl.RegimeForCosine(t.c_low), Regime::kSafe);
-    EXPECT_EQ(ctl.RegimeForCosine(-t.c_low), Regime::kSafe);
-    EXPECT_EQ(ctl.RegimeForCosine(std::nextafter(t.c_low, 1.0)), Regime::kProject);
-    EXPECT_EQ(ctl.RegimeForCosine(std::nextafter(t.c_high, 0.0)), Regime::kProject);
-    EXPECT_EQ(ctl.RegimeForCosine(t.c_high), Regime::kSkip);
-    EXPECT_EQ(ctl.RegimeForCosine(-t.c_high), Regime::kSkip);
+    const controller::Thresholds& t = ctl.thresholds();
+    EXPECT_EQ(ctl.RegimeForCosine(t.c_low), controller::Regime::kSafe);
+    EXPECT_EQ(ctl.RegimeForCosine(-t.c_low), controller::Regime::kSafe);
+    EXPECT_EQ(ctl.RegimeForCosine(std::nextafter(t.c_low, 1.0)), controller::Regime::kProject);
+    EXPECT_EQ(ctl.RegimeForCosine(std::nextafter(t.c_high, 0.0)), controller::Regime::kProject);
+    EXPECT_EQ(ctl.RegimeForCosine(t.c_high), controller::Regime::kSkip);
+    EXPECT_EQ(ctl.RegimeForCosine(-t.c_high), controller::Regime::kSkip);
   }
 }
 
 TEST(DecideTest, HugeNormsDoNotOverflowTheCosine) {
   // gg * pp = 1e400 overflows a double; the cosine must still be 0.5.
-  const Controller ctl = MakeController(0.05, 0.3, AlphaMode::kPaper);
-  const Decision d = ctl.Decide(AlignmentStats{0.5e200, 1e200, 1e200, true});
+  const controller::Controller ctl = MakeController(0.05, 0.3, controller::AlphaMode::kPaper);
+  const controller::Decision d = ctl.Decide(controller::AlignmentStats{0.5e200, 1e200, 1e200, true});
   ASSERT_TRUE(d.cosine.has_value());
   EXPECT_DOUBLE_EQ(*d.cosine, 0.5);
-  EXPECT_EQ(d.regime, Regime::kSkip);
+  EXPECT_EQ(d.regime, controller::Regime::kSkip);
 }
 
 }  // namespace

@@ -118,11 +118,11 @@ TEST_P(CudaAgentVsReference, SameDecisionsCosinesAndUpdates) {
   ro.applied_update_reference = policy == ReferencePolicy::kAppliedUpdate;
   ReferenceGac reference(ro);
 
-  std::map<Regime, int> seen;
+  std::map<controller::Regime, int> seen;
   for (int step = 1; step <= 30; ++step) {
     SCOPED_TRACE("step " + std::to_string(step));
     m.NextGradients(kSchedule[step % 10], mixed, step);
-    StatusOr<StepReport> r = agent->Step(step, m.gpu);
+    base::StatusOr<controller::StepReport> r = agent->Step(step, m.gpu);
     ASSERT_TRUE(r.ok()) << r.status().ToString();
     const auto want = reference.Step(m.cpu);
 
@@ -135,9 +135,9 @@ TEST_P(CudaAgentVsReference, SameDecisionsCosinesAndUpdates) {
       EXPECT_LE(MaxRelDiff(m.gpu[i].grad(), m.cpu[i].grad()), tol) << "parameter " << i;
     }
   }
-  EXPECT_GE(seen[Regime::kSafe], 3);
-  EXPECT_GE(seen[Regime::kProject], 6);
-  EXPECT_GE(seen[Regime::kSkip], 3);
+  EXPECT_GE(seen[controller::Regime::kSafe], 3);
+  EXPECT_GE(seen[controller::Regime::kProject], 6);
+  EXPECT_GE(seen[controller::Regime::kSkip], 3);
   EXPECT_GT(agent->snapshot_bytes(), 0);
 }
 
@@ -155,8 +155,8 @@ TEST(CudaAgentTest, GroupsAndMonitorModeMatchTheCpuAgent) {
   SKIP_WITHOUT_CUDA();
   at::manual_seed(7);
   Twins m = Twins::Make();
-  for (Mode mode : {Mode::kLocal, Mode::kMonitor}) {
-    SCOPED_TRACE(ModeName(mode));
+  for (controller::Mode mode : {controller::Mode::kLocal, controller::Mode::kMonitor}) {
+    SCOPED_TRACE(controller::ModeName(mode));
     AgentOptions o;
     o.mode = mode;
     o.layers = {{"a", {0, 2, 3}}, {"b", {5, 8}}, {"c", {9}}};
@@ -169,8 +169,8 @@ TEST(CudaAgentTest, GroupsAndMonitorModeMatchTheCpuAgent) {
       m.NextGradients(kSchedule[step % 10], true, step);
       std::vector<at::Tensor> before;
       for (const at::Tensor& p : m.gpu) before.push_back(p.grad().defined() ? p.grad().clone() : at::Tensor());
-      StatusOr<StepReport> g = gpu_agent->Step(step, m.gpu);
-      StatusOr<StepReport> c = cpu_agent->Step(step, m.cpu);
+      base::StatusOr<controller::StepReport> g = gpu_agent->Step(step, m.gpu);
+      base::StatusOr<controller::StepReport> c = cpu_agent->Step(step, m.cpu);
       ASSERT_TRUE(g.ok()) << g.status().ToString();
       ASSERT_TRUE(c.ok()) << c.status().ToString();
       EXPECT_EQ(g->decision.regime, c->decision.regime);
@@ -188,7 +188,7 @@ TEST(CudaAgentTest, GroupsAndMonitorModeMatchTheCpuAgent) {
         EXPECT_NEAR(g->layers[k].ref_sq, c->layers[k].ref_sq, 1e-6 * c->layers[k].ref_sq + 1e-30);
         EXPECT_NEAR(g->layers[k].dot, c->layers[k].dot, 1e-6 * std::sqrt(c->layers[k].grad_sq * c->layers[k].ref_sq) + 1e-30);
       }
-      if (mode == Mode::kMonitor) {
+      if (mode == controller::Mode::kMonitor) {
         EXPECT_FALSE(g->gradient_modified);
         for (std::size_t i = 0; i < m.gpu.size(); ++i) {
           if (before[i].defined()) {
@@ -208,12 +208,12 @@ TEST(CudaAgentTest, MixedCpuAndCudaParametersAreRefused) {
   b.mutable_grad() = at::ones({8});
   auto agent = MakeAgent({});
   ASSERT_NE(agent, nullptr);
-  StatusOr<StepReport> r = agent->Step(1, {a, b});
+  base::StatusOr<controller::StepReport> r = agent->Step(1, {a, b});
   ASSERT_FALSE(r.ok());
-  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument) << r.status().ToString();
+  EXPECT_EQ(r.status().code(), base::StatusCode::kInvalidArgument) << r.status().ToString();
   r = agent->Step(1, {b, a});
   ASSERT_FALSE(r.ok());
-  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument) << r.status().ToString();
+  EXPECT_EQ(r.status().code(), base::StatusCode::kInvalidArgument) << r.status().ToString();
 }
 
 #ifdef GAC_TEST_TORCH_CUDA
@@ -238,9 +238,9 @@ TEST(CudaAgentTest, RunsOnTheCurrentStream) {
     p.mutable_grad() = g1.clone();
     ASSERT_TRUE(agent->Step(1, {p}).ok());
     p.mutable_grad() = g1 + noise;  // cosine with g1 ~0.7: project
-    StatusOr<StepReport> r = agent->Step(2, {p});
+    base::StatusOr<controller::StepReport> r = agent->Step(2, {p});
     ASSERT_TRUE(r.ok()) << r.status().ToString();
-    ASSERT_EQ(r->decision.regime, Regime::kProject);
+    ASSERT_EQ(r->decision.regime, controller::Regime::kProject);
     // Enqueued on `stream` after the projection, without a sync in between.
     const at::Tensor want = (g1 + noise) - static_cast<float>(r->decision.projection_coeff) * g1;
     EXPECT_LE(MaxRelDiff(p.grad(), want), 1e-6);
@@ -260,7 +260,7 @@ TEST(CudaAgentTest, NcclReducerOnTheDeviceBuffer) {
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(0).stream();
   for (bool with_strided : {false, true}) {
     SCOPED_TRACE(with_strided ? "host route" : "device route");
-    StatusOr<std::unique_ptr<NcclReducer>> reducer = NcclReducer::Create(comm, stream);
+    base::StatusOr<std::unique_ptr<NcclReducer>> reducer = NcclReducer::Create(comm, stream);
     ASSERT_TRUE(reducer.ok()) << reducer.status().ToString();
     at::manual_seed(11);
     Twins plain_model = Twins::Make();
@@ -285,8 +285,8 @@ TEST(CudaAgentTest, NcclReducerOnTheDeviceBuffer) {
       plain_model.NextGradients(kSchedule[step % 10], false, step);
       at::manual_seed(100 + step);
       reduced_model.NextGradients(kSchedule[step % 10], false, step);
-      StatusOr<StepReport> a = plain->Step(step, plain_model.gpu);
-      StatusOr<StepReport> b = reduced->Step(step, reduced_model.gpu);
+      base::StatusOr<controller::StepReport> a = plain->Step(step, plain_model.gpu);
+      base::StatusOr<controller::StepReport> b = reduced->Step(step, reduced_model.gpu);
       ASSERT_TRUE(a.ok()) << a.status().ToString();
       ASSERT_TRUE(b.ok()) << b.status().ToString();
       EXPECT_EQ(a->decision.regime, b->decision.regime);

@@ -36,7 +36,7 @@ TensorRef Ref(std::uintptr_t g, std::uintptr_t p, std::int64_t n, ElemType gt = 
 }
 
 Change MustUpdate(ChunkTable& table, const std::vector<TensorRef>& refs) {
-  StatusOr<Change> c = table.Update(refs.data(), refs.size());
+  base::StatusOr<Change> c = table.Update(refs.data(), refs.size());
   EXPECT_TRUE(c.ok()) << c.status().ToString();
   return c.ok() ? *c : Change::kNone;
 }
@@ -160,9 +160,9 @@ TEST(ChunkTableTest, RejectsBadInputAndKeepsThePreviousTables) {
       {Ref(0x1000, 0x9000, 100, static_cast<ElemType>(7))},
   };
   for (const auto& refs : bad) {
-    StatusOr<Change> c = table.Update(refs.data(), refs.size());
+    base::StatusOr<Change> c = table.Update(refs.data(), refs.size());
     EXPECT_FALSE(c.ok());
-    EXPECT_EQ(c.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_EQ(c.status().code(), base::StatusCode::kInvalidArgument);
     EXPECT_EQ(MustUpdate(table, good), Change::kNone) << "the failed update changed the tables";
   }
 }
@@ -213,9 +213,9 @@ TEST(ChunkTableTest, TensorsBeyond32BitIndexing) {
 TEST(ChunkTableTest, TooManyChunksIsOutOfRange) {
   ChunkTable table(0);
   const std::vector<TensorRef> refs = {Ref(0x1000, 0x2000, std::int64_t{1} << 46)};
-  StatusOr<Change> c = table.Update(refs.data(), refs.size());
+  base::StatusOr<Change> c = table.Update(refs.data(), refs.size());
   ASSERT_FALSE(c.ok());
-  EXPECT_EQ(c.status().code(), StatusCode::kOutOfRange);
+  EXPECT_EQ(c.status().code(), base::StatusCode::kOutOfRange);
 }
 
 TEST(ChunkTableTest, RandomListsAreCoveredExactly) {

@@ -297,16 +297,16 @@ class CudaPassesTest : public ::testing::Test {
   }
 
   std::unique_ptr<MultiTensorPasses> MakePasses(ElemType pt, int segments = 0) {
-    StatusOr<std::unique_ptr<MultiTensorPasses>> p = MultiTensorPasses::Create(pt, segments);
+    base::StatusOr<std::unique_ptr<MultiTensorPasses>> p = MultiTensorPasses::Create(pt, segments);
     EXPECT_TRUE(p.ok()) << p.status().ToString();
     return p.ok() ? std::move(*p) : nullptr;
   }
 
   // SetTensors + EnqueueStatistics + ReadResult.
-  StatusOr<StatsView> Stats(MultiTensorPasses& passes, const std::vector<TensorRef>& refs, bool with_p,
+  base::StatusOr<StatsView> Stats(MultiTensorPasses& passes, const std::vector<TensorRef>& refs, bool with_p,
                             cudaStream_t stream = nullptr) {
     if (stream == nullptr) stream = stream_;
-    Status st = passes.SetTensors(refs.data(), refs.size(), stream);
+    base::Status st = passes.SetTensors(refs.data(), refs.size(), stream);
     if (st.ok()) st = passes.EnqueueStatistics(with_p, stream);
     if (!st.ok()) return st;
     return passes.ReadResult(stream);
@@ -317,7 +317,7 @@ class CudaPassesTest : public ::testing::Test {
     const std::vector<TensorRef> refs = w.Refs();
     for (bool with_p : {true, false}) {
       SCOPED_TRACE(with_p ? "with p" : "g only");
-      StatusOr<StatsView> got = Stats(passes, refs, with_p);
+      base::StatusOr<StatsView> got = Stats(passes, refs, with_p);
       ASSERT_TRUE(got.ok()) << got.status().ToString();
       ExpectStats(got->dot(), got->gg(), got->pp(), w.Reference(with_p), with_p);
       EXPECT_EQ(got->non_finite_chunks(), 0);
@@ -423,16 +423,16 @@ INSTANTIATE_TEST_SUITE_P(AllPairs, CudaTypesTest,
 
 TEST(MultiTensorPassesOptionsTest, RejectsBadOptions) {
   // Checked before any CUDA call: runs on every machine.
-  EXPECT_EQ(MultiTensorPasses::Create(ElemType::kF16).status().code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(MultiTensorPasses::Create(ElemType::kF32, -1).status().code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(MultiTensorPasses::Create(ElemType::kF32, (1 << 16) + 1).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(MultiTensorPasses::Create(ElemType::kF16).status().code(), base::StatusCode::kInvalidArgument);
+  EXPECT_EQ(MultiTensorPasses::Create(ElemType::kF32, -1).status().code(), base::StatusCode::kInvalidArgument);
+  EXPECT_EQ(MultiTensorPasses::Create(ElemType::kF32, (1 << 16) + 1).status().code(), base::StatusCode::kInvalidArgument);
 }
 
 TEST(MultiTensorPassesOptionsTest, WithoutGpuCreationFailsCleanly) {
   if (HaveGpu()) GTEST_SKIP() << "a GPU is present";
-  StatusOr<std::unique_ptr<MultiTensorPasses>> passes = MultiTensorPasses::Create(ElemType::kF32);
+  base::StatusOr<std::unique_ptr<MultiTensorPasses>> passes = MultiTensorPasses::Create(ElemType::kF32);
   ASSERT_FALSE(passes.ok());
-  EXPECT_EQ(passes.status().code(), StatusCode::kUnavailable) << passes.status().ToString();
+  EXPECT_EQ(passes.status().code(), base::StatusCode::kUnavailable) << passes.status().ToString();
 }
 
 TEST_F(CudaPassesTest, ZeroSizeAndAbsentTensors) {
@@ -451,7 +451,7 @@ TEST_F(CudaPassesTest, ZeroSizeAndAbsentTensors) {
   Workload empty({Spec{0, ElemType::kF32}, Spec{4096, ElemType::kF32, 0, 0, 0, false}}, ElemType::kF32, 6);
   ASSERT_TRUE(empty.Upload());
   const std::uint64_t before = passes->launches();
-  StatusOr<StatsView> got = Stats(*passes, empty.Refs(), true);
+  base::StatusOr<StatsView> got = Stats(*passes, empty.Refs(), true);
   ASSERT_TRUE(got.ok()) << got.status().ToString();
   EXPECT_EQ(got->dot(), 0.0);
   EXPECT_EQ(got->gg(), 0.0);
@@ -567,7 +567,7 @@ TEST_F(CudaPassesTest, ChunkTableUploadedOnlyWhenTheListChanges) {
   std::vector<TensorRef> refs = a.Refs();
   const std::vector<TensorRef> other = b.Refs();
 
-  StatusOr<StatsView> first = Stats(*passes, refs, true);
+  base::StatusOr<StatsView> first = Stats(*passes, refs, true);
   ASSERT_TRUE(first.ok());
   const double gg = first->gg();
   EXPECT_FALSE(passes->inline_table());
@@ -579,13 +579,13 @@ TEST_F(CudaPassesTest, ChunkTableUploadedOnlyWhenTheListChanges) {
   EXPECT_EQ(passes->table_uploads(), 1u) << "an unchanged list was uploaded again";
 
   refs[42].g = other[42].g;  // a gradient re-allocated at another address
-  StatusOr<StatsView> moved = Stats(*passes, refs, false);
+  base::StatusOr<StatsView> moved = Stats(*passes, refs, false);
   ASSERT_TRUE(moved.ok());
   EXPECT_EQ(passes->table_uploads(), 2u);
   EXPECT_EQ(moved->gg(), gg) << "same data, same chunks: the same bits";
 
   refs[7].n = 1000;  // a size change
-  StatusOr<StatsView> resized = Stats(*passes, refs, false);
+  base::StatusOr<StatsView> resized = Stats(*passes, refs, false);
   ASSERT_TRUE(resized.ok());
   EXPECT_EQ(passes->table_uploads(), 3u);
   EXPECT_LT(resized->gg(), gg);
@@ -611,7 +611,7 @@ TEST_F(CudaPassesTest, NonFiniteInputSetsTheFlag) {
   w.SetG(0, 5, std::nanf(""));
   w.SetP(2, 20000, std::numeric_limits<float>::infinity());  // chunk 1 of tensor 2
   ASSERT_TRUE(w.Upload());
-  StatusOr<StatsView> got = Stats(*passes, w.Refs(), true);
+  base::StatusOr<StatsView> got = Stats(*passes, w.Refs(), true);
   ASSERT_TRUE(got.ok());
   EXPECT_EQ(got->non_finite_chunks(), 2);
   EXPECT_TRUE(std::isnan(got->gg()));
@@ -641,14 +641,14 @@ TEST_F(CudaPassesTest, SameResultOnEveryStreamAndRun) {
   cudaStream_t other = nullptr;
   ASSERT_EQ(cudaStreamCreateWithFlags(&other, cudaStreamNonBlocking), cudaSuccess);
   const std::vector<TensorRef> refs = w.Refs();
-  StatusOr<StatsView> a = Stats(*passes, refs, true, stream_);
+  base::StatusOr<StatsView> a = Stats(*passes, refs, true, stream_);
   ASSERT_TRUE(a.ok());
   const std::vector<double> first(a->values, a->values + passes->result_size());
   for (cudaStream_t s : {other, stream_, static_cast<cudaStream_t>(nullptr), other}) {
     // The legacy default stream (null) too.
     ASSERT_TRUE(passes->SetTensors(refs.data(), refs.size(), stream_).ok());
     ASSERT_TRUE(passes->EnqueueStatistics(true, s == nullptr ? cudaStreamLegacy : s).ok());
-    StatusOr<StatsView> b = passes->ReadResult(other);
+    base::StatusOr<StatsView> b = passes->ReadResult(other);
     ASSERT_TRUE(b.ok());
     EXPECT_EQ(std::vector<double>(b->values, b->values + passes->result_size()), first);
   }
@@ -692,7 +692,7 @@ TEST_F(CudaPassesTest, TensorBeyond32BitIndexing) {
   ref.p = p.get();
   ref.n = n;
   ref.gt = ElemType::kBF16;
-  StatusOr<StatsView> got = Stats(*passes, {ref}, true);
+  base::StatusOr<StatsView> got = Stats(*passes, {ref}, true);
   ASSERT_TRUE(got.ok()) << got.status().ToString();
   EXPECT_LE(RelErr(got->gg(), want_gg), 1e-12);
   EXPECT_LE(RelErr(got->dot(), want_dot), 1e-12);
@@ -729,13 +729,13 @@ TEST_F(CudaPassesTest, NcclAllReduceOfTheDeviceBuffer) {
   Workload w({Spec{50000, ElemType::kBF16, 0, 0, 0, true}, Spec{70, ElemType::kF32}}, ElemType::kF32, 41);
   ASSERT_TRUE(w.Upload());
   const std::vector<TensorRef> refs = w.Refs();
-  StatusOr<StatsView> plain = Stats(*passes, refs, true);
+  base::StatusOr<StatsView> plain = Stats(*passes, refs, true);
   ASSERT_TRUE(plain.ok());
   const std::vector<double> want(plain->values, plain->values + passes->result_size());
   ASSERT_TRUE(passes->SetTensors(refs.data(), refs.size(), stream_).ok());
   ASSERT_TRUE(passes->EnqueueStatistics(true, stream_).ok());
   ASSERT_TRUE(passes->EnqueueAllReduce(comm, stream_).ok());
-  StatusOr<StatsView> reduced = passes->ReadResult(stream_);
+  base::StatusOr<StatsView> reduced = passes->ReadResult(stream_);
   ASSERT_TRUE(reduced.ok());
   EXPECT_EQ(std::vector<double>(reduced->values, reduced->values + passes->result_size()), want);
   ncclCommDestroy(comm);

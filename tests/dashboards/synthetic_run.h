@@ -34,7 +34,7 @@ struct SyntheticRunOptions {
   std::string run = "synthetic";
   std::uint32_t world = 2;          // ranks; each reports every step (same all-reduced statistics)
   std::uint64_t seed = 1;
-  Thresholds thresholds;            // c_low 0.05, c_high 0.3
+  controller::Thresholds thresholds;            // c_low 0.05, c_high 0.3
   bool spike = false;
   std::int64_t spike_start = 100;
   std::int64_t spike_ramp = 40;     // steps from the baseline to the peak (and back)
@@ -49,7 +49,7 @@ struct SyntheticRunOptions {
 class SyntheticRun {
  public:
   explicit SyntheticRun(SyntheticRunOptions o)
-      : o_(std::move(o)), controller_(*Controller::Create(o_.thresholds)), rng_(o_.seed) {}
+      : o_(std::move(o)), controller_(*controller::Controller::Create(o_.thresholds)), rng_(o_.seed) {}
 
   const SyntheticRunOptions& options() const { return o_; }
   std::int64_t next_step() const { return step_; }
@@ -89,7 +89,7 @@ class SyntheticRun {
                                        std::chrono::system_clock::time_point now = std::chrono::system_clock::now()) {
     Prepare();
     const bool forced_fallback = o_.remote && o_.fallback_every > 0 && step_ > 0 && step_ % o_.fallback_every == 0;
-    const Decision local = controller_.Decide(stats_);
+    const controller::Decision local = controller_.Decide(stats_);
     const bool use_remote = o_.remote && remote != nullptr && !forced_fallback;
 
     v1::StepRecord r;
@@ -173,12 +173,12 @@ class SyntheticRun {
   }
 
   SyntheticRunOptions o_;
-  Controller controller_;
+  controller::Controller controller_;
   std::mt19937_64 rng_;
   std::normal_distribution<double> normal_{0.0, 1.0};
   std::int64_t step_ = 0;
   bool prepared_ = false;
-  AlignmentStats stats_;
+  controller::AlignmentStats stats_;
   double prev_gg_ = 0.0;
   double dip_ = 0.0;
 };
@@ -186,7 +186,7 @@ class SyntheticRun {
 // Writes `steps` steps of a synthetic run straight into `store`, without a
 // gacd, `batch` steps per transaction: for runs too long to stream in a
 // test's time (the page's and the HTTP benchmark's 100,000-step run).
-inline Status StoreSyntheticRun(server::Store& store, const SyntheticRunOptions& options, std::int64_t steps,
+inline base::Status StoreSyntheticRun(server::Store& store, const SyntheticRunOptions& options, std::int64_t steps,
                                 std::int64_t batch = 500) {
   SyntheticRun run(options);
   std::uint64_t sequence = 0;
@@ -202,7 +202,7 @@ inline Status StoreSyntheticRun(server::Store& store, const SyntheticRunOptions&
     std::vector<server::WriteOp> ops{op};
     GAC_RETURN_IF_ERROR(store.Apply(&ops));
   }
-  return Status::Ok();
+  return base::Status::Ok();
 }
 
 }  // namespace gac::testing

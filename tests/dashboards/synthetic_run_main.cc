@@ -109,7 +109,7 @@ int main(int argc, char** argv) {
     gac::server::SqliteOptions sqlite;
     sqlite.synchronous = "NORMAL";  // a scratch store: no fsync per transaction
     auto store = gac::server::OpenSqliteStore(db, sqlite);
-    gac::Status st = store.ok() ? gac::testing::StoreSyntheticRun(**store, o, steps) : store.status();
+    gac::base::Status st = store.ok() ? gac::testing::StoreSyntheticRun(**store, o, steps) : store.status();
     if (!st.ok()) {
       std::fprintf(stderr, "gac_synthetic_run: %s: %s\n", db.c_str(), st.ToString().c_str());
       return 1;

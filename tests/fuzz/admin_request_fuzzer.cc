@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <memory>
 
-#include "gac/mutex.h"
+#include "gac/base/mutex.h"
 #include "gac/proto/convert.h"
 #include "server/src/core.h"
 #include "server/src/queries.h"
@@ -30,7 +30,7 @@ std::unique_ptr<server::Core> MakeCore() {
 }
 
 // ChangeRunConfig, waiting for its durable result.
-StatusOr<v1::RunConfig> Change(server::Core& core, const v1::SetRunConfigRequest& request) {
+base::StatusOr<v1::RunConfig> Change(server::Core& core, const v1::SetRunConfigRequest& request) {
   static const server::Principal* admin = [] {
     auto* p = new server::Principal;
     p->name = "fuzz-admin";
@@ -38,17 +38,17 @@ StatusOr<v1::RunConfig> Change(server::Core& core, const v1::SetRunConfigRequest
     p->run_patterns = {"*"};
     return p;
   }();
-  Mutex mu;
-  CondVar cv;
+  base::Mutex mu;
+  base::CondVar cv;
   bool done = false;
-  StatusOr<v1::RunConfig> result = Status::Internal("not answered");
-  core.ChangeRunConfig(request, *admin, [&](const StatusOr<v1::RunConfig>& r) {
-    MutexLock lock(&mu);
+  base::StatusOr<v1::RunConfig> result = base::Status::Internal("not answered");
+  core.ChangeRunConfig(request, *admin, [&](const base::StatusOr<v1::RunConfig>& r) {
+    base::MutexLock lock(&mu);
     result = r;
     done = true;
     cv.SignalAll();
   });
-  MutexLock lock(&mu);
+  base::MutexLock lock(&mu);
   while (!done) cv.Wait(&mu);
   return result;
 }
@@ -81,7 +81,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     // A fresh core now and then keeps the audit logs small.
     if (++changes % 4096 == 0) core = fuzz::MakeCore();
     const v1::RunConfig before = core->registry().Get(req.run());
-    StatusOr<v1::RunConfig> after = fuzz::Change(*core, req);
+    base::StatusOr<v1::RunConfig> after = fuzz::Change(*core, req);
     const v1::RunConfig now = core->registry().Get(req.run());
     if (!after.ok()) {
       GAC_FUZZ_CHECK(after.status().IsInvalidArgument() || after.status().IsAborted(), after.status().ToString());
@@ -100,7 +100,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   }
   v1::ListConfigChangesRequest req;
   if (!in.ParseRest(&req)) return 0;
-  StatusOr<v1::ListConfigChangesResponse> page = server::ListConfigChangesPage(core->store(), req);
+  base::StatusOr<v1::ListConfigChangesResponse> page = server::ListConfigChangesPage(core->store(), req);
   if (!page.ok()) {
     GAC_FUZZ_CHECK(page.status().IsInvalidArgument(), page.status().ToString());
     return 0;

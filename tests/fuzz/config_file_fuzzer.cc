@@ -22,14 +22,14 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   }
   const std::string config = "--config=/proc/self/fd/" + std::to_string(fd);
   const char* argv[] = {"gacd", config.c_str()};
-  StatusOr<server::Flags> flags = server::ParseFlags(2, argv);
+  base::StatusOr<server::Flags> flags = server::ParseFlags(2, argv);
   close(fd);
   if (!flags.ok()) {
     GAC_FUZZ_CHECK(flags.status().IsInvalidArgument(), flags.status().ToString());
     return 0;
   }
   GAC_FUZZ_CHECK(!flags->help, "a config file cannot ask for help");
-  Status st = server::ValidateConfig(flags->config);
+  base::Status st = server::ValidateConfig(flags->config);
   GAC_FUZZ_CHECK(st.ok(), st.ToString());
 
   // The first line as a duration too.

@@ -15,7 +15,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   using namespace gac;
   v1::DecideRequest request;
   if (!request.ParseFromArray(data, static_cast<int>(size))) return 0;
-  const Status valid = server::ValidateDecideRequest(request);
+  const base::Status valid = server::ValidateDecideRequest(request);
   if (!valid.ok()) {
     GAC_FUZZ_CHECK(valid.IsInvalidArgument(), valid.ToString());
     return 0;
@@ -37,7 +37,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     return r;
   }();
   v1::DecideResponse response;
-  const Decision d = registry->Decide(request.run(), proto::StatsFromProto(request), response.mutable_config());
+  const controller::Decision d = registry->Decide(request.run(), proto::StatsFromProto(request), response.mutable_config());
   proto::EncodeDecideResponse(request, d, &response);
 
   // Across the wire and back, as the agent reads it.
@@ -45,7 +45,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   GAC_FUZZ_CHECK(response.SerializeToString(&bytes), "serialise");
   v1::DecideResponse wire;
   GAC_FUZZ_CHECK(wire.ParseFromString(bytes), "parse");
-  StatusOr<Decision> back = proto::DecodeDecideResponse(request, wire);
+  base::StatusOr<controller::Decision> back = proto::DecodeDecideResponse(request, wire);
   GAC_FUZZ_CHECK(back.ok(), "honest answer refused: " + back.status().ToString() + " for " +
                                 request.ShortDebugString());
   GAC_FUZZ_CHECK(back->regime == d.regime && back->apply_update == d.apply_update, "decision changed");

@@ -38,7 +38,7 @@ std::string ReadJsonString(const std::string& json) {
   return v.string_value();
 }
 
-void CheckParams(const Status& status) {
+void CheckParams(const base::Status& status) {
   GAC_FUZZ_CHECK(status.IsInvalidArgument(), status.ToString());
 }
 
@@ -53,9 +53,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     static const char* kMethods[] = {"GET", "PUT", "POST", "DELETE"};
     const char* method = kMethods[in.Byte() % 4];
     const std::string path(in.Rest());
-    StatusOr<server::ApiRoute> route = server::ParseApiRoute(method, path);
+    base::StatusOr<server::ApiRoute> route = server::ParseApiRoute(method, path);
     if (!route.ok()) {
-      const Status& s = route.status();
+      const base::Status& s = route.status();
       GAC_FUZZ_CHECK(s.IsNotFound() || s.IsInvalidArgument() || s.IsUnimplemented(), s.ToString());
       return 0;
     }
@@ -72,7 +72,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     return 0;
   }
   if (kind == 1) {  // GET /api/v1/runs?...
-    StatusOr<v1::ListRunsRequest> req = server::ParseRunsParams(in.Rest());
+    base::StatusOr<v1::ListRunsRequest> req = server::ParseRunsParams(in.Rest());
     if (!req.ok()) {
       fuzz::CheckParams(req.status());
       return 0;
@@ -82,12 +82,12 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     return 0;
   }
   if (kind == 2) {  // GET /api/v1/runs/{run}?window=
-    StatusOr<v1::GetRunSummaryRequest> req = server::ParseSummaryParams("exp-1", in.Rest());
+    base::StatusOr<v1::GetRunSummaryRequest> req = server::ParseSummaryParams("exp-1", in.Rest());
     if (!req.ok()) fuzz::CheckParams(req.status());
     return 0;
   }
   if (kind == 3) {  // GET /api/v1/runs/{run}/steps?...
-    StatusOr<v1::GetStepsRequest> req = server::ParseStepsParams("exp-1", in.Rest());
+    base::StatusOr<v1::GetStepsRequest> req = server::ParseStepsParams("exp-1", in.Rest());
     if (!req.ok()) {
       fuzz::CheckParams(req.status());
       return 0;
@@ -98,7 +98,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     return 0;
   }
   if (kind == 4) {  // PUT /api/v1/runs/{run}/config with a JSON body
-    StatusOr<v1::SetRunConfigRequest> req = server::ParseConfigBody("exp-1", in.Rest());
+    base::StatusOr<v1::SetRunConfigRequest> req = server::ParseConfigBody("exp-1", in.Rest());
     if (!req.ok()) {
       fuzz::CheckParams(req.status());
       return 0;
@@ -114,7 +114,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   const std::string text(in.Rest());
   const std::string back = fuzz::ReadJsonString(server::JsonQuote(text));
   if (fuzz::IsAscii(text)) GAC_FUZZ_CHECK(back == text, "ASCII reads back unchanged");
-  const std::string error = server::EncodeError(Status::InvalidArgument(text));
+  const std::string error = server::EncodeError(base::Status::InvalidArgument(text));
   google::protobuf::Value v;
   GAC_FUZZ_CHECK(google::protobuf::util::JsonStringToMessage(error, &v).ok(), "an error body is JSON: " + error);
   return 0;

@@ -41,7 +41,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   v1::IngestRequest request;
   if (!request.ParseFromArray(data, static_cast<int>(size))) return 0;
   const server::Limits limits;
-  const Status valid = server::ValidateIngestRequest(request, limits);
+  const base::Status valid = server::ValidateIngestRequest(request, limits);
   if (!valid.ok()) {
     GAC_FUZZ_CHECK(valid.IsInvalidArgument(), valid.ToString());
     return 0;
@@ -55,7 +55,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   std::vector<server::WriteOp> ops(1);
   ops[0].steps = &request;
   ops[0].received_ns = 1;
-  Status st = memory->Apply(&ops);
+  base::Status st = memory->Apply(&ops);
   GAC_FUZZ_CHECK(st.ok(), st.ToString());
   GAC_FUZZ_CHECK(ops[0].stored == static_cast<std::uint32_t>(request.records_size()) && ops[0].duplicates == 0,
                  "a valid batch in an empty store is stored whole");

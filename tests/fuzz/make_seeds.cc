@@ -82,7 +82,7 @@ void IngestSeeds() {
 }
 
 void DecideSeeds() {
-  const gac::AlignmentStats stats[] = {
+  const gac::controller::AlignmentStats stats[] = {
       {0.2, 1.0, 1.0, true}, {0.9, 1.0, 1.0, true}, {0.0, 1.0, 0.0, false}, {-3.0, 4.0, 9.0, true},
       {std::numeric_limits<double>::quiet_NaN(), 1.0, 1.0, true}};
   int i = 0;
@@ -97,7 +97,7 @@ void DecideSeeds() {
   i = 0;
   for (const auto& s : stats) {
     const gac::v1::DecideRequest req = gac::proto::ToDecideRequest("exp-fuzz", 0, 12, s);
-    const gac::Decision d = gac::Controller::Create(gac::Thresholds{})->Decide(s);
+    const gac::controller::Decision d = gac::controller::Controller::Create(gac::controller::Thresholds{})->Decide(s);
     gac::v1::DecideResponse resp;
     gac::proto::EncodeDecideResponse(req, d, &resp);
     Seed("decide_response", "honest-" + std::to_string(i), std::string(1, static_cast<char>(i)) + resp.SerializeAsString());

@@ -24,7 +24,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   using namespace gac;
   const std::string token(reinterpret_cast<const char*>(data), size);
 
-  if (StatusOr<std::string> run = server::DecodeRunToken(token); run.ok()) {
+  if (base::StatusOr<std::string> run = server::DecodeRunToken(token); run.ok()) {
     GAC_FUZZ_CHECK(token.empty() || server::EncodeRunToken(*run) == token, "run token round trip");
   } else {
     GAC_FUZZ_CHECK(run.status().IsInvalidArgument(), run.status().ToString());

@@ -90,7 +90,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   if (kind == 1) {
     v1::GetStepsRequest req;
     if (!in.ParseRest(&req)) return 0;
-    StatusOr<server::StepQuery> q = server::StepQueryFromRequest(req);
+    base::StatusOr<server::StepQuery> q = server::StepQueryFromRequest(req);
     if (!q.ok()) {
       GAC_FUZZ_CHECK(q.status().IsInvalidArgument(), q.status().ToString());
       return 0;

@@ -45,7 +45,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   {
     auto spool = transport::Spool::Open(o, &rec);
     GAC_FUZZ_CHECK(spool.ok(), spool.status().ToString());
-    Status st = (*spool)->ForEachUnacknowledged(
+    base::Status st = (*spool)->ForEachUnacknowledged(
         [&](std::uint64_t seq, std::string&& payload) { entries.emplace_back(seq, std::move(payload)); });
     GAC_FUZZ_CHECK(st.ok(), st.ToString());
     GAC_FUZZ_CHECK(entries.size() == rec.entries, "recovery counts what it hands back");
@@ -67,7 +67,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   GAC_FUZZ_CHECK(again.detail.find("torn") == std::string::npos, "no torn entry is left behind: " + again.detail);
   // The spool still works: a new entry is read back last.
   if (last < UINT64_MAX) {
-    Status st = (*spool)->Append(last + 1, "after recovery");
+    base::Status st = (*spool)->Append(last + 1, "after recovery");
     GAC_FUZZ_CHECK(st.ok(), st.ToString());
     std::vector<std::uint64_t> seqs;
     std::string tail;

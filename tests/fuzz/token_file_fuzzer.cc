@@ -25,7 +25,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       if (fields >> name >> token && token.size() >= 16) secrets.push_back(token);
     }
   }
-  StatusOr<server::Authenticator> auth = server::Authenticator::FromText(text);
+  base::StatusOr<server::Authenticator> auth = server::Authenticator::FromText(text);
   if (!auth.ok()) {
     GAC_FUZZ_CHECK(auth.status().IsInvalidArgument(), auth.status().ToString());
     for (const std::string& s : secrets) {
@@ -36,11 +36,11 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   }
   GAC_FUZZ_CHECK(auth->size() == secrets.size(), "one principal per token line");
   for (const std::string& s : secrets) {
-    StatusOr<const server::Principal*> p = auth->Authenticate("Bearer " + s);
+    base::StatusOr<const server::Principal*> p = auth->Authenticate("Bearer " + s);
     GAC_FUZZ_CHECK(p.ok() && (*p)->token == s, "a token authenticates as its principal");
     std::string changed = s;
     changed.back() ^= 1;
-    StatusOr<const server::Principal*> q = auth->Authenticate("Bearer " + changed);
+    base::StatusOr<const server::Principal*> q = auth->Authenticate("Bearer " + changed);
     GAC_FUZZ_CHECK(!q.ok() || (*q)->token == changed, "a changed token is someone else or no one");
     for (const char* run : {"exp-1", "a", "other-run/2"}) {
       bool matches = false;
@@ -50,9 +50,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     }
   }
   const std::string header = text.substr(text.rfind('\n') == std::string::npos ? 0 : text.rfind('\n') + 1);
-  StatusOr<const server::Principal*> p = auth->Authenticate(header);
+  base::StatusOr<const server::Principal*> p = auth->Authenticate(header);
   if (!p.ok()) {
-    GAC_FUZZ_CHECK(p.status().code() == StatusCode::kUnauthenticated, p.status().ToString());
+    GAC_FUZZ_CHECK(p.status().code() == base::StatusCode::kUnauthenticated, p.status().ToString());
     for (const std::string& s : secrets) {
       GAC_FUZZ_CHECK(p.status().message().find(s) == std::string::npos, "a refusal repeats a token");
     }

@@ -48,7 +48,7 @@
 #include <thread>
 #include <vector>
 
-#include "gac/mutex.h"
+#include "gac/base/mutex.h"
 #include "gac/proto/convert.h"
 #include "gac/transport/remote_controller.h"
 #include "gac/transport/telemetry.h"
@@ -160,22 +160,22 @@ void Check(bool ok, const std::string& what) {
 class ErrorCounts {
  public:
   void Add(const std::string& method, const std::string& code) {
-    MutexLock lock(&mu_);
+    base::MutexLock lock(&mu_);
     ++counts_[method + " " + code];
   }
   std::string Text() const {
-    MutexLock lock(&mu_);
+    base::MutexLock lock(&mu_);
     std::string out;
     for (const auto& [k, n] : counts_) out += "    " + k + ": " + std::to_string(n) + "\n";
     return out.empty() ? "    none\n" : out;
   }
 
  private:
-  mutable Mutex mu_;
+  mutable base::Mutex mu_;
   std::map<std::string, std::uint64_t> counts_ GAC_GUARDED_BY(mu_);
 };
 
-std::string CodeName(grpc::StatusCode code) { return StatusCodeName(static_cast<StatusCode>(code)); }
+std::string CodeName(grpc::StatusCode code) { return base::StatusCodeName(static_cast<base::StatusCode>(code)); }
 
 double Percentile(std::vector<double> v, double q) {
   if (v.empty()) return NAN;
@@ -200,26 +200,26 @@ class Gacd {
       std::fprintf(stderr, "gac_load: gacd did not start: %s\n", p->error().c_str());
       return false;
     }
-    MutexLock lock(&mu_);
+    base::MutexLock lock(&mu_);
     address_ = p->address();
     metrics_ = p->metrics_address();
     proc_ = std::move(p);
     return true;
   }
   void Kill() {
-    MutexLock lock(&mu_);
+    base::MutexLock lock(&mu_);
     proc_->Kill();
   }
   int Terminate() {
-    MutexLock lock(&mu_);
+    base::MutexLock lock(&mu_);
     return proc_->Terminate();
   }
   int pid() {
-    MutexLock lock(&mu_);
+    base::MutexLock lock(&mu_);
     return proc_ ? proc_->pid() : -1;
   }
   std::string Log() {
-    MutexLock lock(&mu_);
+    base::MutexLock lock(&mu_);
     return proc_->Log();
   }
   const std::string& address() const { return address_; }  // constant after the first Start
@@ -229,7 +229,7 @@ class Gacd {
   const ScratchDir& dir_;
   const Options& o_;
   std::string tokens_;
-  Mutex mu_;
+  base::Mutex mu_;
   std::unique_ptr<GacdProcess> proc_ GAC_GUARDED_BY(mu_);
   std::string address_, metrics_;
 };
@@ -264,7 +264,7 @@ class Sampler {
  public:
   explicit Sampler(Gacd* gacd) : gacd_(gacd), start_(Clock::now()) {
     thread_ = std::thread([this] {
-      MutexLock lock(&mu_);
+      base::MutexLock lock(&mu_);
       while (!stop_) {
         samples_.push_back(Sample(gacd_->pid(), Seconds(Clock::now() - start_)));
         cv_.WaitFor(&mu_, 1s);
@@ -274,7 +274,7 @@ class Sampler {
   ~Sampler() { Stop(); }
   void Stop() {
     {
-      MutexLock lock(&mu_);
+      base::MutexLock lock(&mu_);
       stop_ = true;
     }
     cv_.SignalAll();
@@ -282,15 +282,15 @@ class Sampler {
   }
   Usage Now() { return Sample(gacd_->pid(), Seconds(Clock::now() - start_)); }
   std::vector<Usage> samples() {
-    MutexLock lock(&mu_);
+    base::MutexLock lock(&mu_);
     return samples_;
   }
 
  private:
   Gacd* gacd_;
   Clock::time_point start_;
-  Mutex mu_;
-  CondVar cv_;
+  base::Mutex mu_;
+  base::CondVar cv_;
   bool stop_ GAC_GUARDED_BY(mu_) = false;
   std::vector<Usage> samples_ GAC_GUARDED_BY(mu_);
   std::thread thread_;
@@ -376,7 +376,7 @@ void LoadPhase(const Options& o, const ScratchDir& dir, Gacd& gacd, Sampler& sam
   }
 
   // Decide clients.
-  Mutex lat_mu;
+  base::Mutex lat_mu;
   std::vector<double> latencies;
   std::atomic<std::uint64_t> decided{0};
   for (int c = 0; c < o.decide; ++c) {
@@ -394,18 +394,18 @@ void LoadPhase(const Options& o, const ScratchDir& dir, Gacd& gacd, Sampler& sam
       auto next = Clock::now();
       for (std::int64_t step = 0; running.load(); ++step) {
         const auto t0 = Clock::now();
-        StatusOr<Decision> d = (*remote)->Decide(step, {0.3, 1.0, 1.0, step > 0});
+        base::StatusOr<controller::Decision> d = (*remote)->Decide(step, {0.3, 1.0, 1.0, step > 0});
         const double s = Seconds(Clock::now() - t0);
         if (d.ok()) {
           mine.push_back(s);
           decided.fetch_add(1);
         } else {
-          errors.Add("Decide", StatusCodeName(d.status().code()));
+          errors.Add("Decide", base::StatusCodeName(d.status().code()));
         }
         next += std::chrono::duration_cast<Clock::duration>(period);
         std::this_thread::sleep_until(next);
       }
-      MutexLock lock(&lat_mu);
+      base::MutexLock lock(&lat_mu);
       latencies.insert(latencies.end(), mine.begin(), mine.end());
     });
   }
@@ -534,7 +534,7 @@ void LoadPhase(const Options& o, const ScratchDir& dir, Gacd& gacd, Sampler& sam
 
   std::vector<double> lat;
   {
-    MutexLock lock(&lat_mu);
+    base::MutexLock lock(&lat_mu);
     lat = latencies;
   }
   const double rows = static_cast<double>(acked_in_load) * (1.0 + o.layers);

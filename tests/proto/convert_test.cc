@@ -17,12 +17,12 @@ namespace gac::proto {
 namespace {
 
 TEST(ConvertTest, RegimesMapOneToOneAndUnspecifiedIsRefused) {
-  EXPECT_EQ(ToProto(Regime::kSafe), v1::REGIME_SAFE);
-  EXPECT_EQ(ToProto(Regime::kProject), v1::REGIME_PROJECT);
-  EXPECT_EQ(ToProto(Regime::kSkip), v1::REGIME_SKIP);
-  EXPECT_EQ(ToProto(Regime::kInvalid), v1::REGIME_INVALID);
-  for (Regime r : kAllRegimes) {
-    StatusOr<Regime> back = FromProto(ToProto(r));
+  EXPECT_EQ(ToProto(controller::Regime::kSafe), v1::REGIME_SAFE);
+  EXPECT_EQ(ToProto(controller::Regime::kProject), v1::REGIME_PROJECT);
+  EXPECT_EQ(ToProto(controller::Regime::kSkip), v1::REGIME_SKIP);
+  EXPECT_EQ(ToProto(controller::Regime::kInvalid), v1::REGIME_INVALID);
+  for (controller::Regime r : controller::kAllRegimes) {
+    base::StatusOr<controller::Regime> back = FromProto(ToProto(r));
     ASSERT_TRUE(back.ok());
     EXPECT_EQ(*back, r);
   }
@@ -31,35 +31,35 @@ TEST(ConvertTest, RegimesMapOneToOneAndUnspecifiedIsRefused) {
 }
 
 TEST(ConvertTest, AlphaModesMapAndUnspecifiedReadsAsPaper) {
-  EXPECT_EQ(ToProto(AlphaMode::kPaper), v1::ALPHA_MODE_PAPER);
-  EXPECT_EQ(ToProto(AlphaMode::kExact), v1::ALPHA_MODE_EXACT);
-  EXPECT_EQ(*FromProto(v1::ALPHA_MODE_PAPER), AlphaMode::kPaper);
-  EXPECT_EQ(*FromProto(v1::ALPHA_MODE_EXACT), AlphaMode::kExact);
-  EXPECT_EQ(*FromProto(v1::ALPHA_MODE_UNSPECIFIED), AlphaMode::kPaper);
+  EXPECT_EQ(ToProto(controller::AlphaMode::kPaper), v1::ALPHA_MODE_PAPER);
+  EXPECT_EQ(ToProto(controller::AlphaMode::kExact), v1::ALPHA_MODE_EXACT);
+  EXPECT_EQ(*FromProto(v1::ALPHA_MODE_PAPER), controller::AlphaMode::kPaper);
+  EXPECT_EQ(*FromProto(v1::ALPHA_MODE_EXACT), controller::AlphaMode::kExact);
+  EXPECT_EQ(*FromProto(v1::ALPHA_MODE_UNSPECIFIED), controller::AlphaMode::kPaper);
   EXPECT_TRUE(FromProto(static_cast<v1::AlphaMode>(7)).status().IsInvalidArgument());
 }
 
 TEST(ConvertTest, ModesMapOneToOneAndUnspecifiedIsRefused) {
-  EXPECT_EQ(ToProto(Mode::kMonitor), v1::CONTROL_MODE_MONITOR);
-  EXPECT_EQ(ToProto(Mode::kLocal), v1::CONTROL_MODE_LOCAL);
-  EXPECT_EQ(ToProto(Mode::kRemote), v1::CONTROL_MODE_REMOTE);
-  for (Mode m : {Mode::kMonitor, Mode::kLocal, Mode::kRemote}) EXPECT_EQ(*FromProto(ToProto(m)), m);
+  EXPECT_EQ(ToProto(controller::Mode::kMonitor), v1::CONTROL_MODE_MONITOR);
+  EXPECT_EQ(ToProto(controller::Mode::kLocal), v1::CONTROL_MODE_LOCAL);
+  EXPECT_EQ(ToProto(controller::Mode::kRemote), v1::CONTROL_MODE_REMOTE);
+  for (controller::Mode m : {controller::Mode::kMonitor, controller::Mode::kLocal, controller::Mode::kRemote}) EXPECT_EQ(*FromProto(ToProto(m)), m);
   EXPECT_TRUE(FromProto(v1::CONTROL_MODE_UNSPECIFIED).status().IsInvalidArgument());
   EXPECT_TRUE(FromProto(static_cast<v1::ControlMode>(42)).status().IsInvalidArgument());
 }
 
 TEST(ConvertTest, ThresholdsRoundTripAndAreValidated) {
-  const v1::Thresholds t = ToProto(Thresholds{0.07, 0.4}, AlphaMode::kExact);
+  const v1::Thresholds t = ToProto(controller::Thresholds{0.07, 0.4}, controller::AlphaMode::kExact);
   EXPECT_EQ(t.c_low(), 0.07);
   EXPECT_EQ(t.c_high(), 0.4);
   EXPECT_EQ(t.alpha_mode(), v1::ALPHA_MODE_EXACT);
-  StatusOr<Thresholds> back = ThresholdsFromProto(t);
+  base::StatusOr<controller::Thresholds> back = ThresholdsFromProto(t);
   ASSERT_TRUE(back.ok());
   EXPECT_EQ(back->c_low, 0.07);
   EXPECT_EQ(back->c_high, 0.4);
-  StatusOr<Controller> c = ControllerFromProto(t);
+  base::StatusOr<controller::Controller> c = ControllerFromProto(t);
   ASSERT_TRUE(c.ok());
-  EXPECT_EQ(c->mode(), AlphaMode::kExact);
+  EXPECT_EQ(c->mode(), controller::AlphaMode::kExact);
   v1::Thresholds bad = t;
   bad.set_c_low(0.5);  // above c_high
   EXPECT_TRUE(ThresholdsFromProto(bad).status().IsInvalidArgument());
@@ -73,7 +73,7 @@ TEST(ConvertTest, ThresholdsRoundTripAndAreValidated) {
 }
 
 TEST(ConvertTest, DecideRequestCarriesTheStatisticsExactly) {
-  const AlignmentStats stats{-0.123456789012345, 3.25e-7, 1e300, true};
+  const controller::AlignmentStats stats{-0.123456789012345, 3.25e-7, 1e300, true};
   const v1::DecideRequest req = ToDecideRequest("exp-1", 3, 77, stats);
   EXPECT_EQ(req.run(), "exp-1");
   EXPECT_EQ(req.rank(), 3u);
@@ -84,7 +84,7 @@ TEST(ConvertTest, DecideRequestCarriesTheStatisticsExactly) {
   EXPECT_TRUE(req.has_reference());
   v1::DecideRequest parsed;
   ASSERT_TRUE(parsed.ParseFromString(req.SerializeAsString()));
-  const AlignmentStats back = StatsFromProto(parsed);
+  const controller::AlignmentStats back = StatsFromProto(parsed);
   EXPECT_EQ(back.dot, stats.dot);
   EXPECT_EQ(back.grad_sq, stats.grad_sq);
   EXPECT_EQ(back.ref_sq, stats.ref_sq);
@@ -96,18 +96,18 @@ TEST(ConvertTest, ControllerDecisionsSurviveTheWireBitForBit) {
   std::mt19937_64 rng(7);
   std::uniform_real_distribution<double> cos_dist(-1.0, 1.0);
   std::uniform_real_distribution<double> norm_dist(0.01, 10.0);
-  for (AlphaMode mode : {AlphaMode::kPaper, AlphaMode::kExact}) {
-    const Controller c = *Controller::Create({0.05, 0.3}, mode);
+  for (controller::AlphaMode mode : {controller::AlphaMode::kPaper, controller::AlphaMode::kExact}) {
+    const controller::Controller c = *controller::Controller::Create({0.05, 0.3}, mode);
     for (int i = 0; i < 2000; ++i) {
       const double gn = norm_dist(rng), pn = norm_dist(rng);
-      AlignmentStats s{cos_dist(rng) * gn * pn * (i % 5 == 0 ? 0.1 : 0.5), gn * gn, pn * pn, i % 17 != 0};
+      controller::AlignmentStats s{cos_dist(rng) * gn * pn * (i % 5 == 0 ? 0.1 : 0.5), gn * gn, pn * pn, i % 17 != 0};
       if (i % 97 == 0) s.dot = std::numeric_limits<double>::infinity();
-      const Decision d = c.Decide(s);
+      const controller::Decision d = c.Decide(s);
       v1::DecideResponse resp;
       EncodeDecision(d, &resp);
       v1::DecideResponse wire;
       ASSERT_TRUE(wire.ParseFromString(resp.SerializeAsString()));
-      StatusOr<Decision> back = DecodeDecision(wire, s);
+      base::StatusOr<controller::Decision> back = DecodeDecision(wire, s);
       ASSERT_TRUE(back.ok()) << i << ": " << back.status().ToString();
       EXPECT_EQ(back->regime, d.regime);
       EXPECT_EQ(back->cosine.has_value(), d.cosine.has_value());
@@ -126,9 +126,9 @@ TEST(ConvertTest, ControllerDecisionsSurviveTheWireBitForBit) {
 // What a broken or hostile gacd might answer: each is refused with a
 // message that names the field.
 TEST(ConvertTest, AnswersNoControllerGivesAreRefused) {
-  const AlignmentStats stats{0.2, 1.0, 1.0, true};  // cosine 0.2: project with (0.05, 0.3)
-  const Decision honest = Controller::Create({0.05, 0.3}, AlphaMode::kPaper)->Decide(stats);
-  ASSERT_EQ(honest.regime, Regime::kProject);
+  const controller::AlignmentStats stats{0.2, 1.0, 1.0, true};  // cosine 0.2: project with (0.05, 0.3)
+  const controller::Decision honest = controller::Controller::Create({0.05, 0.3}, controller::AlphaMode::kPaper)->Decide(stats);
+  ASSERT_EQ(honest.regime, controller::Regime::kProject);
   v1::DecideResponse good;
   EncodeDecision(honest, &good);
   ASSERT_TRUE(DecodeDecision(good, stats).ok());
@@ -168,27 +168,27 @@ TEST(ConvertTest, AnswersNoControllerGivesAreRefused) {
     SCOPED_TRACE(c.what);
     v1::DecideResponse bad = good;
     c.damage(&bad);
-    StatusOr<Decision> d = DecodeDecision(bad, stats);
+    base::StatusOr<controller::Decision> d = DecodeDecision(bad, stats);
     ASSERT_FALSE(d.ok());
     EXPECT_TRUE(d.status().IsInvalidArgument()) << d.status().ToString();
     EXPECT_NE(d.status().message().find(c.field), std::string::npos) << d.status().ToString();
   }
   // PROJECT for a step without a reference.
-  StatusOr<Decision> d = DecodeDecision(good, AlignmentStats{0.0, 1.0, 0.0, false});
+  base::StatusOr<controller::Decision> d = DecodeDecision(good, controller::AlignmentStats{0.0, 1.0, 0.0, false});
   EXPECT_TRUE(d.status().IsInvalidArgument()) << d.status().ToString();
 }
 
 // An answer names the run and step it answers; one for another run or
 // step, or one that does not say, is refused.
 TEST(ConvertTest, AnswerForAnotherRunOrStepIsRefused) {
-  const AlignmentStats stats{0.2, 1.0, 1.0, true};
+  const controller::AlignmentStats stats{0.2, 1.0, 1.0, true};
   const v1::DecideRequest request = ToDecideRequest("exp-a", 3, 41, stats);
-  const Decision honest = Controller::Create({0.05, 0.3}, AlphaMode::kPaper)->Decide(stats);
+  const controller::Decision honest = controller::Controller::Create({0.05, 0.3}, controller::AlphaMode::kPaper)->Decide(stats);
   v1::DecideResponse good;
   EncodeDecideResponse(request, honest, &good);
   EXPECT_EQ(good.run(), "exp-a");
   EXPECT_EQ(good.step(), 41);
-  StatusOr<Decision> d = DecodeDecideResponse(request, good);
+  base::StatusOr<controller::Decision> d = DecodeDecideResponse(request, good);
   ASSERT_TRUE(d.ok()) << d.status().ToString();
   EXPECT_EQ(d->projection_coeff, honest.projection_coeff);
 
@@ -219,14 +219,14 @@ TEST(ConvertTest, AnswerForAnotherRunOrStepIsRefused) {
 
 TEST(ConvertTest, StatusCrossesTheRpcBoundaryUnchanged) {
   for (int code = 0; code <= 16; ++code) {
-    const Status st(static_cast<StatusCode>(code), "message " + std::to_string(code));
+    const base::Status st(static_cast<base::StatusCode>(code), "message " + std::to_string(code));
     const grpc::Status wire = ToGrpcStatus(st);
     EXPECT_EQ(static_cast<int>(wire.error_code()), code);
     EXPECT_EQ(wire.error_message(), code == 0 ? "" : st.message());
     EXPECT_EQ(FromGrpcStatus(wire), st);
   }
   EXPECT_EQ(FromGrpcStatus(grpc::Status(grpc::StatusCode::NOT_FOUND, "no run"), "gacd GetSteps"),
-            Status::NotFound("gacd GetSteps: no run"));
+            base::Status::NotFound("gacd GetSteps: no run"));
   // A code gRPC does not define (20 is still inside the enum's range of
   // values: 99 would be undefined behaviour to make).
   EXPECT_TRUE(FromGrpcStatus(grpc::Status(static_cast<grpc::StatusCode>(20), "odd")).IsUnknown());
@@ -236,29 +236,29 @@ TEST(ConvertTest, StatusCrossesTheRpcBoundaryUnchanged) {
 // 404, 409, 413, 503) for the codes gacd returns, every code mapped, and no
 // error mapped to a 2xx.
 TEST(ConvertTest, EveryCodeHasAnHttpStatus) {
-  const std::pair<StatusCode, int> expected[] = {
-      {StatusCode::kOk, 200},
-      {StatusCode::kCancelled, 499},
-      {StatusCode::kUnknown, 500},
-      {StatusCode::kInvalidArgument, 400},
-      {StatusCode::kDeadlineExceeded, 504},
-      {StatusCode::kNotFound, 404},
-      {StatusCode::kAlreadyExists, 409},
-      {StatusCode::kPermissionDenied, 403},
-      {StatusCode::kResourceExhausted, 413},
-      {StatusCode::kFailedPrecondition, 400},
-      {StatusCode::kAborted, 409},
-      {StatusCode::kOutOfRange, 400},
-      {StatusCode::kUnimplemented, 501},
-      {StatusCode::kInternal, 500},
-      {StatusCode::kUnavailable, 503},
-      {StatusCode::kDataLoss, 500},
-      {StatusCode::kUnauthenticated, 401},
+  const std::pair<base::StatusCode, int> expected[] = {
+      {base::StatusCode::kOk, 200},
+      {base::StatusCode::kCancelled, 499},
+      {base::StatusCode::kUnknown, 500},
+      {base::StatusCode::kInvalidArgument, 400},
+      {base::StatusCode::kDeadlineExceeded, 504},
+      {base::StatusCode::kNotFound, 404},
+      {base::StatusCode::kAlreadyExists, 409},
+      {base::StatusCode::kPermissionDenied, 403},
+      {base::StatusCode::kResourceExhausted, 413},
+      {base::StatusCode::kFailedPrecondition, 400},
+      {base::StatusCode::kAborted, 409},
+      {base::StatusCode::kOutOfRange, 400},
+      {base::StatusCode::kUnimplemented, 501},
+      {base::StatusCode::kInternal, 500},
+      {base::StatusCode::kUnavailable, 503},
+      {base::StatusCode::kDataLoss, 500},
+      {base::StatusCode::kUnauthenticated, 401},
   };
   ASSERT_EQ(std::size(expected), 17u);
   for (const auto& [code, http] : expected) {
-    EXPECT_EQ(ToHttpStatus(code), http) << StatusCodeName(code);
-    if (code != StatusCode::kOk) EXPECT_GE(ToHttpStatus(code), 400) << StatusCodeName(code);
+    EXPECT_EQ(ToHttpStatus(code), http) << base::StatusCodeName(code);
+    if (code != base::StatusCode::kOk) EXPECT_GE(ToHttpStatus(code), 400) << base::StatusCodeName(code);
   }
 }
 

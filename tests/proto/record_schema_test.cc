@@ -92,7 +92,7 @@ TEST(WireRulesTest, RunIds) {
   EXPECT_FALSE(CheckRunId("é").ok());
   EXPECT_TRUE(CheckRunId(std::string(kMaxRunIdLength, 'a')).ok());
   EXPECT_FALSE(CheckRunId(std::string(kMaxRunIdLength + 1, 'a')).ok());
-  EXPECT_EQ(CheckRunId("a b").code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(CheckRunId("a b").code(), base::StatusCode::kInvalidArgument);
 }
 
 TEST(WireRulesTest, Names) {
@@ -100,7 +100,7 @@ TEST(WireRulesTest, Names) {
   EXPECT_FALSE(CheckName("layer name", "").ok());
   EXPECT_FALSE(CheckName("layer name", "tab\there").ok());
   EXPECT_TRUE(CheckName("layer name", std::string(kMaxNameLength, 'x')).ok());
-  const Status long_name = CheckName("scalar name", std::string(kMaxNameLength + 1, 'x'));
+  const base::Status long_name = CheckName("scalar name", std::string(kMaxNameLength + 1, 'x'));
   EXPECT_EQ(long_name.message().rfind("scalar name", 0), 0u) << long_name.ToString();
 }
 

@@ -102,7 +102,7 @@ void ExpectStep(const Value& j, const v1::StepRecord& r, bool layers) {
   ExpectOptional(JsonMember(j, "cosine"), r.has_cosine(), r.cosine(), where + " cosine");
   EXPECT_EQ(JsonMember(j, "grad_norm").number_value(), r.grad_norm()) << where;
   EXPECT_EQ(JsonMember(j, "ref_norm").number_value(), r.ref_norm()) << where;
-  EXPECT_EQ(JsonMember(j, "regime").string_value(), RegimeName(*proto::FromProto(r.regime()))) << where;
+  EXPECT_EQ(JsonMember(j, "regime").string_value(), controller::RegimeName(*proto::FromProto(r.regime()))) << where;
   EXPECT_EQ(JsonMember(j, "alpha").number_value(), r.alpha()) << where;
   ExpectOptional(JsonMember(j, "cosine_after"), r.has_cosine_after(), r.cosine_after(), where + " cosine_after");
   ExpectOptional(JsonMember(j, "staleness"), r.has_staleness(), static_cast<double>(r.staleness()), where + " staleness");
@@ -126,7 +126,7 @@ void ExpectStep(const Value& j, const v1::StepRecord& r, bool layers) {
   }
   EXPECT_EQ(JsonMember(j, "wall_time_ns").string_value(), std::to_string(r.wall_time_ns())) << where;
   EXPECT_EQ(JsonMember(j, "agent_overhead_seconds").number_value(), r.agent_overhead_seconds()) << where;
-  EXPECT_EQ(JsonMember(j, "mode").string_value(), ModeName(*proto::FromProto(r.mode()))) << where;
+  EXPECT_EQ(JsonMember(j, "mode").string_value(), controller::ModeName(*proto::FromProto(r.mode()))) << where;
   EXPECT_EQ(JsonMember(j, "fallback").bool_value(), r.fallback()) << where;
 }
 
@@ -144,7 +144,7 @@ void ExpectRunInfo(const Value& j, const v1::RunInfo& info) {
   EXPECT_EQ(JsonMember(JsonMember(c, "thresholds"), "c_low").number_value(), info.config().thresholds().c_low());
   EXPECT_EQ(JsonMember(JsonMember(c, "thresholds"), "c_high").number_value(), info.config().thresholds().c_high());
   EXPECT_EQ(JsonMember(c, "version").number_value(), static_cast<double>(info.config().version()));
-  EXPECT_EQ(JsonMember(c, "mode").string_value(), ModeName(*proto::FromProto(info.config().mode())));
+  EXPECT_EQ(JsonMember(c, "mode").string_value(), controller::ModeName(*proto::FromProto(info.config().mode())));
 }
 
 std::string Bearer(const char* token) { return std::string("Authorization: Bearer ") + token; }

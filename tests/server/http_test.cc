@@ -139,7 +139,7 @@ TEST(HttpApiParsing, RoutesReadTheResourceFromTheEndOfThePath) {
       {"PUT", "/api/v1/runs/exp/config", ApiRoute::kConfig, "exp", "SetRunConfig"},
   };
   for (const Case& c : cases) {
-    StatusOr<ApiRoute> r = ParseApiRoute(c.method, c.path);
+    base::StatusOr<ApiRoute> r = ParseApiRoute(c.method, c.path);
     ASSERT_TRUE(r.ok()) << c.path << ": " << r.status().ToString();
     EXPECT_EQ(r->kind, c.kind) << c.path;
     EXPECT_EQ(r->run, c.run) << c.path;
@@ -456,7 +456,7 @@ TEST(HttpApiEncoding, SummaryRunsConfigAndErrors) {
   EXPECT_EQ(JsonMember(cfg, "run").string_value(), "exp");
   EXPECT_EQ(JsonMember(JsonMember(JsonMember(cfg, "config"), "thresholds"), "c_high").number_value(), 0.35);
 
-  const Value e = ParseJson(EncodeError(Status::NotFound("unknown run 'x\"'")));
+  const Value e = ParseJson(EncodeError(base::Status::NotFound("unknown run 'x\"'")));
   EXPECT_EQ(JsonMember(e, "code").string_value(), "NOT_FOUND");
   EXPECT_EQ(JsonMember(e, "message").string_value(), "unknown run 'x\"'");
 }

@@ -68,9 +68,9 @@ TEST(QueriesTest, StepPagesCoverEveryRecordOnceInOrder) {
   std::vector<std::pair<std::int64_t, std::uint32_t>> seen;
   for (int pages = 0;; ++pages) {
     ASSERT_LT(pages, 100);
-    StatusOr<StepQuery> q = StepQueryFromRequest(req);
+    base::StatusOr<StepQuery> q = StepQueryFromRequest(req);
     ASSERT_TRUE(q.ok()) << q.status().ToString();
-    StatusOr<v1::GetStepsResponse> page = GetStepsPage(*store, *q);
+    base::StatusOr<v1::GetStepsResponse> page = GetStepsPage(*store, *q);
     ASSERT_TRUE(page.ok()) << page.status().ToString();
     EXPECT_LE(page->steps_size(), 7);
     for (const v1::StepRecord& r : page->steps()) seen.emplace_back(r.step(), r.rank());
@@ -94,7 +94,7 @@ TEST(QueriesTest, RunPagesSkipRunsThePrincipalMayNotRead) {
   std::vector<v1::StepRecord> records;
   for (int i = 0; i < 25; ++i) records.push_back(MakeStep((i % 2 ? "exp-" : "other-") + std::to_string(100 + i), 1));
   Put(*store, records);
-  StatusOr<Authenticator> auth =
+  base::StatusOr<Authenticator> auth =
       Authenticator::FromText("reader reader-token-0123456789 read exp-*\n");
   ASSERT_TRUE(auth.ok());
   const Principal* reader = *auth->Authenticate("Bearer reader-token-0123456789");
@@ -104,7 +104,7 @@ TEST(QueriesTest, RunPagesSkipRunsThePrincipalMayNotRead) {
   std::vector<std::string> runs;
   for (int pages = 0;; ++pages) {
     ASSERT_LT(pages, 20);
-    StatusOr<v1::ListRunsResponse> page = ListRunsPage(*store, registry, *reader, req);
+    base::StatusOr<v1::ListRunsResponse> page = ListRunsPage(*store, registry, *reader, req);
     ASSERT_TRUE(page.ok()) << page.status().ToString();
     for (const v1::RunInfo& info : page->runs()) runs.push_back(info.run());
     if (page->next_page_token().empty()) break;
@@ -124,12 +124,12 @@ TEST(QueriesTest, RunPagesCarryTheLatestStepWhenAsked) {
   records.back().set_mode(v1::CONTROL_MODE_MONITOR);
   records.push_back(MakeStep("exp-b", 7, 0.5, 1, 2));  // rank 1 only
   Put(*store, records);
-  StatusOr<Authenticator> auth = Authenticator::FromText("reader reader-token-0123456789 read *\n");
+  base::StatusOr<Authenticator> auth = Authenticator::FromText("reader reader-token-0123456789 read *\n");
   ASSERT_TRUE(auth.ok());
   const Principal* reader = *auth->Authenticate("Bearer reader-token-0123456789");
   RunRegistry registry(v1::Thresholds(), v1::CONTROL_MODE_LOCAL);
   v1::ListRunsRequest req;
-  StatusOr<v1::ListRunsResponse> page = ListRunsPage(*store, registry, *reader, req);
+  base::StatusOr<v1::ListRunsResponse> page = ListRunsPage(*store, registry, *reader, req);
   ASSERT_TRUE(page.ok()) << page.status().ToString();
   ASSERT_EQ(page->runs_size(), 2);
   EXPECT_FALSE(page->runs(0).has_latest()) << "only when asked";
@@ -146,15 +146,15 @@ TEST(QueriesTest, RunPagesCarryTheLatestStepWhenAsked) {
 TEST(QueriesTest, SummaryMatchesARecomputationFromTheRecords) {
   std::mt19937_64 rng(3);
   std::uniform_real_distribution<double> cos_dist(-0.5, 0.5);
-  const Regime regimes[] = {Regime::kSafe, Regime::kProject, Regime::kSkip, Regime::kInvalid};
+  const controller::Regime regimes[] = {controller::Regime::kSafe, controller::Regime::kProject, controller::Regime::kSkip, controller::Regime::kInvalid};
   std::vector<v1::StepRecord> records;
   std::map<std::string, std::uint64_t> expected_counts;
   std::vector<double> abs_cosines;
   for (int step = 0; step < 200; ++step) {
     v1::StepRecord r = MakeStep("exp-s", step, step % 10 == 0 ? std::nan("") : cos_dist(rng));
-    const Regime regime = regimes[step % 7 % 4];
+    const controller::Regime regime = regimes[step % 7 % 4];
     r.set_regime(proto::ToProto(regime));
-    ++expected_counts[RegimeName(regime)];
+    ++expected_counts[controller::RegimeName(regime)];
     if (r.has_cosine()) abs_cosines.push_back(std::fabs(r.cosine()));
     records.push_back(r);
   }

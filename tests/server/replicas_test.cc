@@ -333,7 +333,7 @@ TEST_F(Replicas, KillNineOfTheStreamedToReplicaTwentyTimes) {
   ro.deadline = 500ms;
   auto remote = transport::RemoteController::Create(ro);
   ASSERT_TRUE(remote.ok()) << remote.status().ToString();
-  auto local = Controller::Create(Thresholds{0.05, 0.3});
+  auto local = controller::Controller::Create(controller::Thresholds{0.05, 0.3});
   ASSERT_TRUE(local.ok());
 
   constexpr int kKills = 20;
@@ -344,8 +344,8 @@ TEST_F(Replicas, KillNineOfTheStreamedToReplicaTwentyTimes) {
   std::thread trainer([&] {
     for (std::int64_t s = 0; !stop.load(); ++s) {
       const double c = 0.2 * std::sin(0.01 * static_cast<double>(s));
-      const AlignmentStats stats{c, 1.0, 1.0, s > 0};
-      StatusOr<Decision> d = (*remote)->Decide(s, stats);
+      const controller::AlignmentStats stats{c, 1.0, 1.0, s > 0};
+      base::StatusOr<controller::Decision> d = (*remote)->Decide(s, stats);
       if (d.ok()) {
         ++remote_decisions;
         if (d->regime != local->Decide(stats).regime) ++wrong;  // same (default) thresholds

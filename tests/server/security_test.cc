@@ -43,13 +43,13 @@ TEST(TokenFile, OthersMayNotReadOrChangeIt) {
   for (const Mode& m : modes) {
     SCOPED_TRACE(m.mode);
     ASSERT_EQ(chmod(path.c_str(), m.mode), 0);
-    StatusOr<server::Authenticator> auth = server::Authenticator::FromFile(path);
+    base::StatusOr<server::Authenticator> auth = server::Authenticator::FromFile(path);
     if (m.accepted) {
       EXPECT_TRUE(auth.ok()) << auth.status().ToString();
       continue;
     }
     ASSERT_FALSE(auth.ok());
-    EXPECT_EQ(auth.status().code(), StatusCode::kFailedPrecondition) << auth.status().ToString();
+    EXPECT_EQ(auth.status().code(), base::StatusCode::kFailedPrecondition) << auth.status().ToString();
     EXPECT_NE(auth.status().message().find(path), std::string::npos);
     EXPECT_NE(auth.status().message().find("chmod 600"), std::string::npos) << auth.status().ToString();
     ExpectNoToken(auth.status().message(), "the refusal");
@@ -142,7 +142,7 @@ TEST(Secrets, NoErrorMessageOrLogLineRepeatsAToken) {
   r.deadline = 2000ms;
   auto remote = transport::RemoteController::Create(r);
   ASSERT_TRUE(remote.ok());
-  StatusOr<Decision> d = (*remote)->Decide(1, {0.1, 1.0, 1.0, true});
+  base::StatusOr<controller::Decision> d = (*remote)->Decide(1, {0.1, 1.0, 1.0, true});
   ASSERT_FALSE(d.ok());
   ExpectNoToken(d.status().ToString(), "RemoteController::Decide");
   EXPECT_EQ(d.status().ToString().find(Near(kWriterToken)), std::string::npos);
@@ -164,7 +164,7 @@ TEST(Secrets, ATokenFileErrorNamesTheLineNotTheToken) {
       "x " + token + " write *\nx 0123456789abcdef-other read *\n",  // duplicate name
   };
   for (const std::string& text : bad) {
-    StatusOr<server::Authenticator> auth = server::Authenticator::FromText(text);
+    base::StatusOr<server::Authenticator> auth = server::Authenticator::FromText(text);
     ASSERT_FALSE(auth.ok()) << text;
     EXPECT_NE(auth.status().message().find("line "), std::string::npos) << auth.status().ToString();
     EXPECT_EQ(auth.status().message().find(token), std::string::npos) << auth.status().ToString();
@@ -271,7 +271,7 @@ TEST(MutualTls, OnlyClientsWithACertificateOfTheCaConnect) {
   r.tls_private_key.clear();
   auto without = transport::RemoteController::Create(r);
   ASSERT_TRUE(without.ok());
-  EXPECT_EQ((*without)->Decide(2, {0.1, 1.0, 1.0, true}).status().code(), StatusCode::kUnavailable);
+  EXPECT_EQ((*without)->Decide(2, {0.1, 1.0, 1.0, true}).status().code(), base::StatusCode::kUnavailable);
 
   std::vector<v1::StepRecord> stored;
   ASSERT_TRUE(Client(address, kReaderToken, Tls(dir, "client")).AllSteps("exp-mtls", &stored).ok());
@@ -280,7 +280,7 @@ TEST(MutualTls, OnlyClientsWithACertificateOfTheCaConnect) {
 
 TEST(MutualTls, ClientCaNeedsTls) {
   const char* argv[] = {"gacd", "--insecure", "--tls-client-ca=/etc/ca.pem"};
-  StatusOr<server::Flags> flags = server::ParseFlags(3, argv);
+  base::StatusOr<server::Flags> flags = server::ParseFlags(3, argv);
   ASSERT_FALSE(flags.ok());
   EXPECT_NE(flags.status().message().find("--tls-client-ca needs --tls-cert"), std::string::npos)
       << flags.status().ToString();

@@ -85,8 +85,8 @@ TEST_F(InProcess, DecideMatchesTheControllerWithTheRunSettings) {
   Client w = Writer();
   std::mt19937 rng(7);
   std::uniform_real_distribution<double> u(-1, 1);
-  auto check = [&](const Thresholds& t, AlphaMode mode) {
-    auto ctl = Controller::Create(t, mode);
+  auto check = [&](const controller::Thresholds& t, controller::AlphaMode mode) {
+    auto ctl = controller::Controller::Create(t, mode);
     ASSERT_TRUE(ctl.ok());
     for (int i = 0; i < 200; ++i) {
       const double gg = 1 + 10 * std::fabs(u(rng)), pp = 1 + 10 * std::fabs(u(rng));
@@ -100,7 +100,7 @@ TEST_F(InProcess, DecideMatchesTheControllerWithTheRunSettings) {
       req.set_has_reference(i > 0);
       v1::DecideResponse resp;
       ASSERT_TRUE(w.Decide(req, &resp).ok());
-      const Decision d = ctl->Decide({dot, gg, pp, i > 0});
+      const controller::Decision d = ctl->Decide({dot, gg, pp, i > 0});
       ASSERT_EQ(resp.regime(), proto::ToProto(d.regime)) << i;
       ASSERT_EQ(resp.has_cosine(), d.cosine.has_value());
       if (d.cosine) {
@@ -116,7 +116,7 @@ TEST_F(InProcess, DecideMatchesTheControllerWithTheRunSettings) {
       EXPECT_EQ(resp.config().thresholds().c_high(), t.c_high);
     }
   };
-  check(Thresholds{0.05, 0.3}, AlphaMode::kPaper);  // server defaults
+  check(controller::Thresholds{0.05, 0.3}, controller::AlphaMode::kPaper);  // server defaults
   v1::SetRunConfigRequest set;
   set.set_run("exp-d");
   set.mutable_thresholds()->set_c_low(0.2);
@@ -128,7 +128,7 @@ TEST_F(InProcess, DecideMatchesTheControllerWithTheRunSettings) {
   ASSERT_TRUE(Admin().SetRunConfig(set, &after).ok());
   EXPECT_EQ(after.version(), 1u);
   EXPECT_EQ(after.updated_by(), "admin");
-  check(Thresholds{0.2, 0.6}, AlphaMode::kExact);
+  check(controller::Thresholds{0.2, 0.6}, controller::AlphaMode::kExact);
 }
 
 TEST_F(InProcess, SettingsChangesAreVersionedAndAudited) {
@@ -331,12 +331,12 @@ TEST_F(InProcess, RunSummaryHasTheCalibrationStatistics) {
   req.set_window(60);
   v1::RunSummary sum;
   ASSERT_TRUE(Reader().GetRunSummary(req, &sum).ok());
-  const CalibrationStats want = ComputeCalibration(cosines, 0.05);
+  const controller::CalibrationStats want = controller::ComputeCalibration(cosines, 0.05);
   EXPECT_EQ(sum.calibration().count(), want.count);
   EXPECT_DOUBLE_EQ(sum.calibration().q90(), want.q90);
   EXPECT_DOUBLE_EQ(sum.calibration().max(), want.max);
   EXPECT_DOUBLE_EQ(sum.calibration().fraction_le_c_low(), want.frac_le_c_low);
-  auto suggested = SuggestThresholds(want);
+  auto suggested = controller::SuggestThresholds(want);
   ASSERT_TRUE(suggested.ok());
   EXPECT_DOUBLE_EQ(sum.calibration().suggested().c_low(), suggested->c_low);
   EXPECT_EQ(sum.steps_by_regime().at("skip"), 6u);
@@ -412,7 +412,7 @@ TEST(InProcessStart, BadConfigurationIsAClearError) {
   c.tls_key = dir.File("nope.key");
   s = GacServer::Start(c);
   ASSERT_FALSE(s.ok());
-  EXPECT_EQ(s.status().code(), StatusCode::kNotFound) << s.status().ToString();
+  EXPECT_EQ(s.status().code(), base::StatusCode::kNotFound) << s.status().ToString();
   EXPECT_NE(s.status().message().find("nope.key"), std::string::npos) << s.status().ToString();
   // A data directory that cannot be created is an I/O failure with its own
   // code, not DATA_LOSS: nothing was lost.
@@ -422,7 +422,7 @@ TEST(InProcessStart, BadConfigurationIsAClearError) {
   c.data_dir = dir.File("a-file") + "/data";
   s = GacServer::Start(c);
   ASSERT_FALSE(s.ok());
-  EXPECT_EQ(s.status().code(), StatusCode::kFailedPrecondition) << s.status().ToString();
+  EXPECT_EQ(s.status().code(), base::StatusCode::kFailedPrecondition) << s.status().ToString();
   EXPECT_NE(s.status().message().find("data directory"), std::string::npos) << s.status().ToString();
   c = TestConfig(dir);
   WriteFile(dir.File("garbage.db"), std::string(8192, 'x'));
@@ -583,18 +583,18 @@ TEST(GacdProcess, BadFlagsExitWithAClearMessage) {
   }
 }
 
-// gacd's durations are gac::ParseDuration's syntax (ms, s, m, h, d), in
+// gacd's durations are gac::base::ParseDuration's syntax (ms, s, m, h, d), in
 // whole seconds.
 TEST(Config, DurationsUseTheSharedSyntax) {
-  EXPECT_EQ(*server::ParseDuration("30d"), std::chrono::hours(30 * 24));
-  EXPECT_EQ(*server::ParseDuration("15m"), std::chrono::minutes(15));
-  EXPECT_EQ(*server::ParseDuration("10"), std::chrono::seconds(10));
-  EXPECT_EQ(*server::ParseDuration("2000ms"), std::chrono::seconds(2));
-  EXPECT_EQ(*server::ParseDuration("1.5h"), std::chrono::minutes(90));
-  EXPECT_TRUE(server::ParseDuration("1500ms").status().IsInvalidArgument()) << "not whole seconds";
-  EXPECT_TRUE(server::ParseDuration("ten days").status().IsInvalidArgument());
+  EXPECT_EQ(*server::ParseSeconds("30d"), std::chrono::hours(30 * 24));
+  EXPECT_EQ(*server::ParseSeconds("15m"), std::chrono::minutes(15));
+  EXPECT_EQ(*server::ParseSeconds("10"), std::chrono::seconds(10));
+  EXPECT_EQ(*server::ParseSeconds("2000ms"), std::chrono::seconds(2));
+  EXPECT_EQ(*server::ParseSeconds("1.5h"), std::chrono::minutes(90));
+  EXPECT_TRUE(server::ParseSeconds("1500ms").status().IsInvalidArgument()) << "not whole seconds";
+  EXPECT_TRUE(server::ParseSeconds("ten days").status().IsInvalidArgument());
   const char* argv[] = {"gacd", "--insecure", "--drain-timeout=3000ms", "--run-ttl=0.5h"};
-  StatusOr<server::Flags> flags = server::ParseFlags(4, argv);
+  base::StatusOr<server::Flags> flags = server::ParseFlags(4, argv);
   ASSERT_TRUE(flags.ok()) << flags.status().ToString();
   EXPECT_EQ(flags->config.drain_timeout, std::chrono::seconds(3));
   EXPECT_EQ(flags->config.run_ttl, std::chrono::minutes(30));
@@ -616,7 +616,7 @@ TEST(GacdProcess, ConfigFileIsReadAndFlagsOverrideIt) {
 
 // ---- the store and HTTP flags, and their deprecated spellings ----
 
-StatusOr<server::Flags> Parse(std::vector<std::string> args) {
+base::StatusOr<server::Flags> Parse(std::vector<std::string> args) {
   args.insert(args.begin(), {"gacd", "--insecure"});
   std::vector<const char*> argv;
   for (const std::string& a : args) argv.push_back(a.c_str());

@@ -78,7 +78,7 @@ class TempDir {
 };
 
 std::unique_ptr<Store> OpenOrDie(const std::string& path, const SqliteOptions& options = {}) {
-  StatusOr<std::unique_ptr<Store>> store = OpenSqliteStore(path, options);
+  base::StatusOr<std::unique_ptr<Store>> store = OpenSqliteStore(path, options);
   EXPECT_TRUE(store.ok()) << store.status().ToString();
   return store.ok() ? std::move(store).value() : nullptr;
 }
@@ -138,7 +138,7 @@ Counts ApplyRecords(Store* store, const std::vector<v1::StepRecord>& records,
   std::vector<WriteOp> ops(1);
   ops[0].steps = &request;
   ops[0].received_ns = received_ns;
-  Status s = store->Apply(&ops);
+  base::Status s = store->Apply(&ops);
   EXPECT_TRUE(s.ok()) << s.ToString();
   return Counts{ops[0].stored, ops[0].duplicates};
 }
@@ -159,7 +159,7 @@ ConfigWrite MakeConfigWrite(const std::string& run, std::uint64_t version, doubl
   return w;
 }
 
-Status ApplyConfig(Store* store, const ConfigWrite& write, std::int64_t received_ns) {
+base::Status ApplyConfig(Store* store, const ConfigWrite& write, std::int64_t received_ns) {
   std::vector<WriteOp> ops(1);
   ops[0].config = &write;
   ops[0].received_ns = received_ns;
@@ -199,7 +199,7 @@ std::vector<v1::StepRecord> WithoutLayers(std::vector<v1::StepRecord> records) {
 }
 
 std::vector<v1::StepRecord> Steps(Store* store, const StepQuery& query) {
-  StatusOr<std::vector<v1::StepRecord>> got = store->GetSteps(query);
+  base::StatusOr<std::vector<v1::StepRecord>> got = store->GetSteps(query);
   EXPECT_TRUE(got.ok()) << got.status().ToString();
   return got.ok() ? std::move(got).value() : std::vector<v1::StepRecord>();
 }
@@ -242,7 +242,7 @@ class StoreTest : public ::testing::TestWithParam<Impl> {
       store_ = OpenOrDie(dir_->File("gacd.db"));
     } else {
       GAC_NEW_POSTGRES_DATABASE_OR_SKIP(cluster, uri);
-      StatusOr<std::unique_ptr<Store>> store = OpenPostgresStore(uri);
+      base::StatusOr<std::unique_ptr<Store>> store = OpenPostgresStore(uri);
       ASSERT_TRUE(store.ok()) << store.status().ToString();
       store_ = std::move(store).value();
       pg_cluster_ = cluster;
@@ -389,30 +389,30 @@ TEST_P(StoreTest, RunInfoStepsModeIsTheLatestRecordsMode) {
   EXPECT_EQ(store_->GetRun("m")->steps_mode(), v1::CONTROL_MODE_REMOTE);
   ASSERT_EQ(ApplyRecords(store_.get(), {step(0, 4, v1::CONTROL_MODE_LOCAL)}, 3), Counts({1, 0}));
   EXPECT_EQ(store_->GetRun("m")->steps_mode(), v1::CONTROL_MODE_REMOTE);
-  StatusOr<std::vector<v1::RunInfo>> runs = store_->ListRuns("", 10);
+  base::StatusOr<std::vector<v1::RunInfo>> runs = store_->ListRuns("", 10);
   ASSERT_TRUE(runs.ok());
   ASSERT_EQ(runs->size(), 1u);
   EXPECT_EQ((*runs)[0].steps_mode(), v1::CONTROL_MODE_REMOTE);
 }
 
 TEST_P(StoreTest, EmptyStoreAnswersEmpty) {
-  StatusOr<std::vector<v1::RunInfo>> runs = store_->ListRuns("", 100);
+  base::StatusOr<std::vector<v1::RunInfo>> runs = store_->ListRuns("", 100);
   ASSERT_TRUE(runs.ok());
   EXPECT_TRUE(runs->empty());
-  EXPECT_EQ(store_->GetRun("r").status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(store_->GetRun("r").status().code(), base::StatusCode::kNotFound);
   StepQuery query;
   query.run = "r";
   EXPECT_TRUE(Steps(store_.get(), query).empty());
-  StatusOr<std::vector<v1::StepRecord>> recent = store_->GetRecentSteps("r", 0, 10);
+  base::StatusOr<std::vector<v1::StepRecord>> recent = store_->GetRecentSteps("r", 0, 10);
   ASSERT_TRUE(recent.ok());
   EXPECT_TRUE(recent->empty());
-  StatusOr<std::vector<v1::ConfigChange>> changes = store_->ListConfigChanges("r", 0, 10);
+  base::StatusOr<std::vector<v1::ConfigChange>> changes = store_->ListConfigChanges("r", 0, 10);
   ASSERT_TRUE(changes.ok());
   EXPECT_TRUE(changes->empty());
-  StatusOr<std::vector<std::pair<std::string, v1::RunConfig>>> configs = store_->LoadRunConfigs();
+  base::StatusOr<std::vector<std::pair<std::string, v1::RunConfig>>> configs = store_->LoadRunConfigs();
   ASSERT_TRUE(configs.ok());
   EXPECT_TRUE(configs->empty());
-  StatusOr<std::uint64_t> deleted =
+  base::StatusOr<std::uint64_t> deleted =
       store_->DeleteIdleRuns(std::numeric_limits<std::int64_t>::max());
   ASSERT_TRUE(deleted.ok());
   EXPECT_EQ(*deleted, 0u);
@@ -435,7 +435,7 @@ TEST_P(StoreTest, CountsStoredAndDuplicates) {
                           MakeStep("r", 0, 2)},
                          300),
             Counts({2, 2}));
-  StatusOr<v1::RunInfo> info = store_->GetRun("r");
+  base::StatusOr<v1::RunInfo> info = store_->GetRun("r");
   ASSERT_TRUE(info.ok()) << info.status().ToString();
   EXPECT_EQ(info->step_records(), 5u);
 }
@@ -645,7 +645,7 @@ TEST_P(StoreTest, ListRunsPagesByName) {
   }
   auto names = [this](const std::string& after, std::uint32_t limit) {
     std::vector<std::string> out;
-    StatusOr<std::vector<v1::RunInfo>> runs = store_->ListRuns(after, limit);
+    base::StatusOr<std::vector<v1::RunInfo>> runs = store_->ListRuns(after, limit);
     EXPECT_TRUE(runs.ok()) << runs.status().ToString();
     if (runs.ok()) {
       for (const v1::RunInfo& info : *runs) {
@@ -667,12 +667,12 @@ TEST_P(StoreTest, ListRunsPagesByName) {
 
 TEST_P(StoreTest, GetRunOfUnknownRunIsNotFound) {
   ASSERT_EQ(ApplyRecords(store_.get(), {MakeStep("known", 0, 0)}, 1), Counts({1, 0}));
-  EXPECT_EQ(store_->GetRun("unknown").status().code(), StatusCode::kNotFound);
-  EXPECT_EQ(store_->GetRun("know").status().code(), StatusCode::kNotFound);
-  EXPECT_EQ(store_->GetRun("").status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(store_->GetRun("unknown").status().code(), base::StatusCode::kNotFound);
+  EXPECT_EQ(store_->GetRun("know").status().code(), base::StatusCode::kNotFound);
+  EXPECT_EQ(store_->GetRun("").status().code(), base::StatusCode::kNotFound);
   // Settings alone do not make a run.
   ASSERT_TRUE(ApplyConfig(store_.get(), MakeConfigWrite("configured", 1, 0.2, ""), 1).ok());
-  EXPECT_EQ(store_->GetRun("configured").status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(store_->GetRun("configured").status().code(), base::StatusCode::kNotFound);
   EXPECT_EQ(store_->ListRuns("", 100)->size(), 1u);
 }
 
@@ -723,8 +723,8 @@ TEST_P(StoreTest, RunInfoFollowsTheRecords) {
                           MakeStep("y", 1, 7), MakeStep("x", 1, 6)},
                          400),
             Counts({5, 0}));
-  StatusOr<v1::RunInfo> x = store_->GetRun("x");
-  StatusOr<v1::RunInfo> y = store_->GetRun("y");
+  base::StatusOr<v1::RunInfo> x = store_->GetRun("x");
+  base::StatusOr<v1::RunInfo> y = store_->GetRun("y");
   ASSERT_TRUE(x.ok() && y.ok());
   EXPECT_EQ(std::make_tuple(x->first_step(), x->last_step(), x->step_records()),
             std::make_tuple(std::int64_t{2}, std::int64_t{6}, std::uint64_t{3}));
@@ -732,7 +732,7 @@ TEST_P(StoreTest, RunInfoFollowsTheRecords) {
             std::make_tuple(std::int64_t{7}, std::int64_t{7}, std::uint64_t{2}));
 
   // ListRuns gives the same RunInfo as GetRun.
-  StatusOr<std::vector<v1::RunInfo>> runs = store_->ListRuns("", 10);
+  base::StatusOr<std::vector<v1::RunInfo>> runs = store_->ListRuns("", 10);
   ASSERT_TRUE(runs.ok());
   ASSERT_EQ(runs->size(), 4u);
   EXPECT_TRUE(SameMessage((*runs)[0], want));
@@ -747,7 +747,7 @@ TEST_P(StoreTest, GetRecentStepsGivesTheLastWindowOfARank) {
   }
   rank0 = WithoutLayers(rank0);
   auto recent = [this](std::uint32_t rank, std::uint32_t window) {
-    StatusOr<std::vector<v1::StepRecord>> got = store_->GetRecentSteps("r", rank, window);
+    base::StatusOr<std::vector<v1::StepRecord>> got = store_->GetRecentSteps("r", rank, window);
     EXPECT_TRUE(got.ok()) << got.status().ToString();
     return got.ok() ? std::move(got).value() : std::vector<v1::StepRecord>();
   };
@@ -758,7 +758,7 @@ TEST_P(StoreTest, GetRecentStepsGivesTheLastWindowOfARank) {
   std::vector<v1::StepRecord> r1 = recent(1, 2);
   EXPECT_EQ(Keys(r1), (std::vector<std::pair<std::int64_t, std::uint32_t>>{{108, 1}, {109, 1}}));
   EXPECT_TRUE(recent(2, 0).empty());
-  StatusOr<std::vector<v1::StepRecord>> unknown = store_->GetRecentSteps("nope", 0, 0);
+  base::StatusOr<std::vector<v1::StepRecord>> unknown = store_->GetRecentSteps("nope", 0, 0);
   ASSERT_TRUE(unknown.ok());
   EXPECT_TRUE(unknown->empty());
 }
@@ -776,7 +776,7 @@ TEST_P(StoreTest, ConfigWritesAuditAndLoad) {
   ASSERT_TRUE(ApplyConfig(store_.get(), unset, 4).ok());
   ASSERT_TRUE(ApplyConfig(store_.get(), a3, 5).ok());
 
-  StatusOr<std::vector<std::pair<std::string, v1::RunConfig>>> configs = store_->LoadRunConfigs();
+  base::StatusOr<std::vector<std::pair<std::string, v1::RunConfig>>> configs = store_->LoadRunConfigs();
   ASSERT_TRUE(configs.ok()) << configs.status().ToString();
   ASSERT_EQ(configs->size(), 2u);  // "c" has version 0: server defaults
   EXPECT_EQ((*configs)[0].first, "a");
@@ -785,7 +785,7 @@ TEST_P(StoreTest, ConfigWritesAuditAndLoad) {
   EXPECT_TRUE(SameMessage((*configs)[1].second, b1.config));
 
   auto changes = [this](const std::string& run, std::uint64_t offset, std::uint32_t limit) {
-    StatusOr<std::vector<v1::ConfigChange>> got = store_->ListConfigChanges(run, offset, limit);
+    base::StatusOr<std::vector<v1::ConfigChange>> got = store_->ListConfigChanges(run, offset, limit);
     EXPECT_TRUE(got.ok()) << got.status().ToString();
     return got.ok() ? std::move(got).value() : std::vector<v1::ConfigChange>();
   };
@@ -820,7 +820,7 @@ TEST_P(StoreTest, StaleSettingsChangeConflictsAndTheRestCommits) {
   ops[2].config = &ahead;
   ops[3].config = &unknown;
   for (WriteOp& op : ops) op.received_ns = 10;
-  Status s = store_->Apply(&ops);
+  base::Status s = store_->Apply(&ops);
   ASSERT_TRUE(s.ok()) << s.ToString();
   EXPECT_TRUE(ops[0].config_conflict);
   EXPECT_TRUE(SameMessage(ops[0].stored_config, a1.config));
@@ -832,7 +832,7 @@ TEST_P(StoreTest, StaleSettingsChangeConflictsAndTheRestCommits) {
   EXPECT_EQ(ops[3].stored_config.version(), 0u);
 
   // Nothing of the conflicting changes was written.
-  StatusOr<std::vector<std::pair<std::string, v1::RunConfig>>> configs = store_->LoadRunConfigs();
+  base::StatusOr<std::vector<std::pair<std::string, v1::RunConfig>>> configs = store_->LoadRunConfigs();
   ASSERT_TRUE(configs.ok());
   ASSERT_EQ(configs->size(), 1u);
   EXPECT_TRUE(SameMessage(configs->at(0).second, a1.config));
@@ -859,14 +859,14 @@ TEST_P(StoreTest, DeleteIdleRunsKeepsSettings) {
   const ConfigWrite config = MakeConfigWrite("old", 1, 0.2, "kept");
   ASSERT_TRUE(ApplyConfig(store_.get(), config, 150).ok());
 
-  StatusOr<std::uint64_t> deleted = store_->DeleteIdleRuns(100);  // strictly before the cutoff
+  base::StatusOr<std::uint64_t> deleted = store_->DeleteIdleRuns(100);  // strictly before the cutoff
   ASSERT_TRUE(deleted.ok());
   EXPECT_EQ(*deleted, 0u);
   deleted = store_->DeleteIdleRuns(200);
   ASSERT_TRUE(deleted.ok()) << deleted.status().ToString();
   EXPECT_EQ(*deleted, 1u);
 
-  EXPECT_EQ(store_->GetRun("old").status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(store_->GetRun("old").status().code(), base::StatusCode::kNotFound);
   StepQuery query;
   query.run = "old";
   query.include_layers = true;
@@ -918,7 +918,7 @@ TEST_P(StoreTest, ReadsSeeWholeTransactionsDuringWrites) {
       query.run = "r";
       query.include_layers = true;
       query.limit = 100000;
-      StatusOr<std::vector<v1::StepRecord>> got = store_->GetSteps(query);
+      base::StatusOr<std::vector<v1::StepRecord>> got = store_->GetSteps(query);
       if (!got.ok() || got->size() < last || got->size() % 2 != 0) ++failures;
       if (got.ok()) {
         last = got->size();
@@ -926,7 +926,7 @@ TEST_P(StoreTest, ReadsSeeWholeTransactionsDuringWrites) {
           if (r.layers_size() != kLayers) ++failures;
         }
       }
-      StatusOr<v1::RunInfo> info = store_->GetRun("r");
+      base::StatusOr<v1::RunInfo> info = store_->GetRun("r");
       if (info.ok() && info->step_records() < last) ++failures;
     }
   });
@@ -1051,18 +1051,18 @@ TEST_F(SqliteStoreTest, GarbageFileIsDataLoss) {
     std::ofstream out(DbPath(), std::ios::binary);
     for (int i = 0; i < 512; ++i) out << "not a database ";
   }
-  StatusOr<std::unique_ptr<Store>> store = OpenSqliteStore(DbPath());
+  base::StatusOr<std::unique_ptr<Store>> store = OpenSqliteStore(DbPath());
   ASSERT_FALSE(store.ok());
-  EXPECT_EQ(store.status().code(), StatusCode::kDataLoss) << store.status().ToString();
+  EXPECT_EQ(store.status().code(), base::StatusCode::kDataLoss) << store.status().ToString();
   EXPECT_NE(store.status().message().find(DbPath()), std::string::npos)
       << store.status().ToString();
 }
 
 TEST_F(SqliteStoreTest, MissingDirectoryIsNotFoundNotDataLoss) {
   const std::string path = dir_.File("no/such/dir/gacd.db");
-  StatusOr<std::unique_ptr<Store>> store = OpenSqliteStore(path);
+  base::StatusOr<std::unique_ptr<Store>> store = OpenSqliteStore(path);
   ASSERT_FALSE(store.ok());
-  EXPECT_EQ(store.status().code(), StatusCode::kNotFound) << store.status().ToString();
+  EXPECT_EQ(store.status().code(), base::StatusCode::kNotFound) << store.status().ToString();
   EXPECT_NE(store.status().message().find(path), std::string::npos) << store.status().ToString();
 }
 
@@ -1072,9 +1072,9 @@ TEST_F(SqliteStoreTest, NewerSchemaIsFailedPrecondition) {
     raw.Exec("CREATE TABLE future (x); PRAGMA user_version = " +
              std::to_string(SqliteSchemaVersion() + 1));
   }
-  StatusOr<std::unique_ptr<Store>> store = OpenSqliteStore(DbPath());
+  base::StatusOr<std::unique_ptr<Store>> store = OpenSqliteStore(DbPath());
   ASSERT_FALSE(store.ok());
-  EXPECT_EQ(store.status().code(), StatusCode::kFailedPrecondition) << store.status().ToString();
+  EXPECT_EQ(store.status().code(), base::StatusCode::kFailedPrecondition) << store.status().ToString();
   // The file is left as it was.
   RawDb raw(DbPath());
   EXPECT_EQ(raw.Query("PRAGMA journal_mode"), "delete");
@@ -1101,10 +1101,10 @@ TEST_F(SqliteStoreTest, TwoStoresOnOneFileShareData) {
 TEST_F(SqliteStoreTest, BadOptionsAreInvalidArgument) {
   SqliteOptions options;
   options.synchronous = "FULL; DROP TABLE runs";
-  EXPECT_EQ(OpenSqliteStore(DbPath(), options).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(OpenSqliteStore(DbPath(), options).status().code(), base::StatusCode::kInvalidArgument);
   options.synchronous = "EXTRA";
   options.busy_timeout_ms = -1;
-  EXPECT_EQ(OpenSqliteStore(DbPath(), options).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(OpenSqliteStore(DbPath(), options).status().code(), base::StatusCode::kInvalidArgument);
 }
 
 TEST_F(SqliteStoreTest, LockedDatabaseIsUnavailable) {
@@ -1119,9 +1119,9 @@ TEST_F(SqliteStoreTest, LockedDatabaseIsUnavailable) {
   *request.add_records() = MakeStep("r", 0, 1);
   std::vector<WriteOp> ops(1);
   ops[0].steps = &request;
-  Status s = store->Apply(&ops);
-  EXPECT_EQ(s.code(), StatusCode::kUnavailable) << s.ToString();
-  EXPECT_EQ(store->DeleteIdleRuns(1000).status().code(), StatusCode::kUnavailable);
+  base::Status s = store->Apply(&ops);
+  EXPECT_EQ(s.code(), base::StatusCode::kUnavailable) << s.ToString();
+  EXPECT_EQ(store->DeleteIdleRuns(1000).status().code(), base::StatusCode::kUnavailable);
   // Reads go on under a writer.
   EXPECT_EQ(store->GetRun("r")->step_records(), 1u);
   raw.Exec("COMMIT");
@@ -1155,12 +1155,12 @@ TEST_F(SqliteStoreTest, FailedApplyRollsBackEverything) {
   ops[1].config = &config;
   ops[2].steps = &bad;
   for (WriteOp& op : ops) op.received_ns = 200;
-  Status s = store->Apply(&ops);
+  base::Status s = store->Apply(&ops);
   ASSERT_FALSE(s.ok());
   EXPECT_NE(s.message().find("injected failure"), std::string::npos) << s.ToString();
 
-  EXPECT_EQ(store->GetRun("fresh").status().code(), StatusCode::kNotFound);
-  EXPECT_EQ(store->GetRun("other").status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(store->GetRun("fresh").status().code(), base::StatusCode::kNotFound);
+  EXPECT_EQ(store->GetRun("other").status().code(), base::StatusCode::kNotFound);
   EXPECT_TRUE(SameMessage(*store->GetRun("existing"), before));
   EXPECT_TRUE(store->LoadRunConfigs()->empty());
   EXPECT_TRUE(store->ListConfigChanges("fresh", 0, 10)->empty());
@@ -1383,7 +1383,7 @@ void RunRandomWorkload(Store* memory, Store* other, std::uint64_t seed, int call
     for (const ConfigWrite& c : configs) ops.push_back(WriteOp{nullptr, &c, now});
     std::vector<WriteOp> other_ops = ops;
     ASSERT_TRUE(memory->Apply(&ops).ok());
-    Status s = other->Apply(&other_ops);
+    base::Status s = other->Apply(&other_ops);
     ASSERT_TRUE(s.ok()) << s.ToString();
     for (std::size_t i = 0; i < ops.size(); ++i) {
       ASSERT_EQ(Counts({other_ops[i].stored, other_ops[i].duplicates}), Counts({ops[i].stored, ops[i].duplicates}))
@@ -1393,8 +1393,8 @@ void RunRandomWorkload(Store* memory, Store* other, std::uint64_t seed, int call
     }
     if (random.Uniform(0, 24) == 0) {
       const std::int64_t cutoff = now - random.Uniform(0, 400);
-      StatusOr<std::uint64_t> want = memory->DeleteIdleRuns(cutoff);
-      StatusOr<std::uint64_t> got = other->DeleteIdleRuns(cutoff);
+      base::StatusOr<std::uint64_t> want = memory->DeleteIdleRuns(cutoff);
+      base::StatusOr<std::uint64_t> got = other->DeleteIdleRuns(cutoff);
       ASSERT_TRUE(want.ok() && got.ok()) << got.status().ToString();
       ASSERT_EQ(*got, *want) << "call " << call;
     }
@@ -1427,7 +1427,7 @@ TEST(StoreEquivalenceTest, RandomWorkloadGivesEqualAnswers) {
 // ---------------------------------------------------------------------------
 
 std::unique_ptr<Store> OpenPostgresOrDie(const std::string& uri, const PostgresOptions& options = {}) {
-  StatusOr<std::unique_ptr<Store>> store = OpenPostgresStore(uri, options);
+  base::StatusOr<std::unique_ptr<Store>> store = OpenPostgresStore(uri, options);
   EXPECT_TRUE(store.ok()) << store.status().ToString();
   return store.ok() ? std::move(store).value() : nullptr;
 }
@@ -1496,7 +1496,7 @@ TEST_F(PostgresStoreTest, ConcurrentWritersStoreEachKeyOnce) {
         const std::size_t n = std::min<std::size_t>(order.size() - i, 1 + rng() % 3);
         for (std::size_t k = 0; k < n; ++k) ops.push_back(WriteOp{&batches[order[i + k]], nullptr, 1000 + w});
         i += n;
-        Status s = stores[w]->Apply(&ops);
+        base::Status s = stores[w]->Apply(&ops);
         if (!s.ok()) {
           ADD_FAILURE() << "writer " << w << ": " << s.ToString();
           ++failures;
@@ -1527,7 +1527,7 @@ TEST_F(PostgresStoreTest, ConcurrentWritersStoreEachKeyOnce) {
       EXPECT_TRUE(SameMessage(r, MakeStep(run, r.rank(), r.step(), kLayers))) << run << " " << r.step();
     }
     EXPECT_EQ(keys.size(), got.size()) << run;
-    StatusOr<v1::RunInfo> info = stores[1]->GetRun(run);
+    base::StatusOr<v1::RunInfo> info = stores[1]->GetRun(run);
     ASSERT_TRUE(info.ok()) << info.status().ToString();
     EXPECT_EQ(info->step_records(), got.size()) << run;
     EXPECT_EQ(info->first_seen_ns(), 1000);
@@ -1548,7 +1548,7 @@ TEST_F(PostgresStoreTest, RetentionElsewhereNeverSplitsARunFromItsRows) {
   std::atomic<std::uint64_t> deleted{0};
   std::thread retention([&] {
     while (!done.load()) {
-      StatusOr<std::uint64_t> n = janitor->DeleteIdleRuns(std::numeric_limits<std::int64_t>::max());
+      base::StatusOr<std::uint64_t> n = janitor->DeleteIdleRuns(std::numeric_limits<std::int64_t>::max());
       if (!n.ok()) {
         ADD_FAILURE() << n.status().ToString();
         return;
@@ -1563,11 +1563,11 @@ TEST_F(PostgresStoreTest, RetentionElsewhereNeverSplitsARunFromItsRows) {
     std::vector<WriteOp> ops(1);
     ops[0].steps = &request;
     ops[0].received_ns = i;
-    Status s = writer->Apply(&ops);
+    base::Status s = writer->Apply(&ops);
     ASSERT_TRUE(s.ok()) << s.ToString();
     if (i % 25 == 0) {
       // Between deletions the run and its rows agree.
-      StatusOr<v1::RunInfo> info = writer->GetRun("r");
+      base::StatusOr<v1::RunInfo> info = writer->GetRun("r");
       StepQuery query;
       query.run = "r";
       query.limit = 100000;
@@ -1580,7 +1580,7 @@ TEST_F(PostgresStoreTest, RetentionElsewhereNeverSplitsARunFromItsRows) {
   done = true;
   retention.join();
   EXPECT_GT(deleted.load(), 0u) << "retention never ran between the writes";
-  StatusOr<v1::RunInfo> info = writer->GetRun("r");
+  base::StatusOr<v1::RunInfo> info = writer->GetRun("r");
   StepQuery query;
   query.run = "r";
   query.limit = 100000;
@@ -1591,7 +1591,7 @@ TEST_F(PostgresStoreTest, RetentionElsewhereNeverSplitsARunFromItsRows) {
     EXPECT_EQ(info->first_step(), rows.front().step());
     EXPECT_EQ(info->last_step(), rows.back().step());
   } else {
-    EXPECT_EQ(info.status().code(), StatusCode::kNotFound);
+    EXPECT_EQ(info.status().code(), base::StatusCode::kNotFound);
     EXPECT_TRUE(rows.empty());
   }
 }
@@ -1654,7 +1654,7 @@ TEST_F(PostgresStoreTest, RacingSettingsChangesHaveOneWinner) {
     for (std::size_t i = 0; i < writes->size(); ++i) {
       std::vector<WriteOp> ops(1);
       ops[0].config = &(*writes)[i];
-      Status s = store->Apply(&ops);
+      base::Status s = store->Apply(&ops);
       ASSERT_TRUE(s.ok()) << s.ToString();
       (*won)[i] = !ops[0].config_conflict;
       (*saw)[i] = ops[0].stored_config;
@@ -1730,8 +1730,8 @@ TEST_F(PostgresStoreTest, DataSurvivesReopenAndReplicasMigrateOnce) {
 // and have the code of what went wrong.
 TEST_F(PostgresStoreTest, OpenErrorsAreOneLineWithoutThePassword) {
   const std::string secret = "not-the-password-7f3a";
-  const auto expect_error = [&](const std::string& uri, StatusCode code, const std::string& part) {
-    StatusOr<std::unique_ptr<Store>> store = OpenPostgresStore(uri);
+  const auto expect_error = [&](const std::string& uri, base::StatusCode code, const std::string& part) {
+    base::StatusOr<std::unique_ptr<Store>> store = OpenPostgresStore(uri);
     ASSERT_FALSE(store.ok()) << uri;
     const std::string message = store.status().ToString();
     EXPECT_EQ(store.status().code(), code) << message;
@@ -1739,8 +1739,8 @@ TEST_F(PostgresStoreTest, OpenErrorsAreOneLineWithoutThePassword) {
     EXPECT_EQ(message.find('\n'), std::string::npos) << message;
     EXPECT_EQ(message.find(secret), std::string::npos) << message;
   };
-  expect_error(cluster_->Uri(DatabaseName(), secret), StatusCode::kUnauthenticated, "password authentication failed");
-  expect_error(cluster_->Uri("no_such_database", testing::PostgresCluster::kPassword), StatusCode::kNotFound,
+  expect_error(cluster_->Uri(DatabaseName(), secret), base::StatusCode::kUnauthenticated, "password authentication failed");
+  expect_error(cluster_->Uri("no_such_database", testing::PostgresCluster::kPassword), base::StatusCode::kNotFound,
                "does not exist");
   // A port nothing listens on: the one of a server that was stopped.
   {
@@ -1749,9 +1749,9 @@ TEST_F(PostgresStoreTest, OpenErrorsAreOneLineWithoutThePassword) {
     ASSERT_NE(stopped, nullptr) << error;
     ASSERT_TRUE(stopped->Stop(&error)) << error;
     expect_error("postgresql://gac:" + secret + "@127.0.0.1:" + std::to_string(stopped->port()) + "/gac",
-                 StatusCode::kUnavailable, "Connection refused");
+                 base::StatusCode::kUnavailable, "Connection refused");
   }
-  expect_error("postgresql://gac:" + secret + "@[::1/gac", StatusCode::kInvalidArgument, "bad PostgreSQL URI");
+  expect_error("postgresql://gac:" + secret + "@[::1/gac", base::StatusCode::kInvalidArgument, "bad PostgreSQL URI");
   EXPECT_EQ(DescribePostgresUri(cluster_->Uri(DatabaseName(), secret)),
             "postgresql://gac@127.0.0.1:" + std::to_string(cluster_->port()) + "/" + DatabaseName());
 
@@ -1759,7 +1759,7 @@ TEST_F(PostgresStoreTest, OpenErrorsAreOneLineWithoutThePassword) {
   ASSERT_NE(OpenPostgresOrDie(uri_), nullptr);
   std::string error;
   ASSERT_TRUE(cluster_->Exec(DatabaseName(), "UPDATE gac_schema SET version = 99", &error)) << error;
-  expect_error(uri_, StatusCode::kFailedPrecondition, "schema version 99 is newer than this build's");
+  expect_error(uri_, base::StatusCode::kFailedPrecondition, "schema version 99 is newer than this build's");
   std::string version;
   ASSERT_TRUE(cluster_->Exec(DatabaseName(), "SELECT version FROM gac_schema", &error, &version)) << error;
   EXPECT_EQ(version, "99");
@@ -1789,18 +1789,18 @@ TEST(PostgresOutage, CallsFailFastAndTheStoreReconnects) {
   std::vector<WriteOp> ops(1);
   ops[0].steps = &request;
   for (int i = 0; i < 3; ++i) {
-    Status s = store->Apply(&ops);
-    EXPECT_EQ(s.code(), StatusCode::kUnavailable) << s.ToString();
+    base::Status s = store->Apply(&ops);
+    EXPECT_EQ(s.code(), base::StatusCode::kUnavailable) << s.ToString();
     EXPECT_EQ(s.message().find('\n'), std::string::npos) << s.ToString();
     EXPECT_EQ(s.message().find(testing::PostgresCluster::kPassword), std::string::npos) << s.ToString();
   }
-  EXPECT_EQ(store->GetRun("r").status().code(), StatusCode::kUnavailable);
-  EXPECT_EQ(store->LoadRunConfigs().status().code(), StatusCode::kUnavailable);
-  EXPECT_EQ(store->WaitForConfigChanges(std::chrono::milliseconds(0)).status().code(), StatusCode::kUnavailable);
+  EXPECT_EQ(store->GetRun("r").status().code(), base::StatusCode::kUnavailable);
+  EXPECT_EQ(store->LoadRunConfigs().status().code(), base::StatusCode::kUnavailable);
+  EXPECT_EQ(store->WaitForConfigChanges(std::chrono::milliseconds(0)).status().code(), base::StatusCode::kUnavailable);
   EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5));
 
   ASSERT_TRUE(cluster->Restart(&error)) << error;
-  Status s;
+  base::Status s;
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
   do {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
@@ -1810,7 +1810,7 @@ TEST(PostgresOutage, CallsFailFastAndTheStoreReconnects) {
   EXPECT_EQ(Counts({ops[0].stored, ops[0].duplicates}), Counts({1, 0}));
   EXPECT_EQ(store->GetRun("r")->step_records(), 2u);
   // The listener is back too, and hears the next change.
-  StatusOr<std::vector<std::pair<std::string, v1::RunConfig>>> changes =
+  base::StatusOr<std::vector<std::pair<std::string, v1::RunConfig>>> changes =
       store->WaitForConfigChanges(std::chrono::milliseconds(0));
   while (!changes.ok() && std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));

@@ -17,7 +17,7 @@
 #include <string>
 
 #include "gac/controller/controller.h"
-#include "gac/mutex.h"
+#include "gac/base/mutex.h"
 #include "gac/proto/convert.h"
 #include "gac/transport/remote_controller.h"
 #include "gac/v1/control.grpc.pb.h"
@@ -56,7 +56,7 @@ class FakeGacd final : public v1::ControlService::WithRawCallbackMethod_Decide<v
 
   const std::string& address() const { return address_; }
   int hung() {
-    MutexLock lock(&mu_);
+    base::MutexLock lock(&mu_);
     return hung_;
   }
 
@@ -72,7 +72,7 @@ class FakeGacd final : public v1::ControlService::WithRawCallbackMethod_Decide<v
     std::string bytes;
     if (!answer_(request, &bytes)) {
       {
-        MutexLock lock(&mu_);
+        base::MutexLock lock(&mu_);
         ++hung_;
       }
       return new Hanging();
@@ -95,7 +95,7 @@ class FakeGacd final : public v1::ControlService::WithRawCallbackMethod_Decide<v
   Answer answer_;
   std::unique_ptr<grpc::Server> server_;
   std::string address_;
-  Mutex mu_;
+  base::Mutex mu_;
   int hung_ GAC_GUARDED_BY(mu_) = 0;
 };
 
@@ -103,7 +103,7 @@ class FakeGacd final : public v1::ControlService::WithRawCallbackMethod_Decide<v
 // `damage` changed it.
 Answer Damaged(std::function<void(v1::DecideResponse*)> damage) {
   return [damage](const v1::DecideRequest& request, std::string* bytes) {
-    const Controller controller = *Controller::Create(Thresholds{}, AlphaMode::kPaper);
+    const controller::Controller controller = *controller::Controller::Create(controller::Thresholds{}, controller::AlphaMode::kPaper);
     v1::DecideResponse response;
     proto::EncodeDecideResponse(request, controller.Decide(proto::StatsFromProto(request)), &response);
     damage(&response);
@@ -124,7 +124,7 @@ struct HostileCase {
 
 // Statistics for which the honest controller projects (cosine 0.6 with the
 // default thresholds 0.05 / 0.3 would skip; 0.2 projects).
-constexpr AlignmentStats kProjecting{0.2, 1.0, 1.0, true};
+constexpr controller::AlignmentStats kProjecting{0.2, 1.0, 1.0, true};
 
 std::vector<HostileCase> HostileCases() {
   return {
@@ -169,10 +169,10 @@ TEST(HostileGacd, HonestAnswerIsTaken) {
   FakeGacd gacd(Honest());
   auto remote = RemoteController::Create(Options(gacd.address()));
   ASSERT_TRUE(remote.ok());
-  StatusOr<Decision> d = (*remote)->Decide(7, kProjecting);
+  base::StatusOr<controller::Decision> d = (*remote)->Decide(7, kProjecting);
   ASSERT_TRUE(d.ok()) << d.status().ToString();
-  const Decision local = Controller::Create(Thresholds{}, AlphaMode::kPaper)->Decide(kProjecting);
-  EXPECT_EQ(d->regime, Regime::kProject);
+  const controller::Decision local = controller::Controller::Create(controller::Thresholds{}, controller::AlphaMode::kPaper)->Decide(kProjecting);
+  EXPECT_EQ(d->regime, controller::Regime::kProject);
   EXPECT_EQ(d->alpha, local.alpha);
   EXPECT_EQ(d->projection_coeff, local.projection_coeff);
 }
@@ -183,11 +183,11 @@ TEST(HostileGacd, EveryAbsurdAnswerIsRefusedWithItsReason) {
     FakeGacd gacd(c.answer);
     auto remote = RemoteController::Create(Options(gacd.address()));
     ASSERT_TRUE(remote.ok());
-    StatusOr<Decision> d = (*remote)->Decide(7, kProjecting);
+    base::StatusOr<controller::Decision> d = (*remote)->Decide(7, kProjecting);
     ASSERT_FALSE(d.ok());
     EXPECT_NE(d.status().message().find(c.reason), std::string::npos) << d.status().ToString();
     if (std::string(c.reason).empty()) continue;  // a transport error, not a decoded answer
-    EXPECT_EQ(d.status().code(), StatusCode::kInvalidArgument) << d.status().ToString();
+    EXPECT_EQ(d.status().code(), base::StatusCode::kInvalidArgument) << d.status().ToString();
     EXPECT_NE(d.status().message().find("gacd Decide answered nonsense"), std::string::npos);
   }
 }
@@ -198,10 +198,10 @@ TEST(HostileGacd, AnAnswerThatNeverComesEndsAtTheDeadline) {
   ASSERT_TRUE(remote.ok());
   for (int i = 0; i < 3; ++i) {
     const auto t0 = std::chrono::steady_clock::now();
-    StatusOr<Decision> d = (*remote)->Decide(i, kProjecting);
+    base::StatusOr<controller::Decision> d = (*remote)->Decide(i, kProjecting);
     const auto waited = std::chrono::steady_clock::now() - t0;
     ASSERT_FALSE(d.ok());
-    EXPECT_EQ(d.status().code(), StatusCode::kDeadlineExceeded) << d.status().ToString();
+    EXPECT_EQ(d.status().code(), base::StatusCode::kDeadlineExceeded) << d.status().ToString();
     // The call waits for its deadline, not for the server (generous bound
     // for a loaded machine; the server would hang forever).
     EXPECT_LT(waited, 5s);
@@ -222,7 +222,7 @@ struct AgentPair {
     remote = std::shared_ptr<RemoteController>(std::move(*RemoteController::Create(Options(address, deadline))));
     agent::AgentOptions o;
     o.num_threads = 1;
-    o.mode = Mode::kRemote;
+    o.mode = controller::Mode::kRemote;
     o.decision_source = remote;
     agent = std::move(*agent::Agent::Create(o));
     agent::AgentOptions lo;
@@ -231,11 +231,11 @@ struct AgentPair {
   }
 
   // Steps both agents with gradient g; returns the remote agent's report.
-  StepReport Step(std::int64_t step, const at::Tensor& g) {
+  controller::StepReport Step(std::int64_t step, const at::Tensor& g) {
     param.mutable_grad() = g.clone();
     local_param.mutable_grad() = g.clone();
-    StatusOr<StepReport> r = agent->Step(step, {param});
-    StatusOr<StepReport> rl = local->Step(step, {local_param});
+    base::StatusOr<controller::StepReport> r = agent->Step(step, {param});
+    base::StatusOr<controller::StepReport> rl = local->Step(step, {local_param});
     EXPECT_TRUE(r.ok() && rl.ok());
     if (!r.ok() || !rl.ok()) return {};
     EXPECT_EQ(r->decision.regime, rl->decision.regime);
@@ -263,8 +263,8 @@ TEST(HostileGacdAgent, FallsBackToTheLocalDecisionCountsAndSaysWhy) {
     AgentPair pair(gacd.address(), 2000ms);
     bool projected = false;
     for (int step = 1; step <= 4; ++step) {
-      const StepReport r = pair.Step(step, grads[static_cast<std::size_t>(step - 1)]);
-      projected |= r.decision.regime == Regime::kProject;
+      const controller::StepReport r = pair.Step(step, grads[static_cast<std::size_t>(step - 1)]);
+      projected |= r.decision.regime == controller::Regime::kProject;
       EXPECT_TRUE(r.fallback) << "step " << step;
       EXPECT_NE(r.remote_error.find(c.reason), std::string::npos) << r.remote_error;
     }
@@ -278,7 +278,7 @@ TEST(HostileGacdAgent, AnswerThatNeverComesFallsBackAtTheDeadline) {
   FakeGacd gacd([](const v1::DecideRequest&, std::string*) { return false; });
   AgentPair pair(gacd.address(), 100ms);
   for (int step = 1; step <= 3; ++step) {
-    const StepReport r = pair.Step(step, grads[static_cast<std::size_t>(step - 1)]);
+    const controller::StepReport r = pair.Step(step, grads[static_cast<std::size_t>(step - 1)]);
     EXPECT_TRUE(r.fallback);
     EXPECT_NE(r.remote_error.find("DEADLINE_EXCEEDED"), std::string::npos) << r.remote_error;
     EXPECT_LT(r.decide_seconds, 5.0);
@@ -292,7 +292,7 @@ TEST(HostileGacdAgent, HonestGacdIsFollowed) {
   FakeGacd gacd(Honest());
   AgentPair pair(gacd.address(), 2000ms);
   for (int step = 1; step <= 4; ++step) {
-    const StepReport r = pair.Step(step, grads[static_cast<std::size_t>(step - 1)]);
+    const controller::StepReport r = pair.Step(step, grads[static_cast<std::size_t>(step - 1)]);
     EXPECT_FALSE(r.fallback) << r.remote_error;
   }
   EXPECT_EQ(pair.agent->fallbacks(), 0u);

@@ -109,8 +109,8 @@ TEST(Spool, FullSpoolRefusesAppends) {
   auto spool = Spool::Open({dir.path(), 100, 1 << 20, SpoolFsync::kNone}, nullptr);
   ASSERT_TRUE(spool.ok());
   ASSERT_TRUE((*spool)->Append(1, std::string(60, 'a')).ok());
-  const Status st = (*spool)->Append(2, std::string(60, 'b'));
-  EXPECT_EQ(st.code(), StatusCode::kResourceExhausted);
+  const base::Status st = (*spool)->Append(2, std::string(60, 'b'));
+  EXPECT_EQ(st.code(), base::StatusCode::kResourceExhausted);
   ASSERT_TRUE((*spool)->Acknowledge(1).ok());
   EXPECT_TRUE((*spool)->Append(2, std::string(60, 'b')).ok());
 }

@@ -12,10 +12,10 @@
 namespace gac::transport {
 namespace {
 
-StepReport ProjectReport() {
-  StepReport report;
+controller::StepReport ProjectReport() {
+  controller::StepReport report;
   report.step = 12;
-  report.decision.regime = Regime::kProject;
+  report.decision.regime = controller::Regime::kProject;
   report.decision.cosine = 0.2;
   report.decision.cosine_after = 0.05;
   report.decision.alpha = 0.25;
@@ -25,8 +25,8 @@ StepReport ProjectReport() {
   report.stats_seconds = 1e-4;
   report.apply_seconds = 2e-4;
   report.fallback = true;
-  report.mode = Mode::kRemote;
-  report.layers = {LayerStats{"layer.0", 0.5, 4.0, 1.0}, LayerStats{"layer.1", 0.0, 1.0, 0.0}};
+  report.mode = controller::Mode::kRemote;
+  report.layers = {controller::LayerStats{"layer.0", 0.5, 4.0, 1.0}, controller::LayerStats{"layer.1", 0.0, 1.0, 0.0}};
   return report;
 }
 
@@ -49,7 +49,7 @@ TEST(StepRecordTest, CarriesEveryFieldOfTheReport) {
   EXPECT_EQ(r.scalars().at("reward"), 0.5);
   ASSERT_EQ(r.layers_size(), 2);
   EXPECT_EQ(r.layers(0).name(), "layer.0");
-  EXPECT_NEAR(r.layers(0).cosine(), 0.5 / (2.0 * 1.0 + kCosineEpsilon), 1e-15);
+  EXPECT_NEAR(r.layers(0).cosine(), 0.5 / (2.0 * 1.0 + controller::kCosineEpsilon), 1e-15);
   EXPECT_EQ(r.layers(0).grad_norm(), 2.0);
   EXPECT_FALSE(r.layers(1).has_cosine()) << "no reference in that group";
   EXPECT_GT(r.wall_time_ns(), 0);
@@ -57,14 +57,14 @@ TEST(StepRecordTest, CarriesEveryFieldOfTheReport) {
 }
 
 TEST(StepRecordTest, ValuesGacdWouldRejectAreMadeValid) {
-  StepReport report = ProjectReport();
+  controller::StepReport report = ProjectReport();
   const double inf = std::numeric_limits<double>::infinity();
   report.decision.cosine = 1.0000001;  // rounding past 1
   report.decision.cosine_after = std::nan("");
   report.decision.alpha = 1.5;
   report.decision.grad_norm = inf;
   report.stats_seconds = -1.0;
-  report.layers = {LayerStats{"g", std::nan(""), 1.0, 1.0}};
+  report.layers = {controller::LayerStats{"g", std::nan(""), 1.0, 1.0}};
   const v1::StepRecord r = MakeStepRecord(report, {"exp-7", 0, 1}, {{"loss", std::nan("")}, {"kl", 0.1}}, -2);
   EXPECT_EQ(r.cosine(), 1.0);
   EXPECT_FALSE(r.has_cosine_after());
@@ -75,15 +75,15 @@ TEST(StepRecordTest, ValuesGacdWouldRejectAreMadeValid) {
   EXPECT_EQ(r.scalars().count("loss"), 0u);
   EXPECT_EQ(r.scalars().at("kl"), 0.1);
   EXPECT_FALSE(r.layers(0).has_cosine());
-  const Status st = server::ValidateStepRecord(r, server::Limits{});
+  const base::Status st = server::ValidateStepRecord(r, server::Limits{});
   EXPECT_TRUE(st.ok()) << st.ToString();
 }
 
 TEST(StepRecordTest, TheModeIsTheReports) {
-  StepReport report = ProjectReport();
-  report.mode = Mode::kMonitor;
+  controller::StepReport report = ProjectReport();
+  report.mode = controller::Mode::kMonitor;
   EXPECT_EQ(MakeStepRecord(report, {"exp-7", 0, 1}).mode(), v1::CONTROL_MODE_MONITOR);
-  report.mode = Mode::kLocal;
+  report.mode = controller::Mode::kLocal;
   EXPECT_EQ(MakeStepRecord(report, {"exp-7", 0, 1}).mode(), v1::CONTROL_MODE_LOCAL);
 }
 
@@ -92,13 +92,13 @@ TEST(StepRecordTest, TheModeIsTheReports) {
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wdeprecated-declarations"
 TEST(StepRecordTest, DeprecatedModeArgumentOverridesTheReports) {
-  StepReport report = ProjectReport();
-  report.mode = Mode::kMonitor;
-  const v1::StepRecord r = MakeStepRecord(report, {"exp-7", 0, 1}, Mode::kLocal, {{"reward", 0.5}}, 3);
+  controller::StepReport report = ProjectReport();
+  report.mode = controller::Mode::kMonitor;
+  const v1::StepRecord r = MakeStepRecord(report, {"exp-7", 0, 1}, controller::Mode::kLocal, {{"reward", 0.5}}, 3);
   EXPECT_EQ(r.mode(), v1::CONTROL_MODE_LOCAL);
   EXPECT_EQ(r.scalars().at("reward"), 0.5);
   EXPECT_EQ(r.staleness(), 3);
-  const GroupStats& former = report.layers[0];
+  const controller::GroupStats& former = report.layers[0];
   EXPECT_EQ(former.name, "layer.0");
 }
 #pragma GCC diagnostic pop

@@ -251,13 +251,13 @@ TEST(StalledGacd, TrainerDoesNotWaitAndRemoteDecisionFallsBackOnTime) {
   ASSERT_TRUE(t.ok());
   auto remote = RemoteController::Create(RemoteOptions(gacd.address(), "exp-stall", 50ms));
   ASSERT_TRUE(remote.ok());
-  const AlignmentStats stats{0.1, 1.0, 1.0, true};
+  const controller::AlignmentStats stats{0.1, 1.0, 1.0, true};
   // The first call also connects, which a loaded machine may not do within
   // the 50 ms deadline; what is tested is the stalled server, below.
   auto d = (*remote)->Decide(0, stats);
   for (int i = 0; i < 20 && !d.ok(); ++i) d = (*remote)->Decide(0, stats);
   ASSERT_TRUE(d.ok()) << d.status().ToString();
-  EXPECT_EQ(d->regime, Regime::kProject);  // |c| = 0.1 between the defaults 0.05 and 0.3
+  EXPECT_EQ(d->regime, controller::Regime::kProject);  // |c| = 0.1 between the defaults 0.05 and 0.3
 
   ASSERT_EQ(kill(gacd.process().pid(), SIGSTOP), 0);
   // The training thread only enqueues: no call may wait on the stalled server.
@@ -274,7 +274,7 @@ TEST(StalledGacd, TrainerDoesNotWaitAndRemoteDecisionFallsBackOnTime) {
     auto miss = (*remote)->Decide(1 + i, stats);
     const auto took = std::chrono::steady_clock::now() - t0;
     EXPECT_FALSE(miss.ok());
-    EXPECT_EQ(miss.status().code(), StatusCode::kDeadlineExceeded) << miss.status().ToString();
+    EXPECT_EQ(miss.status().code(), base::StatusCode::kDeadlineExceeded) << miss.status().ToString();
     EXPECT_LT(took, 50ms + 150ms) << "the remote decision must give up at its deadline";
   }
   ASSERT_EQ(kill(gacd.process().pid(), SIGCONT), 0);
@@ -312,7 +312,7 @@ TEST(RemoteController, OutageFailsFastAndRecovers) {
   bad.deadline = 10s;                 // a fresh channel: the refusal, not the connect time, is tested
   auto denied = RemoteController::Create(bad);
   ASSERT_TRUE(denied.ok());
-  EXPECT_EQ((*denied)->Decide(0, {0.0, 1, 1, true}).status().code(), StatusCode::kPermissionDenied);
+  EXPECT_EQ((*denied)->Decide(0, {0.0, 1, 1, true}).status().code(), base::StatusCode::kPermissionDenied);
 }
 
 // SetThresholds keeps the run's mode unless asked; SetRunThresholds, its
@@ -329,17 +329,17 @@ TEST(RemoteController, SetThresholdsKeepsTheModeUnlessAsked) {
   ASSERT_TRUE(remote.ok());
   testing::Client admin(gacd.address(), testing::kAdminToken);
   v1::RunConfig cfg;
-  ASSERT_TRUE((*remote)->SetThresholds({0.1, 0.4}, AlphaMode::kExact, "test", Mode::kMonitor).ok());
+  ASSERT_TRUE((*remote)->SetThresholds({0.1, 0.4}, controller::AlphaMode::kExact, "test", controller::Mode::kMonitor).ok());
   ASSERT_TRUE(admin.GetRunConfig("exp-thresholds", &cfg).ok());
   EXPECT_EQ(cfg.mode(), v1::CONTROL_MODE_MONITOR);
-  ASSERT_TRUE((*remote)->SetThresholds({0.2, 0.5}, AlphaMode::kPaper, "test").ok());
+  ASSERT_TRUE((*remote)->SetThresholds({0.2, 0.5}, controller::AlphaMode::kPaper, "test").ok());
   ASSERT_TRUE(admin.GetRunConfig("exp-thresholds", &cfg).ok());
   EXPECT_EQ(cfg.mode(), v1::CONTROL_MODE_MONITOR) << "a thresholds change keeps the mode";
   EXPECT_EQ(cfg.thresholds().c_low(), 0.2);
   EXPECT_EQ(cfg.thresholds().alpha_mode(), v1::ALPHA_MODE_PAPER);
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wdeprecated-declarations"
-  ASSERT_TRUE((*remote)->SetRunThresholds({0.3, 0.6}, AlphaMode::kPaper, "test").ok());
+  ASSERT_TRUE((*remote)->SetRunThresholds({0.3, 0.6}, controller::AlphaMode::kPaper, "test").ok());
 #pragma GCC diagnostic pop
   ASSERT_TRUE(admin.GetRunConfig("exp-thresholds", &cfg).ok());
   EXPECT_EQ(cfg.mode(), v1::CONTROL_MODE_REMOTE) << "the former name switched the run to remote";
@@ -357,15 +357,15 @@ TEST(Addresses, ListsOfReplicas) {
   ASSERT_TRUE(three.ok());
   EXPECT_EQ(*three, (std::vector<std::string>{"gacd-0:7070", "gacd-1:7070", "[::1]:7070"}));
   for (const char* bad : {"", "a:1,,b:2", "a:1,", " , "}) {
-    EXPECT_EQ(SplitGacdAddresses(bad).status().code(), StatusCode::kInvalidArgument) << bad;
+    EXPECT_EQ(SplitGacdAddresses(bad).status().code(), base::StatusCode::kInvalidArgument) << bad;
   }
   TelemetryOptions o;
   o.address = "a:1,,b:2";
-  EXPECT_EQ(Telemetry::Start(o).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(Telemetry::Start(o).status().code(), base::StatusCode::kInvalidArgument);
   RemoteControllerOptions ro;
   ro.address = "";
   ro.run = "exp";
-  EXPECT_EQ(RemoteController::Create(ro).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(RemoteController::Create(ro).status().code(), base::StatusCode::kInvalidArgument);
 }
 
 // The sender stays on the replica it connected to while that one works,
@@ -409,19 +409,19 @@ TEST(RemoteController, AnswersFromAnotherReplicaWithinOneCall) {
   ASSERT_TRUE(b.Start());
   auto remote = RemoteController::Create(RemoteOptions(a.address() + "," + b.address(), "exp-failover", 500ms));
   ASSERT_TRUE(remote.ok());
-  const AlignmentStats stats{0.1, 1.0, 1.0, true};
+  const controller::AlignmentStats stats{0.1, 1.0, 1.0, true};
   ASSERT_TRUE((*remote)->Decide(0, stats).ok());
   a.Kill();
   for (int i = 1; i <= 20; ++i) {
     auto d = (*remote)->Decide(i, stats);
     ASSERT_TRUE(d.ok()) << "call " << i << ": " << d.status().ToString();
-    EXPECT_EQ(d->regime, Regime::kProject);
+    EXPECT_EQ(d->regime, controller::Regime::kProject);
   }
   // Both down: an error (the agent decides locally), and no wait beyond the
   // deadline.
   b.Kill();
   const auto t0 = std::chrono::steady_clock::now();
-  EXPECT_EQ((*remote)->Decide(21, stats).status().code(), StatusCode::kUnavailable);
+  EXPECT_EQ((*remote)->Decide(21, stats).status().code(), base::StatusCode::kUnavailable);
   EXPECT_LT(std::chrono::steady_clock::now() - t0, 500ms + 200ms);
   ASSERT_TRUE(a.Restart());
   bool recovered = false;

@@ -17,7 +17,7 @@
 #include <thread>
 #include <vector>
 
-#include "gac/mutex.h"
+#include "gac/base/mutex.h"
 #include "gac/proto/convert.h"
 #include "gac/server/store.h"
 #include "gac/transport/spool.h"
@@ -102,7 +102,7 @@ TEST(TsanIsOn, ADeliberateRaceIsReported) {
 TEST(TsanExecutor, RunsEveryTaskPostedFromManyThreadsOnce) {
   constexpr int kThreads = 4, kTasks = 500;
   std::vector<std::atomic<int>> ran(kThreads * kTasks);
-  Mutex mu;
+  base::Mutex mu;
   int total = 0;
   {
     server::Executor executor(3);
@@ -110,14 +110,14 @@ TEST(TsanExecutor, RunsEveryTaskPostedFromManyThreadsOnce) {
       for (int i = 0; i < kTasks; ++i) {
         executor.Post([&, k = t * kTasks + i] {
           ran[static_cast<std::size_t>(k)].fetch_add(1);
-          MutexLock lock(&mu);
+          base::MutexLock lock(&mu);
           ++total;
         });
       }
     });
     executor.Stop();  // runs what is queued
   }
-  MutexLock lock(&mu);
+  base::MutexLock lock(&mu);
   EXPECT_EQ(total, kThreads * kTasks);
   for (const auto& r : ran) ASSERT_EQ(r.load(), 1);
 }
@@ -129,8 +129,8 @@ void WriterUnderLoad(server::Store* store) {
   constexpr int kThreads = 4, kBatches = 60, kRecords = 5;
   server::Metrics metrics;
   server::Writer writer(store, &metrics, 1 << 20, 64);
-  Mutex mu;
-  CondVar cv;
+  base::Mutex mu;
+  base::CondVar cv;
   int done = 0;
   std::uint64_t stored = 0;
   std::vector<std::shared_ptr<v1::IngestRequest>> batches;
@@ -162,10 +162,10 @@ void WriterUnderLoad(server::Store* store) {
       const auto& req = batches[static_cast<std::size_t>(t * kBatches + b)];
       server::WriteOp op;
       op.steps = req.get();
-      const Status st = writer.Submit(op, kRecords, [&, req](const Status& s, const server::WriteOp& result) {
+      const base::Status st = writer.Submit(op, kRecords, [&, req](const base::Status& s, const server::WriteOp& result) {
         EXPECT_TRUE(s.ok()) << s.ToString();
         metrics.ObserveIngest(result.stored, 0, result.duplicates);
-        MutexLock lock(&mu);
+        base::MutexLock lock(&mu);
         ++done;
         stored += result.stored;
         cv.SignalAll();
@@ -174,7 +174,7 @@ void WriterUnderLoad(server::Store* store) {
     }
   });
   {
-    MutexLock lock(&mu);
+    base::MutexLock lock(&mu);
     while (done < kThreads * kBatches) cv.Wait(&mu);
     EXPECT_EQ(stored, static_cast<std::uint64_t>(kThreads * kBatches * kRecords));
   }
@@ -230,13 +230,13 @@ TEST(TsanRegistry, DecisionsMatchTheSettingsTheyReport) {
     changing.store(false);
   });
   RunThreads(3, [&](int t) {
-    const AlignmentStats stats{0.25 + 0.1 * t, 1.0, 1.0, true};  // decided differently by the two
+    const controller::AlignmentStats stats{0.25 + 0.1 * t, 1.0, 1.0, true};  // decided differently by the two
     do {
       v1::RunConfig used;
-      const Decision d = registry.Decide("exp-r", stats, &used);
+      const controller::Decision d = registry.Decide("exp-r", stats, &used);
       auto controller = proto::ControllerFromProto(used.thresholds());
       ASSERT_TRUE(controller.ok());
-      const Decision expected = controller->Decide(stats);
+      const controller::Decision expected = controller->Decide(stats);
       ASSERT_EQ(d.regime, expected.regime);
       ASSERT_EQ(d.alpha, expected.alpha);
       (void)registry.Get("exp-r");
@@ -332,13 +332,13 @@ TEST(TsanSpool, AppendAndAcknowledgeFromTwoThreadsUnderOneLock) {
   auto opened = transport::Spool::Open(o, nullptr);
   ASSERT_TRUE(opened.ok());
   std::unique_ptr<transport::Spool> spool = std::move(*opened);
-  Mutex mu;
-  CondVar cv;
+  base::Mutex mu;
+  base::CondVar cv;
   std::uint64_t appended = 0;
   constexpr std::uint64_t kEntries = 2000;
   std::thread sender([&] {
     for (std::uint64_t seq = 1; seq <= kEntries; ++seq) {
-      MutexLock lock(&mu);
+      base::MutexLock lock(&mu);
       ASSERT_TRUE(spool->Append(seq, std::string(100, static_cast<char>('a' + seq % 26))).ok());
       appended = seq;
       cv.SignalAll();
@@ -347,7 +347,7 @@ TEST(TsanSpool, AppendAndAcknowledgeFromTwoThreadsUnderOneLock) {
   std::thread acker([&] {
     std::uint64_t acked = 0;
     while (acked < kEntries) {
-      MutexLock lock(&mu);
+      base::MutexLock lock(&mu);
       while (appended == acked) cv.Wait(&mu);
       acked = appended;
       ASSERT_TRUE(spool->Acknowledge(acked).ok());

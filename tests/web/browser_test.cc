@@ -332,7 +332,7 @@ TEST_F(WebPageTest, ShowsTheStoreLiveAndEditsThresholds) {
                   ShowsNumber(Field("cal-count"), s.calibration().count()));
     EXPECT_EQ(Shown(browser_.Text(Field("latest-step"))), last_step);
     EXPECT_NEAR(Shown(browser_.Text(Field("latest-cosine"))), s.latest().cosine(), 5.001e-5);
-    EXPECT_EQ(browser_.Text(Field("latest-regime")), RegimeName(*proto::FromProto(s.latest().regime())));
+    EXPECT_EQ(browser_.Text(Field("latest-regime")), controller::RegimeName(*proto::FromProto(s.latest().regime())));
     EXPECT_EQ(Shown(browser_.Text(Field("latest-staleness"))), s.latest().staleness());
     for (const char* regime : {"safe", "project", "skip", "invalid"}) {
       EXPECT_EQ(Shown(browser_.Text(Field(std::string("count-") + regime))), s.steps_by_regime().at(regime))

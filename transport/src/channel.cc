@@ -30,7 +30,7 @@ std::shared_ptr<grpc::Channel> MakeGacdChannel(const std::string& address, const
   return grpc::CreateCustomChannel(address, creds, args);
 }
 
-StatusOr<std::vector<std::string>> SplitGacdAddresses(const std::string& addresses) {
+base::StatusOr<std::vector<std::string>> SplitGacdAddresses(const std::string& addresses) {
   std::vector<std::string> out;
   std::size_t begin = 0;
   for (;;) {
@@ -40,7 +40,7 @@ StatusOr<std::vector<std::string>> SplitGacdAddresses(const std::string& address
     const auto last = part.find_last_not_of(" \t");
     part = first == std::string::npos ? "" : part.substr(first, last - first + 1);
     if (part.empty()) {
-      return Status::InvalidArgument(addresses.empty() ? std::string("gacd address is empty")
+      return base::Status::InvalidArgument(addresses.empty() ? std::string("gacd address is empty")
                                                        : "gacd address list '" + addresses + "' has an empty entry");
     }
     out.push_back(std::move(part));

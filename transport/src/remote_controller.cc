@@ -67,11 +67,11 @@ struct RemoteController::Impl {
 RemoteController::RemoteController(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 RemoteController::~RemoteController() = default;
 
-StatusOr<std::unique_ptr<RemoteController>> RemoteController::Create(const RemoteControllerOptions& options) {
-  StatusOr<std::vector<std::string>> addresses = SplitGacdAddresses(options.address);
+base::StatusOr<std::unique_ptr<RemoteController>> RemoteController::Create(const RemoteControllerOptions& options) {
+  base::StatusOr<std::vector<std::string>> addresses = SplitGacdAddresses(options.address);
   if (!addresses.ok()) return addresses.status().WithPrefix("remote controller");
-  if (options.run.empty()) return Status::InvalidArgument("remote controller run id is empty");
-  if (options.deadline.count() <= 0) return Status::InvalidArgument("remote controller deadline must be > 0");
+  if (options.run.empty()) return base::Status::InvalidArgument("remote controller run id is empty");
+  if (options.deadline.count() <= 0) return base::Status::InvalidArgument("remote controller deadline must be > 0");
   auto impl = std::make_unique<Impl>();
   impl->options = options;
   for (const std::string& address : *addresses) {
@@ -85,7 +85,7 @@ StatusOr<std::unique_ptr<RemoteController>> RemoteController::Create(const Remot
   return std::unique_ptr<RemoteController>(new RemoteController(std::move(impl)));
 }
 
-StatusOr<Decision> RemoteController::Decide(std::int64_t step, const AlignmentStats& stats) {
+base::StatusOr<controller::Decision> RemoteController::Decide(std::int64_t step, const controller::AlignmentStats& stats) {
   const RemoteControllerOptions& o = impl_->options;
   const v1::DecideRequest req = proto::ToDecideRequest(o.run, o.rank, step, stats);
   v1::DecideResponse resp;
@@ -93,13 +93,13 @@ StatusOr<Decision> RemoteController::Decide(std::int64_t step, const AlignmentSt
       std::chrono::system_clock::now() + o.deadline,
       [&](Impl::Replica& r, grpc::ClientContext* ctx) { return r.stub->Decide(ctx, req, &resp); });
   if (!st.ok()) return proto::FromGrpcStatus(st, "gacd Decide");
-  StatusOr<Decision> decision = proto::DecodeDecideResponse(req, resp);
+  base::StatusOr<controller::Decision> decision = proto::DecodeDecideResponse(req, resp);
   if (!decision.ok()) return decision.status().WithPrefix("gacd Decide answered nonsense");
   return decision;
 }
 
-Status RemoteController::SetThresholds(const Thresholds& thresholds, AlphaMode alpha_mode, const std::string& reason,
-                                       std::optional<Mode> mode) {
+base::Status RemoteController::SetThresholds(const controller::Thresholds& thresholds, controller::AlphaMode alpha_mode, const std::string& reason,
+                                       std::optional<controller::Mode> mode) {
   const RemoteControllerOptions& o = impl_->options;
   v1::SetRunConfigRequest req;
   req.set_run(o.run);
@@ -113,9 +113,9 @@ Status RemoteController::SetThresholds(const Thresholds& thresholds, AlphaMode a
   return proto::FromGrpcStatus(st, "gacd SetRunConfig");
 }
 
-Status RemoteController::SetRunThresholds(const Thresholds& thresholds, AlphaMode alpha_mode,
+base::Status RemoteController::SetRunThresholds(const controller::Thresholds& thresholds, controller::AlphaMode alpha_mode,
                                           const std::string& reason) {
-  return SetThresholds(thresholds, alpha_mode, reason, Mode::kRemote);
+  return SetThresholds(thresholds, alpha_mode, reason, controller::Mode::kRemote);
 }
 
 }  // namespace gac::transport

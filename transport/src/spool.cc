@@ -13,7 +13,7 @@
 #include <fstream>
 #include <vector>
 
-#include "gac/file_util.h"
+#include "gac/base/file_util.h"
 
 namespace gac::transport {
 namespace {
@@ -110,12 +110,12 @@ std::uint32_t Crc32(const void* data, std::size_t size, std::uint32_t crc) {
   return ~crc;
 }
 
-StatusOr<std::unique_ptr<Spool>> Spool::Open(const SpoolOptions& options, SpoolRecovery* recovery) {
-  if (options.dir.empty()) return Status::InvalidArgument("spool directory is empty");
+base::StatusOr<std::unique_ptr<Spool>> Spool::Open(const SpoolOptions& options, SpoolRecovery* recovery) {
+  if (options.dir.empty()) return base::Status::InvalidArgument("spool directory is empty");
   if (options.max_bytes == 0 || options.segment_bytes == 0) {
-    return Status::InvalidArgument("spool max_bytes and segment_bytes must be > 0");
+    return base::Status::InvalidArgument("spool max_bytes and segment_bytes must be > 0");
   }
-  Status st = MakeDirs(options.dir, "spool directory");
+  base::Status st = base::MakeDirs(options.dir, "spool directory");
   if (!st.ok()) return st;
   std::unique_ptr<Spool> spool(new Spool(options));
   SpoolRecovery local;
@@ -128,7 +128,7 @@ Spool::~Spool() {
   if (fd_ >= 0) close(fd_);
 }
 
-Status Spool::Recover(SpoolRecovery* recovery) {
+base::Status Spool::Recover(SpoolRecovery* recovery) {
   *recovery = SpoolRecovery{};
   {
     std::ifstream in(options_.dir + "/ACKED");
@@ -136,7 +136,7 @@ Status Spool::Recover(SpoolRecovery* recovery) {
     if (in >> v) acked_ = v;
   }
   DIR* d = opendir(options_.dir.c_str());
-  if (d == nullptr) return ErrnoToStatus(errno, "cannot read spool directory '" + options_.dir + "'");
+  if (d == nullptr) return base::ErrnoToStatus(errno, "cannot read spool directory '" + options_.dir + "'");
   std::vector<std::string> names;
   while (dirent* e = readdir(d)) {
     const std::string n = e->d_name;
@@ -147,9 +147,8 @@ Status Spool::Recover(SpoolRecovery* recovery) {
   for (const std::string& name : names) {
     Segment seg;
     seg.path = options_.dir + "/" + name;
-    StatusOr<std::string> read = ReadFileToString(seg.path, "spool segment");
-    if (!read.ok()) return read.status();
-    const std::string& data = *read;
+    GAC_ASSIGN_OR_RETURN(std::string read, base::ReadFileToString(seg.path, "spool segment"));
+    const std::string& data = read;
     const ScanResult r = Scan(
         name, data,
         [&](std::uint64_t seq, const char*, std::size_t size) {
@@ -169,7 +168,7 @@ Status Spool::Recover(SpoolRecovery* recovery) {
           recovery->detail += what + "\n";
         });
     if (r.truncate && truncate(seg.path.c_str(), static_cast<off_t>(r.good_end)) != 0) {
-      return ErrnoToStatus(errno, "cannot truncate damaged spool segment '" + seg.path + "'");
+      return base::ErrnoToStatus(errno, "cannot truncate damaged spool segment '" + seg.path + "'");
     }
     seg.size = r.good_end;
     if (!seg.has_entries || seg.last_seq <= acked_) {
@@ -184,27 +183,27 @@ Status Spool::Recover(SpoolRecovery* recovery) {
   // or below ACKED would count as acknowledged and be lost in the next
   // recovery.
   last_seq_ = std::max(last_seq_, acked_);
-  return Status::Ok();
+  return base::Status::Ok();
 }
 
-Status Spool::OpenNewSegment(std::uint64_t first_seq) {
+base::Status Spool::OpenNewSegment(std::uint64_t first_seq) {
   if (fd_ >= 0) close(fd_);
   Segment seg;
   seg.path = options_.dir + "/" + SegmentName(first_seq);
   seg.first_seq = first_seq;
   fd_ = open(seg.path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0640);
-  if (fd_ < 0) return ErrnoToStatus(errno, "cannot create spool segment '" + seg.path + "'");
+  if (fd_ < 0) return base::ErrnoToStatus(errno, "cannot create spool segment '" + seg.path + "'");
   segments_.push_back(seg);
-  return Status::Ok();
+  return base::Status::Ok();
 }
 
-Status Spool::Append(std::uint64_t seq, std::string_view payload) {
-  if (payload.size() > kMaxPayload) return Status::InvalidArgument("spool entry larger than 64 MiB");
+base::Status Spool::Append(std::uint64_t seq, std::string_view payload) {
+  if (payload.size() > kMaxPayload) return base::Status::InvalidArgument("spool entry larger than 64 MiB");
   if (bytes_ + payload.size() > options_.max_bytes) {
-    return Status(StatusCode::kResourceExhausted, "spool full (" + std::to_string(bytes_) + " bytes unacknowledged)");
+    return base::Status(base::StatusCode::kResourceExhausted, "spool full (" + std::to_string(bytes_) + " bytes unacknowledged)");
   }
   if (fd_ < 0 || segments_.back().size >= options_.segment_bytes) {
-    Status st = OpenNewSegment(seq);
+    base::Status st = OpenNewSegment(seq);
     if (!st.ok()) return st;
   }
   char header[kHeader];
@@ -219,7 +218,7 @@ Status Spool::Append(std::uint64_t seq, std::string_view payload) {
     const ssize_t n = write(fd_, entry.data() + off, entry.size() - off);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) {
-      const Status err = ErrnoToStatus(errno, "cannot append to spool segment '" + segments_.back().path + "'");
+      const base::Status err = base::ErrnoToStatus(errno, "cannot append to spool segment '" + segments_.back().path + "'");
       // Cut a partial entry so the segment stays readable; later appends go
       // to a fresh segment.
       if (ftruncate(fd_, static_cast<off_t>(segments_.back().size)) != 0) {
@@ -232,7 +231,7 @@ Status Spool::Append(std::uint64_t seq, std::string_view payload) {
     off += static_cast<std::size_t>(n);
   }
   if (options_.fsync == SpoolFsync::kEveryAppend && fdatasync(fd_) != 0) {
-    return ErrnoToStatus(errno, "cannot sync spool segment '" + segments_.back().path + "'");
+    return base::ErrnoToStatus(errno, "cannot sync spool segment '" + segments_.back().path + "'");
   }
   Segment& seg = segments_.back();
   if (!seg.has_entries) seg.first_seq = seq;
@@ -242,7 +241,7 @@ Status Spool::Append(std::uint64_t seq, std::string_view payload) {
   seg.payload_bytes += payload.size();
   bytes_ += payload.size();
   last_seq_ = std::max(last_seq_, seq);
-  return Status::Ok();
+  return base::Status::Ok();
 }
 
 void Spool::DropAcknowledgedSegments() {
@@ -260,27 +259,26 @@ void Spool::DropAcknowledgedSegments() {
   }
 }
 
-Status Spool::Acknowledge(std::uint64_t seq) {
-  if (seq <= acked_) return Status::Ok();
+base::Status Spool::Acknowledge(std::uint64_t seq) {
+  if (seq <= acked_) return base::Status::Ok();
   acked_ = seq;
   const std::string tmp = options_.dir + "/ACKED.tmp";
   {
     std::ofstream out(tmp, std::ios::trunc);
     out << acked_ << "\n";
-    if (!out) return ErrnoToStatus(errno, "cannot write '" + tmp + "'");
+    if (!out) return base::ErrnoToStatus(errno, "cannot write '" + tmp + "'");
   }
   if (std::rename(tmp.c_str(), (options_.dir + "/ACKED").c_str()) != 0) {
-    return ErrnoToStatus(errno, "cannot replace '" + options_.dir + "/ACKED'");
+    return base::ErrnoToStatus(errno, "cannot replace '" + options_.dir + "/ACKED'");
   }
   DropAcknowledgedSegments();
-  return Status::Ok();
+  return base::Status::Ok();
 }
 
-Status Spool::ForEachUnacknowledged(const std::function<void(std::uint64_t, std::string&&)>& fn) const {
+base::Status Spool::ForEachUnacknowledged(const std::function<void(std::uint64_t, std::string&&)>& fn) const {
   for (const Segment& seg : segments_) {
-    StatusOr<std::string> read = ReadFileToString(seg.path, "spool segment");
-    if (!read.ok()) return read.status();
-    const std::string& data = *read;
+    GAC_ASSIGN_OR_RETURN(std::string read, base::ReadFileToString(seg.path, "spool segment"));
+    const std::string& data = read;
     Scan(
         seg.path, data,
         [&](std::uint64_t seq, const char* payload, std::size_t size) {
@@ -288,7 +286,7 @@ Status Spool::ForEachUnacknowledged(const std::function<void(std::uint64_t, std:
         },
         [](const std::string&, std::uint64_t) {});
   }
-  return Status::Ok();
+  return base::Status::Ok();
 }
 
 }  // namespace gac::transport

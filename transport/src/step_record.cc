@@ -47,14 +47,14 @@ void MakeValid(v1::StepRecord* r) {
 
 }  // namespace
 
-v1::StepRecord MakeStepRecord(const StepReport& report, const RunIdentity& who,
+v1::StepRecord MakeStepRecord(const controller::StepReport& report, const RunIdentity& who,
                               const std::map<std::string, double>& scalars, std::optional<std::int64_t> staleness) {
   v1::StepRecord r;
   r.set_run(who.run);
   r.set_rank(who.rank);
   r.set_world_size(who.world_size);
   r.set_step(report.step);
-  const Decision& d = report.decision;
+  const controller::Decision& d = report.decision;
   if (d.cosine) r.set_cosine(*d.cosine);
   if (d.cosine_after) r.set_cosine_after(*d.cosine_after);
   r.set_grad_norm(d.grad_norm);
@@ -65,7 +65,7 @@ v1::StepRecord MakeStepRecord(const StepReport& report, const RunIdentity& who,
   for (const auto& [name, value] : scalars) {
     if (std::isfinite(value)) (*r.mutable_scalars())[name] = value;
   }
-  for (const LayerStats& layer : report.layers) {
+  for (const controller::LayerStats& layer : report.layers) {
     v1::LayerRecord* l = r.add_layers();
     l->set_name(layer.name);
     if (auto c = layer.cosine(); c && std::isfinite(*c)) l->set_cosine(ClampCosine(*c));
@@ -82,7 +82,7 @@ v1::StepRecord MakeStepRecord(const StepReport& report, const RunIdentity& who,
   return r;
 }
 
-v1::StepRecord MakeStepRecord(const StepReport& report, const RunIdentity& who, Mode mode,
+v1::StepRecord MakeStepRecord(const controller::StepReport& report, const RunIdentity& who, controller::Mode mode,
                               const std::map<std::string, double>& scalars, std::optional<std::int64_t> staleness) {
   v1::StepRecord r = MakeStepRecord(report, who, scalars, staleness);
   r.set_mode(proto::ToProto(mode));

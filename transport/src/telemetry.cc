@@ -8,7 +8,7 @@
 #include <string>
 #include <thread>
 
-#include "gac/mutex.h"
+#include "gac/base/mutex.h"
 #include "gac/proto/convert.h"
 #include "gac/proto/wire_rules.h"
 #include "gac/transport/channel.h"
@@ -29,7 +29,7 @@ struct Pending {
 
 struct Telemetry::Impl {
   TelemetryOptions options;
-  Mutex spool_mu;
+  base::Mutex spool_mu;
   std::unique_ptr<Spool> spool GAC_PT_GUARDED_BY(spool_mu);  // null without a spool directory
   SpoolRecovery recovery;
   // One per gacd address (several replicas sharing a store); the sender
@@ -41,9 +41,9 @@ struct Telemetry::Impl {
   std::size_t failures_in_a_row = 0;  // sender thread only
 
   // Queue side (training threads and the sender).
-  mutable Mutex mu;
-  CondVar wake;      // the sender waits here
-  CondVar progress;  // Flush waits here
+  mutable base::Mutex mu;
+  base::CondVar wake;      // the sender waits here
+  base::CondVar progress;  // Flush waits here
   std::deque<v1::StepRecord> queue GAC_GUARDED_BY(mu);
   bool stopping GAC_GUARDED_BY(mu) = false;
   bool broken GAC_GUARDED_BY(mu) = false;  // the current stream failed
@@ -75,7 +75,7 @@ struct Telemetry::Impl {
 void Telemetry::Impl::ReadAcks(grpc::ClientReaderWriter<v1::IngestRequest, v1::IngestAck>* stream) {
   v1::IngestAck ack;
   while (stream->Read(&ack)) Acknowledge(ack.sequence());
-  MutexLock lock(&mu);
+  base::MutexLock lock(&mu);
   broken = true;
   reader_done = true;
   wake.SignalAll();
@@ -83,7 +83,7 @@ void Telemetry::Impl::ReadAcks(grpc::ClientReaderWriter<v1::IngestRequest, v1::I
 
 void Telemetry::Impl::Acknowledge(std::uint64_t seq) {
   {
-    MutexLock lock(&mu);
+    base::MutexLock lock(&mu);
     while (!pending.empty() && pending.front().seq <= seq) {
       const auto n = static_cast<std::uint64_t>(pending.front().batch->records_size());
       counters.records_acknowledged += n;
@@ -94,7 +94,7 @@ void Telemetry::Impl::Acknowledge(std::uint64_t seq) {
   progress.SignalAll();
   wake.SignalAll();  // room in the window
   if (spool) {
-    MutexLock lock(&spool_mu);
+    base::MutexLock lock(&spool_mu);
     if (!spool->Acknowledge(seq).ok()) {
       // ACKED not written: the batches are replayed after a restart and
       // gacd ignores them as duplicates.
@@ -107,7 +107,7 @@ bool Telemetry::Impl::Connect(std::unique_ptr<grpc::ClientReaderWriter<v1::Inges
   // Wait briefly for a connection instead of letting the stream fail fast:
   // a fail-fast call on a channel in backoff fails without trying.
   if (!channels[current]->WaitForConnected(std::chrono::system_clock::now() + std::chrono::milliseconds(100))) {
-    MutexLock lock(&mu);
+    base::MutexLock lock(&mu);
     last_error = "UNAVAILABLE: no connection to " + addresses[current];
     return false;
   }
@@ -115,7 +115,7 @@ bool Telemetry::Impl::Connect(std::unique_ptr<grpc::ClientReaderWriter<v1::Inges
   if (!options.token.empty()) context->AddMetadata("authorization", "Bearer " + options.token);
   grpc::ClientContext* raw = context.get();
   {
-    MutexLock lock(&mu);
+    base::MutexLock lock(&mu);
     ctx = std::move(context);
     broken = false;
     reader_done = false;
@@ -126,12 +126,12 @@ bool Telemetry::Impl::Connect(std::unique_ptr<grpc::ClientReaderWriter<v1::Inges
   // Resend every unacknowledged batch, in order.
   std::vector<Pending> resend;
   {
-    MutexLock lock(&mu);
+    base::MutexLock lock(&mu);
     resend.assign(pending.begin(), pending.end());
   }
   for (const Pending& p : resend) {
     if (!stream->Write(*p.batch)) return false;
-    MutexLock lock(&mu);
+    base::MutexLock lock(&mu);
     if (p.sent) {
       ++counters.batches_replayed;
       counters.records_replayed += static_cast<std::uint64_t>(p.batch->records_size());
@@ -151,13 +151,13 @@ void Telemetry::Impl::Disconnect(
   {
     // A stream the server ended keeps its status; only a stream that is
     // still open (a failed write, Close) is cancelled.
-    MutexLock lock(&mu);
+    base::MutexLock lock(&mu);
     if (ctx && !reader_done) ctx->TryCancel();
   }
   if (reader.joinable()) reader.join();
   const grpc::Status st = stream->Finish();
   stream.reset();
-  MutexLock lock(&mu);
+  base::MutexLock lock(&mu);
   ctx.reset();
   connected_address.clear();
   if (st.ok() || st.error_code() == grpc::StatusCode::CANCELLED) return;
@@ -172,7 +172,7 @@ void Telemetry::Impl::Disconnect(
     pending.pop_front();
     progress.SignalAll();
     if (spool) {
-      MutexLock slock(&spool_mu);
+      base::MutexLock slock(&spool_mu);
       (void)spool->Acknowledge(seq);
     }
   }
@@ -192,7 +192,7 @@ void Telemetry::Impl::Run() {
     ++failures_in_a_row;
     if (addresses.size() > 1) {
       current = (current + 1) % addresses.size();
-      MutexLock lock(&mu);
+      base::MutexLock lock(&mu);
       ++counters.failovers;
     }
     if (failures_in_a_row % addresses.size() != 0) {
@@ -208,7 +208,7 @@ void Telemetry::Impl::Run() {
       if (!connected) {
         Disconnect(stream, reader);
         schedule_retry();
-        MutexLock lock(&mu);
+        base::MutexLock lock(&mu);
         ++counters.reconnects;
       }
     }
@@ -217,7 +217,7 @@ void Telemetry::Impl::Run() {
     std::vector<v1::StepRecord> records;
     bool lost_stream = false;
     {
-      MutexLock lock(&mu);
+      base::MutexLock lock(&mu);
       auto timeout = options.flush_interval;
       if (!connected) {
         timeout = std::min(timeout, std::chrono::duration_cast<std::chrono::milliseconds>(next_attempt - Clock::now()) +
@@ -243,7 +243,7 @@ void Telemetry::Impl::Run() {
       Disconnect(stream, reader);
       connected = false;
       schedule_retry();
-      MutexLock lock(&mu);
+      base::MutexLock lock(&mu);
       ++counters.reconnects;
       continue;
     }
@@ -252,7 +252,7 @@ void Telemetry::Impl::Run() {
     if (batch == nullptr) continue;  // spool full: records went back to the queue
     if (connected) {
       {
-        MutexLock lock(&mu);
+        base::MutexLock lock(&mu);
         counters.records_sent += static_cast<std::uint64_t>(batch->records_size());
         pending.back().sent = true;
       }
@@ -260,7 +260,7 @@ void Telemetry::Impl::Run() {
         backoff = options.backoff_initial;
         failures_in_a_row = 0;
       } else {
-        MutexLock lock(&mu);
+        base::MutexLock lock(&mu);
         broken = true;
       }
     }
@@ -269,7 +269,7 @@ void Telemetry::Impl::Run() {
   for (;;) {
     std::vector<v1::StepRecord> records;
     {
-      MutexLock lock(&mu);
+      base::MutexLock lock(&mu);
       const std::size_t n = std::min(queue.size(), options.max_batch_records);
       for (std::size_t i = 0; i < n; ++i) {
         records.push_back(std::move(queue.front()));
@@ -290,7 +290,7 @@ std::shared_ptr<v1::IngestRequest> Telemetry::Impl::MakeBatch(std::vector<v1::St
   if (sc.size() + 5 <= proto::kMaxScalarsPerRecord) {  // gacd's limit
     // The sender's own counters ride on the last record of each batch as
     // scalars, so gacd exports them with the run (gac_trainer_scalar).
-    MutexLock lock(&mu);
+    base::MutexLock lock(&mu);
     sc["agent_records_sent"] = static_cast<double>(counters.records_sent);
     sc["agent_records_spooled"] = static_cast<double>(counters.records_spooled);
     sc["agent_records_replayed"] = static_cast<double>(counters.records_replayed);
@@ -299,15 +299,15 @@ std::shared_ptr<v1::IngestRequest> Telemetry::Impl::MakeBatch(std::vector<v1::St
   }
   if (spool) {
     const std::string bytes = batch->SerializeAsString();
-    MutexLock slock(&spool_mu);
-    Status st = spool->Append(next_seq, bytes);
-    if (st.code() == StatusCode::kResourceExhausted) {
+    base::MutexLock slock(&spool_mu);
+    base::Status st = spool->Append(next_seq, bytes);
+    if (st.code() == base::StatusCode::kResourceExhausted) {
       // Spool full: give the records back and wait for acknowledgements.
-      MutexLock lock(&mu);
+      base::MutexLock lock(&mu);
       for (int i = batch->records_size(); i-- > 0;) queue.push_front(std::move(*batch->mutable_records(i)));
       return nullptr;
     }
-    MutexLock lock(&mu);
+    base::MutexLock lock(&mu);
     if (st.ok()) {
       counters.records_spooled += static_cast<std::uint64_t>(batch->records_size());
     } else {
@@ -316,7 +316,7 @@ std::shared_ptr<v1::IngestRequest> Telemetry::Impl::MakeBatch(std::vector<v1::St
     }
   }
   ++next_seq;
-  MutexLock lock(&mu);
+  base::MutexLock lock(&mu);
   pending.push_back(Pending{batch->sequence(), batch, false});
   pending_records += static_cast<std::uint64_t>(batch->records_size());
   return batch;
@@ -326,14 +326,14 @@ Telemetry::Telemetry(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 Telemetry::~Telemetry() { Close(std::chrono::milliseconds(0)); }
 
-StatusOr<std::unique_ptr<Telemetry>> Telemetry::Start(const TelemetryOptions& options) {
-  StatusOr<std::vector<std::string>> addresses = SplitGacdAddresses(options.address);
+base::StatusOr<std::unique_ptr<Telemetry>> Telemetry::Start(const TelemetryOptions& options) {
+  base::StatusOr<std::vector<std::string>> addresses = SplitGacdAddresses(options.address);
   if (!addresses.ok()) return addresses.status().WithPrefix("telemetry");
   if (options.queue_capacity == 0 || options.max_batch_records == 0 || options.max_unacknowledged_batches == 0) {
-    return Status::InvalidArgument("telemetry queue_capacity, max_batch_records and max_unacknowledged_batches must be > 0");
+    return base::Status::InvalidArgument("telemetry queue_capacity, max_batch_records and max_unacknowledged_batches must be > 0");
   }
   if (options.max_batch_records > proto::kMaxRecordsPerBatch) {
-    return Status::InvalidArgument("max_batch_records above gacd's limit of " + std::to_string(proto::kMaxRecordsPerBatch));
+    return base::Status::InvalidArgument("max_batch_records above gacd's limit of " + std::to_string(proto::kMaxRecordsPerBatch));
   }
   auto impl = std::make_unique<Impl>();
   impl->options = options;
@@ -342,24 +342,23 @@ StatusOr<std::unique_ptr<Telemetry>> Telemetry::Start(const TelemetryOptions& op
     so.dir = options.spool_dir;
     so.max_bytes = options.spool_max_bytes;
     so.fsync = options.spool_fsync;
-    auto spool = Spool::Open(so, &impl->recovery);
-    if (!spool.ok()) return spool.status();
+    GAC_ASSIGN_OR_RETURN(auto spool, Spool::Open(so, &impl->recovery));
     // What a previous process left: resent first, in order.
     std::deque<Pending> recovered;
     std::uint64_t records = 0;
-    GAC_RETURN_IF_ERROR((*spool)->ForEachUnacknowledged([&](std::uint64_t seq, std::string&& payload) {
+    GAC_RETURN_IF_ERROR(spool->ForEachUnacknowledged([&](std::uint64_t seq, std::string&& payload) {
       auto batch = std::make_shared<v1::IngestRequest>();
       if (!batch->ParseFromString(payload)) return;  // checksummed, so not expected
       batch->set_sequence(seq);
       records += static_cast<std::uint64_t>(batch->records_size());
       recovered.push_back(Pending{seq, batch, true});
     }));
-    impl->next_seq = (*spool)->last_sequence() + 1;
+    impl->next_seq = spool->last_sequence() + 1;
     impl->recovered_records = records;
     // No other thread runs yet; the locks are taken for the analysis' sake.
-    MutexLock spool_lock(&impl->spool_mu);
-    MutexLock lock(&impl->mu);
-    impl->spool = std::move(*spool);
+    base::MutexLock spool_lock(&impl->spool_mu);
+    base::MutexLock lock(&impl->mu);
+    impl->spool = std::move(spool);
     impl->pending = std::move(recovered);
     impl->pending_records = records;
   }
@@ -379,7 +378,7 @@ bool Telemetry::Enqueue(v1::StepRecord&& record) {
   Impl& s = *impl_;
   bool wake = false;
   {
-    MutexLock lock(&s.mu);
+    base::MutexLock lock(&s.mu);
     if (s.queue.size() >= s.options.queue_capacity || s.stopping) {
       ++s.counters.dropped_queue_full;
       return false;
@@ -394,7 +393,7 @@ bool Telemetry::Enqueue(v1::StepRecord&& record) {
 
 bool Telemetry::Flush(std::chrono::milliseconds timeout) {
   Impl& s = *impl_;
-  MutexLock lock(&s.mu);
+  base::MutexLock lock(&s.mu);
   const std::uint64_t target = s.recovered_records + s.counters.enqueued;
   s.wake.Signal();
   const auto deadline = Clock::now() + timeout;
@@ -408,7 +407,7 @@ void Telemetry::Close(std::chrono::milliseconds timeout) {
   if (!s.sender.joinable()) return;
   Flush(timeout);
   {
-    MutexLock lock(&s.mu);
+    base::MutexLock lock(&s.mu);
     s.stopping = true;
     if (s.ctx) s.ctx->TryCancel();  // unblocks a Write stuck on a stalled gacd
   }
@@ -417,7 +416,7 @@ void Telemetry::Close(std::chrono::milliseconds timeout) {
 }
 
 TelemetryCounters Telemetry::counters() const {
-  MutexLock lock(&impl_->mu);
+  base::MutexLock lock(&impl_->mu);
   TelemetryCounters c = impl_->counters;
   c.queue_depth = impl_->queue.size();
   c.unacknowledged = impl_->pending_records;
@@ -427,12 +426,12 @@ TelemetryCounters Telemetry::counters() const {
 const SpoolRecovery& Telemetry::recovery() const { return impl_->recovery; }
 
 std::string Telemetry::last_error() const {
-  MutexLock lock(&impl_->mu);
+  base::MutexLock lock(&impl_->mu);
   return impl_->last_error;
 }
 
 std::string Telemetry::address() const {
-  MutexLock lock(&impl_->mu);
+  base::MutexLock lock(&impl_->mu);
   return impl_->connected_address;
 }
 

@@ -24,7 +24,7 @@ ThreadPool::ThreadPool(int num_threads) {
 
 ThreadPool::~ThreadPool() {
   {
-    MutexLock lock(&mu_);
+    base::MutexLock lock(&mu_);
     stop_.store(true);
   }
   wake_.SignalAll();
@@ -50,7 +50,7 @@ void ThreadPool::ParallelFor(std::int64_t n, const std::function<void(std::int64
   next_.store(0, std::memory_order_relaxed);
   active_.store(static_cast<int>(workers_.size()), std::memory_order_relaxed);
   {
-    MutexLock lock(&mu_);
+    base::MutexLock lock(&mu_);
     generation_.fetch_add(1, std::memory_order_release);  // publishes fn_, n_, next_, active_
   }
   wake_.SignalAll();
@@ -58,7 +58,7 @@ void ThreadPool::ParallelFor(std::int64_t n, const std::function<void(std::int64
   RunTasks();
   const auto all_done = [this] { return active_.load(std::memory_order_acquire) == 0; };
   if (!SpinFor(all_done)) {
-    MutexLock lock(&mu_);
+    base::MutexLock lock(&mu_);
     while (!all_done()) done_.Wait(&mu_);
   }
   fn_ = nullptr;
@@ -70,14 +70,14 @@ void ThreadPool::WorkerLoop() {
     const auto new_loop = [&] { return generation_.load(std::memory_order_acquire) != seen; };
     const auto ready = [&] { return stop_.load(std::memory_order_relaxed) || new_loop(); };
     if (!SpinFor(ready)) {
-      MutexLock lock(&mu_);
+      base::MutexLock lock(&mu_);
       while (!ready()) wake_.Wait(&mu_);
     }
     if (stop_.load(std::memory_order_relaxed)) return;
     seen = generation_.load(std::memory_order_acquire);
     RunTasks();
     if (active_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
-      MutexLock lock(&mu_);  // the caller checks active_ under mu_ before it sleeps
+      base::MutexLock lock(&mu_);  // the caller checks active_ under mu_ before it sleeps
       done_.Signal();
     }
   }

@@ -24,7 +24,7 @@
 #include <immintrin.h>
 #endif
 
-#include "gac/mutex.h"
+#include "gac/base/mutex.h"
 
 namespace gac::agent {
 
@@ -63,9 +63,9 @@ class ThreadPool {
   // Orders a sleeper's last check against the publishing of a loop or its
   // end; it guards no field (those below are atomics, read by spinners
   // without it).
-  Mutex mu_;
-  CondVar wake_;
-  CondVar done_;
+  base::Mutex mu_;
+  base::CondVar wake_;
+  base::CondVar done_;
   // Changed under mu_ (so that sleepers miss nothing), read without it by spinners.
   std::atomic<std::uint64_t> generation_{0};  // one per loop
   std::atomic<bool> stop_{false};

@@ -26,7 +26,7 @@ TensorDesc Describe(const TensorRef& r) {
 
 }  // namespace
 
-StatusOr<ChunkTable::Change> ChunkTable::Update(const TensorRef* refs, std::size_t count) {
+base::StatusOr<ChunkTable::Change> ChunkTable::Update(const TensorRef* refs, std::size_t count) {
   // Validate and classify in one pass; nothing is modified before the end.
   bool layout = !built_ || count != refs_.size();
   bool entries = false;
@@ -34,16 +34,16 @@ StatusOr<ChunkTable::Change> ChunkTable::Update(const TensorRef* refs, std::size
   std::int64_t num_chunks = 0;
   for (std::size_t i = 0; i < count; ++i) {
     const TensorRef& r = refs[i];
-    if (r.n < 0) return Status::InvalidArgument("tensor " + std::to_string(i) + " has a negative length");
+    if (r.n < 0) return base::Status::InvalidArgument("tensor " + std::to_string(i) + " has a negative length");
     const std::int64_t key = LayoutKey(r);
     if (!layout && key != LayoutKey(refs_[i])) layout = true;
     if (key == 0) continue;
-    if (r.p == nullptr) return Status::InvalidArgument("tensor " + std::to_string(i) + " has no snapshot pointer");
+    if (r.p == nullptr) return base::Status::InvalidArgument("tensor " + std::to_string(i) + " has no snapshot pointer");
     if (r.gt != ElemType::kF32 && r.gt != ElemType::kBF16 && r.gt != ElemType::kF16) {
-      return Status::InvalidArgument("tensor " + std::to_string(i) + " has an unknown element type");
+      return base::Status::InvalidArgument("tensor " + std::to_string(i) + " has an unknown element type");
     }
     if (r.segment < -1 || r.segment >= num_segments_) {
-      return Status::InvalidArgument("tensor " + std::to_string(i) + " names segment " + std::to_string(r.segment) +
+      return base::Status::InvalidArgument("tensor " + std::to_string(i) + " names segment " + std::to_string(r.segment) +
                                      " of " + std::to_string(num_segments_));
     }
     if (!layout && !entries && !SameEntry(r, refs_[i])) entries = true;
@@ -51,7 +51,7 @@ StatusOr<ChunkTable::Change> ChunkTable::Update(const TensorRef* refs, std::size
     num_chunks += (key + kChunkElements - 1) / kChunkElements;
   }
   if (num_tensors > kMaxEntries || num_chunks > kMaxEntries) {
-    return Status::OutOfRange("the tensor list needs " + std::to_string(num_chunks) + " chunks of " +
+    return base::Status::OutOfRange("the tensor list needs " + std::to_string(num_chunks) + " chunks of " +
                               std::to_string(kChunkElements) + " elements; at most 2^31 - 1 are supported");
   }
   if (!layout && !entries) return Change::kNone;

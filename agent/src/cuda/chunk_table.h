@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "agent/src/cuda/multi_tensor.h"
-#include "gac/status.h"
+#include "gac/base/status.h"
 
 namespace gac::agent::cuda {
 
@@ -32,7 +32,7 @@ class ChunkTable {
   // Errors (the previous tables stay in place): InvalidArgument for n < 0, a
   // null p, an unknown element type or segment; OutOfRange for more than
   // 2^31 - 1 chunks or tensors.
-  StatusOr<Change> Update(const TensorRef* refs, std::size_t count);
+  base::StatusOr<Change> Update(const TensorRef* refs, std::size_t count);
 
   const std::vector<TensorDesc>& tensors() const { return tensors_; }
   const std::vector<ChunkDesc>& chunks() const { return chunks_; }

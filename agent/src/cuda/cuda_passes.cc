@@ -19,15 +19,15 @@ namespace {
 // that reads every chunk's partial.
 constexpr int kMaxSegments = 1 << 16;
 
-Status CudaStatus(const std::string& what, cudaError_t e) {
+base::Status CudaStatus(const std::string& what, cudaError_t e) {
   std::string msg = what + ": " + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ")";
   switch (e) {
-    case cudaErrorMemoryAllocation: return Status(StatusCode::kResourceExhausted, std::move(msg));
+    case cudaErrorMemoryAllocation: return base::Status(base::StatusCode::kResourceExhausted, std::move(msg));
     case cudaErrorNoDevice:
     case cudaErrorInsufficientDriver:
     case cudaErrorInitializationError:
-    case cudaErrorDevicesUnavailable: return Status::Unavailable(std::move(msg));
-    default: return Status::Internal(std::move(msg));
+    case cudaErrorDevicesUnavailable: return base::Status::Unavailable(std::move(msg));
+    default: return base::Status::Internal(std::move(msg));
   }
 }
 
@@ -47,12 +47,12 @@ class DeviceScope {
   }
   DeviceScope(const DeviceScope&) = delete;
   DeviceScope& operator=(const DeviceScope&) = delete;
-  const Status& status() const { return status_; }
+  const base::Status& status() const { return status_; }
 
  private:
   int previous_ = -1;
   bool switched_ = false;
-  Status status_;
+  base::Status status_;
 };
 
 }  // namespace
@@ -64,12 +64,12 @@ MultiTensorPasses::MultiTensorPasses(int device, ElemType snapshot_type, int num
       table_(num_segments),
       inline_(std::make_unique<InlineTable>()) {}
 
-StatusOr<std::unique_ptr<MultiTensorPasses>> MultiTensorPasses::Create(ElemType snapshot_type, int num_segments) {
+base::StatusOr<std::unique_ptr<MultiTensorPasses>> MultiTensorPasses::Create(ElemType snapshot_type, int num_segments) {
   if (snapshot_type != ElemType::kF32 && snapshot_type != ElemType::kBF16) {
-    return Status::InvalidArgument("the snapshot type must be float32 or bfloat16");
+    return base::Status::InvalidArgument("the snapshot type must be float32 or bfloat16");
   }
   if (num_segments < 0 || num_segments > kMaxSegments) {
-    return Status::InvalidArgument("num_segments must be in [0, " + std::to_string(kMaxSegments) + "], got " +
+    return base::Status::InvalidArgument("num_segments must be in [0, " + std::to_string(kMaxSegments) + "], got " +
                                    std::to_string(num_segments));
   }
   int device = -1;
@@ -104,7 +104,7 @@ MultiTensorPasses::~MultiTensorPasses() {
   }
 }
 
-Status MultiTensorPasses::Follow(cudaStream_t stream) {
+base::Status MultiTensorPasses::Follow(cudaStream_t stream) {
   if (have_stream_ && stream != last_stream_) {
     cudaError_t e = cudaEventRecord(order_, last_stream_);
     if (e == cudaSuccess) e = cudaStreamWaitEvent(stream, order_, 0);
@@ -112,7 +112,7 @@ Status MultiTensorPasses::Follow(cudaStream_t stream) {
   }
   have_stream_ = true;
   last_stream_ = stream;
-  return Status::Ok();
+  return base::Status::Ok();
 }
 
 DeviceTable MultiTensorPasses::device_table() const {
@@ -122,24 +122,24 @@ DeviceTable MultiTensorPasses::device_table() const {
                      reinterpret_cast<const ChunkDesc*>(base + table_.tensor_bytes())};
 }
 
-Status MultiTensorPasses::CheckReady() const {
-  if (!have_tensors_) return Status::FailedPrecondition("SetTensors() has not succeeded yet");
-  return Status::Ok();
+base::Status MultiTensorPasses::CheckReady() const {
+  if (!have_tensors_) return base::Status::FailedPrecondition("SetTensors() has not succeeded yet");
+  return base::Status::Ok();
 }
 
-Status MultiTensorPasses::SetTensors(const TensorRef* refs, std::size_t count, cudaStream_t stream) {
+base::Status MultiTensorPasses::SetTensors(const TensorRef* refs, std::size_t count, cudaStream_t stream) {
   const DeviceScope scope(device_);
   if (!scope.status().ok()) return scope.status();
-  Status st = Follow(stream);
+  base::Status st = Follow(stream);
   if (!st.ok()) return st;
-  StatusOr<ChunkTable::Change> change = table_.Update(refs, count);
+  base::StatusOr<ChunkTable::Change> change = table_.Update(refs, count);
   if (!change.ok()) {
     have_tensors_ = false;  // no pass may run on the previous list by mistake
     return change.status();
   }
   if (*change == ChunkTable::Change::kNone) {
     have_tensors_ = true;
-    return Status::Ok();
+    return base::Status::Ok();
   }
   if (*change == ChunkTable::Change::kLayout) st = ReservePartials(stream);
   if (st.ok()) {
@@ -157,12 +157,12 @@ Status MultiTensorPasses::SetTensors(const TensorRef* refs, std::size_t count, c
     return st;
   }
   have_tensors_ = true;
-  return Status::Ok();
+  return base::Status::Ok();
 }
 
-Status MultiTensorPasses::ReservePartials(cudaStream_t stream) {
+base::Status MultiTensorPasses::ReservePartials(cudaStream_t stream) {
   const std::int64_t needed = table_.num_chunks();
-  if (needed <= partials_capacity_) return Status::Ok();
+  if (needed <= partials_capacity_) return base::Status::Ok();
   // Enqueued kernels may still use the old buffer.
   cudaError_t e = cudaStreamSynchronize(stream);
   if (e != cudaSuccess) return CudaStatus("cudaStreamSynchronize", e);
@@ -173,10 +173,10 @@ Status MultiTensorPasses::ReservePartials(cudaStream_t stream) {
   e = cudaMalloc(reinterpret_cast<void**>(&partials_dev_), static_cast<std::size_t>(capacity) * sizeof(ChunkPartial));
   if (e != cudaSuccess) return CudaStatus("cudaMalloc of the chunk partials", e);
   partials_capacity_ = capacity;
-  return Status::Ok();
+  return base::Status::Ok();
 }
 
-Status MultiTensorPasses::Upload(ChunkTable::Change change, cudaStream_t stream) {
+base::Status MultiTensorPasses::Upload(ChunkTable::Change change, cudaStream_t stream) {
   const std::size_t tensor_bytes = table_.tensor_bytes();
   const std::size_t needed = tensor_bytes + table_.chunk_bytes();
   // kTensors: the chunk entries and their place are unchanged (a new buffer
@@ -213,13 +213,13 @@ Status MultiTensorPasses::Upload(ChunkTable::Change change, cudaStream_t stream)
   if (e != cudaSuccess) return CudaStatus("uploading the chunk table", e);
   upload_pending_ = true;
   ++table_uploads_;
-  return Status::Ok();
+  return base::Status::Ok();
 }
 
-Status MultiTensorPasses::EnqueueStatistics(bool with_p, cudaStream_t stream) {
+base::Status MultiTensorPasses::EnqueueStatistics(bool with_p, cudaStream_t stream) {
   const DeviceScope scope(device_);
   if (!scope.status().ok()) return scope.status();
-  Status st = CheckReady();
+  base::Status st = CheckReady();
   if (st.ok()) st = Follow(stream);
   if (!st.ok()) return st;
   const int num_chunks = static_cast<int>(table_.num_chunks());
@@ -233,29 +233,29 @@ Status MultiTensorPasses::EnqueueStatistics(bool with_p, cudaStream_t stream) {
   ++launches_;
   const cudaError_t e = kernels::LaunchFinalize(partials_dev_, num_chunks, num_segments_, result_dev_, stream);
   if (e != cudaSuccess) return CudaStatus("launching the statistics reduction", e);
-  return Status::Ok();
+  return base::Status::Ok();
 }
 
-Status MultiTensorPasses::EnqueueAllReduce(ncclComm_t comm, cudaStream_t stream) {
+base::Status MultiTensorPasses::EnqueueAllReduce(ncclComm_t comm, cudaStream_t stream) {
 #ifdef GAC_CUDA_WITH_NCCL
   const DeviceScope scope(device_);
   if (!scope.status().ok()) return scope.status();
-  Status st = Follow(stream);
+  base::Status st = Follow(stream);
   if (!st.ok()) return st;
   const ncclResult_t r = ncclAllReduce(result_dev_, result_dev_, result_size(), ncclFloat64, ncclSum, comm, stream);
-  if (r != ncclSuccess) return Status::Unavailable(std::string("ncclAllReduce: ") + ncclGetErrorString(r));
-  return Status::Ok();
+  if (r != ncclSuccess) return base::Status::Unavailable(std::string("ncclAllReduce: ") + ncclGetErrorString(r));
+  return base::Status::Ok();
 #else
   (void)comm;
   (void)stream;
-  return Status::Unimplemented("gac::agent_cuda was built without NCCL");
+  return base::Status::Unimplemented("gac::agent_cuda was built without NCCL");
 #endif
 }
 
-StatusOr<StatsView> MultiTensorPasses::ReadResult(cudaStream_t stream) {
+base::StatusOr<StatsView> MultiTensorPasses::ReadResult(cudaStream_t stream) {
   const DeviceScope scope(device_);
   if (!scope.status().ok()) return scope.status();
-  Status st = Follow(stream);
+  base::Status st = Follow(stream);
   if (!st.ok()) return st;
   cudaError_t e =
       cudaMemcpyAsync(result_host_, result_dev_, result_size() * sizeof(double), cudaMemcpyDeviceToHost, stream);
@@ -265,14 +265,14 @@ StatusOr<StatsView> MultiTensorPasses::ReadResult(cudaStream_t stream) {
   return StatsView{result_host_, num_segments_};
 }
 
-Status MultiTensorPasses::LaunchApply(bool project, float coeff, bool snapshot_projected, cudaStream_t stream) {
+base::Status MultiTensorPasses::LaunchApply(bool project, float coeff, bool snapshot_projected, cudaStream_t stream) {
   const DeviceScope scope(device_);
   if (!scope.status().ok()) return scope.status();
-  Status st = CheckReady();
+  base::Status st = CheckReady();
   if (st.ok()) st = Follow(stream);
   if (!st.ok()) return st;
   const int num_chunks = static_cast<int>(table_.num_chunks());
-  if (num_chunks == 0) return Status::Ok();
+  if (num_chunks == 0) return base::Status::Ok();
   const PassArgs args{nullptr, coeff, snapshot_projected ? 1 : 0};
   const InlineTable* inline_table = table_.fits_inline() ? inline_.get() : nullptr;
   ++launches_;
@@ -282,13 +282,13 @@ Status MultiTensorPasses::LaunchApply(bool project, float coeff, bool snapshot_p
   if (e != cudaSuccess) {
     return CudaStatus(project ? "launching the projection kernel" : "launching the snapshot kernel", e);
   }
-  return Status::Ok();
+  return base::Status::Ok();
 }
 
-Status MultiTensorPasses::EnqueueProjectSnapshot(float coeff, bool snapshot_projected, cudaStream_t stream) {
+base::Status MultiTensorPasses::EnqueueProjectSnapshot(float coeff, bool snapshot_projected, cudaStream_t stream) {
   return LaunchApply(true, coeff, snapshot_projected, stream);
 }
 
-Status MultiTensorPasses::EnqueueSnapshot(cudaStream_t stream) { return LaunchApply(false, 0.0f, false, stream); }
+base::Status MultiTensorPasses::EnqueueSnapshot(cudaStream_t stream) { return LaunchApply(false, 0.0f, false, stream); }
 
 }  // namespace gac::agent::cuda

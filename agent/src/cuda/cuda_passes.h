@@ -26,7 +26,7 @@
 
 #include "agent/src/cuda/chunk_table.h"
 #include "agent/src/cuda/multi_tensor.h"
-#include "gac/status.h"
+#include "gac/base/status.h"
 
 // The same opaque handle types as cuda_runtime_api.h and nccl.h declare.
 typedef struct CUstream_st* cudaStream_t;
@@ -56,7 +56,7 @@ class MultiTensorPasses {
   // snapshot_type: kF32 or kBF16. Statistics are also summed per segment
   // [0, num_segments). Errors: InvalidArgument; Unavailable without a usable
   // device (no driver, no GPU) or when the buffers cannot be allocated.
-  static StatusOr<std::unique_ptr<MultiTensorPasses>> Create(ElemType snapshot_type, int num_segments = 0);
+  static base::StatusOr<std::unique_ptr<MultiTensorPasses>> Create(ElemType snapshot_type, int num_segments = 0);
   ~MultiTensorPasses();
   MultiTensorPasses(const MultiTensorPasses&) = delete;
   MultiTensorPasses& operator=(const MultiTensorPasses&) = delete;
@@ -65,24 +65,24 @@ class MultiTensorPasses {
   // what is left out and the errors). Cheap when nothing changed: one
   // comparison per tensor. REQUIRES: the pointers address memory of this
   // object's device, valid until the passes that use them have run.
-  Status SetTensors(const TensorRef* refs, std::size_t count, cudaStream_t stream);
+  base::Status SetTensors(const TensorRef* refs, std::size_t count, cudaStream_t stream);
 
   // Enqueues the statistics of the current list into device_result(): dot,
   // |g|^2, |p|^2 with with_p, else |g|^2 only (dot = pp = 0, p not read).
-  Status EnqueueStatistics(bool with_p, cudaStream_t stream);
+  base::Status EnqueueStatistics(bool with_p, cudaStream_t stream);
   // Enqueues ncclAllReduce(SUM) of device_result() on comm and stream.
   // Collective. Unimplemented in builds without NCCL.
-  Status EnqueueAllReduce(ncclComm_t comm, cudaStream_t stream);
+  base::Status EnqueueAllReduce(ncclComm_t comm, cudaStream_t stream);
   // Copies device_result() to pinned host memory and waits for that copy
   // (hence for everything enqueued on `stream` before it). The view stays
   // valid until the next ReadResult().
-  StatusOr<StatsView> ReadResult(cudaStream_t stream);
+  base::StatusOr<StatsView> ReadResult(cudaStream_t stream);
 
   // Enqueues g <- g - coeff * p and p <- (snapshot_projected ? new g : old g)
   // over the current list. Does not wait.
-  Status EnqueueProjectSnapshot(float coeff, bool snapshot_projected, cudaStream_t stream);
+  base::Status EnqueueProjectSnapshot(float coeff, bool snapshot_projected, cudaStream_t stream);
   // Enqueues p <- g (converted, round to nearest even). Does not wait.
-  Status EnqueueSnapshot(cudaStream_t stream);
+  base::Status EnqueueSnapshot(cudaStream_t stream);
 
   // fp64 device buffer of result_size() entries (layout in multi_tensor.h),
   // e.g. for another reducer to all-reduce in place.
@@ -103,15 +103,15 @@ class MultiTensorPasses {
  private:
   MultiTensorPasses(int device, ElemType snapshot_type, int num_segments);
   // Orders work on `stream` after this object's work on the previous stream.
-  Status Follow(cudaStream_t stream);
+  base::Status Follow(cudaStream_t stream);
   // Copies the changed tables to the device (device-table mode).
-  Status Upload(ChunkTable::Change change, cudaStream_t stream);
+  base::Status Upload(ChunkTable::Change change, cudaStream_t stream);
   // Grows the partials buffer to the current chunk count.
-  Status ReservePartials(cudaStream_t stream);
-  Status CheckReady() const;
+  base::Status ReservePartials(cudaStream_t stream);
+  base::Status CheckReady() const;
   // The device copy of the tables (null pointers in inline mode).
   DeviceTable device_table() const;
-  Status LaunchApply(bool project, float coeff, bool snapshot_projected, cudaStream_t stream);
+  base::Status LaunchApply(bool project, float coeff, bool snapshot_projected, cudaStream_t stream);
 
   // Constant after construction.
   const int device_;

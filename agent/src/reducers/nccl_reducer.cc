@@ -7,22 +7,22 @@
 
 namespace gac::agent {
 
-StatusOr<std::unique_ptr<NcclReducer>> NcclReducer::Create(ncclComm_t comm, cudaStream_t stream) {
+base::StatusOr<std::unique_ptr<NcclReducer>> NcclReducer::Create(ncclComm_t comm, cudaStream_t stream) {
   int rank = 0;
   int size = 0;
   if (ncclCommUserRank(comm, &rank) != ncclSuccess || ncclCommCount(comm, &size) != ncclSuccess) {
-    return Status::InvalidArgument("NCCL communicator is not valid");
+    return base::Status::InvalidArgument("NCCL communicator is not valid");
   }
   void* buf = nullptr;
   cudaError_t err = cudaMalloc(&buf, kInitialValues * sizeof(double));
   if (err != cudaSuccess) {
-    return Status::Unavailable(std::string("cudaMalloc for the NCCL reducer failed: ") + cudaGetErrorString(err));
+    return base::Status::Unavailable(std::string("cudaMalloc for the NCCL reducer failed: ") + cudaGetErrorString(err));
   }
   cudaEvent_t order = nullptr;
   err = cudaEventCreateWithFlags(&order, cudaEventDisableTiming);
   if (err != cudaSuccess) {
     cudaFree(buf);
-    return Status::Unavailable(std::string("cudaEventCreate for the NCCL reducer failed: ") + cudaGetErrorString(err));
+    return base::Status::Unavailable(std::string("cudaEventCreate for the NCCL reducer failed: ") + cudaGetErrorString(err));
   }
   return std::unique_ptr<NcclReducer>(new NcclReducer(comm, stream, static_cast<double*>(buf), order, rank, size));
 }
@@ -32,13 +32,13 @@ NcclReducer::~NcclReducer() {
   cudaEventDestroy(order_);
 }
 
-Status NcclReducer::AllReduceSum(double* values, std::size_t n) {
+base::Status NcclReducer::AllReduceSum(double* values, std::size_t n) {
   if (n > capacity_) {
     // Every call ends with a wait on stream_, so the old buffer is idle.
     void* buf = nullptr;
     cudaError_t err = cudaMalloc(&buf, n * sizeof(double));
     if (err != cudaSuccess) {
-      return Status::Unavailable(std::string("cudaMalloc for the NCCL reducer failed: ") + cudaGetErrorString(err));
+      return base::Status::Unavailable(std::string("cudaMalloc for the NCCL reducer failed: ") + cudaGetErrorString(err));
     }
     cudaFree(device_buf_);
     device_buf_ = static_cast<double*>(buf);
@@ -46,38 +46,38 @@ Status NcclReducer::AllReduceSum(double* values, std::size_t n) {
   }
   const std::size_t bytes = n * sizeof(double);
   cudaError_t err = cudaMemcpyAsync(device_buf_, values, bytes, cudaMemcpyHostToDevice, stream_);
-  if (err != cudaSuccess) return Status::Unavailable(std::string("cudaMemcpyAsync: ") + cudaGetErrorString(err));
+  if (err != cudaSuccess) return base::Status::Unavailable(std::string("cudaMemcpyAsync: ") + cudaGetErrorString(err));
   const ncclResult_t r = ncclAllReduce(device_buf_, device_buf_, n, ncclFloat64, ncclSum, comm_, stream_);
-  if (r != ncclSuccess) return Status::Unavailable(std::string("ncclAllReduce: ") + ncclGetErrorString(r));
+  if (r != ncclSuccess) return base::Status::Unavailable(std::string("ncclAllReduce: ") + ncclGetErrorString(r));
   err = cudaMemcpyAsync(values, device_buf_, bytes, cudaMemcpyDeviceToHost, stream_);
   if (err == cudaSuccess) err = cudaStreamSynchronize(stream_);
-  if (err != cudaSuccess) return Status::Unavailable(std::string("NCCL reducer copy-back: ") + cudaGetErrorString(err));
-  return Status::Ok();
+  if (err != cudaSuccess) return base::Status::Unavailable(std::string("NCCL reducer copy-back: ") + cudaGetErrorString(err));
+  return base::Status::Ok();
 }
 
 namespace {
 
 // `later` waits for what `earlier` has enqueued so far.
-Status Order(cudaEvent_t event, cudaStream_t earlier, cudaStream_t later) {
+base::Status Order(cudaEvent_t event, cudaStream_t earlier, cudaStream_t later) {
   cudaError_t err = cudaEventRecord(event, earlier);
   if (err == cudaSuccess) err = cudaStreamWaitEvent(later, event, 0);
-  if (err != cudaSuccess) return Status::Unavailable(std::string("NCCL reducer ordering: ") + cudaGetErrorString(err));
-  return Status::Ok();
+  if (err != cudaSuccess) return base::Status::Unavailable(std::string("NCCL reducer ordering: ") + cudaGetErrorString(err));
+  return base::Status::Ok();
 }
 
 }  // namespace
 
-Status NcclReducer::AllReduceSumDevice(double* device_values, std::size_t n, cudaStream_t stream) {
+base::Status NcclReducer::AllReduceSumDevice(double* device_values, std::size_t n, cudaStream_t stream) {
   // On the trainer's stream, as every collective of this communicator: after
   // what `stream` has enqueued (the values), and before what it enqueues next.
   const bool other_stream = stream != stream_;
   if (other_stream) {
-    Status st = Order(order_, stream, stream_);
+    base::Status st = Order(order_, stream, stream_);
     if (!st.ok()) return st;
   }
   const ncclResult_t r = ncclAllReduce(device_values, device_values, n, ncclFloat64, ncclSum, comm_, stream_);
-  if (r != ncclSuccess) return Status::Unavailable(std::string("ncclAllReduce: ") + ncclGetErrorString(r));
-  return other_stream ? Order(order_, stream_, stream) : Status::Ok();
+  if (r != ncclSuccess) return base::Status::Unavailable(std::string("ncclAllReduce: ") + ncclGetErrorString(r));
+  return other_stream ? Order(order_, stream_, stream) : base::Status::Ok();
 }
 
 }  // namespace gac::agent

@@ -23,7 +23,7 @@ ProcessGroupReducer::~ProcessGroupReducer() = default;
 int ProcessGroupReducer::rank() const { return impl_->group->getRank(); }
 int ProcessGroupReducer::world_size() const { return impl_->group->getSize(); }
 
-Status ProcessGroupReducer::AllReduceSum(double* values, std::size_t n) {
+base::Status ProcessGroupReducer::AllReduceSum(double* values, std::size_t n) {
   try {
     const auto count = static_cast<std::int64_t>(n);
     if (impl_->buffer.empty() || impl_->buffer[0].numel() != count) {
@@ -35,9 +35,9 @@ Status ProcessGroupReducer::AllReduceSum(double* values, std::size_t n) {
     opts.reduceOp = c10d::ReduceOp::SUM;
     impl_->group->allreduce(impl_->buffer, opts)->wait();
     host.copy_(impl_->buffer[0]);
-    return Status::Ok();
+    return base::Status::Ok();
   } catch (const std::exception& e) {
-    return Status::Unavailable(std::string("process group all-reduce failed: ") + e.what());
+    return base::Status::Unavailable(std::string("process group all-reduce failed: ") + e.what());
   }
 }
 

@@ -8,7 +8,7 @@
 #include <memory>
 #include <optional>
 
-#include "gac/mutex.h"
+#include "gac/base/mutex.h"
 #include "gac/proto/convert.h"
 #include "gac/proto/record_schema.h"
 #include "gac/proto/wire_rules.h"
@@ -35,7 +35,7 @@ int HexDigit(char c) {
   return -1;
 }
 
-StatusOr<std::string> PercentDecode(std::string_view text) {
+base::StatusOr<std::string> PercentDecode(std::string_view text) {
   std::string out;
   out.reserve(text.size());
   for (std::size_t i = 0; i < text.size(); ++i) {
@@ -49,7 +49,7 @@ StatusOr<std::string> PercentDecode(std::string_view text) {
       const int hi = complete ? HexDigit(text[i + 1]) : -1;
       const int lo = complete ? HexDigit(text[i + 2]) : -1;
       if (hi < 0 || lo < 0) {
-        return Status::InvalidArgument("malformed query string: bad escape at '" +
+        return base::Status::InvalidArgument("malformed query string: bad escape at '" +
                                        std::string(text.substr(i, 3)) + "'");
       }
       out.push_back(static_cast<char>(hi * 16 + lo));
@@ -62,12 +62,12 @@ StatusOr<std::string> PercentDecode(std::string_view text) {
 // A decimal integer in [0, max] without sign or spaces. Values above `max`
 // that are still digits report "above the maximum" so that a huge page size
 // reads as what it is.
-StatusOr<std::uint64_t> ParseUnsigned(std::string_view name, const std::string& text, std::uint64_t max) {
+base::StatusOr<std::uint64_t> ParseUnsigned(std::string_view name, const std::string& text, std::uint64_t max) {
   if (text.empty() || text.find_first_not_of("0123456789") != std::string::npos) {
-    return Status::InvalidArgument(std::string(name) + ": expected a non-negative integer, got '" + text + "'");
+    return base::Status::InvalidArgument(std::string(name) + ": expected a non-negative integer, got '" + text + "'");
   }
   const auto above = [&] {
-    return Status::InvalidArgument(std::string(name) + " " + text + " above the maximum " + std::to_string(max));
+    return base::Status::InvalidArgument(std::string(name) + " " + text + " above the maximum " + std::to_string(max));
   };
   std::uint64_t value = 0;
   for (char c : text) {
@@ -78,17 +78,16 @@ StatusOr<std::uint64_t> ParseUnsigned(std::string_view name, const std::string& 
   return value;
 }
 
-StatusOr<bool> ParseFlag(std::string_view name, const std::string& text) {
+base::StatusOr<bool> ParseFlag(std::string_view name, const std::string& text) {
   if (text == "1" || text == "true") return true;
   if (text == "0" || text == "false") return false;
-  return Status::InvalidArgument(std::string(name) + ": expected true or false (1 or 0), got '" + text + "'");
+  return base::Status::InvalidArgument(std::string(name) + ": expected true or false (1 or 0), got '" + text + "'");
 }
 
 // Parameter `name` as a page size of `limits` (0 = the default, as page_size 0).
-StatusOr<std::uint32_t> ParseLimit(std::string_view name, const std::string& text, PageLimits limits) {
-  StatusOr<std::uint64_t> n = ParseUnsigned(name, text, limits.max_size);
-  if (!n.ok()) return n.status();
-  return static_cast<std::uint32_t>(*n);
+base::StatusOr<std::uint32_t> ParseLimit(std::string_view name, const std::string& text, PageLimits limits) {
+  GAC_ASSIGN_OR_RETURN(std::uint64_t n, ParseUnsigned(name, text, limits.max_size));
+  return static_cast<std::uint32_t>(n);
 }
 
 constexpr std::int64_t kMaxStep = std::numeric_limits<std::int64_t>::max();
@@ -103,7 +102,7 @@ constexpr Alias kAliases[] = {{"from", "start_step"}, {"to", "end_step"}, {"limi
 // Notes each deprecated alias in `params` in `deprecated` (when not null);
 // InvalidArgument when a name and its alias are both given. Errors about a
 // value name the parameter as it was given.
-Status CheckAliases(const std::vector<std::pair<std::string, std::string>>* params,
+base::Status CheckAliases(const std::vector<std::pair<std::string, std::string>>* params,
                       std::vector<std::string>* deprecated) {
   for (const Alias& alias : kAliases) {
     bool have_name = false, have_alias = false;
@@ -113,7 +112,7 @@ Status CheckAliases(const std::vector<std::pair<std::string, std::string>>* para
     }
     if (!have_alias) continue;
     if (have_name) {
-      return Status::InvalidArgument("parameter '" + std::string(alias.name) + "' given twice (also as its alias '" +
+      return base::Status::InvalidArgument("parameter '" + std::string(alias.name) + "' given twice (also as its alias '" +
                                      std::string(alias.old_name) + "')");
     }
     if (deprecated != nullptr) {
@@ -121,7 +120,7 @@ Status CheckAliases(const std::vector<std::pair<std::string, std::string>>* para
                             "'");
     }
   }
-  return Status::Ok();
+  return base::Status::Ok();
 }
 
 // True when parameter `given` is `name` or its deprecated alias.
@@ -276,47 +275,45 @@ const char* KindName(const Value& v) {
   }
 }
 
-Status WrongType(std::string_view field, const char* expected, const Value& v) {
-  return Status::InvalidArgument(std::string(field) + ": expected " + expected + ", got " + KindName(v));
+base::Status WrongType(std::string_view field, const char* expected, const Value& v) {
+  return base::Status::InvalidArgument(std::string(field) + ": expected " + expected + ", got " + KindName(v));
 }
 
-StatusOr<double> NumberField(std::string_view field, const Value& v) {
+base::StatusOr<double> NumberField(std::string_view field, const Value& v) {
   if (v.kind_case() != Value::kNumberValue) return WrongType(field, "a number", v);
   return v.number_value();
 }
 
-StatusOr<std::string> StringField(std::string_view field, const Value& v) {
+base::StatusOr<std::string> StringField(std::string_view field, const Value& v) {
   if (v.kind_case() != Value::kStringValue) return WrongType(field, "a string", v);
   return v.string_value();
 }
 
-Status ParseThresholdsObject(const Value& v, v1::Thresholds* out) {
+base::Status ParseThresholdsObject(const Value& v, v1::Thresholds* out) {
   if (v.kind_case() != Value::kStructValue) return WrongType("thresholds", "an object", v);
   bool have_low = false, have_high = false;
   for (const auto& [key, member] : v.struct_value().fields()) {
     if (key == "c_low" || key == "c_high") {
-      StatusOr<double> x = NumberField("thresholds." + key, member);
-      if (!x.ok()) return x.status();
+      GAC_ASSIGN_OR_RETURN(double x, NumberField("thresholds." + key, member));
       if (key == "c_low") {
-        out->set_c_low(*x);
+        out->set_c_low(x);
         have_low = true;
       } else {
-        out->set_c_high(*x);
+        out->set_c_high(x);
         have_high = true;
       }
     } else if (key == "alpha_mode") {
-      StatusOr<std::string> name = StringField("thresholds.alpha_mode", member);
-      if (!name.ok()) return name.status();
-      StatusOr<v1::AlphaMode> mode = proto::ParseAlphaModeName(*name);
+      GAC_ASSIGN_OR_RETURN(std::string name, StringField("thresholds.alpha_mode", member));
+      base::StatusOr<v1::AlphaMode> mode = proto::ParseAlphaModeName(name);
       if (!mode.ok()) return mode.status().WithPrefix("thresholds.alpha_mode");
       out->set_alpha_mode(*mode);
     } else {
-      return Status::InvalidArgument("thresholds: unknown member '" + key + "' (expected c_low, c_high, alpha_mode)");
+      return base::Status::InvalidArgument("thresholds: unknown member '" + key + "' (expected c_low, c_high, alpha_mode)");
     }
   }
-  if (!have_low || !have_high) return Status::InvalidArgument("thresholds: c_low and c_high are required");
+  if (!have_low || !have_high) return base::Status::InvalidArgument("thresholds: c_low and c_high are required");
   if (out->alpha_mode() == v1::ALPHA_MODE_UNSPECIFIED) out->set_alpha_mode(v1::ALPHA_MODE_PAPER);
-  return Status::Ok();
+  return base::Status::Ok();
 }
 
 // ------------------------------------------------------------ routes
@@ -334,7 +331,7 @@ const char* MethodName(ApiRoute::Kind kind, std::string_view http_method) {
 
 const char* AllowedMethods(ApiRoute::Kind kind) { return kind == ApiRoute::kConfig ? "GET, PUT" : "GET"; }
 
-HttpResponse ErrorResponse(const Status& status) {
+HttpResponse ErrorResponse(const base::Status& status) {
   HttpResponse resp;
   resp.status = proto::ToHttpStatus(status.code());
   resp.body = EncodeError(status);
@@ -356,14 +353,14 @@ class OpenCall {
 
 // Where a settings change's result arrives (on the writer's thread).
 struct ConfigResult {
-  Mutex mu;
-  CondVar cv;
-  std::optional<StatusOr<v1::RunConfig>> result GAC_GUARDED_BY(mu);
+  base::Mutex mu;
+  base::CondVar cv;
+  std::optional<base::StatusOr<v1::RunConfig>> result GAC_GUARDED_BY(mu);
 };
 
 }  // namespace
 
-StatusOr<ApiRoute> ParseApiRoute(std::string_view method, std::string_view path) {
+base::StatusOr<ApiRoute> ParseApiRoute(std::string_view method, std::string_view path) {
   ApiRoute route;
   if (path == kRunsPath || path == "/api/v1/runs/") {
     route.kind = ApiRoute::kRuns;
@@ -382,18 +379,18 @@ StatusOr<ApiRoute> ParseApiRoute(std::string_view method, std::string_view path)
     GAC_RETURN_IF_ERROR(ValidateRunId(rest));
     route.run = std::string(rest);
   } else {
-    return Status::NotFound("no such endpoint: " + std::string(path) +
+    return base::Status::NotFound("no such endpoint: " + std::string(path) +
                             " (see /api/v1/runs, /api/v1/runs/{run}, .../steps, .../config)");
   }
   route.method = MethodName(route.kind, method);
   if (route.method == nullptr) {
-    return Status::Unimplemented("method " + std::string(method) + " is not allowed on " + std::string(path) +
+    return base::Status::Unimplemented("method " + std::string(method) + " is not allowed on " + std::string(path) +
                                  " (allowed: " + AllowedMethods(route.kind) + ")");
   }
   return route;
 }
 
-StatusOr<std::vector<std::pair<std::string, std::string>>> ParseQueryString(
+base::StatusOr<std::vector<std::pair<std::string, std::string>>> ParseQueryString(
     std::string_view query, const std::vector<std::string_view>& allowed) {
   std::vector<std::pair<std::string, std::string>> params;
   while (!query.empty()) {
@@ -402,38 +399,35 @@ StatusOr<std::vector<std::pair<std::string, std::string>>> ParseQueryString(
     query = amp == std::string_view::npos ? std::string_view() : query.substr(amp + 1);
     if (part.empty()) continue;  // "a=1&&b=2"
     const std::size_t eq = part.find('=');
-    StatusOr<std::string> name = PercentDecode(part.substr(0, eq));
-    if (!name.ok()) return name.status();
-    StatusOr<std::string> value =
+    GAC_ASSIGN_OR_RETURN(std::string name, PercentDecode(part.substr(0, eq)));
+    base::StatusOr<std::string> value =
         PercentDecode(eq == std::string_view::npos ? std::string_view() : part.substr(eq + 1));
     if (!value.ok()) return value.status();
-    if (name->empty()) return Status::InvalidArgument("malformed query string: a parameter without a name");
+    if (name.empty()) return base::Status::InvalidArgument("malformed query string: a parameter without a name");
     bool known = false;
-    for (std::string_view a : allowed) known = known || a == *name;
+    for (std::string_view a : allowed) known = known || a == name;
     if (!known) {
       std::string list;
       for (std::string_view a : allowed) list += (list.empty() ? "" : ", ") + std::string(a);
-      return Status::InvalidArgument("unknown parameter '" + *name + "' (expected " +
+      return base::Status::InvalidArgument("unknown parameter '" + name + "' (expected " +
                                      (list.empty() ? std::string("none") : list) + ")");
     }
     for (const auto& [seen, unused] : params) {
-      if (seen == *name) return Status::InvalidArgument("parameter '" + *name + "' given twice");
+      if (seen == name) return base::Status::InvalidArgument("parameter '" + name + "' given twice");
     }
-    params.emplace_back(std::move(*name), std::move(*value));
+    params.emplace_back(std::move(name), std::move(*value));
   }
   return params;
 }
 
-StatusOr<v1::ListRunsRequest> ParseRunsParams(std::string_view query, std::vector<std::string>* deprecated) {
-  auto params = ParseQueryString(query, {"page_size", "page_token", "limit"});
-  if (!params.ok()) return params.status();
-  GAC_RETURN_IF_ERROR(CheckAliases(&*params, deprecated));
+base::StatusOr<v1::ListRunsRequest> ParseRunsParams(std::string_view query, std::vector<std::string>* deprecated) {
+  GAC_ASSIGN_OR_RETURN(auto params, ParseQueryString(query, {"page_size", "page_token", "limit"}));
+  GAC_RETURN_IF_ERROR(CheckAliases(&params, deprecated));
   v1::ListRunsRequest req;
-  for (const auto& [name, value] : *params) {
+  for (const auto& [name, value] : params) {
     if (Names(name, "page_size")) {
-      StatusOr<std::uint32_t> n = ParseLimit(name, value, kRunPages);
-      if (!n.ok()) return n.status();
-      req.set_page_size(*n);
+      GAC_ASSIGN_OR_RETURN(std::uint32_t n, ParseLimit(name, value, kRunPages));
+      req.set_page_size(n);
     } else {
       req.set_page_token(value);
     }
@@ -442,20 +436,18 @@ StatusOr<v1::ListRunsRequest> ParseRunsParams(std::string_view query, std::vecto
   return req;
 }
 
-StatusOr<v1::GetRunSummaryRequest> ParseSummaryParams(const std::string& run, std::string_view query) {
-  auto params = ParseQueryString(query, {"window"});
-  if (!params.ok()) return params.status();
+base::StatusOr<v1::GetRunSummaryRequest> ParseSummaryParams(const std::string& run, std::string_view query) {
+  GAC_ASSIGN_OR_RETURN(auto params, ParseQueryString(query, {"window"}));
   v1::GetRunSummaryRequest req;
   req.set_run(run);
-  for (const auto& [name, value] : *params) {
-    StatusOr<std::uint64_t> n = ParseUnsigned("window", value, std::numeric_limits<std::uint32_t>::max());
-    if (!n.ok()) return n.status();
-    req.set_window(static_cast<std::uint32_t>(*n));
+  for (const auto& [name, value] : params) {
+    GAC_ASSIGN_OR_RETURN(std::uint64_t n, ParseUnsigned("window", value, std::numeric_limits<std::uint32_t>::max()));
+    req.set_window(static_cast<std::uint32_t>(n));
   }
   return req;
 }
 
-StatusOr<v1::GetStepsRequest> ParseStepsParams(const std::string& run, std::string_view query,
+base::StatusOr<v1::GetStepsRequest> ParseStepsParams(const std::string& run, std::string_view query,
                                                std::vector<std::string>* deprecated) {
   auto params = ParseQueryString(
       query, {"start_step", "end_step", "rank", "layers", "page_size", "page_token", "from", "to", "limit"});
@@ -466,45 +458,41 @@ StatusOr<v1::GetStepsRequest> ParseStepsParams(const std::string& run, std::stri
   bool have_to = false;
   for (const auto& [name, value] : *params) {
     if (Names(name, "start_step") || Names(name, "end_step")) {
-      StatusOr<std::uint64_t> n = ParseUnsigned(name, value, kMaxStep);
-      if (!n.ok()) return n.status();
+      GAC_ASSIGN_OR_RETURN(std::uint64_t n, ParseUnsigned(name, value, kMaxStep));
       if (Names(name, "start_step")) {
-        req.set_start_step(static_cast<std::int64_t>(*n));
+        req.set_start_step(static_cast<std::int64_t>(n));
       } else {
-        req.set_end_step(static_cast<std::int64_t>(*n));
+        req.set_end_step(static_cast<std::int64_t>(n));
         have_to = true;
       }
     } else if (name == "rank") {
-      StatusOr<std::uint64_t> n = ParseUnsigned(name, value, std::numeric_limits<std::uint32_t>::max());
-      if (!n.ok()) return n.status();
-      req.set_rank(static_cast<std::uint32_t>(*n));
+      GAC_ASSIGN_OR_RETURN(std::uint64_t n, ParseUnsigned(name, value, std::numeric_limits<std::uint32_t>::max()));
+      req.set_rank(static_cast<std::uint32_t>(n));
     } else if (name == "layers") {
-      StatusOr<bool> b = ParseFlag(name, value);
-      if (!b.ok()) return b.status();
-      req.set_include_layers(*b);
+      GAC_ASSIGN_OR_RETURN(bool b, ParseFlag(name, value));
+      req.set_include_layers(b);
     } else if (Names(name, "page_size")) {
-      StatusOr<std::uint32_t> n = ParseLimit(name, value, kStepPages);
-      if (!n.ok()) return n.status();
-      req.set_page_size(*n);
+      GAC_ASSIGN_OR_RETURN(std::uint32_t n, ParseLimit(name, value, kStepPages));
+      req.set_page_size(n);
     } else {
       req.set_page_token(value);
     }
   }
   // GetSteps reads end_step 0 as "no limit"; over HTTP end_step is always a bound.
   if (have_to && req.end_step() <= req.start_step()) {
-    return Status::InvalidArgument("end_step must be above start_step (end_step is exclusive)");
+    return base::Status::InvalidArgument("end_step must be above start_step (end_step is exclusive)");
   }
   GAC_RETURN_IF_ERROR(StepQueryFromRequest(req).status());
   return req;
 }
 
-StatusOr<v1::SetRunConfigRequest> ParseConfigBody(const std::string& run, std::string_view body) {
+base::StatusOr<v1::SetRunConfigRequest> ParseConfigBody(const std::string& run, std::string_view body) {
   Struct doc;
   google::protobuf::util::JsonParseOptions options;
   const auto parsed = google::protobuf::util::JsonStringToMessage(
       google::protobuf::StringPiece(body.data(), body.size()), &doc, options);
   if (!parsed.ok()) {
-    return Status::InvalidArgument("body is not a JSON object: " + std::string(parsed.message()));
+    return base::Status::InvalidArgument("body is not a JSON object: " + std::string(parsed.message()));
   }
   v1::SetRunConfigRequest req;
   req.set_run(run);
@@ -514,31 +502,28 @@ StatusOr<v1::SetRunConfigRequest> ParseConfigBody(const std::string& run, std::s
       GAC_RETURN_IF_ERROR(ParseThresholdsObject(v, req.mutable_thresholds()));
       have_thresholds = true;
     } else if (key == "mode") {
-      StatusOr<std::string> name = StringField("mode", v);
-      if (!name.ok()) return name.status();
-      StatusOr<v1::ControlMode> mode = proto::ParseControlModeName(*name);
+      GAC_ASSIGN_OR_RETURN(std::string name, StringField("mode", v));
+      base::StatusOr<v1::ControlMode> mode = proto::ParseControlModeName(name);
       if (!mode.ok()) return mode.status().WithPrefix("mode");
       req.set_mode(*mode);
       have_mode = true;
     } else if (key == "reason") {
-      StatusOr<std::string> reason = StringField("reason", v);
-      if (!reason.ok()) return reason.status();
-      req.set_reason(std::move(*reason));
+      GAC_ASSIGN_OR_RETURN(std::string reason, StringField("reason", v));
+      req.set_reason(std::move(reason));
     } else if (key == "expected_version") {
-      StatusOr<double> x = NumberField("expected_version", v);
-      if (!x.ok()) return x.status();
+      GAC_ASSIGN_OR_RETURN(double x, NumberField("expected_version", v));
       // Exact integers only: a double holds every integer up to 2^53.
-      if (!(*x >= 0 && *x <= 9007199254740992.0) || std::floor(*x) != *x) {
-        return Status::InvalidArgument("expected_version: expected a non-negative integer");
+      if (!(x >= 0 && x <= 9007199254740992.0) || std::floor(x) != x) {
+        return base::Status::InvalidArgument("expected_version: expected a non-negative integer");
       }
-      req.set_expected_version(static_cast<std::uint64_t>(*x));
+      req.set_expected_version(static_cast<std::uint64_t>(x));
     } else {
-      return Status::InvalidArgument("unknown member '" + key +
+      return base::Status::InvalidArgument("unknown member '" + key +
                                      "' (expected thresholds, mode, reason, expected_version)");
     }
   }
-  if (!have_thresholds) return Status::InvalidArgument("thresholds are required");
-  if (!have_mode) return Status::InvalidArgument("mode is required (monitor, local or remote)");
+  if (!have_thresholds) return base::Status::InvalidArgument("thresholds are required");
+  if (!have_mode) return base::Status::InvalidArgument("mode is required (monitor, local or remote)");
   return req;
 }
 
@@ -642,12 +627,12 @@ std::string EncodeRunConfig(const std::string& run, const v1::RunConfig& config)
   return out;
 }
 
-std::string EncodeError(const Status& status) {
+std::string EncodeError(const base::Status& status) {
   std::string out;
   JsonWriter w(&out);
   w.BeginObject();
   w.Key("code");
-  w.String(StatusCodeName(status.code()));
+  w.String(base::StatusCodeName(status.code()));
   w.Key("message");
   w.String(status.message());
   w.EndObject();
@@ -659,23 +644,23 @@ HttpApi::HttpApi(Core* core, bool enabled, std::string disabled_reason)
 
 HttpResponse HttpApi::Handle(const HttpRequest& request) {
   OpenCall call(core_);
-  StatusOr<ApiRoute> route = ParseApiRoute(request.method, request.path);
+  base::StatusOr<ApiRoute> route = ParseApiRoute(request.method, request.path);
   if (!route.ok()) {
     HttpResponse resp = ErrorResponse(route.status());
     if (route.status().IsUnimplemented()) {
       // A known resource, another method: 405 with the methods it takes.
-      StatusOr<ApiRoute> get = ParseApiRoute("GET", request.path);
+      base::StatusOr<ApiRoute> get = ParseApiRoute("GET", request.path);
       resp.status = 405;
       if (get.ok()) resp.headers.emplace_back("Allow", AllowedMethods(get->kind));
     }
-    core_->metrics().ObserveRpcError("http", StatusCodeName(route.status().code()));
+    core_->metrics().ObserveRpcError("http", base::StatusCodeName(route.status().code()));
     return resp;
   }
   std::vector<std::string> warnings;
-  StatusOr<std::string> body =
-      enabled_ ? Serve(request, *route, &warnings) : Status::PermissionDenied(disabled_reason_);
+  base::StatusOr<std::string> body =
+      enabled_ ? Serve(request, *route, &warnings) : base::Status::PermissionDenied(disabled_reason_);
   if (!body.ok()) {
-    core_->metrics().ObserveRpcError(std::string("http.") + route->method, StatusCodeName(body.status().code()));
+    core_->metrics().ObserveRpcError(std::string("http.") + route->method, base::StatusCodeName(body.status().code()));
     return ErrorResponse(body.status());
   }
   HttpResponse resp;
@@ -686,62 +671,53 @@ HttpResponse HttpApi::Handle(const HttpRequest& request) {
   return resp;
 }
 
-StatusOr<std::string> HttpApi::Serve(const HttpRequest& request, const ApiRoute& route,
+base::StatusOr<std::string> HttpApi::Serve(const HttpRequest& request, const ApiRoute& route,
                                      std::vector<std::string>* warnings) {
-  StatusOr<const Principal*> principal = core_->Authenticate(request.authorization);
-  if (!principal.ok()) return principal.status();
-  const Principal& p = **principal;
+  GAC_ASSIGN_OR_RETURN(const Principal* principal, core_->Authenticate(request.authorization));
+  const Principal& p = *principal;
   if (route.kind != ApiRoute::kRuns) {
     const Right right = route.kind == ApiRoute::kConfig && request.method == "PUT" ? kAdmin : kRead;
     GAC_RETURN_IF_ERROR(Authenticator::Authorize(p, right, route.run));
   }
   switch (route.kind) {
     case ApiRoute::kRuns: {
-      StatusOr<v1::ListRunsRequest> req = ParseRunsParams(request.query, warnings);
-      if (!req.ok()) return req.status();
-      auto page = ListRunsPage(core_->store(), core_->registry(), p, *req);
-      if (!page.ok()) return page.status();
-      return EncodeRunsPage(*page, NowNs());
+      GAC_ASSIGN_OR_RETURN(v1::ListRunsRequest req, ParseRunsParams(request.query, warnings));
+      GAC_ASSIGN_OR_RETURN(auto page, ListRunsPage(core_->store(), core_->registry(), p, req));
+      return EncodeRunsPage(page, NowNs());
     }
     case ApiRoute::kSummary: {
-      StatusOr<v1::GetRunSummaryRequest> req = ParseSummaryParams(route.run, request.query);
-      if (!req.ok()) return req.status();
-      auto summary = GetRunSummary(core_->store(), core_->registry(), route.run, req->window());
-      if (!summary.ok()) return summary.status();
-      return EncodeSummary(*summary, NowNs());
+      GAC_ASSIGN_OR_RETURN(v1::GetRunSummaryRequest req, ParseSummaryParams(route.run, request.query));
+      GAC_ASSIGN_OR_RETURN(auto summary, GetRunSummary(core_->store(), core_->registry(), route.run, req.window()));
+      return EncodeSummary(summary, NowNs());
     }
     case ApiRoute::kSteps: {
-      StatusOr<v1::GetStepsRequest> req = ParseStepsParams(route.run, request.query, warnings);
-      if (!req.ok()) return req.status();
-      StatusOr<StepQuery> query = StepQueryFromRequest(*req);
-      if (!query.ok()) return query.status();
-      auto page = GetStepsPage(core_->store(), *query);
-      if (!page.ok()) return page.status();
-      return EncodeStepsPage(route.run, *page, req->include_layers());
+      GAC_ASSIGN_OR_RETURN(v1::GetStepsRequest req, ParseStepsParams(route.run, request.query, warnings));
+      GAC_ASSIGN_OR_RETURN(StepQuery query, StepQueryFromRequest(req));
+      GAC_ASSIGN_OR_RETURN(auto page, GetStepsPage(core_->store(), query));
+      return EncodeStepsPage(route.run, page, req.include_layers());
     }
     case ApiRoute::kConfig:
       if (request.method == "PUT") return SetConfig(p, route.run, request.body);
       GAC_RETURN_IF_ERROR(ParseQueryString(request.query, {}).status());
       return EncodeRunConfig(route.run, core_->registry().Get(route.run));
   }
-  return Status::Internal("unhandled route");
+  return base::Status::Internal("unhandled route");
 }
 
-StatusOr<std::string> HttpApi::SetConfig(const Principal& principal, const std::string& run, std::string_view body) {
-  StatusOr<v1::SetRunConfigRequest> req = ParseConfigBody(run, body);
-  if (!req.ok()) return req.status();
+base::StatusOr<std::string> HttpApi::SetConfig(const Principal& principal, const std::string& run, std::string_view body) {
+  GAC_ASSIGN_OR_RETURN(v1::SetRunConfigRequest req, ParseConfigBody(run, body));
   auto result = std::make_shared<ConfigResult>();
   // `done` runs once: here, or on the writer's thread after the commit.
-  core_->ChangeRunConfig(*req, principal, [result](const StatusOr<v1::RunConfig>& config) {
-    MutexLock lock(&result->mu);
+  core_->ChangeRunConfig(req, principal, [result](const base::StatusOr<v1::RunConfig>& config) {
+    base::MutexLock lock(&result->mu);
     result->result = config;
     result->cv.SignalAll();
   });
-  MutexLock lock(&result->mu);
+  base::MutexLock lock(&result->mu);
   while (!result->result.has_value()) result->cv.Wait(&result->mu);
   // A full write queue is gacd's overload, not a request too large: over
   // HTTP it is 503 (retry later) rather than RESOURCE_EXHAUSTED's 413.
-  if (result->result->status().IsResourceExhausted()) return Status::Unavailable(result->result->status().message());
+  if (result->result->status().IsResourceExhausted()) return base::Status::Unavailable(result->result->status().message());
   if (!result->result->ok()) return result->result->status();
   return EncodeRunConfig(run, **result->result);
 }

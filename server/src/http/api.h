@@ -36,7 +36,7 @@
 #include <utility>
 #include <vector>
 
-#include "gac/status.h"
+#include "gac/base/status.h"
 #include "gac/v1/control.pb.h"
 #include "gac/v1/query.pb.h"
 #include "server/src/core.h"
@@ -69,12 +69,12 @@ struct ApiRoute {
 // The route of `path` (which starts with "/api/v1/") for `method`:
 // NotFound for a path that names no resource, InvalidArgument for a bad run
 // id, Unimplemented for a method the resource does not take.
-StatusOr<ApiRoute> ParseApiRoute(std::string_view method, std::string_view path);
+base::StatusOr<ApiRoute> ParseApiRoute(std::string_view method, std::string_view path);
 
 // The parameters of a query string ("a=1&b=x%2Fy"), percent-decoded, '+'
 // read as a space. InvalidArgument for a malformed escape, an empty name, a
 // name outside `allowed` or one given twice.
-StatusOr<std::vector<std::pair<std::string, std::string>>> ParseQueryString(
+base::StatusOr<std::vector<std::pair<std::string, std::string>>> ParseQueryString(
     std::string_view query, const std::vector<std::string_view>& allowed);
 
 // The gRPC request each read endpoint stands for; InvalidArgument (naming
@@ -86,10 +86,10 @@ StatusOr<std::vector<std::pair<std::string, std::string>>> ParseQueryString(
 // meaning: from (start_step), to (end_step), limit (page_size); for each one
 // used, a note "'<alias>' is deprecated: use '<name>'" is appended to
 // `deprecated` when it is not null (gacd sends them as Warning headers).
-StatusOr<v1::ListRunsRequest> ParseRunsParams(std::string_view query,
+base::StatusOr<v1::ListRunsRequest> ParseRunsParams(std::string_view query,
                                               std::vector<std::string>* deprecated = nullptr);
-StatusOr<v1::GetRunSummaryRequest> ParseSummaryParams(const std::string& run, std::string_view query);
-StatusOr<v1::GetStepsRequest> ParseStepsParams(const std::string& run, std::string_view query,
+base::StatusOr<v1::GetRunSummaryRequest> ParseSummaryParams(const std::string& run, std::string_view query);
+base::StatusOr<v1::GetStepsRequest> ParseStepsParams(const std::string& run, std::string_view query,
                                                std::vector<std::string>* deprecated = nullptr);
 
 // The SetRunConfigRequest of a PUT body:
@@ -100,7 +100,7 @@ StatusOr<v1::GetStepsRequest> ParseStepsParams(const std::string& run, std::stri
 // that is not JSON, a member of the wrong type, an unknown member or an
 // unknown enum name. Thresholds themselves are checked by the registry, as
 // for SetRunConfig.
-StatusOr<v1::SetRunConfigRequest> ParseConfigBody(const std::string& run, std::string_view body);
+base::StatusOr<v1::SetRunConfigRequest> ParseConfigBody(const std::string& run, std::string_view body);
 
 // JSON bodies (shapes in docs/GACD.md). `now_ns` is the server's clock, sent
 // so that a client can compute ages without trusting its own.
@@ -109,7 +109,7 @@ std::string EncodeSummary(const v1::RunSummary& summary, std::int64_t now_ns);
 // `with_layers`: each record has a "layers" array (layers=1 was asked).
 std::string EncodeStepsPage(const std::string& run, const v1::GetStepsResponse& page, bool with_layers);
 std::string EncodeRunConfig(const std::string& run, const v1::RunConfig& config);
-std::string EncodeError(const Status& status);
+std::string EncodeError(const base::Status& status);
 
 class HttpApi {
  public:
@@ -124,8 +124,8 @@ class HttpApi {
  private:
   // The body of a 200 answer; the notes of deprecated parameters it used go
   // to `warnings`.
-  StatusOr<std::string> Serve(const HttpRequest& request, const ApiRoute& route, std::vector<std::string>* warnings);
-  StatusOr<std::string> SetConfig(const Principal& principal, const std::string& run, std::string_view body);
+  base::StatusOr<std::string> Serve(const HttpRequest& request, const ApiRoute& route, std::vector<std::string>* warnings);
+  base::StatusOr<std::string> SetConfig(const Principal& principal, const std::string& run, std::string_view body);
 
   Core* const core_;
   const bool enabled_;

@@ -62,7 +62,7 @@ int Send(mg_connection* conn, int status, std::string_view content_type, std::st
   return status;
 }
 
-int SendError(mg_connection* conn, const Status& status) {
+int SendError(mg_connection* conn, const base::Status& status) {
   return Send(conn, proto::ToHttpStatus(status.code()), "application/json", EncodeError(status), {});
 }
 
@@ -136,8 +136,8 @@ int HttpServer::Impl::ServeApi(mg_connection* conn, const mg_request_info& ri, s
   // The body, up to the same limit as a gRPC message.
   const std::size_t max = options.max_body_bytes;
   const auto too_large = [&] {
-    core->metrics().ObserveRpcError("http", StatusCodeName(StatusCode::kResourceExhausted));
-    return SendError(conn, Status::ResourceExhausted("request body larger than " + std::to_string(max) +
+    core->metrics().ObserveRpcError("http", base::StatusCodeName(base::StatusCode::kResourceExhausted));
+    return SendError(conn, base::Status::ResourceExhausted("request body larger than " + std::to_string(max) +
                                                      " bytes (--max-message-bytes)"));
   };
   if (ri.content_length > 0 && static_cast<unsigned long long>(ri.content_length) > max) return too_large();
@@ -180,7 +180,7 @@ HttpServer::HttpServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 HttpServer::~HttpServer() { Stop(); }
 
-StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const HttpServerOptions& options, Core* core) {
+base::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const HttpServerOptions& options, Core* core) {
   auto impl = std::make_unique<Impl>(options, core);
   Impl& s = *impl;
   auto& transferred = prometheus::BuildCounter()
@@ -231,7 +231,7 @@ StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const HttpServerOptions&
   error.text_buffer_size = sizeof error_text;
   s.ctx = mg_start2(&init, &error);
   if (s.ctx == nullptr) {
-    return Status::Unavailable("cannot serve HTTP on '" + options.listen + "': " +
+    return base::Status::Unavailable("cannot serve HTTP on '" + options.listen + "': " +
                                (error_text[0] != '\0' ? error_text : "civetweb failed to start"));
   }
   mg_set_request_handler(

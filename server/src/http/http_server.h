@@ -19,7 +19,7 @@
 #include <memory>
 #include <string>
 
-#include "gac/status.h"
+#include "gac/base/status.h"
 #include "server/src/core.h"
 #include "server/src/http/api.h"
 
@@ -37,7 +37,7 @@ class HttpServer {
  public:
   // Starts serving. Unavailable (with civetweb's reason) when the address
   // cannot be bound. `core` must outlive the server.
-  static StatusOr<std::unique_ptr<HttpServer>> Start(const HttpServerOptions& options, Core* core);
+  static base::StatusOr<std::unique_ptr<HttpServer>> Start(const HttpServerOptions& options, Core* core);
   ~HttpServer();  // Stop()
   HttpServer(const HttpServer&) = delete;
   HttpServer& operator=(const HttpServer&) = delete;

@@ -8,7 +8,7 @@ grpc::ServerUnaryReactor* AdminServiceImpl::GetRunConfig(grpc::CallbackServerCon
                                                          const v1::GetRunConfigRequest* request,
                                                          v1::RunConfig* response) {
   UnaryCall call(core_, "GetRunConfig", ctx);
-  Status st = ValidateRunId(request->run());
+  base::Status st = ValidateRunId(request->run());
   if (st.ok()) st = call.Authorize(kRead, request->run()).status();
   if (st.ok()) *response = core_->registry().Get(request->run());
   return call.Finish(st);
@@ -18,12 +18,12 @@ grpc::ServerUnaryReactor* AdminServiceImpl::SetRunConfig(grpc::CallbackServerCon
                                                          const v1::SetRunConfigRequest* request,
                                                          v1::RunConfig* response) {
   UnaryCall call(core_, "SetRunConfig", ctx);
-  Status st = ValidateRunId(request->run());
-  StatusOr<const Principal*> principal = call.Authorize(kAdmin, request->run());
+  base::Status st = ValidateRunId(request->run());
+  base::StatusOr<const Principal*> principal = call.Authorize(kAdmin, request->run());
   if (st.ok()) st = principal.status();
   if (!st.ok()) return call.Finish(st);
   // The reply is sent once the change is durable (on the writer's thread).
-  core_->ChangeRunConfig(*request, **principal, [call, response](const StatusOr<v1::RunConfig>& config) {
+  core_->ChangeRunConfig(*request, **principal, [call, response](const base::StatusOr<v1::RunConfig>& config) {
     if (config.ok()) *response = *config;
     call.Finish(config.status());
   });
@@ -34,7 +34,7 @@ grpc::ServerUnaryReactor* AdminServiceImpl::ListConfigChanges(grpc::CallbackServ
                                                               const v1::ListConfigChangesRequest* request,
                                                               v1::ListConfigChangesResponse* response) {
   UnaryCall call(core_, "ListConfigChanges", ctx);
-  Status st = ValidateRunId(request->run());
+  base::Status st = ValidateRunId(request->run());
   if (st.ok()) st = call.Authorize(kRead, request->run()).status();
   if (!st.ok()) return call.Finish(st);
   Store* store = &core_->store();

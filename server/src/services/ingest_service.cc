@@ -17,7 +17,7 @@ class IngestStreams {
   void Drain() GAC_EXCLUDES(mu_);
 
  private:
-  Mutex mu_;
+  base::Mutex mu_;
   std::set<IngestReactor*> streams_ GAC_GUARDED_BY(mu_);
   bool draining_ GAC_GUARDED_BY(mu_) = false;
 };
@@ -38,14 +38,14 @@ class IngestReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grp
 
   IngestReactor(Core* core, IngestStreams* streams, grpc::CallbackServerContext* ctx)
       : core_(core), streams_(streams) {
-    StatusOr<const Principal*> p = core_->Authenticate(*ctx);
+    base::StatusOr<const Principal*> p = core_->Authenticate(*ctx);
     if (!p.ok()) {
       Finish(core_->Fail("Ingest", p.status()));
       return;
     }
     principal_ = *p;
     if (!streams_->Add(this, core_)) {
-      Finish(proto::ToGrpcStatus(Status::Unavailable("gacd is shutting down")));
+      Finish(proto::ToGrpcStatus(base::Status::Unavailable("gacd is shutting down")));
       return;
     }
     registered_ = true;
@@ -53,7 +53,7 @@ class IngestReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grp
     // is chosen like every later operation, so it never follows a Finish.
     Actions a;
     {
-      MutexLock lock(&mu_);
+      base::MutexLock lock(&mu_);
       starting_ = false;
       Decide(a);
     }
@@ -63,15 +63,15 @@ class IngestReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grp
   void OnReadDone(bool ok) override {
     Actions a;
     {
-      MutexLock lock(&mu_);
+      base::MutexLock lock(&mu_);
       reading_ = false;
       if (!ok) {
         reading_done_ = true;
       } else if (!reading_done_) {
-        const Status st = Accept();
+        const base::Status st = Accept();
         if (!st.ok()) {
           error_ = st;
-          core_->metrics().ObserveRpcError("Ingest", StatusCodeName(st.code()));
+          core_->metrics().ObserveRpcError("Ingest", base::StatusCodeName(st.code()));
           reading_done_ = true;
         }
       }
@@ -83,7 +83,7 @@ class IngestReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grp
   void OnWriteDone(bool ok) override {
     Actions a;
     {
-      MutexLock lock(&mu_);
+      base::MutexLock lock(&mu_);
       writing_ = false;
       if (!ok) {  // the client went away: nothing more can be acknowledged
         acks_.clear();
@@ -97,7 +97,7 @@ class IngestReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grp
 
   void OnDone() override {
     if (registered_) streams_->Remove(this);
-    { MutexLock lock(&mu_); }  // the last Run() released mu_ before Finish
+    { base::MutexLock lock(&mu_); }  // the last Run() released mu_ before Finish
     delete this;
   }
 
@@ -106,10 +106,10 @@ class IngestReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grp
   // streams' lock (the reactor stays alive until then: it cannot finish
   // before the chosen operations are started).
   Actions BeginDrain() GAC_EXCLUDES(mu_) {
-    MutexLock lock(&mu_);
+    base::MutexLock lock(&mu_);
     if (!reading_done_) {
       reading_done_ = true;
-      error_ = Status::Unavailable("gacd is shutting down; resend unacknowledged batches after reconnecting");
+      error_ = base::Status::Unavailable("gacd is shutting down; resend unacknowledged batches after reconnecting");
     }
     Actions a;
     Decide(a);
@@ -130,9 +130,9 @@ class IngestReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grp
  private:
   // Validates the new batch in raw_request_ and hands it to the writer; an
   // error ends the stream.
-  Status Accept() GAC_REQUIRES(mu_) {
+  base::Status Accept() GAC_REQUIRES(mu_) {
     if (!grpc::SerializationTraits<v1::IngestRequest>::Deserialize(&raw_request_, &request_).ok()) {
-      return Status::InvalidArgument("malformed IngestRequest: not a valid gac.v1.IngestRequest message");
+      return base::Status::InvalidArgument("malformed IngestRequest: not a valid gac.v1.IngestRequest message");
     }
     GAC_RETURN_IF_ERROR(CheckBatch());
     auto req = std::make_shared<v1::IngestRequest>(std::move(request_));
@@ -143,17 +143,17 @@ class IngestReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grp
     WriteOp op;
     op.steps = req.get();
     op.received_ns = NowNs();
-    Status st = core_->writer().Submit(op, rows, [this, req](const Status& s, const WriteOp& done) {
+    base::Status st = core_->writer().Submit(op, rows, [this, req](const base::Status& s, const WriteOp& done) {
       OnCommitted(*req, s, done);
     });
     if (st.ok()) ++inflight_;
     return st;
   }
 
-  Status CheckBatch() GAC_REQUIRES(mu_) {
-    if (request_.sequence() == 0) return Status::InvalidArgument("sequence must be >= 1");
+  base::Status CheckBatch() GAC_REQUIRES(mu_) {
+    if (request_.sequence() == 0) return base::Status::InvalidArgument("sequence must be >= 1");
     if (request_.sequence() <= last_sequence_) {
-      return Status::OutOfRange("sequence " + std::to_string(request_.sequence()) +
+      return base::Status::OutOfRange("sequence " + std::to_string(request_.sequence()) +
                                 " is not above the previous " + std::to_string(last_sequence_) +
                                 " on this stream");
     }
@@ -164,18 +164,18 @@ class IngestReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grp
       GAC_RETURN_IF_ERROR(Authenticator::Authorize(*principal_, kWrite, r.run()));
       allowed = &r.run();
     }
-    return Status::Ok();
+    return base::Status::Ok();
   }
 
   // Runs on the writer thread.
-  void OnCommitted(const v1::IngestRequest& req, const Status& s, const WriteOp& op) GAC_EXCLUDES(mu_) {
+  void OnCommitted(const v1::IngestRequest& req, const base::Status& s, const WriteOp& op) GAC_EXCLUDES(mu_) {
     if (s.ok()) core_->ObserveCommitted(req, op);
     Actions a;
     {
-      MutexLock lock(&mu_);
+      base::MutexLock lock(&mu_);
       --inflight_;
       if (!s.ok()) {
-        if (error_.ok()) error_ = Status::Unavailable("store write failed: " + s.message());
+        if (error_.ok()) error_ = base::Status::Unavailable("store write failed: " + s.message());
         reading_done_ = true;
       } else if (!client_gone_) {
         v1::IngestAck ack;
@@ -218,7 +218,7 @@ class IngestReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grp
   const Principal* principal_ = nullptr;  // constant once registered
   bool registered_ = false;               // constant after construction
 
-  Mutex mu_;
+  base::Mutex mu_;
   grpc::ByteBuffer raw_request_;  // the read buffer (owned by the pending read)
   v1::IngestRequest request_ GAC_GUARDED_BY(mu_);  // raw_request_ parsed
   grpc::ByteBuffer raw_ack_;      // the write buffer (owned by the pending write)
@@ -231,12 +231,12 @@ class IngestReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grp
   bool client_gone_ GAC_GUARDED_BY(mu_) = false;   // a write failed
   bool starting_ GAC_GUARDED_BY(mu_) = true;       // the constructor has not chosen the first read
   bool finished_ GAC_GUARDED_BY(mu_) = false;
-  Status error_ GAC_GUARDED_BY(mu_);  // the final status
-  Status finish_status_;              // error_ as of the decision to finish
+  base::Status error_ GAC_GUARDED_BY(mu_);  // the final status
+  base::Status finish_status_;              // error_ as of the decision to finish
 };
 
 bool IngestStreams::Add(IngestReactor* r, Core* core) {
-  MutexLock lock(&mu_);
+  base::MutexLock lock(&mu_);
   if (draining_) return false;
   streams_.insert(r);
   core->CallStarted();
@@ -244,14 +244,14 @@ bool IngestStreams::Add(IngestReactor* r, Core* core) {
 }
 
 void IngestStreams::Remove(IngestReactor* r) {
-  MutexLock lock(&mu_);
+  base::MutexLock lock(&mu_);
   streams_.erase(r);
 }
 
 void IngestStreams::Drain() {
   std::vector<std::pair<IngestReactor*, IngestReactor::Actions>> started;
   {
-    MutexLock lock(&mu_);
+    base::MutexLock lock(&mu_);
     draining_ = true;
     for (IngestReactor* r : streams_) started.emplace_back(r, r->BeginDrain());
   }

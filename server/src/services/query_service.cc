@@ -8,8 +8,8 @@ grpc::ServerUnaryReactor* QueryServiceImpl::ListRuns(grpc::CallbackServerContext
                                                      const v1::ListRunsRequest* request,
                                                      v1::ListRunsResponse* response) {
   UnaryCall call(core_, "ListRuns", ctx);
-  StatusOr<const Principal*> principal = call.Authenticate();
-  Status st = principal.status();
+  base::StatusOr<const Principal*> principal = call.Authenticate();
+  base::Status st = principal.status();
   // The page parameters are checked here, before any store read.
   if (st.ok()) st = PageSize(request->page_size(), kRunPages).status();
   if (st.ok()) st = DecodeRunToken(request->page_token()).status();
@@ -24,9 +24,9 @@ grpc::ServerUnaryReactor* QueryServiceImpl::GetSteps(grpc::CallbackServerContext
                                                      const v1::GetStepsRequest* request,
                                                      v1::GetStepsResponse* response) {
   UnaryCall call(core_, "GetSteps", ctx);
-  Status st = ValidateRunId(request->run());
+  base::Status st = ValidateRunId(request->run());
   if (st.ok()) st = call.Authorize(kRead, request->run()).status();
-  StatusOr<StepQuery> query = st.ok() ? StepQueryFromRequest(*request) : StatusOr<StepQuery>(st);
+  base::StatusOr<StepQuery> query = st.ok() ? StepQueryFromRequest(*request) : base::StatusOr<StepQuery>(st);
   if (!query.ok()) return call.Finish(query.status());
   Store* store = &core_->store();
   return call.ReplyInBackground(response, [store, q = std::move(*query)] { return GetStepsPage(*store, q); });
@@ -36,7 +36,7 @@ grpc::ServerUnaryReactor* QueryServiceImpl::GetRunSummary(grpc::CallbackServerCo
                                                           const v1::GetRunSummaryRequest* request,
                                                           v1::RunSummary* response) {
   UnaryCall call(core_, "GetRunSummary", ctx);
-  Status st = ValidateRunId(request->run());
+  base::Status st = ValidateRunId(request->run());
   if (st.ok()) st = call.Authorize(kRead, request->run()).status();
   if (!st.ok()) return call.Finish(st);
   Core* core = core_;

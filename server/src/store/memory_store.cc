@@ -10,7 +10,7 @@
 #include <utility>
 #include <vector>
 
-#include "gac/mutex.h"
+#include "gac/base/mutex.h"
 #include "gac/server/store.h"
 
 namespace gac::server {
@@ -18,8 +18,8 @@ namespace {
 
 class MemoryStore final : public Store {
  public:
-  Status Apply(std::vector<WriteOp>* ops) override {
-    MutexLock lock(&mu_);
+  base::Status Apply(std::vector<WriteOp>* ops) override {
+    base::MutexLock lock(&mu_);
     for (WriteOp& op : *ops) {
       op.stored = 0;
       op.duplicates = 0;
@@ -38,11 +38,11 @@ class MemoryStore final : public Store {
         changes_[op.config->run].push_back(op.config->change);
       }
     }
-    return Status();
+    return base::Status();
   }
 
-  StatusOr<std::vector<std::pair<std::string, v1::RunConfig>>> LoadRunConfigs() override {
-    MutexLock lock(&mu_);
+  base::StatusOr<std::vector<std::pair<std::string, v1::RunConfig>>> LoadRunConfigs() override {
+    base::MutexLock lock(&mu_);
     std::vector<std::pair<std::string, v1::RunConfig>> out;
     for (const auto& [run, config] : configs_) {
       if (config.version() >= 1) out.emplace_back(run, config);
@@ -50,9 +50,9 @@ class MemoryStore final : public Store {
     return out;
   }
 
-  StatusOr<std::vector<v1::RunInfo>> ListRuns(const std::string& after_run,
+  base::StatusOr<std::vector<v1::RunInfo>> ListRuns(const std::string& after_run,
                                               std::uint32_t limit) override {
-    MutexLock lock(&mu_);
+    base::MutexLock lock(&mu_);
     std::vector<v1::RunInfo> out;
     for (auto it = runs_.upper_bound(after_run); it != runs_.end() && out.size() < limit; ++it) {
       out.push_back(it->second.info);
@@ -60,15 +60,15 @@ class MemoryStore final : public Store {
     return out;
   }
 
-  StatusOr<v1::RunInfo> GetRun(const std::string& run) override {
-    MutexLock lock(&mu_);
+  base::StatusOr<v1::RunInfo> GetRun(const std::string& run) override {
+    base::MutexLock lock(&mu_);
     auto it = runs_.find(run);
-    if (it == runs_.end()) return Status::NotFound("run \"" + run + "\" has no stored step");
+    if (it == runs_.end()) return base::Status::NotFound("run \"" + run + "\" has no stored step");
     return it->second.info;
   }
 
-  StatusOr<std::vector<v1::StepRecord>> GetSteps(const StepQuery& query) override {
-    MutexLock lock(&mu_);
+  base::StatusOr<std::vector<v1::StepRecord>> GetSteps(const StepQuery& query) override {
+    base::MutexLock lock(&mu_);
     std::vector<v1::StepRecord> out;
     auto run = runs_.find(query.run);
     if (run == runs_.end()) return out;
@@ -84,9 +84,9 @@ class MemoryStore final : public Store {
     return out;
   }
 
-  StatusOr<std::vector<v1::StepRecord>> GetRecentSteps(const std::string& run, std::uint32_t rank,
+  base::StatusOr<std::vector<v1::StepRecord>> GetRecentSteps(const std::string& run, std::uint32_t rank,
                                                        std::uint32_t window) override {
-    MutexLock lock(&mu_);
+    base::MutexLock lock(&mu_);
     std::vector<v1::StepRecord> out;
     auto it = runs_.find(run);
     if (it == runs_.end()) return out;
@@ -100,10 +100,10 @@ class MemoryStore final : public Store {
     return out;
   }
 
-  StatusOr<std::vector<v1::ConfigChange>> ListConfigChanges(const std::string& run,
+  base::StatusOr<std::vector<v1::ConfigChange>> ListConfigChanges(const std::string& run,
                                                             std::uint64_t offset,
                                                             std::uint32_t limit) override {
-    MutexLock lock(&mu_);
+    base::MutexLock lock(&mu_);
     std::vector<v1::ConfigChange> out;
     auto it = changes_.find(run);
     if (it == changes_.end()) return out;
@@ -112,8 +112,8 @@ class MemoryStore final : public Store {
     return out;
   }
 
-  StatusOr<std::uint64_t> DeleteIdleRuns(std::int64_t cutoff_ns) override {
-    MutexLock lock(&mu_);
+  base::StatusOr<std::uint64_t> DeleteIdleRuns(std::int64_t cutoff_ns) override {
+    base::MutexLock lock(&mu_);
     std::uint64_t deleted = 0;
     for (auto it = runs_.begin(); it != runs_.end();) {
       if (it->second.info.last_seen_ns() < cutoff_ns) {
@@ -165,7 +165,7 @@ class MemoryStore final : public Store {
     }
   }
 
-  Mutex mu_;
+  base::Mutex mu_;
   std::map<std::string, RunData> runs_ GAC_GUARDED_BY(mu_);  // runs with at least one stored step
   std::map<std::string, v1::RunConfig> configs_ GAC_GUARDED_BY(mu_);
   std::map<std::string, std::vector<v1::ConfigChange>> changes_ GAC_GUARDED_BY(mu_);  // oldest first

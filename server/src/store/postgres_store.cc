@@ -58,7 +58,7 @@
 #include <utility>
 #include <vector>
 
-#include "gac/mutex.h"
+#include "gac/base/mutex.h"
 #include "gac/proto/record_schema.h"
 #include "gac/server/store.h"
 #include "server/src/store/postgres_codec.h"
@@ -323,30 +323,30 @@ bool Contains(std::string_view text, std::string_view part) { return text.find(p
 // The code of a SQLSTATE: connection loss, shutdown, lock conflicts and
 // full resources are retryable (UNAVAILABLE), a full disk RESOURCE_EXHAUSTED,
 // authorisation PERMISSION_DENIED, only damaged data DATA_LOSS.
-StatusCode SqlStateCode(std::string_view state) {
-  if (state.size() != 5) return StatusCode::kUnavailable;
+base::StatusCode SqlStateCode(std::string_view state) {
+  if (state.size() != 5) return base::StatusCode::kUnavailable;
   const std::string_view cls = state.substr(0, 2);
-  if (cls == "08" || cls == "40" || cls == "57" || cls == "58" || cls == "55") return StatusCode::kUnavailable;
-  if (state == "53100") return StatusCode::kResourceExhausted;
-  if (cls == "53") return StatusCode::kUnavailable;
-  if (state == "25006") return StatusCode::kUnavailable;  // a read-only (standby) server
-  if (cls == "28") return StatusCode::kUnauthenticated;
-  if (state == "42501") return StatusCode::kPermissionDenied;
-  if (state == "3D000") return StatusCode::kNotFound;
-  if (state == "XX001" || state == "XX002") return StatusCode::kDataLoss;
-  return StatusCode::kInternal;
+  if (cls == "08" || cls == "40" || cls == "57" || cls == "58" || cls == "55") return base::StatusCode::kUnavailable;
+  if (state == "53100") return base::StatusCode::kResourceExhausted;
+  if (cls == "53") return base::StatusCode::kUnavailable;
+  if (state == "25006") return base::StatusCode::kUnavailable;  // a read-only (standby) server
+  if (cls == "28") return base::StatusCode::kUnauthenticated;
+  if (state == "42501") return base::StatusCode::kPermissionDenied;
+  if (state == "3D000") return base::StatusCode::kNotFound;
+  if (state == "XX001" || state == "XX002") return base::StatusCode::kDataLoss;
+  return base::StatusCode::kInternal;
 }
 
 // A connection that could not be made has no SQLSTATE in libpq; the text
 // tells a refused password or a missing database from an unreachable server.
-StatusCode ConnectFailureCode(std::string_view message) {
+base::StatusCode ConnectFailureCode(std::string_view message) {
   if (Contains(message, "password authentication failed") || Contains(message, "no password supplied") ||
       Contains(message, "authentication failed") || (Contains(message, "role") && Contains(message, "does not exist"))) {
-    return StatusCode::kUnauthenticated;
+    return base::StatusCode::kUnauthenticated;
   }
-  if (Contains(message, "database") && Contains(message, "does not exist")) return StatusCode::kNotFound;
-  if (Contains(message, "permission denied")) return StatusCode::kPermissionDenied;
-  return StatusCode::kUnavailable;
+  if (Contains(message, "database") && Contains(message, "does not exist")) return base::StatusCode::kNotFound;
+  if (Contains(message, "permission denied")) return base::StatusCode::kPermissionDenied;
+  return base::StatusCode::kUnavailable;
 }
 
 struct ResultDeleter {
@@ -460,7 +460,7 @@ class Session {
   // Makes sure the connection is up: reconnects when it was lost or when the
   // server closed it while it was idle (a restart, a failover), at most once
   // per reconnect interval; between attempts, returns the last error.
-  Status Ensure() {
+  base::Status Ensure() {
     if (conn_ != nullptr && PQstatus(conn_.get()) == CONNECTION_OK) {
       if (PQtransactionStatus(conn_.get()) == PQTRANS_IDLE) {
         pollfd p{PQsocket(conn_.get()), POLLIN, 0};
@@ -468,12 +468,12 @@ class Session {
         // it; libpq marks the connection bad on end of file.
         if (poll(&p, 1, 0) > 0) PQconsumeInput(conn_.get());
       }
-      if (PQstatus(conn_.get()) == CONNECTION_OK) return Status();
+      if (PQstatus(conn_.get()) == CONNECTION_OK) return base::Status();
       conn_.reset();
     }
     const auto now = Clock::now();
     if (!last_error_.ok() && now < next_attempt_) return last_error_;
-    Status s = Connect();
+    base::Status s = Connect();
     last_error_ = s;
     if (!s.ok()) {
       conn_.reset();
@@ -491,7 +491,7 @@ class Session {
   const std::string& last_sqlstate() const { return last_sqlstate_; }
 
   // The error of a failed call: "<database>: <what>: <message> (SQLSTATE x)".
-  Status Error(const PGresult* result, const char* what) {
+  base::Status Error(const PGresult* result, const char* what) {
     const char* state = result != nullptr ? PQresultErrorField(result, PG_DIAG_SQLSTATE) : nullptr;
     const char* primary = result != nullptr ? PQresultErrorField(result, PG_DIAG_MESSAGE_PRIMARY) : nullptr;
     last_sqlstate_ = state != nullptr ? state : "";
@@ -502,24 +502,24 @@ class Session {
       message += OneLine(conn_ != nullptr ? PQerrorMessage(conn_.get()) : "no connection");
     }
     if (!last_sqlstate_.empty()) message += " (SQLSTATE " + last_sqlstate_ + ")";
-    StatusCode code = last_sqlstate_.empty() ? StatusCode::kUnavailable : SqlStateCode(last_sqlstate_);
-    if (!connected()) code = StatusCode::kUnavailable;
-    return Status(code, std::move(message));
+    base::StatusCode code = last_sqlstate_.empty() ? base::StatusCode::kUnavailable : SqlStateCode(last_sqlstate_);
+    if (!connected()) code = base::StatusCode::kUnavailable;
+    return base::Status(code, std::move(message));
   }
 
   // A statement without parameters (text result), expecting `want`.
-  StatusOr<Result> Exec(const std::string& sql, ExecStatusType want, const char* what) {
+  base::StatusOr<Result> Exec(const std::string& sql, ExecStatusType want, const char* what) {
     Result r(PQexec(conn_.get(), sql.c_str()));
     if (PQresultStatus(r.get()) != want) return Error(r.get(), what);
     return r;
   }
-  Status Command(const std::string& sql, const char* what) {
-    StatusOr<Result> r = Exec(sql, PGRES_COMMAND_OK, what);
+  base::Status Command(const std::string& sql, const char* what) {
+    base::StatusOr<Result> r = Exec(sql, PGRES_COMMAND_OK, what);
     return r.status();
   }
 
   // A prepared statement with binary parameters and results.
-  StatusOr<Result> Run(const char* name, const Params& params, const char* what) {
+  base::StatusOr<Result> Run(const char* name, const Params& params, const char* what) {
     params.Pointers(&values_, &lengths_, &formats_);
     Result r(PQexecPrepared(conn_.get(), name, params.size(), values_.data(), lengths_.data(), formats_.data(), 1));
     const ExecStatusType st = PQresultStatus(r.get());
@@ -528,18 +528,18 @@ class Session {
   }
 
   // COPY `sql` FROM STDIN with the given binary stream.
-  Status Copy(const char* sql, const std::string& data, const char* what) {
+  base::Status Copy(const char* sql, const std::string& data, const char* what) {
     Result r(PQexec(conn_.get(), sql));
     if (PQresultStatus(r.get()) != PGRES_COPY_IN) return Error(r.get(), what);
     r.reset();
     if (PQputCopyData(conn_.get(), data.data(), static_cast<int>(data.size())) != 1 ||
         PQputCopyEnd(conn_.get(), nullptr) != 1) {
-      Status s = Error(nullptr, what);
+      base::Status s = Error(nullptr, what);
       // Collect the result that ends the COPY.
       while (PGresult* rest = PQgetResult(conn_.get())) PQclear(rest);
       return s;
     }
-    Status s;
+    base::Status s;
     while (PGresult* rest = PQgetResult(conn_.get())) {
       Result owned(rest);
       if (s.ok() && PQresultStatus(rest) != PGRES_COMMAND_OK) s = Error(rest, what);
@@ -548,7 +548,7 @@ class Session {
   }
 
  private:
-  Status Connect() {
+  base::Status Connect() {
     // Defaults that the URI may override: a bounded connection wait,
     // keepalives that notice a vanished server within about a minute, and
     // gacd's name in pg_stat_activity.
@@ -556,16 +556,16 @@ class Session {
                               "fallback_application_name", "client_encoding", "dbname", nullptr};
     const char* values[] = {"10", "30", "10", "3", "gacd", "UTF8", uri_->c_str(), nullptr};
     conn_.reset(PQconnectdbParams(keywords, values, /*expand_dbname=*/1));
-    if (conn_ == nullptr) return Status::ResourceExhausted(*description_ + ": cannot allocate a connection");
+    if (conn_ == nullptr) return base::Status::ResourceExhausted(*description_ + ": cannot allocate a connection");
     if (PQstatus(conn_.get()) != CONNECTION_OK) {
       const std::string message = OneLine(PQerrorMessage(conn_.get()));
-      return Status(ConnectFailureCode(message), *description_ + ": cannot connect: " + message);
+      return base::Status(ConnectFailureCode(message), *description_ + ": cannot connect: " + message);
     }
     // Notices (e.g. of CREATE ... IF NOT EXISTS) are not errors; keep them
     // off gacd's stderr.
     PQsetNoticeProcessor(conn_.get(), [](void*, const char*) {}, nullptr);
     if (!setup_.empty()) {
-      Status s = Command(setup_, "setting up the connection");
+      base::Status s = Command(setup_, "setting up the connection");
       if (!s.ok()) return s;
     }
     for (const StatementDef& def : *statements_) {
@@ -573,7 +573,7 @@ class Session {
                          def.types.empty() ? nullptr : reinterpret_cast<const Oid*>(def.types.data())));
       if (PQresultStatus(r.get()) != PGRES_COMMAND_OK) return Error(r.get(), def.name);
     }
-    return Status();
+    return base::Status();
   }
 
   const std::string* const uri_;
@@ -582,7 +582,7 @@ class Session {
   const std::vector<StatementDef>* const statements_;
   const std::string setup_;
   Conn conn_;
-  Status last_error_;
+  base::Status last_error_;
   Clock::time_point next_attempt_{};
   std::string last_sqlstate_;
   std::vector<const char*> values_;
@@ -667,19 +667,19 @@ void ReadRunInfo(const PGresult* r, int row, v1::RunInfo* info) {
 
 class PostgresStore final : public Store {
  public:
-  static StatusOr<std::unique_ptr<Store>> Open(const std::string& uri, const PostgresOptions& options);
+  static base::StatusOr<std::unique_ptr<Store>> Open(const std::string& uri, const PostgresOptions& options);
 
-  Status Apply(std::vector<WriteOp>* ops) override;
-  StatusOr<std::vector<std::pair<std::string, v1::RunConfig>>> LoadRunConfigs() override;
-  StatusOr<std::vector<v1::RunInfo>> ListRuns(const std::string& after_run, std::uint32_t limit) override;
-  StatusOr<v1::RunInfo> GetRun(const std::string& run) override;
-  StatusOr<std::vector<v1::StepRecord>> GetSteps(const StepQuery& query) override;
-  StatusOr<std::vector<v1::StepRecord>> GetRecentSteps(const std::string& run, std::uint32_t rank,
+  base::Status Apply(std::vector<WriteOp>* ops) override;
+  base::StatusOr<std::vector<std::pair<std::string, v1::RunConfig>>> LoadRunConfigs() override;
+  base::StatusOr<std::vector<v1::RunInfo>> ListRuns(const std::string& after_run, std::uint32_t limit) override;
+  base::StatusOr<v1::RunInfo> GetRun(const std::string& run) override;
+  base::StatusOr<std::vector<v1::StepRecord>> GetSteps(const StepQuery& query) override;
+  base::StatusOr<std::vector<v1::StepRecord>> GetRecentSteps(const std::string& run, std::uint32_t rank,
                                                        std::uint32_t window) override;
-  StatusOr<std::vector<v1::ConfigChange>> ListConfigChanges(const std::string& run, std::uint64_t offset,
+  base::StatusOr<std::vector<v1::ConfigChange>> ListConfigChanges(const std::string& run, std::uint64_t offset,
                                                             std::uint32_t limit) override;
-  StatusOr<std::uint64_t> DeleteIdleRuns(std::int64_t cutoff_ns) override;
-  StatusOr<std::vector<std::pair<std::string, v1::RunConfig>>> WaitForConfigChanges(
+  base::StatusOr<std::uint64_t> DeleteIdleRuns(std::int64_t cutoff_ns) override;
+  base::StatusOr<std::vector<std::pair<std::string, v1::RunConfig>>> WaitForConfigChanges(
       std::chrono::milliseconds timeout) override;
 
  private:
@@ -701,7 +701,7 @@ class PostgresStore final : public Store {
     std::int64_t last_seen = kInt64Min;
   };
   struct Reader {
-    Mutex mu;
+    base::Mutex mu;
     std::unique_ptr<Session> session GAC_PT_GUARDED_BY(mu);
   };
 
@@ -709,27 +709,27 @@ class PostgresStore final : public Store {
       : uri_(std::move(uri)), description_(DescribePostgresUri(uri_)), options_(options) {}
 
   // Creates or migrates the schema on a connection of its own; sets channel_.
-  Status Migrate();
+  base::Status Migrate();
 
   // One attempt of Apply; `slow` takes the INSERT ... ON CONFLICT path.
-  Status ApplyOnce(std::vector<WriteOp>* ops, bool slow) GAC_REQUIRES(write_mu_);
-  Status WriteSteps(std::vector<WriteOp>* ops, bool slow) GAC_REQUIRES(write_mu_);
-  Status WriteConfig(WriteOp* op) GAC_REQUIRES(write_mu_);
+  base::Status ApplyOnce(std::vector<WriteOp>* ops, bool slow) GAC_REQUIRES(write_mu_);
+  base::Status WriteSteps(std::vector<WriteOp>* ops, bool slow) GAC_REQUIRES(write_mu_);
+  base::Status WriteConfig(WriteOp* op) GAC_REQUIRES(write_mu_);
   // Fills the run_id of every name (creating runs) and locks them FOR KEY SHARE.
-  Status ResolveRuns(const std::vector<std::string_view>& names,
+  base::Status ResolveRuns(const std::vector<std::string_view>& names,
                      std::unordered_map<std::string_view, std::int64_t>* ids) GAC_REQUIRES(write_mu_);
   // BEGIN on a working connection: reconnects once when the connection was
   // found broken at BEGIN (nothing of the transaction was sent yet).
-  Status Begin(Session* session, const char* begin);
+  base::Status Begin(Session* session, const char* begin);
 
   // A reader of the pool, round robin.
   Reader& PickReader();
   // Reads the scalars (and layers when asked) of `records` of run `run_id`,
   // all between steps lo and hi of `rank` (nullopt = every rank).
-  Status ReadDetails(Session* session, std::int64_t run_id, std::int64_t lo, std::int64_t hi,
+  base::Status ReadDetails(Session* session, std::int64_t run_id, std::int64_t lo, std::int64_t hi,
                      std::optional<std::uint32_t> rank, bool include_layers, std::vector<v1::StepRecord>* records);
   // The read of GetSteps and GetRecentSteps in one REPEATABLE READ snapshot.
-  StatusOr<std::vector<v1::StepRecord>> ReadSteps(const std::string& run, const char* statement,
+  base::StatusOr<std::vector<v1::StepRecord>> ReadSteps(const std::string& run, const char* statement,
                                                   const std::function<Params(std::int64_t run_id)>& params,
                                                   std::optional<std::uint32_t> rank, bool include_layers);
 
@@ -738,7 +738,7 @@ class PostgresStore final : public Store {
   const PostgresOptions options_;
   std::string channel_;  // constant after Open
 
-  Mutex write_mu_;
+  base::Mutex write_mu_;
   std::unique_ptr<Session> write_ GAC_PT_GUARDED_BY(write_mu_);
   pg::CopyStream steps_copy_ GAC_GUARDED_BY(write_mu_);
   pg::CopyStream layers_copy_ GAC_GUARDED_BY(write_mu_);
@@ -747,14 +747,14 @@ class PostgresStore final : public Store {
   std::vector<std::unique_ptr<Reader>> readers_;  // constant after Open
   std::atomic<std::size_t> next_reader_{0};
 
-  Mutex listen_mu_;
+  base::Mutex listen_mu_;
   std::unique_ptr<Session> listen_ GAC_PT_GUARDED_BY(listen_mu_);
   bool listening_ GAC_GUARDED_BY(listen_mu_) = false;
 };
 
-StatusOr<std::unique_ptr<Store>> PostgresStore::Open(const std::string& uri, const PostgresOptions& options) {
+base::StatusOr<std::unique_ptr<Store>> PostgresStore::Open(const std::string& uri, const PostgresOptions& options) {
   if (!IsPostgresUri(uri)) {
-    return Status::InvalidArgument("not a PostgreSQL URI (postgresql://...): " + DescribePostgresUri(uri));
+    return base::Status::InvalidArgument("not a PostgreSQL URI (postgresql://...): " + DescribePostgresUri(uri));
   }
   char* error = nullptr;
   PQconninfoOption* parsed = PQconninfoParse(uri.c_str(), &error);
@@ -763,19 +763,19 @@ StatusOr<std::unique_ptr<Store>> PostgresStore::Open(const std::string& uri, con
     PQfreemem(error);
     // libpq quotes the URI, password and all.
     for (std::size_t at; (at = message.find(uri)) != std::string::npos;) message.replace(at, uri.size(), "...");
-    return Status::InvalidArgument("bad PostgreSQL URI " + DescribePostgresUri(uri) + ": " + message);
+    return base::Status::InvalidArgument("bad PostgreSQL URI " + DescribePostgresUri(uri) + ": " + message);
   }
   PQconninfoFree(parsed);
-  if (options.read_connections < 1) return Status::InvalidArgument("PostgresOptions.read_connections must be >= 1");
+  if (options.read_connections < 1) return base::Status::InvalidArgument("PostgresOptions.read_connections must be >= 1");
   if (options.reconnect_interval.count() < 0) {
-    return Status::InvalidArgument("PostgresOptions.reconnect_interval must be >= 0");
+    return base::Status::InvalidArgument("PostgresOptions.reconnect_interval must be >= 0");
   }
   std::unique_ptr<PostgresStore> store(new PostgresStore(uri, options));
   GAC_RETURN_IF_ERROR(store->Migrate());
   {
     // Not shared yet; the lock is taken for the analysis' sake. The staging
     // tables of the slow ingest path live as long as the connection.
-    MutexLock lock(&store->write_mu_);
+    base::MutexLock lock(&store->write_mu_);
     store->write_ = std::make_unique<Session>(
         &store->uri_, &store->description_, options.reconnect_interval, &WriteStatements(),
         "CREATE TEMP TABLE IF NOT EXISTS stage_steps (LIKE steps) ON COMMIT DELETE ROWS; "
@@ -785,14 +785,14 @@ StatusOr<std::unique_ptr<Store>> PostgresStore::Open(const std::string& uri, con
   }
   for (int i = 0; i < options.read_connections; ++i) {
     auto reader = std::make_unique<Reader>();
-    MutexLock lock(&reader->mu);
+    base::MutexLock lock(&reader->mu);
     reader->session = std::make_unique<Session>(&store->uri_, &store->description_, options.reconnect_interval,
                                                 &ReadStatements());
     GAC_RETURN_IF_ERROR(reader->session->Ensure());
     store->readers_.push_back(std::move(reader));
   }
   {
-    MutexLock lock(&store->listen_mu_);
+    base::MutexLock lock(&store->listen_mu_);
     static const std::vector<StatementDef> kNone;
     store->listen_ =
         std::make_unique<Session>(&store->uri_, &store->description_, options.reconnect_interval, &kNone);
@@ -800,11 +800,11 @@ StatusOr<std::unique_ptr<Store>> PostgresStore::Open(const std::string& uri, con
   return std::unique_ptr<Store>(std::move(store));
 }
 
-Status PostgresStore::Migrate() {
+base::Status PostgresStore::Migrate() {
   static const std::vector<StatementDef> kNone;
   Session session(&uri_, &description_, std::chrono::milliseconds(0), &kNone);
   GAC_RETURN_IF_ERROR(session.Ensure());
-  Status s = session.Command("BEGIN", "BEGIN");
+  base::Status s = session.Command("BEGIN", "BEGIN");
   // Replicas that start together wait here for the first one's migration.
   if (s.ok()) {
     s = session.Exec("SELECT pg_advisory_xact_lock(" + std::to_string(kMigrationLockKey) + ")", PGRES_TUPLES_OK,
@@ -814,17 +814,17 @@ Status PostgresStore::Migrate() {
   std::int64_t version = 0;
   std::string schema;
   if (s.ok()) {
-    StatusOr<Result> r = session.Exec("SELECT current_schema(), to_regclass('gac_schema') IS NOT NULL",
+    base::StatusOr<Result> r = session.Exec("SELECT current_schema(), to_regclass('gac_schema') IS NOT NULL",
                                       PGRES_TUPLES_OK, "reading the schema version");
     if (!r.ok()) {
       s = r.status();
     } else if (PQgetisnull(r->get(), 0, 0)) {
-      s = Status::FailedPrecondition(description_ +
+      s = base::Status::FailedPrecondition(description_ +
                                      ": no schema to create the tables in (the search_path names none that exists)");
     } else {
       schema = PQgetvalue(r->get(), 0, 0);
       if (PQgetvalue(r->get(), 0, 1)[0] == 't') {
-        StatusOr<Result> v = session.Exec("SELECT max(version) FROM gac_schema", PGRES_TUPLES_OK,
+        base::StatusOr<Result> v = session.Exec("SELECT max(version) FROM gac_schema", PGRES_TUPLES_OK,
                                           "reading the schema version");
         if (!v.ok()) {
           s = v.status();
@@ -835,7 +835,7 @@ Status PostgresStore::Migrate() {
     }
   }
   if (s.ok() && version > kSchemaVersion) {
-    s = Status::FailedPrecondition(description_ + ": schema version " + std::to_string(version) +
+    s = base::Status::FailedPrecondition(description_ + ": schema version " + std::to_string(version) +
                                    " is newer than this build's " + std::to_string(kSchemaVersion));
   }
   if (s.ok() && version == 0) {
@@ -854,16 +854,16 @@ Status PostgresStore::Migrate() {
   if (s.ok()) s = session.Command("COMMIT", "COMMIT");
   if (!s.ok()) return s;
   channel_ = ChannelName(schema);
-  return Status();
+  return base::Status();
 }
 
 // ---------------------------------------------------------------------------
 // Writes
 // ---------------------------------------------------------------------------
 
-Status PostgresStore::Begin(Session* session, const char* begin) {
+base::Status PostgresStore::Begin(Session* session, const char* begin) {
   GAC_RETURN_IF_ERROR(session->Ensure());
-  Status s = session->Command(begin, "BEGIN");
+  base::Status s = session->Command(begin, "BEGIN");
   if (s.ok() || session->connected()) return s;
   // The connection broke under BEGIN (it went away since the last check).
   session->Drop();
@@ -871,10 +871,10 @@ Status PostgresStore::Begin(Session* session, const char* begin) {
   return session->Command(begin, "BEGIN");
 }
 
-Status PostgresStore::Apply(std::vector<WriteOp>* ops) {
-  MutexLock lock(&write_mu_);
+base::Status PostgresStore::Apply(std::vector<WriteOp>* ops) {
+  base::MutexLock lock(&write_mu_);
   bool slow = false;
-  Status s;
+  base::Status s;
   for (int attempt = 0; attempt < kApplyAttempts; ++attempt) {
     s = ApplyOnce(ops, slow);
     if (s.ok()) return s;
@@ -889,7 +889,7 @@ Status PostgresStore::Apply(std::vector<WriteOp>* ops) {
   return s;
 }
 
-Status PostgresStore::ApplyOnce(std::vector<WriteOp>* ops, bool slow) {
+base::Status PostgresStore::ApplyOnce(std::vector<WriteOp>* ops, bool slow) {
   for (WriteOp& op : *ops) {
     op.stored = 0;
     op.duplicates = 0;
@@ -897,7 +897,7 @@ Status PostgresStore::ApplyOnce(std::vector<WriteOp>* ops, bool slow) {
     op.stored_config.Clear();
   }
   GAC_RETURN_IF_ERROR(Begin(write_.get(), "BEGIN"));
-  Status s = WriteSteps(ops, slow);
+  base::Status s = WriteSteps(ops, slow);
   for (WriteOp& op : *ops) {
     if (s.ok() && op.config != nullptr) s = WriteConfig(&op);
   }
@@ -905,19 +905,17 @@ Status PostgresStore::ApplyOnce(std::vector<WriteOp>* ops, bool slow) {
   return s;
 }
 
-Status PostgresStore::ResolveRuns(const std::vector<std::string_view>& names,
+base::Status PostgresStore::ResolveRuns(const std::vector<std::string_view>& names,
                                   std::unordered_map<std::string_view, std::int64_t>* ids) {
   std::vector<std::string_view> missing = names;
   for (int round = 0; round < 3 && !missing.empty(); ++round) {
     pg::ArrayParam array(kTextOid);
     for (std::string_view name : missing) array.Text(name);
     if (round > 0) {
-      StatusOr<Result> inserted = write_->Run("insert_runs", Params().Array(array), "creating runs");
-      if (!inserted.ok()) return inserted.status();
+      GAC_ASSIGN_OR_RETURN(Result inserted, write_->Run("insert_runs", Params().Array(array), "creating runs"));
     }
-    StatusOr<Result> found = write_->Run("find_runs", Params().Array(array), "looking up runs");
-    if (!found.ok()) return found.status();
-    const PGresult* r = found->get();
+    GAC_ASSIGN_OR_RETURN(Result found, write_->Run("find_runs", Params().Array(array), "looking up runs"));
+    const PGresult* r = found.get();
     for (int row = 0; row < PQntuples(r); ++row) {
       auto it = std::find(missing.begin(), missing.end(), TextAt(r, row, 0));
       if (it != missing.end()) (*ids)[*it] = Int8At(r, row, 1);
@@ -929,13 +927,13 @@ Status PostgresStore::ResolveRuns(const std::vector<std::string_view>& names,
   if (!missing.empty()) {
     // Created and deleted again by retention elsewhere, three times: give up
     // this time; the agent resends.
-    return Status::Unavailable(description_ + ": run \"" + std::string(missing.front()) +
+    return base::Status::Unavailable(description_ + ": run \"" + std::string(missing.front()) +
                                "\" was deleted while it was being written; retry");
   }
-  return Status();
+  return base::Status();
 }
 
-Status PostgresStore::WriteSteps(std::vector<WriteOp>* ops, bool slow) {
+base::Status PostgresStore::WriteSteps(std::vector<WriteOp>* ops, bool slow) {
   // 1. Candidates: records whose key did not come earlier in this call.
   struct KeyHash {
     std::size_t operator()(const std::tuple<std::string_view, std::uint32_t, std::int64_t>& k) const {
@@ -960,7 +958,7 @@ Status PostgresStore::WriteSteps(std::vector<WriteOp>* ops, bool slow) {
       candidates.push_back(Candidate{&r, &op});
     }
   }
-  if (deltas.empty()) return Status();
+  if (deltas.empty()) return base::Status();
 
   // 2. Run ids, the runs locked against retention.
   std::vector<std::string_view> names;
@@ -985,7 +983,7 @@ Status PostgresStore::WriteSteps(std::vector<WriteOp>* ops, bool slow) {
       steps.Int8(c.record->step());
       ranks.Int8(c.record->rank());
     }
-    StatusOr<Result> found = write_->Run("existing_keys", Params().Array(run_ids).Array(steps).Array(ranks),
+    base::StatusOr<Result> found = write_->Run("existing_keys", Params().Array(run_ids).Array(steps).Array(ranks),
                                          "looking up stored keys");
     if (!found.ok()) return found.status();
     for (int row = 0; row < PQntuples(found->get()); ++row) {
@@ -1035,12 +1033,11 @@ Status PostgresStore::WriteSteps(std::vector<WriteOp>* ops, bool slow) {
       GAC_RETURN_IF_ERROR(write_->Copy(sql, scalars_copy_.Finish(), "writing scalars"));
     }
     if (slow) {
-      StatusOr<Result> inserted = write_->Run("insert_staged", Params(), "writing step records");
-      if (!inserted.ok()) return inserted.status();
+      GAC_ASSIGN_OR_RETURN(Result inserted, write_->Run("insert_staged", Params(), "writing step records"));
       std::unordered_set<std::tuple<std::int64_t, std::int64_t, std::int64_t>, IdKeyHash> stored;
-      for (int row = 0; row < PQntuples(inserted->get()); ++row) {
-        stored.emplace(Int8At(inserted->get(), row, 0), Int8At(inserted->get(), row, 1),
-                       Int8At(inserted->get(), row, 2));
+      for (int row = 0; row < PQntuples(inserted.get()); ++row) {
+        stored.emplace(Int8At(inserted.get(), row, 0), Int8At(inserted.get(), row, 1),
+                       Int8At(inserted.get(), row, 2));
       }
       for (Candidate& c : candidates) c.is_new = stored.count({c.run_id, c.record->step(), c.record->rank()}) != 0;
     }
@@ -1074,10 +1071,9 @@ Status PostgresStore::WriteSteps(std::vector<WriteOp>* ops, bool slow) {
     last_seen.Int8(d->last_seen);
   }
   if (ordered.size() > 1) {
-    StatusOr<Result> locked = write_->Run("lock_runs", Params().Array(run_id), "locking runs");
-    if (!locked.ok()) return locked.status();
+    GAC_ASSIGN_OR_RETURN(Result locked, write_->Run("lock_runs", Params().Array(run_id), "locking runs"));
   }
-  StatusOr<Result> updated = write_->Run(
+  base::StatusOr<Result> updated = write_->Run(
       "update_runs",
       Params().Array(run_id).Array(first_step).Array(last_step).Array(stored).Array(world_size).Array(first_seen).Array(
           last_seen),
@@ -1085,11 +1081,11 @@ Status PostgresStore::WriteSteps(std::vector<WriteOp>* ops, bool slow) {
   return updated.status();
 }
 
-Status PostgresStore::WriteConfig(WriteOp* op) {
+base::Status PostgresStore::WriteConfig(WriteOp* op) {
   const ConfigWrite& write = *op->config;
   const std::uint64_t before = write.change.before().version();
   std::string config = write.config.SerializeAsString();
-  StatusOr<Result> written =
+  base::StatusOr<Result> written =
       before == 0
           ? write_->Run("config_first",
                         Params().Text(write.run).Int8(static_cast<std::int64_t>(write.config.version())).Bytea(config),
@@ -1105,31 +1101,30 @@ Status PostgresStore::WriteConfig(WriteOp* op) {
   if (std::string_view(PQcmdTuples(written->get())) != "1") {
     // Another replica changed the run first: report what is stored.
     op->config_conflict = true;
-    StatusOr<Result> stored = write_->Run("config_get", Params().Text(write.run), "reading run settings");
-    if (!stored.ok()) return stored.status();
-    if (PQntuples(stored->get()) > 0) {
-      const std::string_view bytes = TextAt(stored->get(), 0, 0);
+    GAC_ASSIGN_OR_RETURN(Result stored, write_->Run("config_get", Params().Text(write.run), "reading run settings"));
+    if (PQntuples(stored.get()) > 0) {
+      const std::string_view bytes = TextAt(stored.get(), 0, 0);
       if (!op->stored_config.ParseFromArray(bytes.data(), static_cast<int>(bytes.size()))) {
-        return Status::DataLoss(description_ + ": unreadable settings of run \"" + write.run + "\"");
+        return base::Status::DataLoss(description_ + ": unreadable settings of run \"" + write.run + "\"");
       }
     }
-    return Status();
+    return base::Status();
   }
-  StatusOr<Result> audit = write_->Run(
+  base::StatusOr<Result> audit = write_->Run(
       "insert_change", Params().Text(write.run).Int8(op->received_ns).Bytea(write.change.SerializeAsString()),
       "writing an audit record");
   if (!audit.ok()) return audit.status();
   // Every replica's listener gets the new settings when this commits.
-  StatusOr<Result> notified =
+  base::StatusOr<Result> notified =
       write_->Run("notify", Params().Text(channel_).Text(Hex(config) + ":" + write.run), "notifying replicas");
   return notified.status();
 }
 
-StatusOr<std::uint64_t> PostgresStore::DeleteIdleRuns(std::int64_t cutoff_ns) {
-  MutexLock lock(&write_mu_);
+base::StatusOr<std::uint64_t> PostgresStore::DeleteIdleRuns(std::int64_t cutoff_ns) {
+  base::MutexLock lock(&write_mu_);
   GAC_RETURN_IF_ERROR(Begin(write_.get(), "BEGIN"));
-  StatusOr<Result> idle = write_->Run("idle_runs", Params().Int8(cutoff_ns), "listing idle runs");
-  Status s = idle.status();
+  base::StatusOr<Result> idle = write_->Run("idle_runs", Params().Int8(cutoff_ns), "listing idle runs");
+  base::Status s = idle.status();
   std::uint64_t count = 0;
   if (s.ok()) {
     pg::ArrayParam ids(pg::kInt8Oid);
@@ -1160,10 +1155,10 @@ PostgresStore::Reader& PostgresStore::PickReader() {
   return *readers_[next_reader_.fetch_add(1, std::memory_order_relaxed) % readers_.size()];
 }
 
-Status PostgresStore::ReadDetails(Session* session, std::int64_t run_id, std::int64_t lo, std::int64_t hi,
+base::Status PostgresStore::ReadDetails(Session* session, std::int64_t run_id, std::int64_t lo, std::int64_t hi,
                                   std::optional<std::uint32_t> rank, bool include_layers,
                                   std::vector<v1::StepRecord>* records) {
-  if (records->empty()) return Status();
+  if (records->empty()) return base::Status();
   std::map<std::pair<std::int64_t, std::uint32_t>, v1::StepRecord*> by_key;
   for (v1::StepRecord& r : *records) by_key[{r.step(), r.rank()}] = &r;
   const auto params = [&] {
@@ -1177,19 +1172,17 @@ Status PostgresStore::ReadDetails(Session* session, std::int64_t run_id, std::in
     return p;
   };
   {
-    StatusOr<Result> scalars = session->Run("scalars_range", params(), "reading scalars");
-    if (!scalars.ok()) return scalars.status();
-    const PGresult* r = scalars->get();
+    GAC_ASSIGN_OR_RETURN(Result scalars, session->Run("scalars_range", params(), "reading scalars"));
+    const PGresult* r = scalars.get();
     for (int row = 0; row < PQntuples(r); ++row) {
       auto it = by_key.find({Int8At(r, row, 0), static_cast<std::uint32_t>(Int8At(r, row, 1))});
       if (it == by_key.end()) continue;  // a record of the range outside the page
       (*it->second->mutable_scalars())[std::string(TextAt(r, row, 2))] = Float8At(r, row, 3);
     }
   }
-  if (!include_layers) return Status();
-  StatusOr<Result> layers = session->Run("layers_range", params(), "reading layers");
-  if (!layers.ok()) return layers.status();
-  const PGresult* r = layers->get();
+  if (!include_layers) return base::Status();
+  GAC_ASSIGN_OR_RETURN(Result layers, session->Run("layers_range", params(), "reading layers"));
+  const PGresult* r = layers.get();
   for (int row = 0; row < PQntuples(r); ++row) {
     auto it = by_key.find({Int8At(r, row, 0), static_cast<std::uint32_t>(Int8At(r, row, 1))});
     if (it == by_key.end()) continue;
@@ -1199,22 +1192,22 @@ Status PostgresStore::ReadDetails(Session* session, std::int64_t run_id, std::in
     layer->set_grad_norm(Float8At(r, row, 4));
     layer->set_ref_norm(Float8At(r, row, 5));
   }
-  return Status();
+  return base::Status();
 }
 
-StatusOr<std::vector<v1::StepRecord>> PostgresStore::ReadSteps(
+base::StatusOr<std::vector<v1::StepRecord>> PostgresStore::ReadSteps(
     const std::string& run, const char* statement, const std::function<Params(std::int64_t run_id)>& params,
     std::optional<std::uint32_t> rank, bool include_layers) {
   std::vector<v1::StepRecord> out;
   Reader& reader = PickReader();
-  MutexLock lock(&reader.mu);
+  base::MutexLock lock(&reader.mu);
   Session* session = reader.session.get();
   // One snapshot for the records and their details.
   GAC_RETURN_IF_ERROR(Begin(session, "BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY"));
-  Status s;
+  base::Status s;
   std::int64_t run_id = -1;
   {
-    StatusOr<Result> found = session->Run("run_id", Params().Text(run), "looking up a run");
+    base::StatusOr<Result> found = session->Run("run_id", Params().Text(run), "looking up a run");
     if (!found.ok()) {
       s = found.status();
     } else if (PQntuples(found->get()) > 0) {
@@ -1222,7 +1215,7 @@ StatusOr<std::vector<v1::StepRecord>> PostgresStore::ReadSteps(
     }
   }
   if (s.ok() && run_id >= 0) {
-    StatusOr<Result> rows = session->Run(statement, params(run_id), "reading step records");
+    base::StatusOr<Result> rows = session->Run(statement, params(run_id), "reading step records");
     if (!rows.ok()) {
       s = rows.status();
     } else {
@@ -1251,7 +1244,7 @@ StatusOr<std::vector<v1::StepRecord>> PostgresStore::ReadSteps(
   return out;
 }
 
-StatusOr<std::vector<v1::StepRecord>> PostgresStore::GetSteps(const StepQuery& query) {
+base::StatusOr<std::vector<v1::StepRecord>> PostgresStore::GetSteps(const StepQuery& query) {
   if (query.limit == 0 || query.start_step >= query.end_step) return std::vector<v1::StepRecord>();
   std::int64_t low = query.start_step;
   std::int64_t after_step = kInt64Min;
@@ -1271,7 +1264,7 @@ StatusOr<std::vector<v1::StepRecord>> PostgresStore::GetSteps(const StepQuery& q
                    query.include_layers);
 }
 
-StatusOr<std::vector<v1::StepRecord>> PostgresStore::GetRecentSteps(const std::string& run, std::uint32_t rank,
+base::StatusOr<std::vector<v1::StepRecord>> PostgresStore::GetRecentSteps(const std::string& run, std::uint32_t rank,
                                                                     std::uint32_t window) {
   const auto params = [&](std::int64_t run_id) {
     Params p;
@@ -1283,81 +1276,78 @@ StatusOr<std::vector<v1::StepRecord>> PostgresStore::GetRecentSteps(const std::s
     }
     return p;
   };
-  StatusOr<std::vector<v1::StepRecord>> out = ReadSteps(run, "recent", params, rank, /*include_layers=*/false);
+  base::StatusOr<std::vector<v1::StepRecord>> out = ReadSteps(run, "recent", params, rank, /*include_layers=*/false);
   if (out.ok()) std::reverse(out->begin(), out->end());
   return out;
 }
 
-StatusOr<std::vector<v1::RunInfo>> PostgresStore::ListRuns(const std::string& after_run, std::uint32_t limit) {
+base::StatusOr<std::vector<v1::RunInfo>> PostgresStore::ListRuns(const std::string& after_run, std::uint32_t limit) {
   std::vector<v1::RunInfo> out;
   Reader& reader = PickReader();
-  MutexLock lock(&reader.mu);
+  base::MutexLock lock(&reader.mu);
   GAC_RETURN_IF_ERROR(reader.session->Ensure());
-  StatusOr<Result> rows = reader.session->Run("list_runs", Params().Text(after_run).Int8(limit), "listing runs");
-  if (!rows.ok()) return rows.status();
-  for (int row = 0; row < PQntuples(rows->get()); ++row) ReadRunInfo(rows->get(), row, &out.emplace_back());
+  GAC_ASSIGN_OR_RETURN(Result rows, reader.session->Run("list_runs", Params().Text(after_run).Int8(limit), "listing runs"));
+  for (int row = 0; row < PQntuples(rows.get()); ++row) ReadRunInfo(rows.get(), row, &out.emplace_back());
   return out;
 }
 
-StatusOr<v1::RunInfo> PostgresStore::GetRun(const std::string& run) {
+base::StatusOr<v1::RunInfo> PostgresStore::GetRun(const std::string& run) {
   Reader& reader = PickReader();
-  MutexLock lock(&reader.mu);
+  base::MutexLock lock(&reader.mu);
   GAC_RETURN_IF_ERROR(reader.session->Ensure());
-  StatusOr<Result> rows = reader.session->Run("get_run", Params().Text(run), "reading a run");
-  if (!rows.ok()) return rows.status();
-  if (PQntuples(rows->get()) == 0) return Status::NotFound("run \"" + run + "\" has no stored step");
+  GAC_ASSIGN_OR_RETURN(Result rows, reader.session->Run("get_run", Params().Text(run), "reading a run"));
+  if (PQntuples(rows.get()) == 0) return base::Status::NotFound("run \"" + run + "\" has no stored step");
   v1::RunInfo info;
-  ReadRunInfo(rows->get(), 0, &info);
+  ReadRunInfo(rows.get(), 0, &info);
   return info;
 }
 
-StatusOr<std::vector<v1::ConfigChange>> PostgresStore::ListConfigChanges(const std::string& run,
+base::StatusOr<std::vector<v1::ConfigChange>> PostgresStore::ListConfigChanges(const std::string& run,
                                                                          std::uint64_t offset,
                                                                          std::uint32_t limit) {
   std::vector<v1::ConfigChange> out;
   const std::int64_t sql_offset =
       offset > static_cast<std::uint64_t>(kInt64Max) ? kInt64Max : static_cast<std::int64_t>(offset);
   Reader& reader = PickReader();
-  MutexLock lock(&reader.mu);
+  base::MutexLock lock(&reader.mu);
   GAC_RETURN_IF_ERROR(reader.session->Ensure());
-  StatusOr<Result> rows =
+  base::StatusOr<Result> rows =
       reader.session->Run("changes", Params().Text(run).Int8(limit).Int8(sql_offset), "listing audit records");
   if (!rows.ok()) return rows.status();
   for (int row = 0; row < PQntuples(rows->get()); ++row) {
     const std::string_view bytes = TextAt(rows->get(), row, 0);
     if (!out.emplace_back().ParseFromArray(bytes.data(), static_cast<int>(bytes.size()))) {
-      return Status::DataLoss(description_ + ": unreadable audit record of run \"" + run + "\"");
+      return base::Status::DataLoss(description_ + ": unreadable audit record of run \"" + run + "\"");
     }
   }
   return out;
 }
 
-StatusOr<std::vector<std::pair<std::string, v1::RunConfig>>> PostgresStore::LoadRunConfigs() {
+base::StatusOr<std::vector<std::pair<std::string, v1::RunConfig>>> PostgresStore::LoadRunConfigs() {
   std::vector<std::pair<std::string, v1::RunConfig>> out;
   Reader& reader = PickReader();
-  MutexLock lock(&reader.mu);
+  base::MutexLock lock(&reader.mu);
   GAC_RETURN_IF_ERROR(reader.session->Ensure());
-  StatusOr<Result> rows = reader.session->Run("configs", Params(), "loading run settings");
-  if (!rows.ok()) return rows.status();
-  for (int row = 0; row < PQntuples(rows->get()); ++row) {
+  GAC_ASSIGN_OR_RETURN(Result rows, reader.session->Run("configs", Params(), "loading run settings"));
+  for (int row = 0; row < PQntuples(rows.get()); ++row) {
     std::pair<std::string, v1::RunConfig> entry;
-    entry.first = std::string(TextAt(rows->get(), row, 0));
-    const std::string_view bytes = TextAt(rows->get(), row, 1);
+    entry.first = std::string(TextAt(rows.get(), row, 0));
+    const std::string_view bytes = TextAt(rows.get(), row, 1);
     if (!entry.second.ParseFromArray(bytes.data(), static_cast<int>(bytes.size()))) {
-      return Status::DataLoss(description_ + ": unreadable settings of run \"" + entry.first + "\"");
+      return base::Status::DataLoss(description_ + ": unreadable settings of run \"" + entry.first + "\"");
     }
     if (entry.second.version() >= 1) out.push_back(std::move(entry));
   }
   return out;
 }
 
-StatusOr<std::vector<std::pair<std::string, v1::RunConfig>>> PostgresStore::WaitForConfigChanges(
+base::StatusOr<std::vector<std::pair<std::string, v1::RunConfig>>> PostgresStore::WaitForConfigChanges(
     std::chrono::milliseconds timeout) {
   std::vector<std::pair<std::string, v1::RunConfig>> out;
-  MutexLock lock(&listen_mu_);
+  base::MutexLock lock(&listen_mu_);
   Session* session = listen_.get();
   if (!session->connected()) listening_ = false;
-  Status s = session->Ensure();
+  base::Status s = session->Ensure();
   if (!s.ok()) {
     listening_ = false;
     return s;
@@ -1389,7 +1379,7 @@ StatusOr<std::vector<std::pair<std::string, v1::RunConfig>>> PostgresStore::Wait
   };
   if (PQconsumeInput(session->conn()) == 0) {
     listening_ = false;
-    Status error = session->Error(nullptr, "listening for settings changes");
+    base::Status error = session->Error(nullptr, "listening for settings changes");
     session->Drop();
     return error;
   }
@@ -1399,7 +1389,7 @@ StatusOr<std::vector<std::pair<std::string, v1::RunConfig>>> PostgresStore::Wait
   if (poll(&p, 1, static_cast<int>(std::min<std::int64_t>(timeout.count(), 60'000))) > 0) {
     if (PQconsumeInput(session->conn()) == 0 || PQstatus(session->conn()) != CONNECTION_OK) {
       listening_ = false;
-      Status error = session->Error(nullptr, "listening for settings changes");
+      base::Status error = session->Error(nullptr, "listening for settings changes");
       session->Drop();
       return error;
     }
@@ -1435,7 +1425,7 @@ std::string DescribePostgresUri(const std::string& uri) {
   return out;
 }
 
-StatusOr<std::unique_ptr<Store>> OpenPostgresStore(const std::string& uri, const PostgresOptions& options) {
+base::StatusOr<std::unique_ptr<Store>> OpenPostgresStore(const std::string& uri, const PostgresOptions& options) {
   return PostgresStore::Open(uri, options);
 }
 

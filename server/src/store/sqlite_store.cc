@@ -37,7 +37,7 @@
 #include <utility>
 #include <vector>
 
-#include "gac/mutex.h"
+#include "gac/base/mutex.h"
 #include "gac/proto/record_schema.h"
 #include "gac/server/store.h"
 #include "server/src/store/step_columns.h"
@@ -158,31 +158,31 @@ constexpr int kSchemaVersion = static_cast<int>(std::size(kMigrations));
 // errno (a missing directory is NOT_FOUND), a full disk RESOURCE_EXHAUSTED,
 // a read-only file PERMISSION_DENIED, and only a damaged file or one that is
 // not a database DATA_LOSS; everything else is INTERNAL.
-Status SqliteStatus(int rc, int system_errno, std::string message) {
+base::Status SqliteStatus(int rc, int system_errno, std::string message) {
   switch (rc & 0xff) {
     case SQLITE_BUSY:
     case SQLITE_LOCKED:
     case SQLITE_IOERR:
-      return Status::Unavailable(std::move(message));
+      return base::Status::Unavailable(std::move(message));
     case SQLITE_CANTOPEN: {
-      const StatusCode code = system_errno != 0 ? ErrnoToStatusCode(system_errno) : StatusCode::kUnavailable;
-      return Status(code == StatusCode::kOk ? StatusCode::kUnavailable : code, std::move(message));
+      const base::StatusCode code = system_errno != 0 ? base::ErrnoToStatusCode(system_errno) : base::StatusCode::kUnavailable;
+      return base::Status(code == base::StatusCode::kOk ? base::StatusCode::kUnavailable : code, std::move(message));
     }
     case SQLITE_FULL:
-      return Status::ResourceExhausted(std::move(message));
+      return base::Status::ResourceExhausted(std::move(message));
     case SQLITE_READONLY:
     case SQLITE_PERM:
-      return Status::PermissionDenied(std::move(message));
+      return base::Status::PermissionDenied(std::move(message));
     case SQLITE_CORRUPT:
     case SQLITE_NOTADB:
-      return Status::DataLoss(std::move(message));
+      return base::Status::DataLoss(std::move(message));
     default:
-      return Status::Internal(std::move(message));
+      return base::Status::Internal(std::move(message));
   }
 }
 
 // "<path>: <what>: <SQLite's message>".
-Status DbError(const std::string& path, sqlite3* db, int rc, const char* what) {
+base::Status DbError(const std::string& path, sqlite3* db, int rc, const char* what) {
   std::string message = path + ": " + what + ": ";
   message += db != nullptr ? sqlite3_errmsg(db) : sqlite3_errstr(rc);
   return SqliteStatus(rc, db != nullptr ? sqlite3_system_errno(db) : 0, std::move(message));
@@ -299,7 +299,7 @@ void ReadRunInfo(sqlite3_stmt* s, v1::RunInfo* info) {
 
 // Opens one connection. The store serialises each connection with its own
 // mutex, so SQLite's per-connection mutex is not needed (NOMUTEX).
-Status OpenConnection(const std::string& path, int flags, int busy_timeout_ms, Db* out) {
+base::Status OpenConnection(const std::string& path, int flags, int busy_timeout_ms, Db* out) {
   sqlite3* raw = nullptr;
   int rc = sqlite3_open_v2(path.c_str(), &raw, flags | SQLITE_OPEN_NOMUTEX, nullptr);
   Db db(raw);
@@ -307,13 +307,13 @@ Status OpenConnection(const std::string& path, int flags, int busy_timeout_ms, D
   sqlite3_extended_result_codes(raw, 1);
   sqlite3_busy_timeout(raw, busy_timeout_ms);
   *out = std::move(db);
-  return Status();
+  return base::Status();
 }
 
-Status ExecSql(const std::string& path, sqlite3* db, const std::string& sql) {
+base::Status ExecSql(const std::string& path, sqlite3* db, const std::string& sql) {
   char* errmsg = nullptr;
   int rc = sqlite3_exec(db, sql.c_str(), nullptr, nullptr, &errmsg);
-  if (rc == SQLITE_OK) return Status();
+  if (rc == SQLITE_OK) return base::Status();
   std::string message =
       path + ": " + sql + ": " + (errmsg != nullptr ? errmsg : sqlite3_errstr(rc));
   sqlite3_free(errmsg);
@@ -321,7 +321,7 @@ Status ExecSql(const std::string& path, sqlite3* db, const std::string& sql) {
 }
 
 // Runs a statement that returns one integer (PRAGMA user_version).
-Status QueryInt(const std::string& path, sqlite3* db, const char* sql, std::int64_t* value) {
+base::Status QueryInt(const std::string& path, sqlite3* db, const char* sql, std::int64_t* value) {
   sqlite3_stmt* raw = nullptr;
   int rc = sqlite3_prepare_v2(db, sql, -1, &raw, nullptr);
   Stmt stmt(raw);
@@ -329,19 +329,19 @@ Status QueryInt(const std::string& path, sqlite3* db, const char* sql, std::int6
   rc = sqlite3_step(raw);
   if (rc != SQLITE_ROW) return DbError(path, db, rc, sql);
   *value = sqlite3_column_int64(raw, 0);
-  return Status();
+  return base::Status();
 }
 
-Status TooNew(const std::string& path, std::int64_t version) {
-  return Status::FailedPrecondition(path + ": schema version " + std::to_string(version) +
+base::Status TooNew(const std::string& path, std::int64_t version) {
+  return base::Status::FailedPrecondition(path + ": schema version " + std::to_string(version) +
                                     " is newer than this build's " +
                                     std::to_string(kSchemaVersion));
 }
 
 // Brings the schema to kSchemaVersion in one IMMEDIATE transaction, so that
 // two processes opening the same new file do not both create it.
-Status Migrate(const std::string& path, sqlite3* db) {
-  Status s = ExecSql(path, db, "BEGIN IMMEDIATE");
+base::Status Migrate(const std::string& path, sqlite3* db) {
+  base::Status s = ExecSql(path, db, "BEGIN IMMEDIATE");
   if (!s.ok()) return s;
   std::int64_t version = 0;
   s = QueryInt(path, db, "PRAGMA user_version", &version);
@@ -379,21 +379,21 @@ std::string SynchronousMode(const std::string& name) {
 
 class SqliteStore final : public Store {
  public:
-  static StatusOr<std::unique_ptr<Store>> Open(const std::string& path,
+  static base::StatusOr<std::unique_ptr<Store>> Open(const std::string& path,
                                                const SqliteOptions& options);
 
-  Status Apply(std::vector<WriteOp>* ops) override;
-  StatusOr<std::vector<std::pair<std::string, v1::RunConfig>>> LoadRunConfigs() override;
-  StatusOr<std::vector<v1::RunInfo>> ListRuns(const std::string& after_run,
+  base::Status Apply(std::vector<WriteOp>* ops) override;
+  base::StatusOr<std::vector<std::pair<std::string, v1::RunConfig>>> LoadRunConfigs() override;
+  base::StatusOr<std::vector<v1::RunInfo>> ListRuns(const std::string& after_run,
                                               std::uint32_t limit) override;
-  StatusOr<v1::RunInfo> GetRun(const std::string& run) override;
-  StatusOr<std::vector<v1::StepRecord>> GetSteps(const StepQuery& query) override;
-  StatusOr<std::vector<v1::StepRecord>> GetRecentSteps(const std::string& run, std::uint32_t rank,
+  base::StatusOr<v1::RunInfo> GetRun(const std::string& run) override;
+  base::StatusOr<std::vector<v1::StepRecord>> GetSteps(const StepQuery& query) override;
+  base::StatusOr<std::vector<v1::StepRecord>> GetRecentSteps(const std::string& run, std::uint32_t rank,
                                                        std::uint32_t window) override;
-  StatusOr<std::vector<v1::ConfigChange>> ListConfigChanges(const std::string& run,
+  base::StatusOr<std::vector<v1::ConfigChange>> ListConfigChanges(const std::string& run,
                                                             std::uint64_t offset,
                                                             std::uint32_t limit) override;
-  StatusOr<std::uint64_t> DeleteIdleRuns(std::int64_t cutoff_ns) override;
+  base::StatusOr<std::uint64_t> DeleteIdleRuns(std::int64_t cutoff_ns) override;
 
  private:
   // The RunInfo changes of one run within one WriteOp, written once per op.
@@ -408,42 +408,42 @@ class SqliteStore final : public Store {
 
   explicit SqliteStore(std::string path) : path_(std::move(path)) {}
 
-  Status Prepare(sqlite3* db, const char* sql, Stmt* out);
-  Status PrepareAll() GAC_REQUIRES(write_mu_, read_mu_);
+  base::Status Prepare(sqlite3* db, const char* sql, Stmt* out);
+  base::Status PrepareAll() GAC_REQUIRES(write_mu_, read_mu_);
 
   // Runs a statement that returns no row, then resets it. The bind result
   // `bind_rc` is checked first.
-  Status StepOnce(sqlite3* db, sqlite3_stmt* stmt, int bind_rc, const char* what);
-  Status StepError(sqlite3* db, int rc, const char* what) const {
+  base::Status StepOnce(sqlite3* db, sqlite3_stmt* stmt, int bind_rc, const char* what);
+  base::Status StepError(sqlite3* db, int rc, const char* what) const {
     return DbError(path_, db, rc, what);
   }
 
   // Ends the write transaction: COMMIT when `s` is OK, else ROLLBACK. On any
   // failure the run-id cache is dropped, since it may name rolled-back rows.
   // REQUIRES: a transaction open.
-  Status FinishWrite(Status s) GAC_REQUIRES(write_mu_);
+  base::Status FinishWrite(base::Status s) GAC_REQUIRES(write_mu_);
   // REQUIRES: a transaction open.
-  Status ApplySteps(WriteOp* op) GAC_REQUIRES(write_mu_);
-  Status ApplyConfig(WriteOp* op) GAC_REQUIRES(write_mu_);
-  Status ResolveRun(const std::string& name, std::int64_t* run_id) GAC_REQUIRES(write_mu_);
+  base::Status ApplySteps(WriteOp* op) GAC_REQUIRES(write_mu_);
+  base::Status ApplyConfig(WriteOp* op) GAC_REQUIRES(write_mu_);
+  base::Status ResolveRun(const std::string& name, std::int64_t* run_id) GAC_REQUIRES(write_mu_);
 
   // Sets *run_id to -1 for a run with no stored step.
-  Status FindRunForRead(const std::string& run, std::int64_t* run_id) GAC_REQUIRES(read_mu_);
+  base::Status FindRunForRead(const std::string& run, std::int64_t* run_id) GAC_REQUIRES(read_mu_);
   // Reads the scalars (and layers when asked) of `records`, whose steps and
   // ranks are set and all of `rank` when it is given, in two queries (one
   // without layers) whatever the number of records.
-  Status ReadDetails(std::int64_t run_id, std::optional<std::uint32_t> rank, bool include_layers,
+  base::Status ReadDetails(std::int64_t run_id, std::optional<std::uint32_t> rank, bool include_layers,
                      std::vector<v1::StepRecord>* records) GAC_REQUIRES(read_mu_);
   // Reads the step rows of a prepared statement whose binding returned
   // bind_rc (an error there is reported, as in StepOnce), then their details.
-  Status ReadSteps(sqlite3_stmt* stmt, int bind_rc, std::int64_t run_id, const std::string& run,
+  base::Status ReadSteps(sqlite3_stmt* stmt, int bind_rc, std::int64_t run_id, const std::string& run,
                    std::optional<std::uint32_t> rank, bool include_layers, std::uint32_t reserve, std::vector<v1::StepRecord>* out)
       GAC_REQUIRES(read_mu_);
 
   const std::string path_;
 
   // Declared before the statements: destroyed after them.
-  Mutex write_mu_;
+  base::Mutex write_mu_;
   Db write_db_ GAC_GUARDED_BY(write_mu_);
   struct {
     Stmt begin, commit, rollback;
@@ -456,7 +456,7 @@ class SqliteStore final : public Store {
   std::unordered_map<std::string, std::int64_t> run_ids_ GAC_GUARDED_BY(write_mu_);
   std::vector<RunDelta> deltas_ GAC_GUARDED_BY(write_mu_);  // scratch of ApplySteps
 
-  Mutex read_mu_;
+  base::Mutex read_mu_;
   Db read_db_ GAC_GUARDED_BY(read_mu_);
   struct {
     Stmt begin, commit;
@@ -466,26 +466,26 @@ class SqliteStore final : public Store {
   } r_ GAC_GUARDED_BY(read_mu_);
 };
 
-StatusOr<std::unique_ptr<Store>> SqliteStore::Open(const std::string& path,
+base::StatusOr<std::unique_ptr<Store>> SqliteStore::Open(const std::string& path,
                                                    const SqliteOptions& options) {
   const std::string synchronous = SynchronousMode(options.synchronous);
   if (synchronous.empty()) {
-    return Status::InvalidArgument(
+    return base::Status::InvalidArgument(
         "SqliteOptions.synchronous must be OFF, NORMAL, FULL or EXTRA, not \"" +
         options.synchronous + "\"");
   }
   if (options.busy_timeout_ms < 0) {
-    return Status::InvalidArgument("SqliteOptions.busy_timeout_ms must be >= 0");
+    return base::Status::InvalidArgument("SqliteOptions.busy_timeout_ms must be >= 0");
   }
   if (sqlite3_threadsafe() == 0) {
-    return Status::FailedPrecondition(
+    return base::Status::FailedPrecondition(
         "SQLite was built without thread support (SQLITE_THREADSAFE=0)");
   }
   std::unique_ptr<SqliteStore> store(new SqliteStore(path));
   // Not shared yet; the locks are taken for the analysis' sake.
-  MutexLock write_lock(&store->write_mu_);
-  MutexLock read_lock(&store->read_mu_);
-  Status s = OpenConnection(path, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE,
+  base::MutexLock write_lock(&store->write_mu_);
+  base::MutexLock read_lock(&store->read_mu_);
+  base::Status s = OpenConnection(path, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE,
                             options.busy_timeout_ms, &store->write_db_);
   if (!s.ok()) return s;
   sqlite3* db = store->write_db_.get();
@@ -503,7 +503,7 @@ StatusOr<std::unique_ptr<Store>> SqliteStore::Open(const std::string& path,
   if (rc == SQLITE_OK) rc = sqlite3_step(raw);
   if (rc != SQLITE_ROW) return DbError(path, db, rc, "PRAGMA journal_mode = WAL");
   if (ColumnText(raw, 0) != "wal") {
-    return Status::FailedPrecondition(path + ": cannot enable WAL (journal mode is " +
+    return base::Status::FailedPrecondition(path + ": cannot enable WAL (journal mode is " +
                                       ColumnText(raw, 0) + ")");
   }
   journal.reset();
@@ -529,15 +529,15 @@ StatusOr<std::unique_ptr<Store>> SqliteStore::Open(const std::string& path,
   return std::unique_ptr<Store>(std::move(store));
 }
 
-Status SqliteStore::Prepare(sqlite3* db, const char* sql, Stmt* out) {
+base::Status SqliteStore::Prepare(sqlite3* db, const char* sql, Stmt* out) {
   sqlite3_stmt* raw = nullptr;
   int rc = sqlite3_prepare_v3(db, sql, -1, SQLITE_PREPARE_PERSISTENT, &raw, nullptr);
   out->reset(raw);
   if (rc != SQLITE_OK) return DbError(path_, db, rc, sql);
-  return Status();
+  return base::Status();
 }
 
-Status SqliteStore::PrepareAll() {
+base::Status SqliteStore::PrepareAll() {
   sqlite3* w = write_db_.get();
   sqlite3* r = read_db_.get();
   struct Statement {
@@ -618,14 +618,14 @@ Status SqliteStore::PrepareAll() {
       {r, &r_.configs, "SELECT run, config FROM run_config ORDER BY run"},
   };
   for (const Statement& statement : statements) {
-    Status s = Prepare(statement.db, statement.sql.c_str(), statement.stmt);
+    base::Status s = Prepare(statement.db, statement.sql.c_str(), statement.stmt);
     if (!s.ok()) return s;
   }
-  return Status();
+  return base::Status();
 }
 
-Status SqliteStore::StepOnce(sqlite3* db, sqlite3_stmt* stmt, int bind_rc, const char* what) {
-  Status s;
+base::Status SqliteStore::StepOnce(sqlite3* db, sqlite3_stmt* stmt, int bind_rc, const char* what) {
+  base::Status s;
   if (bind_rc != SQLITE_OK) {
     s = StepError(db, bind_rc, what);
   } else {
@@ -640,7 +640,7 @@ Status SqliteStore::StepOnce(sqlite3* db, sqlite3_stmt* stmt, int bind_rc, const
 // Writes
 // ---------------------------------------------------------------------------
 
-Status SqliteStore::FinishWrite(Status s) {
+base::Status SqliteStore::FinishWrite(base::Status s) {
   sqlite3* db = write_db_.get();
   if (s.ok()) s = StepOnce(db, w_.commit.get(), SQLITE_OK, "COMMIT");
   if (!s.ok()) {
@@ -654,9 +654,9 @@ Status SqliteStore::FinishWrite(Status s) {
   return s;
 }
 
-Status SqliteStore::Apply(std::vector<WriteOp>* ops) {
-  MutexLock lock(&write_mu_);
-  Status s = StepOnce(write_db_.get(), w_.begin.get(), SQLITE_OK, "BEGIN IMMEDIATE");
+base::Status SqliteStore::Apply(std::vector<WriteOp>* ops) {
+  base::MutexLock lock(&write_mu_);
+  base::Status s = StepOnce(write_db_.get(), w_.begin.get(), SQLITE_OK, "BEGIN IMMEDIATE");
   if (!s.ok()) return s;
   for (WriteOp& op : *ops) {
     op.stored = 0;
@@ -670,11 +670,11 @@ Status SqliteStore::Apply(std::vector<WriteOp>* ops) {
   return FinishWrite(std::move(s));
 }
 
-Status SqliteStore::ResolveRun(const std::string& name, std::int64_t* run_id) {
+base::Status SqliteStore::ResolveRun(const std::string& name, std::int64_t* run_id) {
   auto it = run_ids_.find(name);
   if (it != run_ids_.end()) {
     *run_id = it->second;
-    return Status();
+    return base::Status();
   }
   sqlite3* db = write_db_.get();
   sqlite3_stmt* find = w_.find_run.get();
@@ -692,16 +692,16 @@ Status SqliteStore::ResolveRun(const std::string& name, std::int64_t* run_id) {
   }
   if (*run_id < 0) {
     sqlite3_stmt* insert = w_.insert_run.get();
-    Status s = StepOnce(db, insert, Binder(insert).Text(name).rc(), "inserting a run");
+    base::Status s = StepOnce(db, insert, Binder(insert).Text(name).rc(), "inserting a run");
     if (!s.ok()) return s;
     *run_id = sqlite3_last_insert_rowid(db);
   }
   if (run_ids_.size() >= kMaxCachedRuns) run_ids_.clear();
   run_ids_.emplace(name, *run_id);
-  return Status();
+  return base::Status();
 }
 
-Status SqliteStore::ApplySteps(WriteOp* op) {
+base::Status SqliteStore::ApplySteps(WriteOp* op) {
   sqlite3* db = write_db_.get();
   sqlite3_stmt* insert_step = w_.insert_step.get();
   sqlite3_stmt* insert_layer = w_.insert_layer.get();
@@ -714,7 +714,7 @@ Status SqliteStore::ApplySteps(WriteOp* op) {
       while (current < deltas_.size() && *deltas_[current].name != r.run()) ++current;
       if (current == deltas_.size()) {
         std::int64_t run_id = 0;
-        Status s = ResolveRun(r.run(), &run_id);
+        base::Status s = ResolveRun(r.run(), &run_id);
         if (!s.ok()) return s;
         deltas_.push_back(RunDelta{&r.run(), run_id});
       }
@@ -725,7 +725,7 @@ Status SqliteStore::ApplySteps(WriteOp* op) {
     step_binder.Int(delta.run_id);
     for (const proto::StepField& field : proto::kStepFields) step_binder.Field(field, r);
     int bind_rc = step_binder.Int(op->received_ns).rc();
-    Status s = StepOnce(db, insert_step, bind_rc, "inserting a step record");
+    base::Status s = StepOnce(db, insert_step, bind_rc, "inserting a step record");
     if (!s.ok()) return s;
     if (sqlite3_changes(db) == 0) {
       // Stored before, with its layers and scalars: nothing is rewritten.
@@ -778,13 +778,13 @@ Status SqliteStore::ApplySteps(WriteOp* op) {
                       .Int(delta.world_size)
                       .Int(op->received_ns)
                       .rc();
-    Status s = StepOnce(db, update, bind_rc, "updating a run");
+    base::Status s = StepOnce(db, update, bind_rc, "updating a run");
     if (!s.ok()) return s;
   }
-  return Status();
+  return base::Status();
 }
 
-Status SqliteStore::ApplyConfig(WriteOp* op_ptr) {
+base::Status SqliteStore::ApplyConfig(WriteOp* op_ptr) {
   WriteOp& op = *op_ptr;
   sqlite3* db = write_db_.get();
   const ConfigWrite& write = *op.config;
@@ -798,7 +798,7 @@ Status SqliteStore::ApplyConfig(WriteOp* op_ptr) {
     v1::RunConfig stored;
     if (rc == SQLITE_ROW) {
       if (!ParseColumn(find, 0, &stored)) {
-        return Status::DataLoss(path_ + ": unreadable settings of run \"" + write.run + "\"");
+        return base::Status::DataLoss(path_ + ": unreadable settings of run \"" + write.run + "\"");
       }
     } else if (rc != SQLITE_DONE) {
       return StepError(db, rc, "reading run settings");
@@ -806,13 +806,13 @@ Status SqliteStore::ApplyConfig(WriteOp* op_ptr) {
     if (stored.version() != write.change.before().version()) {
       op.config_conflict = true;
       op.stored_config = std::move(stored);
-      return Status();
+      return base::Status();
     }
   }
   const std::string config = write.config.SerializeAsString();
   const std::string change = write.change.SerializeAsString();
   sqlite3_stmt* upsert = w_.upsert_config.get();
-  Status s = StepOnce(db, upsert, Binder(upsert).Text(write.run).Blob(config).rc(),
+  base::Status s = StepOnce(db, upsert, Binder(upsert).Text(write.run).Blob(config).rc(),
                       "writing run settings");
   if (!s.ok()) return s;
   sqlite3_stmt* insert = w_.insert_change.get();
@@ -820,10 +820,10 @@ Status SqliteStore::ApplyConfig(WriteOp* op_ptr) {
                   "writing an audit record");
 }
 
-StatusOr<std::uint64_t> SqliteStore::DeleteIdleRuns(std::int64_t cutoff_ns) {
-  MutexLock lock(&write_mu_);
+base::StatusOr<std::uint64_t> SqliteStore::DeleteIdleRuns(std::int64_t cutoff_ns) {
+  base::MutexLock lock(&write_mu_);
   sqlite3* db = write_db_.get();
-  Status s = StepOnce(db, w_.begin.get(), SQLITE_OK, "BEGIN IMMEDIATE");
+  base::Status s = StepOnce(db, w_.begin.get(), SQLITE_OK, "BEGIN IMMEDIATE");
   if (!s.ok()) return s;
   std::vector<std::int64_t> ids;
   {
@@ -878,25 +878,25 @@ class ReadTransaction {
   const int rc_;
 };
 
-Status SqliteStore::FindRunForRead(const std::string& run, std::int64_t* run_id) {
+base::Status SqliteStore::FindRunForRead(const std::string& run, std::int64_t* run_id) {
   sqlite3_stmt* stmt = r_.run_id.get();
   ScopedReset reset(stmt);
   int rc = Binder(stmt).Text(run).rc();
   if (rc == SQLITE_OK) rc = sqlite3_step(stmt);
   if (rc == SQLITE_ROW) {
     *run_id = sqlite3_column_int64(stmt, 0);
-    return Status();
+    return base::Status();
   }
   if (rc == SQLITE_DONE) {
     *run_id = -1;
-    return Status();
+    return base::Status();
   }
   return StepError(read_db_.get(), rc, "looking up a run");
 }
 
-Status SqliteStore::ReadDetails(std::int64_t run_id, std::optional<std::uint32_t> rank, bool include_layers,
+base::Status SqliteStore::ReadDetails(std::int64_t run_id, std::optional<std::uint32_t> rank, bool include_layers,
                                 std::vector<v1::StepRecord>* records) {
-  if (records->empty()) return Status();
+  if (records->empty()) return base::Status();
   sqlite3* db = read_db_.get();
   std::int64_t lo = kInt64Max;
   std::int64_t hi = kInt64Min;
@@ -929,7 +929,7 @@ Status SqliteStore::ReadDetails(std::int64_t run_id, std::optional<std::uint32_t
     }
     if (rc != SQLITE_DONE) return StepError(db, rc, "reading scalars");
   }
-  if (!include_layers) return Status();
+  if (!include_layers) return base::Status();
   // The rows come in the primary key's order, (step, rank, name): no sort of
   // the page's layer rows in SQLite. Each record's layers are put back in
   // the order they were sent (idx) here, one small sort per record.
@@ -968,10 +968,10 @@ Status SqliteStore::ReadDetails(std::int64_t run_id, std::optional<std::uint32_t
   }
   if (rc != SQLITE_DONE) return StepError(db, rc, "reading layers");
   put_in_order(current);
-  return Status();
+  return base::Status();
 }
 
-Status SqliteStore::ReadSteps(sqlite3_stmt* stmt, int bind_rc, std::int64_t run_id, const std::string& run,
+base::Status SqliteStore::ReadSteps(sqlite3_stmt* stmt, int bind_rc, std::int64_t run_id, const std::string& run,
                               std::optional<std::uint32_t> rank, bool include_layers, std::uint32_t reserve,
                               std::vector<v1::StepRecord>* out) {
   {
@@ -989,14 +989,14 @@ Status SqliteStore::ReadSteps(sqlite3_stmt* stmt, int bind_rc, std::int64_t run_
   return ReadDetails(run_id, rank, include_layers, out);
 }
 
-StatusOr<std::vector<v1::StepRecord>> SqliteStore::GetSteps(const StepQuery& query) {
+base::StatusOr<std::vector<v1::StepRecord>> SqliteStore::GetSteps(const StepQuery& query) {
   std::vector<v1::StepRecord> out;
   if (query.limit == 0 || query.start_step >= query.end_step) return out;
-  MutexLock lock(&read_mu_);
+  base::MutexLock lock(&read_mu_);
   ReadTransaction txn(r_.begin.get(), r_.commit.get());
   if (txn.rc() != SQLITE_DONE) return StepError(read_db_.get(), txn.rc(), "BEGIN");
   std::int64_t run_id = -1;
-  Status s = FindRunForRead(query.run, &run_id);
+  base::Status s = FindRunForRead(query.run, &run_id);
   if (!s.ok()) return s;
   if (run_id < 0) return out;
 
@@ -1017,15 +1017,15 @@ StatusOr<std::vector<v1::StepRecord>> SqliteStore::GetSteps(const StepQuery& que
   return out;
 }
 
-StatusOr<std::vector<v1::StepRecord>> SqliteStore::GetRecentSteps(const std::string& run,
+base::StatusOr<std::vector<v1::StepRecord>> SqliteStore::GetRecentSteps(const std::string& run,
                                                                   std::uint32_t rank,
                                                                   std::uint32_t window) {
   std::vector<v1::StepRecord> out;
-  MutexLock lock(&read_mu_);
+  base::MutexLock lock(&read_mu_);
   ReadTransaction txn(r_.begin.get(), r_.commit.get());
   if (txn.rc() != SQLITE_DONE) return StepError(read_db_.get(), txn.rc(), "BEGIN");
   std::int64_t run_id = -1;
-  Status s = FindRunForRead(run, &run_id);
+  base::Status s = FindRunForRead(run, &run_id);
   if (!s.ok()) return s;
   if (run_id < 0) return out;
   sqlite3_stmt* stmt = r_.recent.get();
@@ -1037,10 +1037,10 @@ StatusOr<std::vector<v1::StepRecord>> SqliteStore::GetRecentSteps(const std::str
   return out;
 }
 
-StatusOr<std::vector<v1::RunInfo>> SqliteStore::ListRuns(const std::string& after_run,
+base::StatusOr<std::vector<v1::RunInfo>> SqliteStore::ListRuns(const std::string& after_run,
                                                          std::uint32_t limit) {
   std::vector<v1::RunInfo> out;
-  MutexLock lock(&read_mu_);
+  base::MutexLock lock(&read_mu_);
   sqlite3_stmt* stmt = r_.list_runs.get();
   ScopedReset reset(stmt);
   int rc = Binder(stmt).Text(after_run).Int(limit).rc();
@@ -1052,24 +1052,24 @@ StatusOr<std::vector<v1::RunInfo>> SqliteStore::ListRuns(const std::string& afte
   return out;
 }
 
-StatusOr<v1::RunInfo> SqliteStore::GetRun(const std::string& run) {
-  MutexLock lock(&read_mu_);
+base::StatusOr<v1::RunInfo> SqliteStore::GetRun(const std::string& run) {
+  base::MutexLock lock(&read_mu_);
   sqlite3_stmt* stmt = r_.get_run.get();
   ScopedReset reset(stmt);
   int rc = Binder(stmt).Text(run).rc();
   if (rc == SQLITE_OK) rc = sqlite3_step(stmt);
-  if (rc == SQLITE_DONE) return Status::NotFound("run \"" + run + "\" has no stored step");
+  if (rc == SQLITE_DONE) return base::Status::NotFound("run \"" + run + "\" has no stored step");
   if (rc != SQLITE_ROW) return StepError(read_db_.get(), rc, "reading a run");
   v1::RunInfo info;
   ReadRunInfo(stmt, &info);
   return info;
 }
 
-StatusOr<std::vector<v1::ConfigChange>> SqliteStore::ListConfigChanges(const std::string& run,
+base::StatusOr<std::vector<v1::ConfigChange>> SqliteStore::ListConfigChanges(const std::string& run,
                                                                        std::uint64_t offset,
                                                                        std::uint32_t limit) {
   std::vector<v1::ConfigChange> out;
-  MutexLock lock(&read_mu_);
+  base::MutexLock lock(&read_mu_);
   sqlite3_stmt* stmt = r_.changes.get();
   ScopedReset reset(stmt);
   const std::int64_t sql_offset = offset > static_cast<std::uint64_t>(kInt64Max)
@@ -1078,7 +1078,7 @@ StatusOr<std::vector<v1::ConfigChange>> SqliteStore::ListConfigChanges(const std
   int rc = Binder(stmt).Text(run).Int(limit).Int(sql_offset).rc();
   while (rc == SQLITE_OK && (rc = sqlite3_step(stmt)) == SQLITE_ROW) {
     if (!ParseColumn(stmt, 0, &out.emplace_back())) {
-      return Status::DataLoss(path_ + ": unreadable audit record of run \"" + run + "\"");
+      return base::Status::DataLoss(path_ + ": unreadable audit record of run \"" + run + "\"");
     }
     rc = SQLITE_OK;
   }
@@ -1086,9 +1086,9 @@ StatusOr<std::vector<v1::ConfigChange>> SqliteStore::ListConfigChanges(const std
   return out;
 }
 
-StatusOr<std::vector<std::pair<std::string, v1::RunConfig>>> SqliteStore::LoadRunConfigs() {
+base::StatusOr<std::vector<std::pair<std::string, v1::RunConfig>>> SqliteStore::LoadRunConfigs() {
   std::vector<std::pair<std::string, v1::RunConfig>> out;
-  MutexLock lock(&read_mu_);
+  base::MutexLock lock(&read_mu_);
   sqlite3_stmt* stmt = r_.configs.get();
   ScopedReset reset(stmt);
   int rc;
@@ -1096,7 +1096,7 @@ StatusOr<std::vector<std::pair<std::string, v1::RunConfig>>> SqliteStore::LoadRu
     std::pair<std::string, v1::RunConfig> entry;
     entry.first = ColumnText(stmt, 0);
     if (!ParseColumn(stmt, 1, &entry.second)) {
-      return Status::DataLoss(path_ + ": unreadable settings of run \"" + entry.first + "\"");
+      return base::Status::DataLoss(path_ + ": unreadable settings of run \"" + entry.first + "\"");
     }
     if (entry.second.version() >= 1) out.push_back(std::move(entry));
   }
@@ -1106,7 +1106,7 @@ StatusOr<std::vector<std::pair<std::string, v1::RunConfig>>> SqliteStore::LoadRu
 
 }  // namespace
 
-StatusOr<std::unique_ptr<Store>> OpenSqliteStore(const std::string& path,
+base::StatusOr<std::unique_ptr<Store>> OpenSqliteStore(const std::string& path,
                                                  const SqliteOptions& options) {
   return SqliteStore::Open(path, options);
 }

@@ -11,11 +11,11 @@
 #include "gac/controller/controller.h"
 #include "gac/controller/decision_source.h"
 #include "gac/controller/step_report.h"
-#include "gac/duration.h"
-#include "gac/file_util.h"
-#include "gac/mutex.h"
-#include "gac/status.h"
-#include "gac/thread_annotations.h"
+#include "gac/base/duration.h"
+#include "gac/base/file_util.h"
+#include "gac/base/mutex.h"
+#include "gac/base/status.h"
+#include "gac/base/thread_annotations.h"
 #ifdef CONSUMER_WITH_AGENT
 #include <ATen/ATen.h>
 #include <torch/csrc/distributed/c10d/FileStore.hpp>
@@ -73,30 +73,30 @@ void Check(bool ok, const char* what) {
   }
 }
 
-// gac/mutex.h and gac/thread_annotations.h.
+// gac/base/mutex.h and gac/base/thread_annotations.h.
 class Counter {
  public:
   void Add() GAC_EXCLUDES(mu_) {
-    gac::MutexLock lock(&mu_);
+    gac::base::MutexLock lock(&mu_);
     ++n_;
   }
   int value() GAC_EXCLUDES(mu_) {
-    gac::MutexLock lock(&mu_);
+    gac::base::MutexLock lock(&mu_);
     return n_;
   }
 
  private:
-  gac::Mutex mu_;
+  gac::base::Mutex mu_;
   int n_ GAC_GUARDED_BY(mu_) = 0;
 };
 
 // gac/controller/decision_source.h: a source that always skips.
-class AlwaysSkip final : public gac::DecisionSource {
+class AlwaysSkip final : public gac::controller::DecisionSource {
  public:
-  gac::StatusOr<gac::Decision> Decide(std::int64_t, const gac::AlignmentStats& stats) override {
-    gac::Decision d;
+  gac::base::StatusOr<gac::controller::Decision> Decide(std::int64_t, const gac::controller::AlignmentStats& stats) override {
+    gac::controller::Decision d;
     d.cosine = stats.dot / std::sqrt(stats.grad_sq * stats.ref_sq);
-    d.regime = gac::Regime::kSkip;
+    d.regime = gac::controller::Regime::kSkip;
     d.apply_update = false;
     return d;
   }
@@ -107,25 +107,25 @@ class AlwaysSkip final : public gac::DecisionSource {
 int main(int argc, char** argv) {
   const std::string scratch = argc > 1 ? argv[1] : "/tmp";
   // Controller, calibration, status, files, mutex.
-  auto ctl = gac::Controller::Create({0.05, 0.3});
+  auto ctl = gac::controller::Controller::Create({0.05, 0.3});
   Check(ctl.ok(), "Controller::Create");
-  const gac::Decision d = ctl->Decide({0.5, 1.0, 1.0, true});  // cosine 0.5: skip
-  Check(d.regime == gac::Regime::kSkip, "a cosine of 0.5 skips");
-  gac::CalibrationWindow window(100);
+  const gac::controller::Decision d = ctl->Decide({0.5, 1.0, 1.0, true});  // cosine 0.5: skip
+  Check(d.regime == gac::controller::Regime::kSkip, "a cosine of 0.5 skips");
+  gac::controller::CalibrationWindow window(100);
   for (int i = 0; i < 50; ++i) window.Add(0.01 * (i % 10));
-  Check(gac::SuggestThresholds(window.Stats(0.05)).ok(), "SuggestThresholds");
-  Check(gac::Status::NotFound("x").IsNotFound(), "Status predicates");
-  Check(gac::MakeDirs(scratch + "/consumer-dir/a", "scratch directory").ok(), "MakeDirs");
-  Check(gac::ReadFileToString(scratch + "/consumer-dir/none", "file").status().IsNotFound(), "ReadFileToString");
+  Check(gac::controller::SuggestThresholds(window.Stats(0.05)).ok(), "SuggestThresholds");
+  Check(gac::base::Status::NotFound("x").IsNotFound(), "Status predicates");
+  Check(gac::base::MakeDirs(scratch + "/consumer-dir/a", "scratch directory").ok(), "MakeDirs");
+  Check(gac::base::ReadFileToString(scratch + "/consumer-dir/none", "file").status().IsNotFound(), "ReadFileToString");
   Counter counter;
   counter.Add();
   Check(counter.value() == 1, "MutexLock");
-  gac::StepReport report;
+  gac::controller::StepReport report;
   report.step = 3;
   report.decision = ctl->Decide({0.1, 1.0, 1.0, true});  // cosine 0.1: project
-  Check(gac::ParseDuration("1.5s").ok() && *gac::ParseDuration("1.5s") == std::chrono::milliseconds(1500),
+  Check(gac::base::ParseDuration("1.5s").ok() && *gac::base::ParseDuration("1.5s") == std::chrono::milliseconds(1500),
         "ParseDuration");
-  report.layers.push_back(gac::LayerStats{"layer", 0.1, 1.0, 1.0});
+  report.layers.push_back(gac::controller::LayerStats{"layer", 0.1, 1.0, 1.0});
   Check(report.layers[0].cosine().has_value(), "LayerStats::cosine");
 
 #ifdef CONSUMER_WITH_AGENT
@@ -150,7 +150,7 @@ int main(int argc, char** argv) {
     w.mutable_grad() = at::ones({8});
     auto r = (*agent)->Step(2, {w});
     Check(r.ok() && r->decision.cosine && std::fabs(*r->decision.cosine - 1.0) < 1e-6, "cosine of equal gradients");
-    Check(r.ok() && r->decision.regime == gac::Regime::kSkip && !r->step_optimizer, "the decision source decides");
+    Check(r.ok() && r->decision.regime == gac::controller::Regime::kSkip && !r->step_optimizer, "the decision source decides");
     if (r.ok()) report = *r;
   }
 #endif
@@ -176,10 +176,10 @@ int main(int argc, char** argv) {
     auto channel = gac::transport::MakeGacdChannel("127.0.0.1:1", "", std::chrono::milliseconds(100));
     Check(channel != nullptr, "MakeGacdChannel");
     // gac::cli: replay, rows, the client, the command line.
-    gac::cli::Replayer replayer(*gac::Controller::Create({0.1, 0.3}));
-    replayer.Add({0, std::nullopt, gac::Regime::kSafe, 1.0});
-    replayer.Add({1, 0.2, gac::Regime::kSkip, 1.0});
-    Check(replayer.replayed().count(gac::Regime::kProject) == 1 && replayer.differing_count() == 1, "Replayer");
+    gac::cli::Replayer replayer(*gac::controller::Controller::Create({0.1, 0.3}));
+    replayer.Add({0, std::nullopt, gac::controller::Regime::kSafe, 1.0});
+    replayer.Add({1, 0.2, gac::controller::Regime::kSkip, 1.0});
+    Check(replayer.replayed().count(gac::controller::Regime::kProject) == 1 && replayer.differing_count() == 1, "Replayer");
     Check(gac::cli::ThresholdGrid({0.05}, {0.3}).ok(), "ThresholdGrid");
     std::ostringstream csv;
     auto rows = gac::cli::RowWriter::Create(*gac::cli::ParseFormat("csv"), &csv, {{"step", "STEP", true, 0}});
@@ -231,7 +231,7 @@ int main(int argc, char** argv) {
     auto info = (*server)->store().GetRun("consumer");
     Check(info.ok() && info->step_records() == 1, "Store::GetRun");
     auto store = gac::server::NewMemoryStore();
-    Check(store->GetRun("consumer").status().code() == gac::StatusCode::kNotFound, "NewMemoryStore");
+    Check(store->GetRun("consumer").status().code() == gac::base::StatusCode::kNotFound, "NewMemoryStore");
     std::ostringstream steps, steps_err;
     Check(gac::cli::RunGacctl({"steps", "consumer", "--format", "csv", "--address", (*server)->address()}, {}, steps,
                               steps_err) == gac::cli::kExitOk &&

@@ -51,12 +51,12 @@ namespace gac::agent {
 // The agent's vocabulary is the controller library's (LibTorch-free, shared
 // with the transport and gacd); re-exported so gac::agent::Mode and
 // gac::Mode name the same type.
-using ::gac::DecisionSource;
-using ::gac::LayerStats;
-using ::gac::Mode;
-using ::gac::ModeName;
-using ::gac::ParseMode;
-using ::gac::StepReport;
+using ::gac::controller::DecisionSource;
+using ::gac::controller::LayerStats;
+using ::gac::controller::Mode;
+using ::gac::controller::ModeName;
+using ::gac::controller::ParseMode;
+using ::gac::controller::StepReport;
 
 class ThreadPool;
 struct Plan;
@@ -73,9 +73,9 @@ enum class ReferencePolicy : std::uint8_t {
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wdeprecated-declarations"
 struct AgentOptions {
-  Thresholds thresholds;
-  AlphaMode alpha_mode = AlphaMode::kPaper;
-  Mode mode = Mode::kLocal;
+  controller::Thresholds thresholds;
+  controller::AlphaMode alpha_mode = controller::AlphaMode::kPaper;
+  controller::Mode mode = controller::Mode::kLocal;
   SnapshotDtype snapshot_dtype = SnapshotDtype::kFloat32;
   ReferencePolicy reference = ReferencePolicy::kRawGradient;
   // Threads for the passes, the caller included; 0 = hardware threads, at most 8.
@@ -89,7 +89,7 @@ struct AgentOptions {
   // Required for Mode::kRemote. With a reducer, a fallback on any rank makes
   // every rank use the local decision (one more 1-scalar all-reduce), so the
   // ranks never apply different updates.
-  std::shared_ptr<DecisionSource> decision_source;
+  std::shared_ptr<controller::DecisionSource> decision_source;
   // Per-layer breakdown (opt-in): named sets of parameter indices (a "layer"
   // is any such set). Each step then reports dot, |g|^2 and |p|^2 per layer
   // in StepReport::layers (summed across ranks with the main statistics). A
@@ -109,7 +109,7 @@ struct AgentOptions {
 class Agent {
  public:
   // Validates the options (thresholds, chunk size); InvalidArgument on error.
-  static StatusOr<std::unique_ptr<Agent>> Create(AgentOptions options);
+  static base::StatusOr<std::unique_ptr<Agent>> Create(AgentOptions options);
   ~Agent();
   Agent(const Agent&) = delete;
   Agent& operator=(const Agent&) = delete;
@@ -121,41 +121,41 @@ class Agent {
   // (parameter set changed; call Reset()), Unimplemented (gradients on a
   // device this build cannot read), Unavailable (the reducer failed). On
   // error nothing is modified.
-  StatusOr<StepReport> Step(std::int64_t step, const std::vector<at::Tensor>& parameters);
+  base::StatusOr<controller::StepReport> Step(std::int64_t step, const std::vector<at::Tensor>& parameters);
 
   // Forgets the parameter set and the snapshot: the next Step() has no
   // reference and may use a new parameter list.
   void Reset();
   // Switches mode between steps (e.g. from an operator's command).
   // InvalidArgument for kRemote without a decision source.
-  Status set_mode(Mode mode);
+  base::Status set_mode(controller::Mode mode);
   // Remote decisions replaced by the local one since creation.
   std::uint64_t fallbacks() const { return fallbacks_; }
   const AgentOptions& options() const { return options_; }
-  const Controller& controller() const { return controller_; }
+  const controller::Controller& controller() const { return controller_; }
   // Bytes held by the snapshot (0 before the first step).
   std::int64_t snapshot_bytes() const;
   // Name of the CPU kernels in use ("avx512", "avx2", "baseline").
   const char* kernel_isa() const;
 
  private:
-  Agent(AgentOptions options, Controller controller);
+  Agent(AgentOptions options, controller::Controller controller);
 
   // Step()'s parts, in order. Builds the plan on the first step (or checks
   // the parameter count and the step number against it).
-  Status PreparePlan(std::int64_t step, const std::vector<at::Tensor>& parameters);
+  base::Status PreparePlan(std::int64_t step, const std::vector<at::Tensor>& parameters);
   // Gathers the gradients and sums dot, |g|^2, |p|^2 (and per group) into
   // the plan, all-reduced across ranks when there is a reducer.
-  Status ComputeStatistics(const std::vector<at::Tensor>& parameters, StepReport* report);
+  base::Status ComputeStatistics(const std::vector<at::Tensor>& parameters, controller::StepReport* report);
   // Remote mode: the decision source's answer, or the local decision and a
   // fallback (on every rank when any rank falls back).
-  Status DecideRemotely(std::int64_t step, const AlignmentStats& stats, StepReport* report);
+  base::Status DecideRemotely(std::int64_t step, const controller::AlignmentStats& stats, controller::StepReport* report);
   // Projects the gradients in place (local and remote modes) and refreshes
   // the snapshot, per the decision and the reference policy.
-  Status ApplyDecision(StepReport* report);
+  base::Status ApplyDecision(controller::StepReport* report);
 
   AgentOptions options_;
-  Controller controller_;
+  controller::Controller controller_;
   std::unique_ptr<Plan> plan_;
   std::unique_ptr<ThreadPool> pool_;
   std::uint64_t fallbacks_ = 0;

@@ -30,7 +30,7 @@ class DeviceReducer : public Reducer {
   // so far, before the work enqueued on it later. Does not wait for it.
   // Collective: every rank calls it (or AllReduceSum with the same n), in the
   // same order. An error leaves the values unspecified.
-  virtual Status AllReduceSumDevice(double* device_values, std::size_t n, cudaStream_t stream) = 0;
+  virtual base::Status AllReduceSumDevice(double* device_values, std::size_t n, cudaStream_t stream) = 0;
 };
 
 }  // namespace gac::agent

@@ -25,11 +25,11 @@ class NcclReducer final : public DeviceReducer {
  public:
   // Does not take ownership of comm or stream. Creation fails when the CUDA
   // device buffer cannot be allocated or the communicator is invalid.
-  static StatusOr<std::unique_ptr<NcclReducer>> Create(ncclComm_t comm, cudaStream_t stream);
+  static base::StatusOr<std::unique_ptr<NcclReducer>> Create(ncclComm_t comm, cudaStream_t stream);
   ~NcclReducer() override;
 
-  Status AllReduceSum(double* values, std::size_t n) override;
-  Status AllReduceSumDevice(double* device_values, std::size_t n, cudaStream_t stream) override;
+  base::Status AllReduceSum(double* values, std::size_t n) override;
+  base::Status AllReduceSumDevice(double* device_values, std::size_t n, cudaStream_t stream) override;
   int rank() const override { return rank_; }
   int world_size() const override { return world_size_; }
 

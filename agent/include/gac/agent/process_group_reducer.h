@@ -24,7 +24,7 @@ class ProcessGroupReducer final : public Reducer {
                                c10::Device device = c10::Device(c10::kCPU));
   ~ProcessGroupReducer() override;
 
-  Status AllReduceSum(double* values, std::size_t n) override;
+  base::Status AllReduceSum(double* values, std::size_t n) override;
   int rank() const override;
   int world_size() const override;
 

@@ -11,7 +11,7 @@
 
 #include <cstddef>
 
-#include "gac/status.h"
+#include "gac/base/status.h"
 
 namespace gac::agent {
 
@@ -20,7 +20,7 @@ class Reducer {
   virtual ~Reducer() = default;
   // Replaces values[0..n) by their sums over all ranks. Collective: every
   // rank must call it, in the same order. An error leaves values unspecified.
-  virtual Status AllReduceSum(double* values, std::size_t n) = 0;
+  virtual base::Status AllReduceSum(double* values, std::size_t n) = 0;
   virtual int rank() const = 0;
   virtual int world_size() const = 0;
 };

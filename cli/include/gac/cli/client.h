@@ -1,5 +1,5 @@
 // GacdClient: gacctl's view of gacd's gRPC API. Each call sends the bearer
-// token, has a deadline, and returns gac::Status (through
+// token, has a deadline, and returns gac::base::Status (through
 // gac/proto/convert.h, so gacd's code and text arrive unchanged); failures
 // of the connection itself (UNAVAILABLE, DEADLINE_EXCEEDED) name the address.
 // The paged listings are walked with the opaque page tokens gacd returns,
@@ -15,7 +15,7 @@
 #include <memory>
 #include <string>
 
-#include "gac/status.h"
+#include "gac/base/status.h"
 #include "gac/v1/control.grpc.pb.h"
 #include "gac/v1/query.grpc.pb.h"
 #include "grpc/health/v1/health.grpc.pb.h"
@@ -38,33 +38,33 @@ class GacdClient {
 
   const ConnectionOptions& options() const { return options_; }
 
-  StatusOr<v1::ListRunsResponse> ListRuns(const v1::ListRunsRequest& request);
-  StatusOr<v1::GetStepsResponse> GetSteps(const v1::GetStepsRequest& request);
-  StatusOr<v1::RunSummary> GetRunSummary(const std::string& run, std::uint32_t window);
-  StatusOr<v1::RunConfig> GetRunConfig(const std::string& run);
-  StatusOr<v1::RunConfig> SetRunConfig(const v1::SetRunConfigRequest& request);
-  StatusOr<v1::ListConfigChangesResponse> ListConfigChanges(const v1::ListConfigChangesRequest& request);
+  base::StatusOr<v1::ListRunsResponse> ListRuns(const v1::ListRunsRequest& request);
+  base::StatusOr<v1::GetStepsResponse> GetSteps(const v1::GetStepsRequest& request);
+  base::StatusOr<v1::RunSummary> GetRunSummary(const std::string& run, std::uint32_t window);
+  base::StatusOr<v1::RunConfig> GetRunConfig(const std::string& run);
+  base::StatusOr<v1::RunConfig> SetRunConfig(const v1::SetRunConfigRequest& request);
+  base::StatusOr<v1::ListConfigChangesResponse> ListConfigChanges(const v1::ListConfigChangesRequest& request);
   // grpc.health.v1 Check of `service` ("" = the server as a whole).
-  StatusOr<grpc::health::v1::HealthCheckResponse> Health(const std::string& service);
+  base::StatusOr<grpc::health::v1::HealthCheckResponse> Health(const std::string& service);
 
   // Every readable run, a page at a time, in id order. Stops at the first
   // error, of the call or of `page`.
-  Status ForEachRunPage(const std::function<Status(const v1::ListRunsResponse&)>& page);
+  base::Status ForEachRunPage(const std::function<base::Status(const v1::ListRunsResponse&)>& page);
   // The same for `request` (its page_token is the start; include_latest
   // asks for each run's latest step in the same call).
-  Status ForEachRunPage(v1::ListRunsRequest request,
-                        const std::function<Status(const v1::ListRunsResponse&)>& page);
+  base::Status ForEachRunPage(v1::ListRunsRequest request,
+                        const std::function<base::Status(const v1::ListRunsResponse&)>& page);
   // Every page of `request` (its page_token is the start), in (step, rank)
   // order.
-  Status ForEachStepPage(v1::GetStepsRequest request,
-                         const std::function<Status(const v1::GetStepsResponse&)>& page);
+  base::Status ForEachStepPage(v1::GetStepsRequest request,
+                         const std::function<base::Status(const v1::GetStepsResponse&)>& page);
   // Every page of a run's audit log, oldest first.
-  Status ForEachConfigChangePage(const std::string& run,
-                                 const std::function<Status(const v1::ListConfigChangesResponse&)>& page);
+  base::Status ForEachConfigChangePage(const std::string& run,
+                                 const std::function<base::Status(const v1::ListConfigChangesResponse&)>& page);
 
  private:
   std::unique_ptr<grpc::ClientContext> Context() const;
-  Status FromWire(const grpc::Status& status) const;
+  base::Status FromWire(const grpc::Status& status) const;
 
   ConnectionOptions options_;
   std::shared_ptr<grpc::Channel> channel_;

@@ -25,14 +25,14 @@
 #include <utility>
 #include <vector>
 
-#include "gac/status.h"
+#include "gac/base/status.h"
 
 namespace gac::cli {
 
 enum class Format { kTable, kCsv, kJsonl };
 
 // "table", "csv", "jsonl"; InvalidArgument for anything else.
-StatusOr<Format> ParseFormat(const std::string& name);
+base::StatusOr<Format> ParseFormat(const std::string& name);
 const char* FormatName(Format format);
 
 // One value of a row: absent, text, an integer, a double or a boolean, with

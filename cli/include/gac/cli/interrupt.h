@@ -9,27 +9,27 @@
 
 #include <chrono>
 
-#include "gac/mutex.h"
+#include "gac/base/mutex.h"
 
 namespace gac::cli {
 
 class Interrupt {
  public:
   void Request() GAC_EXCLUDES(mu_) {
-    MutexLock lock(&mu_);
+    base::MutexLock lock(&mu_);
     requested_ = true;
     cv_.SignalAll();
   }
 
   bool requested() const GAC_EXCLUDES(mu_) {
-    MutexLock lock(&mu_);
+    base::MutexLock lock(&mu_);
     return requested_;
   }
 
   // Waits up to `timeout`; true when a stop was requested (before or during).
   bool WaitFor(std::chrono::milliseconds timeout) GAC_EXCLUDES(mu_) {
     const auto deadline = std::chrono::steady_clock::now() + timeout;
-    MutexLock lock(&mu_);
+    base::MutexLock lock(&mu_);
     while (!requested_) {
       if (!cv_.WaitUntil(&mu_, deadline)) break;
     }
@@ -37,8 +37,8 @@ class Interrupt {
   }
 
  private:
-  mutable Mutex mu_;
-  CondVar cv_;
+  mutable base::Mutex mu_;
+  base::CondVar cv_;
   bool requested_ GAC_GUARDED_BY(mu_) = false;
 };
 

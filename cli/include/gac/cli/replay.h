@@ -23,7 +23,7 @@
 #include <vector>
 
 #include "gac/controller/controller.h"
-#include "gac/status.h"
+#include "gac/base/status.h"
 
 namespace gac::cli {
 
@@ -31,18 +31,18 @@ namespace gac::cli {
 struct RecordedStep {
   std::int64_t step = 0;
   std::optional<double> cosine;     // c_t; absent without a reference or when invalid
-  Regime regime = Regime::kSafe;    // the recorded regime
+  controller::Regime regime = controller::Regime::kSafe;    // the recorded regime
   double alpha = 1.0;               // the recorded alpha
 };
 
 // The decision replayed for one step.
 struct ReplayedDecision {
-  Regime regime = Regime::kSafe;
+  controller::Regime regime = controller::Regime::kSafe;
   double alpha = 1.0;  // 1 unless the regime is project
 };
 
 // What `controller` decides for `step` (see the file comment).
-ReplayedDecision ReplayStep(const Controller& controller, const RecordedStep& step);
+ReplayedDecision ReplayStep(const controller::Controller& controller, const RecordedStep& step);
 
 // Statistics of a sequence of regimes in step order: counts, the first
 // project and the first skip step, and the longest run of skip steps with
@@ -50,9 +50,9 @@ ReplayedDecision ReplayStep(const Controller& controller, const RecordedStep& st
 class RegimeSeries {
  public:
   // REQUIRES: steps in increasing order.
-  void Add(std::int64_t step, Regime regime);
+  void Add(std::int64_t step, controller::Regime regime);
 
-  std::uint64_t count(Regime regime) const { return counts_[static_cast<std::size_t>(regime)]; }
+  std::uint64_t count(controller::Regime regime) const { return counts_[static_cast<std::size_t>(regime)]; }
   std::uint64_t total() const;
   std::optional<std::int64_t> first_project() const { return first_project_; }
   std::optional<std::int64_t> first_skip() const { return first_skip_; }
@@ -74,8 +74,8 @@ class RegimeSeries {
 struct DifferingStep {
   std::int64_t step = 0;
   std::optional<double> cosine;
-  Regime recorded = Regime::kSafe;
-  Regime replayed = Regime::kSafe;
+  controller::Regime recorded = controller::Regime::kSafe;
+  controller::Regime replayed = controller::Regime::kSafe;
   double recorded_alpha = 1.0;
   double replayed_alpha = 1.0;
 };
@@ -84,13 +84,13 @@ struct DifferingStep {
 class Replayer {
  public:
   // Keeps the first `max_differing_kept` differing steps (all are counted).
-  explicit Replayer(Controller controller, std::size_t max_differing_kept = SIZE_MAX)
+  explicit Replayer(controller::Controller controller, std::size_t max_differing_kept = SIZE_MAX)
       : controller_(controller), max_kept_(max_differing_kept) {}
 
   // REQUIRES: steps in increasing step order. Returns the replayed decision.
   ReplayedDecision Add(const RecordedStep& step);
 
-  const Controller& controller() const { return controller_; }
+  const controller::Controller& controller() const { return controller_; }
   const RegimeSeries& recorded() const { return recorded_; }
   const RegimeSeries& replayed() const { return replayed_; }
   std::uint64_t steps() const { return replayed_.total(); }
@@ -102,7 +102,7 @@ class Replayer {
   std::optional<double> mean_recorded_project_alpha() const;
 
  private:
-  Controller controller_;
+  controller::Controller controller_;
   std::size_t max_kept_;
   RegimeSeries recorded_, replayed_;
   std::uint64_t differing_count_ = 0;
@@ -115,7 +115,7 @@ class Replayer {
 // the order given (c_low outer), leaving out the pairs with c_low >= c_high.
 // InvalidArgument, naming the value, for a value outside (0, 1] or not
 // finite, or when no pair is left.
-StatusOr<std::vector<Thresholds>> ThresholdGrid(const std::vector<double>& c_lows, const std::vector<double>& c_highs);
+base::StatusOr<std::vector<controller::Thresholds>> ThresholdGrid(const std::vector<double>& c_lows, const std::vector<double>& c_highs);
 
 }  // namespace gac::cli
 

@@ -15,7 +15,7 @@
 
 #include "gac/controller/controller.h"
 
-namespace gac {
+namespace gac::controller {
 
 struct CalibrationStats {
   std::size_t count = 0;     // finite values in the window
@@ -38,7 +38,7 @@ CalibrationStats ComputeCalibration(const std::vector<double>& values, double c_
 // (0.0471, 0.2772), next to the paper's (0.05, 0.3). FailedPrecondition when
 // count < min_count (too few steps to calibrate on) or when c_low would not
 // be below c_high.
-StatusOr<Thresholds> SuggestThresholds(const CalibrationStats& stats, std::size_t min_count = 20);
+base::StatusOr<Thresholds> SuggestThresholds(const CalibrationStats& stats, std::size_t min_count = 20);
 
 class CalibrationWindow {
  public:
@@ -62,6 +62,6 @@ class CalibrationWindow {
   std::vector<double> values_;
 };
 
-}  // namespace gac
+}  // namespace gac::controller
 
 #endif  // GAC_CONTROLLER_CALIBRATION_H_

@@ -27,9 +27,9 @@
 #include <cstdint>
 #include <optional>
 
-#include "gac/status.h"
+#include "gac/base/status.h"
 
-namespace gac {
+namespace gac::controller {
 
 // Added to the denominator of the cosine, as in the paper.
 inline constexpr double kCosineEpsilon = 1e-8;
@@ -52,9 +52,9 @@ const char* AlphaModeName(AlphaMode mode);
 // "monitor", "local", "remote".
 const char* ModeName(Mode mode);
 // Parse the names above; InvalidArgument otherwise.
-StatusOr<Regime> ParseRegime(const char* name);
-StatusOr<AlphaMode> ParseAlphaMode(const char* name);
-StatusOr<Mode> ParseMode(const char* name);
+base::StatusOr<Regime> ParseRegime(const char* name);
+base::StatusOr<AlphaMode> ParseAlphaMode(const char* name);
+base::StatusOr<Mode> ParseMode(const char* name);
 
 struct Thresholds {
   double c_low = 0.05;   // |c| at or below: safe
@@ -63,7 +63,7 @@ struct Thresholds {
 
 // OK iff 0 < c_low < c_high <= 1 and both are finite; otherwise
 // InvalidArgument with a message that names the offending value.
-Status ValidateThresholds(const Thresholds& t);
+base::Status ValidateThresholds(const Thresholds& t);
 
 // Sums over all trainable parameters (after the all-reduce when sharded).
 struct AlignmentStats {
@@ -95,7 +95,7 @@ double CosineAfterProjection(double cosine, double alpha);
 class Controller {
  public:
   // Validates the thresholds (see ValidateThresholds).
-  static StatusOr<Controller> Create(Thresholds thresholds, AlphaMode mode = AlphaMode::kPaper);
+  static base::StatusOr<Controller> Create(Thresholds thresholds, AlphaMode mode = AlphaMode::kPaper);
 
   Decision Decide(const AlignmentStats& stats) const;
   // The regime Decide chooses for a step with a reference and finite
@@ -116,6 +116,6 @@ class Controller {
   AlphaMode mode_;
 };
 
-}  // namespace gac
+}  // namespace gac::controller
 
 #endif  // GAC_CONTROLLER_CONTROLLER_H_

@@ -11,9 +11,9 @@
 #include <cstdint>
 
 #include "gac/controller/controller.h"
-#include "gac/status.h"
+#include "gac/base/status.h"
 
-namespace gac {
+namespace gac::controller {
 
 class DecisionSource {
  public:
@@ -24,9 +24,9 @@ class DecisionSource {
   // that does not make sense) makes the agent fall back to its local
   // decision and count the fallback. Called on the training thread; must
   // not throw.
-  virtual StatusOr<Decision> Decide(std::int64_t step, const AlignmentStats& stats) = 0;
+  virtual base::StatusOr<Decision> Decide(std::int64_t step, const AlignmentStats& stats) = 0;
 };
 
-}  // namespace gac
+}  // namespace gac::controller
 
 #endif  // GAC_CONTROLLER_DECISION_SOURCE_H_

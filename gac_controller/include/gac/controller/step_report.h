@@ -14,7 +14,7 @@
 
 #include "gac/controller/controller.h"
 
-namespace gac {
+namespace gac::controller {
 
 // One layer's statistics for a step (the opt-in per-layer breakdown,
 // AgentOptions::layers). A "layer" is any named set of parameters.
@@ -58,6 +58,6 @@ struct StepReport {
   double agent_overhead_seconds() const { return stats_seconds + decide_seconds + apply_seconds; }
 };
 
-}  // namespace gac
+}  // namespace gac::controller
 
 #endif  // GAC_CONTROLLER_STEP_REPORT_H_

@@ -18,7 +18,7 @@
 #include <string>
 
 #include "gac/controller/controller.h"
-#include "gac/status.h"
+#include "gac/base/status.h"
 #include "gac/v1/control.pb.h"
 #include "gac/v1/telemetry.pb.h"
 
@@ -27,28 +27,28 @@ namespace gac::proto {
 // Enums. ToProto never returns UNSPECIFIED; FromProto refuses UNSPECIFIED
 // and values outside the enum, except that an UNSPECIFIED alpha mode reads
 // as PAPER (the wire contract's default).
-v1::Regime ToProto(Regime regime);
-StatusOr<Regime> FromProto(v1::Regime regime);
-v1::AlphaMode ToProto(AlphaMode mode);
-StatusOr<AlphaMode> FromProto(v1::AlphaMode mode);
-v1::ControlMode ToProto(Mode mode);
-StatusOr<Mode> FromProto(v1::ControlMode mode);
+v1::Regime ToProto(controller::Regime regime);
+base::StatusOr<controller::Regime> FromProto(v1::Regime regime);
+v1::AlphaMode ToProto(controller::AlphaMode mode);
+base::StatusOr<controller::AlphaMode> FromProto(v1::AlphaMode mode);
+v1::ControlMode ToProto(controller::Mode mode);
+base::StatusOr<controller::Mode> FromProto(v1::ControlMode mode);
 
 // Thresholds with their alpha mode.
-v1::Thresholds ToProto(const Thresholds& thresholds, AlphaMode mode);
+v1::Thresholds ToProto(const controller::Thresholds& thresholds, controller::AlphaMode mode);
 // Validated as the controller does (ValidateThresholds).
-StatusOr<Thresholds> ThresholdsFromProto(const v1::Thresholds& thresholds);
+base::StatusOr<controller::Thresholds> ThresholdsFromProto(const v1::Thresholds& thresholds);
 // A controller for the settings on the wire; INVALID_ARGUMENT when they are not valid.
-StatusOr<Controller> ControllerFromProto(const v1::Thresholds& thresholds);
+base::StatusOr<controller::Controller> ControllerFromProto(const v1::Thresholds& thresholds);
 
 // Decide's request: who asks, and the step's three sums.
 v1::DecideRequest ToDecideRequest(const std::string& run, std::uint32_t rank, std::int64_t step,
-                                  const AlignmentStats& stats);
-AlignmentStats StatsFromProto(const v1::DecideRequest& request);
+                                  const controller::AlignmentStats& stats);
+controller::AlignmentStats StatsFromProto(const v1::DecideRequest& request);
 
 // Decide's answer. EncodeDecision fills every decision field of `response`
 // (not its config).
-void EncodeDecision(const Decision& decision, v1::DecideResponse* response);
+void EncodeDecision(const controller::Decision& decision, v1::DecideResponse* response);
 // The decision in `response` for the statistics that were asked about.
 // INVALID_ARGUMENT, naming the field, for an answer no controller gives: an
 // unknown regime; alpha outside [0, 1] or not finite; a non-finite
@@ -57,22 +57,22 @@ void EncodeDecision(const Decision& decision, v1::DecideResponse* response);
 // valid alpha cannot smuggle in a larger change); PROJECT without a
 // reference; apply_update that disagrees with the regime; a cosine outside
 // [-1, 1]. The norms come from `stats`, not from the answer.
-StatusOr<Decision> DecodeDecision(const v1::DecideResponse& response, const AlignmentStats& stats);
+base::StatusOr<controller::Decision> DecodeDecision(const v1::DecideResponse& response, const controller::AlignmentStats& stats);
 
 // gacd's whole answer to `request`: EncodeDecision, plus the run and step it
 // answers (echoed, so that the asker can check them).
-void EncodeDecideResponse(const v1::DecideRequest& request, const Decision& decision,
+void EncodeDecideResponse(const v1::DecideRequest& request, const controller::Decision& decision,
                           v1::DecideResponse* response);
 // The asker's check of that answer: INVALID_ARGUMENT when it is for another
 // run or step than `request` (an answer that does not say which is refused
 // too), else DecodeDecision with the request's statistics.
-StatusOr<Decision> DecodeDecideResponse(const v1::DecideRequest& request, const v1::DecideResponse& response);
+base::StatusOr<controller::Decision> DecodeDecideResponse(const v1::DecideRequest& request, const v1::DecideResponse& response);
 
 // Status across the RPC boundary: the codes are the same numbers.
-grpc::Status ToGrpcStatus(const Status& status);
+grpc::Status ToGrpcStatus(const base::Status& status);
 // UNKNOWN for a code outside gRPC's range; `prefix` (when not empty) goes in
 // front of the message as "<prefix>: ".
-Status FromGrpcStatus(const grpc::Status& status, const std::string& prefix = "");
+base::Status FromGrpcStatus(const grpc::Status& status, const std::string& prefix = "");
 
 // The HTTP status of a code, for gacd's HTTP API: OK 200; INVALID_ARGUMENT,
 // FAILED_PRECONDITION and OUT_OF_RANGE 400; UNAUTHENTICATED 401;
@@ -80,7 +80,7 @@ Status FromGrpcStatus(const grpc::Status& status, const std::string& prefix = ""
 // RESOURCE_EXHAUSTED 413 (a request above the size limit, as gRPC reports a
 // message above its limit); CANCELLED 499; UNIMPLEMENTED 501; UNAVAILABLE
 // 503; DEADLINE_EXCEEDED 504; every other code 500.
-int ToHttpStatus(StatusCode code);
+int ToHttpStatus(base::StatusCode code);
 
 }  // namespace gac::proto
 

@@ -13,7 +13,7 @@
 #include <cstddef>
 #include <string_view>
 
-#include "gac/status.h"
+#include "gac/base/status.h"
 #include "gac/v1/control.pb.h"
 #include "gac/v1/telemetry.pb.h"
 
@@ -33,9 +33,9 @@ inline constexpr std::size_t kMaxRecordsPerBatch = 4096;
 // True for a character a run id may contain.
 bool IsRunIdChar(char c);
 // OK, or INVALID_ARGUMENT saying what is wrong with `run`.
-Status CheckRunId(std::string_view run);
+base::Status CheckRunId(std::string_view run);
 // OK, or INVALID_ARGUMENT starting with `what` ("layer name", "scalar name").
-Status CheckName(std::string_view what, std::string_view name);
+base::Status CheckName(std::string_view what, std::string_view name);
 
 // The text of the enums, as HTTP, gacctl and the page show them. A value
 // outside the enum is "unknown". UNSPECIFIED reads as the wire contract
@@ -60,9 +60,9 @@ bool ModeApplies(v1::ControlMode mode);
 
 // Parse the names above (exact, lower case); INVALID_ARGUMENT naming the
 // expected values otherwise. "unknown" is not parsed.
-StatusOr<v1::Regime> ParseRegimeName(std::string_view name);
-StatusOr<v1::ControlMode> ParseControlModeName(std::string_view name);
-StatusOr<v1::AlphaMode> ParseAlphaModeName(std::string_view name);
+base::StatusOr<v1::Regime> ParseRegimeName(std::string_view name);
+base::StatusOr<v1::ControlMode> ParseControlModeName(std::string_view name);
+base::StatusOr<v1::AlphaMode> ParseAlphaModeName(std::string_view name);
 
 }  // namespace gac::proto
 

@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "gac/status.h"
+#include "gac/base/status.h"
 #include "gac/v1/control.pb.h"
 
 namespace gac::server {
@@ -68,15 +68,16 @@ struct Flags {
 // flag for unknown flags, bad values, and inconsistent settings (TLS half
 // given, neither a token file nor --insecure, --insecure on a non-loopback
 // address, thresholds out of range).
-StatusOr<Flags> ParseFlags(int argc, const char* const* argv);
+base::StatusOr<Flags> ParseFlags(int argc, const char* const* argv);
 
 // Checks a complete configuration (called by ParseFlags).
-Status ValidateConfig(const ServerConfig& config);
+base::Status ValidateConfig(const ServerConfig& config);
 
 std::string Usage();
 
-// "30d", "12h", "15m", "10s", "10" (seconds).
-StatusOr<std::chrono::seconds> ParseDuration(const std::string& text);
+// A duration flag in whole seconds: base::ParseDuration's syntax ("30d",
+// "12h", "15m", "10s", "10" = seconds); a fraction of a second is refused.
+base::StatusOr<std::chrono::seconds> ParseSeconds(const std::string& text);
 
 // True for 127.0.0.0/8, [::1] and "localhost" host parts of host:port.
 bool IsLoopbackAddress(const std::string& address);

@@ -12,7 +12,7 @@
 #include <memory>
 #include <string>
 
-#include "gac/status.h"
+#include "gac/base/status.h"
 #include "gac/server/config.h"
 #include "gac/server/store.h"
 
@@ -32,7 +32,7 @@ class GacServer {
   // FailedPrecondition for a newer schema; for PostgreSQL Unavailable,
   // Unauthenticated, NotFound as OpenPostgresStore), an address that cannot
   // be bound (Unavailable).
-  static StatusOr<std::unique_ptr<GacServer>> Start(const ServerConfig& config,
+  static base::StatusOr<std::unique_ptr<GacServer>> Start(const ServerConfig& config,
                                                     std::unique_ptr<Store> store = nullptr);
   ~GacServer();  // Shutdown(0)
 

@@ -23,7 +23,7 @@
 #include <string>
 #include <vector>
 
-#include "gac/status.h"
+#include "gac/base/status.h"
 #include "gac/v1/control.pb.h"
 #include "gac/v1/query.pb.h"
 #include "gac/v1/telemetry.pb.h"
@@ -80,38 +80,38 @@ class Store {
   // only when the run's stored version equals change.before().version();
   // otherwise it sets config_conflict and the other ops still commit.
   // REQUIRES: the records were validated (server/src/validate.h).
-  virtual Status Apply(std::vector<WriteOp>* ops) = 0;
+  virtual base::Status Apply(std::vector<WriteOp>* ops) = 0;
 
   // Every run that has stored settings (version >= 1), for start-up.
-  virtual StatusOr<std::vector<std::pair<std::string, v1::RunConfig>>> LoadRunConfigs() = 0;
+  virtual base::StatusOr<std::vector<std::pair<std::string, v1::RunConfig>>> LoadRunConfigs() = 0;
 
   // Runs ordered by id, strictly after `after_run` ("" = from the first), at
   // most `limit`. RunInfo.config is left empty (the caller fills it).
-  virtual StatusOr<std::vector<v1::RunInfo>> ListRuns(const std::string& after_run,
+  virtual base::StatusOr<std::vector<v1::RunInfo>> ListRuns(const std::string& after_run,
                                                        std::uint32_t limit) = 0;
   // NotFound when the run has no stored step.
-  virtual StatusOr<v1::RunInfo> GetRun(const std::string& run) = 0;
+  virtual base::StatusOr<v1::RunInfo> GetRun(const std::string& run) = 0;
 
   // Records of the query in (step, rank) order. An unknown run gives an
   // empty result (the caller checks existence with GetRun).
-  virtual StatusOr<std::vector<v1::StepRecord>> GetSteps(const StepQuery& query) = 0;
+  virtual base::StatusOr<std::vector<v1::StepRecord>> GetSteps(const StepQuery& query) = 0;
 
   // The last `window` records of `rank` (0 = all), in step order, without
   // layers. For summaries.
-  virtual StatusOr<std::vector<v1::StepRecord>> GetRecentSteps(const std::string& run,
+  virtual base::StatusOr<std::vector<v1::StepRecord>> GetRecentSteps(const std::string& run,
                                                                std::uint32_t rank,
                                                                std::uint32_t window) = 0;
 
   // Audit records of a run, oldest first, skipping the first `offset`, at
   // most `limit`.
-  virtual StatusOr<std::vector<v1::ConfigChange>> ListConfigChanges(const std::string& run,
+  virtual base::StatusOr<std::vector<v1::ConfigChange>> ListConfigChanges(const std::string& run,
                                                                     std::uint64_t offset,
                                                                     std::uint32_t limit) = 0;
 
   // Retention: deletes every run (its steps, layers and scalars; not its
   // settings or audit log) whose last_seen_ns < cutoff_ns. Returns the
   // number of runs deleted.
-  virtual StatusOr<std::uint64_t> DeleteIdleRuns(std::int64_t cutoff_ns) = 0;
+  virtual base::StatusOr<std::uint64_t> DeleteIdleRuns(std::int64_t cutoff_ns) = 0;
 
   // Settings changes committed through any process sharing the store (this
   // one included), as (run, settings), for stores that several gacd share:
@@ -120,10 +120,10 @@ class Store {
   // been missed: the caller reloads with LoadRunConfigs once a later call
   // succeeds, since that call listens again. Stores that only one process
   // uses return UNIMPLEMENTED at once. Called from one thread at a time.
-  virtual StatusOr<std::vector<std::pair<std::string, v1::RunConfig>>> WaitForConfigChanges(
+  virtual base::StatusOr<std::vector<std::pair<std::string, v1::RunConfig>>> WaitForConfigChanges(
       std::chrono::milliseconds timeout) {
     (void)timeout;
-    return Status::Unimplemented("this store is not shared between processes");
+    return base::Status::Unimplemented("this store is not shared between processes");
   }
 };
 
@@ -140,7 +140,7 @@ struct SqliteOptions {
 // version than this build knows is FailedPrecondition). A file that cannot be
 // opened gets its errno's code (NotFound for a missing directory,
 // PermissionDenied...); a file that is not a database, or is damaged, DataLoss.
-StatusOr<std::unique_ptr<Store>> OpenSqliteStore(const std::string& path,
+base::StatusOr<std::unique_ptr<Store>> OpenSqliteStore(const std::string& path,
                                                  const SqliteOptions& options = {});
 
 // The current schema version written by OpenSqliteStore.
@@ -171,7 +171,7 @@ std::string DescribePostgresUri(const std::string& uri);
 // are one line naming the database without its password: an unreachable
 // server is UNAVAILABLE, a refused password UNAUTHENTICATED, a missing
 // database NOT_FOUND, a malformed URI INVALID_ARGUMENT.
-StatusOr<std::unique_ptr<Store>> OpenPostgresStore(const std::string& uri,
+base::StatusOr<std::unique_ptr<Store>> OpenPostgresStore(const std::string& uri,
                                                    const PostgresOptions& options = {});
 
 // The current schema version written by OpenPostgresStore.

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "gac/status.h"
+#include "gac/base/status.h"
 
 namespace grpc {
 class Channel;
@@ -45,7 +45,7 @@ std::shared_ptr<grpc::Channel> MakeGacdChannel(const std::string& address, const
 // address: one host:port, or several replicas sharing one store as a
 // comma-separated list ("gacd-0:7070,gacd-1:7070"; spaces around the commas
 // are ignored). INVALID_ARGUMENT for an empty list or an empty entry.
-StatusOr<std::vector<std::string>> SplitGacdAddresses(const std::string& addresses);
+base::StatusOr<std::vector<std::string>> SplitGacdAddresses(const std::string& addresses);
 
 }  // namespace gac::transport
 

@@ -39,22 +39,22 @@ struct RemoteControllerOptions {
   std::chrono::milliseconds deadline{50};  // per Decide
 };
 
-class RemoteController final : public DecisionSource {
+class RemoteController final : public controller::DecisionSource {
  public:
-  static StatusOr<std::unique_ptr<RemoteController>> Create(const RemoteControllerOptions& options);
+  static base::StatusOr<std::unique_ptr<RemoteController>> Create(const RemoteControllerOptions& options);
   ~RemoteController() override;
 
-  StatusOr<Decision> Decide(std::int64_t step, const AlignmentStats& stats) override;
+  base::StatusOr<controller::Decision> Decide(std::int64_t step, const controller::AlignmentStats& stats) override;
 
   // Sets the run's thresholds on gacd through the admin API (the token needs
   // admin rights on the run); `reason` goes to gacd's audit log. The run
   // keeps its mode unless `mode` is given. Waits up to 10 s.
-  Status SetThresholds(const Thresholds& thresholds, AlphaMode alpha_mode, const std::string& reason,
-                       std::optional<Mode> mode = std::nullopt);
+  base::Status SetThresholds(const controller::Thresholds& thresholds, controller::AlphaMode alpha_mode, const std::string& reason,
+                       std::optional<controller::Mode> mode = std::nullopt);
   // The former name, which also switched the run to remote mode: the same as
   // SetThresholds(thresholds, alpha_mode, reason, Mode::kRemote).
   [[deprecated("use SetThresholds (which keeps the run's mode unless asked)")]]
-  Status SetRunThresholds(const Thresholds& thresholds, AlphaMode alpha_mode, const std::string& reason);
+  base::Status SetRunThresholds(const controller::Thresholds& thresholds, controller::AlphaMode alpha_mode, const std::string& reason);
 
  private:
   struct Impl;

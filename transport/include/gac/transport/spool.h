@@ -33,7 +33,7 @@
 #include <string>
 #include <string_view>
 
-#include "gac/status.h"
+#include "gac/base/status.h"
 
 namespace gac::transport {
 
@@ -60,7 +60,7 @@ std::uint32_t Crc32(const void* data, std::size_t size, std::uint32_t crc = 0);
 class Spool {
  public:
   // Opens or creates the spool in options.dir and recovers what is there.
-  static StatusOr<std::unique_ptr<Spool>> Open(const SpoolOptions& options, SpoolRecovery* recovery);
+  static base::StatusOr<std::unique_ptr<Spool>> Open(const SpoolOptions& options, SpoolRecovery* recovery);
   ~Spool();
   Spool(const Spool&) = delete;
   Spool& operator=(const Spool&) = delete;
@@ -68,13 +68,13 @@ class Spool {
   // Appends an entry. REQUIRES: seq above every sequence appended before.
   // RESOURCE_EXHAUSTED when the unacknowledged bytes would exceed max_bytes
   // (nothing written); DATA_LOSS on an I/O error.
-  Status Append(std::uint64_t seq, std::string_view payload);
+  base::Status Append(std::uint64_t seq, std::string_view payload);
 
   // Every entry with sequence <= seq is acknowledged.
-  Status Acknowledge(std::uint64_t seq);
+  base::Status Acknowledge(std::uint64_t seq);
 
   // Calls fn(seq, payload) for every unacknowledged entry, in order.
-  Status ForEachUnacknowledged(const std::function<void(std::uint64_t, std::string&&)>& fn) const;
+  base::Status ForEachUnacknowledged(const std::function<void(std::uint64_t, std::string&&)>& fn) const;
 
   std::uint64_t unacknowledged_bytes() const { return bytes_; }
   // The highest sequence appended or acknowledged (the next append must be
@@ -92,8 +92,8 @@ class Spool {
     bool has_entries = false;
   };
   explicit Spool(SpoolOptions options) : options_(std::move(options)) {}
-  Status Recover(SpoolRecovery* recovery);
-  Status OpenNewSegment(std::uint64_t first_seq);
+  base::Status Recover(SpoolRecovery* recovery);
+  base::Status OpenNewSegment(std::uint64_t first_seq);
   void DropAcknowledgedSegments();
 
   const SpoolOptions options_;

@@ -32,14 +32,14 @@ struct RunIdentity {
 // become 0. `scalars`: trainer scalars (reward, loss, kl, entropy...);
 // non-finite values are left out. `staleness`: policy versions behind, if
 // the trainer knows it (negative values are left out).
-v1::StepRecord MakeStepRecord(const StepReport& report, const RunIdentity& who,
+v1::StepRecord MakeStepRecord(const controller::StepReport& report, const RunIdentity& who,
                               const std::map<std::string, double>& scalars = {},
                               std::optional<std::int64_t> staleness = std::nullopt);
 
 // The former form, from before StepReport carried its mode: the record says
 // `mode` whatever report.mode says.
 [[deprecated("the report carries its mode: use MakeStepRecord(report, who, scalars, staleness)")]]
-v1::StepRecord MakeStepRecord(const StepReport& report, const RunIdentity& who, Mode mode,
+v1::StepRecord MakeStepRecord(const controller::StepReport& report, const RunIdentity& who, controller::Mode mode,
                               const std::map<std::string, double>& scalars = {},
                               std::optional<std::int64_t> staleness = std::nullopt);
 

@@ -48,7 +48,7 @@
 #include <string>
 
 #include "gac/transport/spool.h"
-#include "gac/status.h"
+#include "gac/base/status.h"
 #include "gac/v1/telemetry.pb.h"
 
 namespace gac::transport {
@@ -89,7 +89,7 @@ class Telemetry {
  public:
   // Opens the spool (recovering what a previous process left) and starts the
   // sender. gacd need not be up: records are spooled until it is.
-  static StatusOr<std::unique_ptr<Telemetry>> Start(const TelemetryOptions& options);
+  static base::StatusOr<std::unique_ptr<Telemetry>> Start(const TelemetryOptions& options);
   ~Telemetry();  // Close(0)
   Telemetry(const Telemetry&) = delete;
   Telemetry& operator=(const Telemetry&) = delete;

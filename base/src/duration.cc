@@ -1,9 +1,9 @@
-#include "gac/duration.h"
+#include "gac/base/duration.h"
 
 #include <cstdint>
 #include <limits>
 
-namespace gac {
+namespace gac::base {
 namespace {
 
 __extension__ typedef unsigned __int128 U128;  // GCC and clang
@@ -56,4 +56,4 @@ StatusOr<std::chrono::nanoseconds> ParseDuration(const std::string& text) {
   return std::chrono::nanoseconds(static_cast<std::int64_t>(ns));
 }
 
-}  // namespace gac
+}  // namespace gac::base

@@ -1,4 +1,4 @@
-#include "gac/file_util.h"
+#include "gac/base/file_util.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -6,7 +6,7 @@
 
 #include <cerrno>
 
-namespace gac {
+namespace gac::base {
 
 Status MakeDirs(const std::string& dir, const std::string& what, unsigned mode) {
   if (dir.empty()) return Status::InvalidArgument(what + " path is empty");
@@ -46,4 +46,4 @@ StatusOr<std::string> ReadFileToString(const std::string& path, const std::strin
   return out;
 }
 
-}  // namespace gac
+}  // namespace gac::base

@@ -1,11 +1,11 @@
-#include "gac/status.h"
+#include "gac/base/status.h"
 
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
-namespace gac {
+namespace gac::base {
 
 namespace internal {
 void DieOfStatusOrError(const Status& status) {
@@ -95,4 +95,4 @@ Status ErrnoToStatus(int errno_value, const std::string& message) {
   return Status(ErrnoToStatusCode(errno_value), message + ": " + std::strerror(errno_value));
 }
 
-}  // namespace gac
+}  // namespace gac::base

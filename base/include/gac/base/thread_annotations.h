@@ -1,10 +1,10 @@
 // Clang thread-safety annotations (-Wthread-safety). They state which mutex
 // guards a member and which locks a function needs, so the compiler checks
 // the locking rules that would otherwise live only in comments. Other
-// compilers ignore them. Use them with gac::Mutex (gac/mutex.h): the
+// compilers ignore them. Use them with gac::base::Mutex (gac/base/mutex.h): the
 // standard library's mutexes carry no annotations.
-#ifndef GAC_THREAD_ANNOTATIONS_H_
-#define GAC_THREAD_ANNOTATIONS_H_
+#ifndef GAC_BASE_THREAD_ANNOTATIONS_H_
+#define GAC_BASE_THREAD_ANNOTATIONS_H_
 
 #if defined(__clang__)
 #define GAC_THREAD_ANNOTATION(x) __attribute__((x))
@@ -37,4 +37,4 @@
 // Opts a function out of the analysis (say why where it is used).
 #define GAC_NO_THREAD_SAFETY_ANALYSIS GAC_THREAD_ANNOTATION(no_thread_safety_analysis)
 
-#endif  // GAC_THREAD_ANNOTATIONS_H_
+#endif  // GAC_BASE_THREAD_ANNOTATIONS_H_

@@ -1,5 +1,5 @@
-// Tests of gac/file_util.h on real files under the test's temporary directory.
-#include "gac/file_util.h"
+// Tests of gac/base/file_util.h on real files under the test's temporary directory.
+#include "gac/base/file_util.h"
 
 #include <gtest/gtest.h>
 #include <sys/stat.h>
@@ -27,30 +27,30 @@ class FileUtilTest : public ::testing::Test {
 
 TEST_F(FileUtilTest, MakeDirsCreatesEveryMissingParentWithTheMode) {
   const std::string deep = dir_ + "/a/b/c";
-  ASSERT_TRUE(MakeDirs(deep, "data directory", 0700).ok());
+  ASSERT_TRUE(base::MakeDirs(deep, "data directory", 0700).ok());
   struct stat st;
   ASSERT_EQ(stat(deep.c_str(), &st), 0);
   EXPECT_TRUE(S_ISDIR(st.st_mode));
   EXPECT_EQ(st.st_mode & 0077, 0u) << "mode 0700 leaves nothing for group and others";
   // Existing directories (and a trailing slash) are fine.
-  EXPECT_TRUE(MakeDirs(deep + "/", "data directory").ok());
-  EXPECT_TRUE(MakeDirs(dir_, "data directory").ok());
+  EXPECT_TRUE(base::MakeDirs(deep + "/", "data directory").ok());
+  EXPECT_TRUE(base::MakeDirs(dir_, "data directory").ok());
 }
 
 TEST_F(FileUtilTest, MakeDirsOverAFileFailsWithoutDataLoss) {
   std::ofstream(dir_ + "/file") << "x";
-  Status st = MakeDirs(dir_ + "/file", "spool directory");
+  base::Status st = base::MakeDirs(dir_ + "/file", "spool directory");
   EXPECT_TRUE(st.IsFailedPrecondition()) << st.ToString();
   EXPECT_NE(st.message().find("spool directory"), std::string::npos) << st.ToString();
-  st = MakeDirs(dir_ + "/file/below", "spool directory");
+  st = base::MakeDirs(dir_ + "/file/below", "spool directory");
   EXPECT_TRUE(st.IsFailedPrecondition()) << st.ToString();  // ENOTDIR
-  EXPECT_TRUE(MakeDirs("", "spool directory").IsInvalidArgument());
+  EXPECT_TRUE(base::MakeDirs("", "spool directory").IsInvalidArgument());
 }
 
 TEST_F(FileUtilTest, MakeDirsWithoutPermissionIsPermissionDenied) {
   if (geteuid() == 0) GTEST_SKIP() << "root ignores directory permissions";
   ASSERT_EQ(chmod(dir_.c_str(), 0500), 0);
-  const Status st = MakeDirs(dir_ + "/x", "data directory");
+  const base::Status st = base::MakeDirs(dir_ + "/x", "data directory");
   chmod(dir_.c_str(), 0700);
   EXPECT_TRUE(st.IsPermissionDenied()) << st.ToString();
 }
@@ -59,21 +59,21 @@ TEST_F(FileUtilTest, ReadFileToStringReadsEveryByte) {
   std::string content;
   for (int i = 0; i < 100000; ++i) content.push_back(static_cast<char>(i * 7));
   std::ofstream(dir_ + "/blob", std::ios::binary) << content;
-  StatusOr<std::string> read = ReadFileToString(dir_ + "/blob", "blob");
+  base::StatusOr<std::string> read = base::ReadFileToString(dir_ + "/blob", "blob");
   ASSERT_TRUE(read.ok()) << read.status().ToString();
   EXPECT_EQ(*read, content);
   std::ofstream(dir_ + "/empty");
-  read = ReadFileToString(dir_ + "/empty", "empty file");
+  read = base::ReadFileToString(dir_ + "/empty", "empty file");
   ASSERT_TRUE(read.ok());
   EXPECT_TRUE(read->empty());
 }
 
 TEST_F(FileUtilTest, ReadFileToStringErrorsNameTheFileAndKeepTheErrnoCode) {
-  StatusOr<std::string> read = ReadFileToString(dir_ + "/missing", "token file");
+  base::StatusOr<std::string> read = base::ReadFileToString(dir_ + "/missing", "token file");
   ASSERT_FALSE(read.ok());
   EXPECT_TRUE(read.status().IsNotFound()) << read.status().ToString();
   EXPECT_NE(read.status().message().find("token file '" + dir_ + "/missing'"), std::string::npos);
-  read = ReadFileToString(dir_, "token file");  // a directory: read() fails with EISDIR
+  read = base::ReadFileToString(dir_, "token file");  // a directory: read() fails with EISDIR
   ASSERT_FALSE(read.ok());
   EXPECT_TRUE(read.status().IsFailedPrecondition()) << read.status().ToString();
 }

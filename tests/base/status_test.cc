@@ -1,5 +1,5 @@
-// Tests of gac/status.h: StatusOr's checked value() and GAC_ASSIGN_OR_RETURN.
-#include "gac/status.h"
+// Tests of gac/base/status.h: StatusOr's checked value() and GAC_ASSIGN_OR_RETURN.
+#include "gac/base/status.h"
 
 #include <gtest/gtest.h>
 
@@ -10,32 +10,32 @@
 namespace gac {
 namespace {
 
-StatusOr<int> Half(int n) {
-  if (n % 2 != 0) return Status::InvalidArgument(std::to_string(n) + " is odd");
+base::StatusOr<int> Half(int n) {
+  if (n % 2 != 0) return base::Status::InvalidArgument(std::to_string(n) + " is odd");
   return n / 2;
 }
 
 // Halves twice through the macro; the first error is returned unchanged.
-StatusOr<int> Quarter(int n) {
+base::StatusOr<int> Quarter(int n) {
   GAC_ASSIGN_OR_RETURN(int half, Half(n));
   GAC_ASSIGN_OR_RETURN(const int quarter, Half(half));
   return quarter;
 }
 
-Status QuarterInto(int n, int* out) {
+base::Status QuarterInto(int n, int* out) {
   GAC_ASSIGN_OR_RETURN(*out, Quarter(n));
-  return Status::Ok();
+  return base::Status::Ok();
 }
 
 TEST(StatusOr, AssignOrReturnMovesTheValueOrReturnsTheFirstError) {
   ASSERT_TRUE(Quarter(12).ok());
   EXPECT_EQ(*Quarter(12), 3);
-  const StatusOr<int> odd_first = Quarter(7);
+  const base::StatusOr<int> odd_first = Quarter(7);
   ASSERT_FALSE(odd_first.ok());
-  EXPECT_EQ(odd_first.status(), Status::InvalidArgument("7 is odd"));
-  const StatusOr<int> odd_second = Quarter(6);
+  EXPECT_EQ(odd_first.status(), base::Status::InvalidArgument("7 is odd"));
+  const base::StatusOr<int> odd_second = Quarter(6);
   ASSERT_FALSE(odd_second.ok());
-  EXPECT_EQ(odd_second.status(), Status::InvalidArgument("3 is odd"));
+  EXPECT_EQ(odd_second.status(), base::Status::InvalidArgument("3 is odd"));
 
   int out = -1;
   EXPECT_TRUE(QuarterInto(8, &out).ok());
@@ -46,11 +46,11 @@ TEST(StatusOr, AssignOrReturnMovesTheValueOrReturnsTheFirstError) {
 }
 
 TEST(StatusOr, AssignOrReturnTakesMoveOnlyValues) {
-  auto make = [](bool ok) -> StatusOr<std::unique_ptr<int>> {
-    if (!ok) return Status::NotFound("none");
+  auto make = [](bool ok) -> base::StatusOr<std::unique_ptr<int>> {
+    if (!ok) return base::Status::NotFound("none");
     return std::make_unique<int>(5);
   };
-  auto use = [&](bool ok) -> StatusOr<int> {
+  auto use = [&](bool ok) -> base::StatusOr<int> {
     GAC_ASSIGN_OR_RETURN(std::unique_ptr<int> p, make(ok));
     return *p;
   };
@@ -59,9 +59,9 @@ TEST(StatusOr, AssignOrReturnTakesMoveOnlyValues) {
 }
 
 TEST(StatusOrDeathTest, ValueOfAnErrorStopsTheProcessWithItsMessage) {
-  const StatusOr<int> odd = Half(3);
+  const base::StatusOr<int> odd = Half(3);
   EXPECT_DEATH((void)odd.value(), "StatusOr::value\\(\\) on an error: INVALID_ARGUMENT: 3 is odd");
-  StatusOr<std::string> missing = Status::NotFound("no such run");
+  base::StatusOr<std::string> missing = base::Status::NotFound("no such run");
   EXPECT_DEATH((void)std::move(missing).value(), "NOT_FOUND: no such run");
   EXPECT_EQ(Half(4).value(), 2);
 }

@@ -4,15 +4,15 @@
 // is seconds ("10", "0.25").
 //
 // Thread safety: a pure function.
-#ifndef GAC_DURATION_H_
-#define GAC_DURATION_H_
+#ifndef GAC_BASE_DURATION_H_
+#define GAC_BASE_DURATION_H_
 
 #include <chrono>
 #include <string>
 
-#include "gac/status.h"
+#include "gac/base/status.h"
 
-namespace gac {
+namespace gac::base {
 
 // `text` as a duration, truncated to whole nanoseconds. Zero is valid (the
 // caller decides whether it means "off"). InvalidArgument for anything
@@ -20,6 +20,6 @@ namespace gac {
 // beyond what std::chrono::nanoseconds holds (about 292 years).
 StatusOr<std::chrono::nanoseconds> ParseDuration(const std::string& text);
 
-}  // namespace gac
+}  // namespace gac::base
 
-#endif  // GAC_DURATION_H_
+#endif  // GAC_BASE_DURATION_H_

@@ -1,24 +1,24 @@
 // Mutex, SharedMutex and CondVar: the standard library's, annotated for
-// clang's thread-safety analysis (gac/thread_annotations.h), so members
+// clang's thread-safety analysis (gac/base/thread_annotations.h), so members
 // marked GAC_GUARDED_BY(mu_) are checked at compile time. Same cost as
 // std::mutex / std::shared_mutex / std::condition_variable.
 //
-//   gac::Mutex mu_;
+//   gac::base::Mutex mu_;
 //   int count_ GAC_GUARDED_BY(mu_);
 //   void Add() GAC_EXCLUDES(mu_) { gac::MutexLock lock(&mu_); ++count_; }
 //
 // Thread safety: these are the synchronisation primitives themselves.
-#ifndef GAC_MUTEX_H_
-#define GAC_MUTEX_H_
+#ifndef GAC_BASE_MUTEX_H_
+#define GAC_BASE_MUTEX_H_
 
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
 #include <shared_mutex>
 
-#include "gac/thread_annotations.h"
+#include "gac/base/thread_annotations.h"
 
-namespace gac {
+namespace gac::base {
 
 class GAC_CAPABILITY("mutex") Mutex {
  public:
@@ -120,6 +120,6 @@ class GAC_SCOPED_CAPABILITY ReaderMutexLock {
   SharedMutex* const mu_;
 };
 
-}  // namespace gac
+}  // namespace gac::base
 
-#endif  // GAC_MUTEX_H_
+#endif  // GAC_BASE_MUTEX_H_

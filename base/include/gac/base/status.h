@@ -11,15 +11,15 @@
 //
 // An OK status holds no allocation; copying one is cheap. Status and StatusOr
 // are values: not synchronised, safe to use from one thread at a time.
-#ifndef GAC_STATUS_H_
-#define GAC_STATUS_H_
+#ifndef GAC_BASE_STATUS_H_
+#define GAC_BASE_STATUS_H_
 
 #include <memory>
 #include <optional>
 #include <string>
 #include <utility>
 
-namespace gac {
+namespace gac::base {
 
 // Same numbering as grpc::StatusCode / absl::StatusCode.
 enum class StatusCode : int {
@@ -160,13 +160,13 @@ class [[nodiscard]] StatusOr {
   std::optional<T> value_;
 };
 
-}  // namespace gac
+}  // namespace gac::base
 
 // Evaluates `expr` (a Status) and returns it from the enclosing function
 // when it is not OK.
 #define GAC_RETURN_IF_ERROR(expr)                   \
   do {                                              \
-    ::gac::Status gac_status_ = (expr);             \
+    ::gac::base::Status gac_status_ = (expr);             \
     if (!gac_status_.ok()) return gac_status_;      \
   } while (0)
 
@@ -182,4 +182,4 @@ class [[nodiscard]] StatusOr {
 #define GAC_STATUS_CONCAT_(a, b) GAC_STATUS_CONCAT_INNER_(a, b)
 #define GAC_STATUS_CONCAT_INNER_(a, b) a##b
 
-#endif  // GAC_STATUS_H_
+#endif  // GAC_BASE_STATUS_H_

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <limits>
 
+#include "gac/proto/record_schema.h"
 #include "server/src/validate.h"
 
 namespace gac::transport {
@@ -54,6 +55,26 @@ TEST(StepRecordTest, CarriesEveryFieldOfTheReport) {
   EXPECT_FALSE(r.layers(1).has_cosine()) << "no reference in that group";
   EXPECT_GT(r.wall_time_ns(), 0);
   EXPECT_TRUE(server::ValidateStepRecord(r, server::Limits{}).ok());
+}
+
+// The builder against the record schema: a report with every value set
+// gives a record in which every field of the table is set (present and not
+// its wire default), so a field added to the table that MakeStepRecord does
+// not fill fails here.
+TEST(StepRecordTest, SetsEveryFieldOfTheRecordSchema) {
+  const v1::StepRecord r = MakeStepRecord(ProjectReport(), {"exp-7", 1, 4}, {{"reward", 0.5}}, 3);
+  const v1::StepRecord empty;
+  for (const proto::StepField& f : proto::kStepFields) {
+    SCOPED_TRACE(f.name);
+    const proto::FieldValue got = f.get(r);
+    const proto::FieldValue none = f.get(empty);
+    ASSERT_TRUE(got.present);
+    if (f.type == proto::FieldType::kReal) {
+      EXPECT_NE(got.real, none.real);
+    } else {
+      EXPECT_NE(got.integer, none.integer);
+    }
+  }
 }
 
 TEST(StepRecordTest, ValuesGacdWouldRejectAreMadeValid) {

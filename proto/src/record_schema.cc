@@ -63,7 +63,9 @@ const StepField kStepFields[kStepFieldCount] = {
     {"wall_time_ns", "wall_time_ns", FieldType::kInteger, false, FieldRange::kNonNegative, true, "ns",
      "when the step was decided, since the Unix epoch; 0 = unknown", GAC_INT_FIELD(wall_time_ns, std::int64_t),
      nullptr},
-    {"agent_overhead_seconds", "agent_overhead_seconds", FieldType::kReal, false, FieldRange::kNonNegative, false, "s",
+    // The column keeps its first name: renaming it would break the replicas
+    // of a rolling update that still write the old one to a shared database.
+    {"agent_overhead_seconds", "overhead_s", FieldType::kReal, false, FieldRange::kNonNegative, false, "s",
      "agent time on the training thread this step", GAC_REAL_FIELD(agent_overhead_seconds), nullptr},
     {"mode", "mode", FieldType::kEnum, false, FieldRange::kAny, false, "", "the agent's mode for the step",
      [](const v1::StepRecord& r) { return Int(r.mode()); },

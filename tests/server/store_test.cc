@@ -1014,36 +1014,12 @@ TEST_F(SqliteStoreTest, SchemaVersionAndWal) {
   std::unique_ptr<Store> store = OpenOrDie(DbPath());
   ASSERT_NE(store, nullptr);
   ASSERT_EQ(ApplyRecords(store.get(), {MakeStep("r", 0, 0, 2)}, 1), Counts({1, 0}));
-  EXPECT_EQ(SqliteSchemaVersion(), 2);
+  EXPECT_EQ(SqliteSchemaVersion(), 1);
   RawDb raw(DbPath());
   EXPECT_EQ(raw.Query("PRAGMA user_version"), std::to_string(SqliteSchemaVersion()));
   EXPECT_EQ(raw.Query("PRAGMA journal_mode"), "wal");
   EXPECT_TRUE(std::filesystem::exists(DbPath() + "-wal"));
   EXPECT_EQ(raw.Query("SELECT count(*) FROM layers"), "2");
-}
-
-// Version 2 renamed steps.overhead_s to agent_overhead_seconds: a version 1
-// file (made here by undoing the rename) keeps its values across the upgrade.
-TEST_F(SqliteStoreTest, Version1FileMigratesAndKeepsItsRecords) {
-  const v1::StepRecord record = MakeStep("r", 0, 7, 2);
-  {
-    std::unique_ptr<Store> store = OpenOrDie(DbPath());
-    ASSERT_NE(store, nullptr);
-    ASSERT_EQ(ApplyRecords(store.get(), {record}, 1), Counts({1, 0}));
-  }
-  {
-    RawDb raw(DbPath());
-    raw.Exec("ALTER TABLE steps RENAME COLUMN agent_overhead_seconds TO overhead_s; PRAGMA user_version = 1");
-  }
-  std::unique_ptr<Store> store = OpenOrDie(DbPath());
-  ASSERT_NE(store, nullptr);
-  StepQuery query;
-  query.run = "r";
-  query.include_layers = true;
-  EXPECT_TRUE(SameMessages(Steps(store.get(), query), {record}));
-  RawDb raw(DbPath());
-  EXPECT_EQ(raw.Query("PRAGMA user_version"), "2");
-  EXPECT_EQ(raw.Query("SELECT count(*) FROM pragma_table_info('steps') WHERE name = 'overhead_s'"), "0");
 }
 
 TEST_F(SqliteStoreTest, GarbageFileIsDataLoss) {
@@ -1670,32 +1646,6 @@ TEST_F(PostgresStoreTest, RacingSettingsChangesHaveOneWinner) {
     EXPECT_TRUE(SameMessage(a_won[i] ? b_saw[i] : a_saw[i], winner.config)) << i;
     EXPECT_TRUE(SameMessages(*a->ListConfigChanges(winner.run, 0, 10), {winner.change})) << i;
   }
-}
-
-// Version 2 renamed steps.overhead_s to agent_overhead_seconds: a version 1
-// database (made here by undoing the rename) keeps its values across the upgrade.
-TEST_F(PostgresStoreTest, Version1DatabaseMigratesAndKeepsItsRecords) {
-  const v1::StepRecord record = MakeStep("r", 0, 7, 2);
-  {
-    std::unique_ptr<Store> store = OpenPostgresOrDie(uri_);
-    ASSERT_NE(store, nullptr);
-    ASSERT_EQ(ApplyRecords(store.get(), {record}, 1), Counts({1, 0}));
-  }
-  std::string error;
-  ASSERT_TRUE(cluster_->Exec(DatabaseName(),
-                             "ALTER TABLE steps RENAME COLUMN agent_overhead_seconds TO overhead_s; "
-                             "UPDATE gac_schema SET version = 1",
-                             &error))
-      << error;
-  std::unique_ptr<Store> store = OpenPostgresOrDie(uri_);
-  ASSERT_NE(store, nullptr);
-  StepQuery query;
-  query.run = "r";
-  query.include_layers = true;
-  EXPECT_TRUE(SameMessages(Steps(store.get(), query), {record}));
-  std::string version;
-  ASSERT_TRUE(cluster_->Exec(DatabaseName(), "SELECT version FROM gac_schema", &error, &version)) << error;
-  EXPECT_EQ(version, "2");
 }
 
 TEST_F(PostgresStoreTest, DataSurvivesReopenAndReplicasMigrateOnce) {

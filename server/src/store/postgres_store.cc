@@ -7,7 +7,7 @@
 // PostgresOptions::reconnect_interval), so Decide, which never reads the
 // store, keeps answering from memory.
 //
-// Schema (version 2; the table gac_schema holds the version), created in the
+// Schema (version 1; the table gac_schema holds the version), created in the
 // connection's current schema (the first of its search_path): the tables of
 // the SQLite store (sqlite_store.cc) with PostgreSQL types; floating-point
 // columns are float8, which keeps every IEEE value exactly (-0.0 included);
@@ -151,10 +151,7 @@ CREATE INDEX config_changes_by_run ON config_changes (run, id);
 
 // Brings the schema from version i to i + 1 (kMigrations[i]), inside the
 // migration transaction. To change the schema, append one; never edit one.
-// Version 2: the agent's time per step takes its wire name.
-constexpr char kSchemaV2[] = "ALTER TABLE steps RENAME COLUMN overhead_s TO agent_overhead_seconds";
-
-constexpr const char* kMigrations[] = {kSchemaV1, kSchemaV2};
+constexpr const char* kMigrations[] = {kSchemaV1};
 constexpr int kSchemaVersion = static_cast<int>(std::size(kMigrations));
 
 // Column lists, in table order (COPY and the staging tables rely on it).

@@ -3,7 +3,7 @@
 // last committed transaction while the writer holds its write transaction, so
 // queries never wait for ingest (only for other queries).
 //
-// Schema (version 2; PRAGMA user_version holds the version):
+// Schema (version 1; PRAGMA user_version holds the version):
 //   runs            one row per run with stored steps; run_id is the key of
 //                   the history tables; the RunInfo counters live here
 //   steps           one row per (run_id, step, rank); ordered for GetSteps;
@@ -140,13 +140,7 @@ int MigrateToV1(sqlite3* db, char** errmsg) {
   return sqlite3_exec(db, kSchemaV1, nullptr, nullptr, errmsg);
 }
 
-// Version 2: the agent's time per step takes its wire name.
-int MigrateToV2(sqlite3* db, char** errmsg) {
-  return sqlite3_exec(db, "ALTER TABLE steps RENAME COLUMN overhead_s TO agent_overhead_seconds", nullptr,
-                      nullptr, errmsg);
-}
-
-constexpr Migration kMigrations[] = {&MigrateToV1, &MigrateToV2};
+constexpr Migration kMigrations[] = {&MigrateToV1};
 constexpr int kSchemaVersion = static_cast<int>(std::size(kMigrations));
 
 // ---------------------------------------------------------------------------

@@ -35,7 +35,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   // The first line as a duration too.
   const std::string text(reinterpret_cast<const char*>(data), size);
   const std::string line = text.substr(0, text.find('\n'));
-  if (auto d = server::ParseDuration(line); d.ok()) {
+  if (auto d = server::ParseSeconds(line); d.ok()) {
     GAC_FUZZ_CHECK(d->count() >= 0, "durations are never negative: '" + line + "'");
   }
   return 0;

@@ -115,11 +115,15 @@ base::StatusOr<std::vector<double>> ParseRealListFlag(const std::string& flag, c
 
 base::StatusOr<std::chrono::milliseconds> ParseDurationFlag(const std::string& flag, const std::string& text) {
   base::StatusOr<std::chrono::nanoseconds> d = base::ParseDuration(text);
-  if (!d.ok() || d->count() <= 0) {
-    return base::Status::InvalidArgument(flag + ": expected a duration above zero such as 500ms, 10s or 2m, got '" + text +
-                                   "'");
+  // At most 10^12 ms (about 31 years): a deadline of now + the duration
+  // must not overflow the clock.
+  constexpr std::chrono::nanoseconds kLongest = std::chrono::milliseconds(1000000000000);
+  if (!d.ok() || d->count() <= 0 || *d > kLongest) {
+    return base::Status::InvalidArgument(flag + ": expected a duration above zero and at most 1e12 ms, such as 500ms, "
+                                         "10s or 2m, got '" + text + "'");
   }
-  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(*d);
+  // To the nearest millisecond, at least one.
+  const auto ms = std::chrono::round<std::chrono::milliseconds>(*d);
   return std::max(ms, std::chrono::milliseconds(1));
 }
 

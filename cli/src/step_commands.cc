@@ -286,7 +286,7 @@ CommandSpec StepsCommand() {
       {"layers", "", "per-layer rows instead of step rows"},
       {"scalars", "A,B", "the scalar columns of CSV and the table (default: the first page's)"},
       {"page-size", "N", "records asked of gacd per call (default " + std::to_string(kStepPage) + ", with --layers " +
-                             std::to_string(kLayerPage) + "; gacd may send fewer)"},
+                             std::to_string(kLayerPage) + "; at most 10000, query.proto's limit; gacd may send fewer)"},
       FormatFlagSpec(),
   });
   c.positionals = 1;
@@ -297,7 +297,7 @@ CommandSpec StepsCommand() {
     GAC_ASSIGN_OR_RETURN(auto rank, OptionalInt(flags, "rank", 0, UINT32_MAX));
     if (rank) o.rank = static_cast<std::uint32_t>(*rank);
     o.layers = flags.Has("layers");
-    GAC_ASSIGN_OR_RETURN(auto page_size, OptionalInt(flags, "page-size", 1, INT32_MAX));
+    GAC_ASSIGN_OR_RETURN(auto page_size, OptionalInt(flags, "page-size", 1, 10000));
     if (page_size) o.page_size = static_cast<std::uint32_t>(*page_size);
     GAC_ASSIGN_OR_RETURN(Format format, FormatFlag(flags));
     o.format = format;

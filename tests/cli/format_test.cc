@@ -183,6 +183,9 @@ TEST(Flags, Durations) {
   EXPECT_EQ(ParseDurationFlag("--t", "1h")->count(), 3600000);
   EXPECT_EQ(ParseDurationFlag("--t", "1d")->count(), 86400000) << "gac::base::ParseDuration's units, as gacd's";
   EXPECT_EQ(ParseDurationFlag("--t", "0.1ms")->count(), 1) << "at least a millisecond";
+  EXPECT_EQ(ParseDurationFlag("--t", "1.9ms")->count(), 2) << "to the nearest millisecond";
+  EXPECT_EQ(ParseDurationFlag("--t", "11574d")->count(), 999993600000) << "just under 1e12 ms";
+  EXPECT_TRUE(ParseDurationFlag("--t", "11575d").status().IsInvalidArgument()) << "a deadline that would overflow";
   for (const char* bad : {"0", "-1s", "s", "10x", "", "1e999"}) {
     EXPECT_TRUE(ParseDurationFlag("--t", bad).status().IsInvalidArgument()) << bad;
   }

@@ -28,7 +28,7 @@ struct LayerStats {
   std::optional<double> cosine() const;
 };
 // The former name of LayerStats.
-using GroupStats [[deprecated("use gac::LayerStats")]] = LayerStats;
+using GroupStats [[deprecated("use gac::controller::LayerStats")]] = LayerStats;
 
 struct StepReport {
   std::int64_t step = 0;

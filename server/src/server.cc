@@ -13,6 +13,7 @@
 #include "gac/base/file_util.h"
 #include "gac/base/mutex.h"
 #include "server/src/core.h"
+#include "server/src/data_lock.h"
 #include "server/src/http/http_server.h"
 #include "server/src/metrics.h"
 #include "server/src/services/services.h"
@@ -32,10 +33,13 @@ base::StatusOr<Authenticator> LoadCredentials(const ServerConfig& config) {
 
 // The store the configuration names: PostgreSQL, the in-memory store, or
 // SQLite (creating its data directory when the file is not named).
-base::StatusOr<std::unique_ptr<Store>> OpenStore(const ServerConfig& config) {
+// For SQLite, takes `lock` on the store's files first (server/src/data_lock.h):
+// `<database>.lock` beside the database file, whichever flag named it.
+base::StatusOr<std::unique_ptr<Store>> OpenStore(const ServerConfig& config, DataLock* lock) {
   if (IsPostgresUri(config.store)) return OpenPostgresStore(config.store);
   if (config.UsesMemoryStore()) return NewMemoryStore();
   if (config.db.empty()) GAC_RETURN_IF_ERROR(base::MakeDirs(config.data_dir, "data directory"));
+  GAC_ASSIGN_OR_RETURN(*lock, DataLock::Acquire(config.DatabasePath() + ".lock"));
   SqliteOptions opts;
   opts.synchronous = config.sync == "normal" ? "NORMAL" : "FULL";
   return OpenSqliteStore(config.DatabasePath(), opts);
@@ -96,8 +100,10 @@ std::string BoundAddress(const std::string& listen, int port) {
 }  // namespace
 
 struct GacServer::Impl {
-  explicit Impl(std::unique_ptr<Core> c) : core(std::move(c)) {}
+  Impl(std::unique_ptr<Core> c, DataLock lock) : data_lock(std::move(lock)), core(std::move(c)) {}
 
+  // Declared before the core, so released after the store is closed.
+  DataLock data_lock;
   const std::unique_ptr<Core> core;
   std::unique_ptr<IngestServiceImpl> ingest;
   std::unique_ptr<ControlServiceImpl> control;
@@ -224,15 +230,16 @@ GacServer::~GacServer() { Shutdown(std::chrono::milliseconds(0)); }
 base::StatusOr<std::unique_ptr<GacServer>> GacServer::Start(const ServerConfig& config, std::unique_ptr<Store> store) {
   GAC_RETURN_IF_ERROR(ValidateConfig(config));
   GAC_ASSIGN_OR_RETURN(Authenticator auth, LoadCredentials(config));
+  DataLock lock;
   if (store == nullptr) {
-    GAC_ASSIGN_OR_RETURN(std::unique_ptr<Store> opened, OpenStore(config));
+    GAC_ASSIGN_OR_RETURN(std::unique_ptr<Store> opened, OpenStore(config, &lock));
     store = std::move(opened);
   }
   GAC_ASSIGN_OR_RETURN(std::unique_ptr<Core> core, AssembleCore(config, std::move(auth), std::move(store)));
   GAC_ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> creds, LoadTlsCredentials(config));
   // On an error from here, destroying `impl` stops what started (the writer
   // commits what is queued: nothing, as nothing was served).
-  auto impl = std::make_unique<Impl>(std::move(core));
+  auto impl = std::make_unique<Impl>(std::move(core), std::move(lock));
   GAC_RETURN_IF_ERROR(impl->StartGrpc(creds));
   if (base::Status st = impl->StartHttp(); !st.ok()) {
     impl->server->Shutdown();

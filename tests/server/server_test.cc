@@ -724,5 +724,37 @@ TEST(GacdProcess, StoreAndHttpFlagsAndTheirOldSpellings) {
   EXPECT_NE(memory.Log().find("store in memory (not persisted)"), std::string::npos) << memory.Log();
 }
 
+// A second gacd on the same SQLite files refuses to start and names the
+// holder (issue: both would serve, each with its own run state, writing one
+// file). The lock goes with its holder, also when it is killed.
+TEST(GacdProcess, SecondGacdOnTheSameStoreRefusesAndNamesTheHolder) {
+  ScratchDir dir;
+  const std::string tokens = WriteTestTokens(dir);
+  const std::vector<std::string> args = {"--listen=127.0.0.1:0", "--http-listen=127.0.0.1:0",
+                                         "--store=sqlite:" + dir.File("data"), "--token-file=" + tokens};
+  GacdProcess first(args);
+  ASSERT_TRUE(first.Start(dir.File("ready-1"))) << first.error();
+  const std::string holder = "in use by another gacd (pid " + std::to_string(first.pid()) + " host ";
+
+  // The same flags, and the same database file named by the old --db flag.
+  for (const std::vector<std::string>& second :
+       {args, std::vector<std::string>{"--listen=127.0.0.1:0", "--http-listen=", "--db=" + dir.File("data/gacd.db"),
+                                       "--token-file=" + tokens}}) {
+    std::vector<std::string> argv = {GacdProcess::Binary()};
+    argv.insert(argv.end(), second.begin(), second.end());
+    std::string out;
+    EXPECT_NE(RunProcess(argv, "", &out), 0) << out;
+    EXPECT_NE(out.find(holder), std::string::npos) << out;
+    EXPECT_NE(out.find(dir.File("data/gacd.db.lock")), std::string::npos) << out;
+  }
+  EXPECT_TRUE(HttpGet(first.metrics_address(), "/metrics").has_value()) << "the holder serves on";
+
+  // Killed, the holder leaves its lock file behind; it does not block the next gacd.
+  first.Kill();
+  GacdProcess next(args);
+  ASSERT_TRUE(next.Start(dir.File("ready-2"))) << next.error() << next.Log();
+  EXPECT_EQ(next.Terminate(), 0) << next.Log();
+}
+
 }  // namespace
 }  // namespace gac::testing

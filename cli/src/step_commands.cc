@@ -29,7 +29,7 @@ constexpr ColumnLook kColumnLooks[] = {
     {"wall_time_ns", "WALL_TIME"}, {"mode", nullptr},    {"regime", nullptr},
     {"cosine", "C_T"},        {"cosine_after", "C_AFTER"}, {"alpha", nullptr},
     {"grad_norm", "|G|"},     {"ref_norm", "|P|"},       {"staleness", nullptr},
-    {"fallback", nullptr},    {"agent_overhead_seconds", nullptr},
+    {"fallback", nullptr},
 };
 
 std::string Capitals(std::string text) {

@@ -27,7 +27,7 @@ with cosine about 0.29 alternate, so with c_low 1e-3 and c_high 1 every
 step projects. Targets (docs/BENCHMARKS.md): python <= 1.05x c++ on 50 M parameters
 in 200 tensors; python <= 2x c++ (the host overhead) on 2,000 small tensors.
 
-    PYTHONPATH=build/python /usr/bin/python3 bench/python_agent_bench.py [--rounds N] [--threads N] [--quick]
+    .venv/bin/python bench/python_agent_bench.py [--rounds N] [--threads N] [--quick]
 """
 
 from __future__ import annotations

@@ -19,16 +19,22 @@ if(GAC_WITH_TORCH AND NOT GAC_WITH_CUDA STREQUAL "OFF")
   if(NOT CUDAToolkit_ROOT AND EXISTS /usr/local/cuda)
     set(CUDAToolkit_ROOT /usr/local/cuda)
   endif()
+  gac_versioned_libs(ON)
   find_package(CUDAToolkit QUIET)
+  gac_versioned_libs(OFF)
   if(CUDAToolkit_FOUND)
     set(GAC_HAVE_CUDA ON)
   elseif(GAC_WITH_CUDA STREQUAL "ON")
-    message(FATAL_ERROR "GAC_WITH_CUDA=ON but no CUDA toolkit was found (set CUDAToolkit_ROOT)")
+    message(FATAL_ERROR "GAC_WITH_CUDA=ON but no CUDA toolkit was found (run scripts/setup.sh, or set CUDAToolkit_ROOT)")
   endif()
 endif()
 if(GAC_HAVE_CUDA AND NOT GAC_WITH_NCCL STREQUAL "OFF")
-  find_path(GAC_NCCL_INCLUDE_DIR nccl.h HINTS ${CUDAToolkit_INCLUDE_DIRS} ENV NCCL_ROOT PATH_SUFFIXES include)
-  find_library(GAC_NCCL_LIBRARY nccl HINTS ${CUDAToolkit_LIBRARY_DIR} ENV NCCL_ROOT PATH_SUFFIXES lib lib64)
+  gac_versioned_libs(ON)
+  find_path(GAC_NCCL_INCLUDE_DIR nccl.h HINTS ${GAC_NCCL_ROOT} ${CUDAToolkit_INCLUDE_DIRS} ENV NCCL_ROOT
+            PATH_SUFFIXES include)
+  find_library(GAC_NCCL_LIBRARY nccl HINTS ${GAC_NCCL_ROOT} ${CUDAToolkit_LIBRARY_DIR} ENV NCCL_ROOT
+               PATH_SUFFIXES lib lib64)
+  gac_versioned_libs(OFF)
   if(GAC_NCCL_INCLUDE_DIR AND GAC_NCCL_LIBRARY)
     set(GAC_HAVE_NCCL ON)
   elseif(GAC_WITH_NCCL STREQUAL "ON")
@@ -39,11 +45,14 @@ elseif(GAC_WITH_NCCL STREQUAL "ON")
 endif()
 
 # The kernels of gac::agent_cuda need nvcc (the CUDA parts above need only the
-# runtime and NCCL). They use the shared CUDA runtime, the one LibTorch loads,
-# and are compiled for GAC_CUDA_ARCHITECTURES: A100 and H100/H200 by default
-# (CUDA 13 has no architectures before 75), or CMAKE_CUDA_ARCHITECTURES when
-# the user sets it. The target property is set explicitly because a CUDA
-# LibTorch's CMake config may reset CMAKE_CUDA_ARCHITECTURES.
+# runtime and NCCL). They are compiled for GAC_CUDA_ARCHITECTURES: A100 and
+# H100/H200 by default (CUDA 13 has no architectures before 75), or
+# CMAKE_CUDA_ARCHITECTURES when the user sets it. The target property is set
+# explicitly because a CUDA LibTorch's CMake config resets
+# CMAKE_CUDA_ARCHITECTURES. Every target links the shared CUDA runtime, the
+# one LibTorch loads, explicitly (CUDA::cudart): CMake's own choice, by name
+# (-lcudart), finds nothing in the NVIDIA wheels, which ship only
+# libcudart.so.13.
 set(GAC_HAVE_CUDA_KERNELS OFF)
 if(GAC_HAVE_CUDA)
   if(NOT CMAKE_CUDA_COMPILER AND CUDAToolkit_NVCC_EXECUTABLE)
@@ -59,7 +68,7 @@ if(GAC_HAVE_CUDA)
   if(NOT CMAKE_CUDA_ARCHITECTURES)
     set(CMAKE_CUDA_ARCHITECTURES "${GAC_CUDA_ARCHITECTURES}")
   endif()
-  set(CMAKE_CUDA_RUNTIME_LIBRARY Shared)
+  set(CMAKE_CUDA_RUNTIME_LIBRARY None)
   include(CheckLanguage)
   check_language(CUDA)
   if(CMAKE_CUDA_COMPILER)

@@ -13,9 +13,9 @@ over the run, and draws them with matplotlib into one PNG:
 
 usage (from the repository root, after building gacd and gac_synthetic_run):
   cmake --build build --target gacd gac_synthetic_run
-  python3 dashboards/render_panels.py --build-dir build --out docs/img/gac-key-panels.png
+  .venv/bin/python dashboards/render_panels.py --build-dir build --out docs/img/gac-key-panels.png
 
-Needs Debian's prometheus and python3-matplotlib. Takes about 80 seconds
+Needs Debian's prometheus and matplotlib (in .venv, scripts/setup.sh). Takes about 80 seconds
 (the run is streamed in real time so that rates and scrapes are real).
 """
 
@@ -110,8 +110,8 @@ def main():
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        sys.exit("render_panels: matplotlib is missing: apt-get install python3-matplotlib "
-                 "(and run this script with Debian's /usr/bin/python3)")
+        sys.exit("render_panels: matplotlib is missing: bash scripts/setup.sh "
+                 "(and run this script with the checkout's .venv/bin/python)")
 
     build = os.path.abspath(args.build_dir)
     gacd_bin = f"{build}/server/gacd"

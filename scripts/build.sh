@@ -8,11 +8,15 @@ launcher=()
 # A compiler cache, when one is installed, makes rebuilds of unchanged
 # sources instant (GAC_CCACHE=0 turns it off).
 if [ "${GAC_CCACHE:-1}" != 0 ] && command -v ccache >/dev/null; then
-  launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+  launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache)
 fi
-cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release "${launcher[@]}" "$@" >/dev/null
+# Configure quietly, but say what is built (torch's version, the CUDA parts).
+mkdir -p "$build_dir"
+cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release "${launcher[@]}" "$@" > "$build_dir/configure.log" 2>&1 ||
+  { cat "$build_dir/configure.log"; exit 1; }
+sed -n 's/^-- \(gac [0-9.]*: .*\)/build: \1/p' "$build_dir/configure.log"
 cmake --build "$build_dir" -j "${GAC_JOBS:-$(nproc)}"
-# The Python package, when built: Debian's python3 imports it from this build.
+# The Python package, when built: .venv/bin/python imports it from this build.
 if [ "${GAC_PYTHON_PATH:-1}" != 0 ] && [ -f "$build_dir/python/gac/__init__.py" ]; then
   bash scripts/python_path.sh "$build_dir"
 fi

@@ -27,8 +27,8 @@
 #   GAC_DEMO_CALIB_SKIP (50: synchronous steps left out of the calibration),
 #   GAC_DEMO_FLAGS (more gac_grpo flags for every run),
 #   GAC_DEMO_METRICS (127.0.0.1:9464; any free port when that is busy),
-#   GAC_DEMO_KEEP_GACD (1: leave gacd running at the end), PYTHON (/usr/bin/python3,
-#   which has Debian's python3-matplotlib).
+#   GAC_DEMO_KEEP_GACD (1: leave gacd running at the end), PYTHON (the checkout's
+#   .venv/bin/python, which has matplotlib).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:?usage: scripts/demo_run.sh BUILD_DIR}
@@ -38,7 +38,7 @@ stale=${GAC_DEMO_STALENESS:-16}
 sft=${GAC_DEMO_SFT_STEPS:-600}
 seed=${GAC_DEMO_SEED:-1}
 calib_skip=${GAC_DEMO_CALIB_SKIP:-50}
-python=${PYTHON:-$(command -v /usr/bin/python3 || command -v python3)}
+python=${PYTHON:-.venv/bin/python}
 bin="$build/examples/grpo/gac_grpo"
 for f in "$bin" "$build/server/gacd"; do
   [ -x "$f" ] || { echo "demo: missing $f (build with -DGAC_BUILD_EXAMPLES=ON and the server)" >&2; exit 1; }

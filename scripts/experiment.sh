@@ -33,7 +33,7 @@
 # CONTROLS (the GAC variants that get the two controls of step 3; all by
 # default), JOBS (2 parallel runs), BETAS ("0.5 2"; "" skips step 4), BETA_S (16),
 # EXTRA (more flags for every run), PILOT_ONLY (the pilot's candidates to run,
-# by name; all by default), PYTHON (/usr/bin/python3, which has Debian's
+# by name; all by default), PYTHON (the checkout's .venv/bin/python, which has
 # matplotlib).
 #
 # The full grid of docs/RESULTS.md: scripts/experiment.sh (defaults; about
@@ -54,7 +54,7 @@ JOBS=${JOBS:-2}
 BETAS=${BETAS-"0.5 2"}
 BETA_S=${BETA_S:-16}
 EXTRA=${EXTRA:-}
-PYTHON=${PYTHON:-$(command -v /usr/bin/python3 || command -v python3)}
+PYTHON=${PYTHON:-.venv/bin/python}
 BIN="$BUILD/examples/grpo/gac_grpo"
 LR=3e-4
 # The configuration chosen in the pilot (docs/RESULTS.md), the same for every run.

@@ -1,16 +1,16 @@
 #!/usr/bin/env bash
-# Makes Debian's python3 import the gac Python package of a build: writes
-# gac.pth (one line: BUILD_DIR/python, absolute) into the interpreter's
-# site directory (/usr/local/lib/python3.X/dist-packages when writable, as
-# root; else the user's site directory). The package is then used from the
-# build tree, so a rebuild needs no reinstall. scripts/build.sh runs it after
-# every build that has the package (GAC_PYTHON_PATH=0 skips it); for a
-# virtual environment use pip instead (docs/PYTHON.md).
+# Makes the checkout's Python environment (.venv, scripts/setup.sh) import
+# the gac Python package of a build: writes gac.pth (one line:
+# BUILD_DIR/python, absolute) into its site-packages. The package is then
+# used from the build tree, so a rebuild needs no reinstall.
+# scripts/build.sh runs it after every build that has the package
+# (GAC_PYTHON_PATH=0 skips it); GAC_PYTHON names another interpreter (its
+# torch must be the one the package was built against).
 #   usage: scripts/python_path.sh [BUILD_DIR (default: build)]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 stage="$(cd "${1:-build}" && pwd)/python"
-python=${GAC_PYTHON:-/usr/bin/python3}
+python=${GAC_PYTHON:-.venv/bin/python}
 if [ ! -f "$stage/gac/__init__.py" ]; then
   echo "python_path: $stage has no gac package (configure with -DGAC_WITH_PYTHON=ON)" >&2
   exit 1

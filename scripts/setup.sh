@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
-# Installs the Debian packages gac builds with, and the npm packages of
-# gacd's page (web/package-lock.json). Idempotent: installs only what is
-# missing, and runs apt-get update only then. Needs root (or sudo).
+# Installs the Debian packages gac builds with; the Python environment .venv
+# in the checkout (from Debian's /usr/bin/python3, 3.11) with exactly the
+# packages of requirements.txt: torch from PyPI, its CUDA 13 runtime and NCCL
+# wheels, the CUDA compiler of the same CUDA release, and the Python tools;
+# and the npm packages of gacd's page (web/package-lock.json). Idempotent:
+# installs only what is missing or changed, and runs apt-get update only
+# then. Needs root (or sudo) for the Debian packages.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 packages=(
   build-essential cmake ninja-build git
-  libtorch-dev libgloo-dev
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   prometheus-cpp-dev libsqlite3-dev prometheus openssl
   # The PostgreSQL store (libpq) and the PostgreSQL 15 server its tests start.
@@ -16,16 +19,9 @@ packages=(
   # The checking builds (scripts/sanitize.sh, scripts/fuzz.sh): clang with its
   # sanitizer and libFuzzer runtimes, llvm-symbolizer for readable reports.
   clang-14 libclang-rt-14-dev llvm-14
-  python3-yaml python3-matplotlib
-  # The gac Python package: headers and pybind11 to build it, Debian's torch
-  # (the same LibTorch as libtorch-dev) to run it, pytest and mypy for its
-  # tests, venv and wheel for the documented pip install into a venv.
-  python3-dev pybind11-dev python3-torch python3-pytest python3-mypy python3-venv python3-wheel
-  # gacctl's CSV export is checked by loading it with pandas (tests/cli).
-  python3-pandas
-  # LibTorch's BLAS: Debian's libtorch links the reference BLAS unless this
-  # optimised one is installed (the example trainer runs about 5x faster).
-  libopenblas0-pthread
+  # The Python environment (.venv, below) and the headers the gac Python
+  # package is compiled against.
+  python3-dev python3-venv
   # gacd's HTTP port (/metrics, the JSON API, the page) and the page's
   # browser test (headless).
   libcivetweb-dev zlib1g-dev chromium
@@ -45,6 +41,29 @@ if ((${#missing[@]})); then
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 echo "setup: all packages present"
+
+# The Python environment: torch (the one LibTorch of the whole project: the
+# C++ agent, the examples, the benchmarks, the tests and the Python package),
+# nvcc, pytest, mypy, pybind11, matplotlib, pandas, PyYAML, every one pinned
+# with its dependencies in requirements.txt. Debian's python3, not one
+# earlier on the PATH, and no system site-packages: nothing but these
+# packages. Reinstalled only when requirements.txt changes (about 3 GB to
+# download the first time).
+venv=.venv
+if [ ! -x "$venv/bin/python" ]; then
+  echo "setup: creating the Python environment $venv (/usr/bin/python3)"
+  /usr/bin/python3 -m venv "$venv"
+fi
+if ! cmp -s requirements.txt "$venv/gac-requirements.txt"; then
+  echo "setup: pip install -r requirements.txt into $venv"
+  # One line per package as progress; the whole log in .venv/pip.log.
+  "$venv/bin/python" -m pip install --disable-pip-version-check --progress-bar off --no-input \
+    --require-virtualenv -r requirements.txt 2>&1 | tee "$venv/pip.log" |
+    { grep --line-buffered -E '^(Collecting|Successfully installed|ERROR)' || true; }
+  "$venv/bin/python" -m pip check >/dev/null
+  cp requirements.txt "$venv/gac-requirements.txt"
+fi
+echo "setup: $venv matches requirements.txt ($("$venv/bin/python" -c 'import torch; print("torch", torch.__version__)'))"
 
 # The page's charting library, compiled into gacd, and the browser test's
 # driver: exactly the versions of web/package-lock.json, fetched again only

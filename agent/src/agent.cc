@@ -52,12 +52,13 @@ bool SameSizes(at::IntArrayRef a, at::IntArrayRef b) {
 
 // First element of a CPU tensor with plain storage, as Tensor::data_ptr()
 // returns it for a non-empty tensor, without its virtual has_storage() call;
-// tensors without a storage object take data_ptr() and its checks.
+// tensors without a storage object take data_ptr() and its checks. Writable:
+// mutable_data() materialises a copy-on-write storage first.
 void* DataPtr(const at::Tensor& t, std::size_t elem_size) {
   const c10::TensorImpl* impl = t.unsafeGetTensorImpl();
   const c10::Storage& storage = impl->unsafe_storage();
   if (!storage) return t.data_ptr();
-  return static_cast<char*>(storage.data()) + impl->storage_offset() * static_cast<std::int64_t>(elem_size);
+  return static_cast<char*>(storage.mutable_data()) + impl->storage_offset() * static_cast<std::int64_t>(elem_size);
 }
 
 void MarkAbsent(Plan::Slot const& s, cpu::Span* spans) {

@@ -496,7 +496,7 @@ def plots(args, runs, stale, seeds, cal):
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        print("matplotlib not available: no plots (apt-get install -y python3-matplotlib)")
+        print("matplotlib not available: no plots (run it with .venv/bin/python: scripts/setup.sh installs matplotlib there)")
         return
     palette = {"grpo": "tab:red", "m2po": "tab:orange", "bapo": "tab:purple", "is": "tab:brown",
                "gac": "tab:green", "gacexact": "tab:olive", "gacwin": "tab:blue", "gac005": "tab:cyan",

@@ -115,7 +115,7 @@ def main():
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        print("matplotlib not available: no figure (apt-get install -y python3-matplotlib)")
+        print("matplotlib not available: no figure (run it with .venv/bin/python: scripts/setup.sh installs matplotlib there)")
         return 0 if ok else 1
     colors = ["tab:blue", "tab:red", "tab:green", "tab:gray", "k", "tab:purple", "tab:orange"]
     fig, axes = plt.subplots(1, 3, figsize=(14, 3.6))

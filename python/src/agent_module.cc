@@ -1,6 +1,6 @@
 // gac._agent: gac::agent::Agent for PyTorch trainers. The module links the
-// LibTorch that the interpreter's torch loaded (Debian: both are
-// libtorch1.13) and its Python bindings (libtorch_python), so parameters
+// LibTorch that the interpreter's torch loaded (the build's .venv: torch
+// from PyPI) and its Python bindings (libtorch_python), so parameters
 // cross as the torch.Tensor objects' own at::Tensor (no copy: the agent
 // reads and projects the very gradients autograd wrote), a
 // torch.distributed ProcessGroup is the c10d object itself, and a step runs
@@ -9,6 +9,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 #include <torch/csrc/autograd/python_variable.h>
+#include <torch/csrc/distributed/c10d/Backend.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/csrc/utils/pybind.h>
 
@@ -55,21 +56,33 @@ ReferencePolicy ReferenceFrom(const std::string& name) {
 }
 
 // The c10d object behind a torch.distributed ProcessGroup (Gloo, NCCL, ...),
-// summed on the CPU for Gloo and on the current CUDA device for NCCL.
+// or a bare c10d Backend (dist.ProcessGroupGloo(store, rank, size) makes
+// one), summed on the CPU for Gloo and on the current CUDA device for NCCL.
 std::shared_ptr<agent::Reducer> ReducerFrom(const py::object& group) {
   py::module_ dist = py::module_::import("torch.distributed");
-  if (!py::isinstance(group, dist.attr("ProcessGroup"))) {
-    throw py::type_error("process_group must be a torch.distributed ProcessGroup (e.g. dist.group.WORLD or "
-                         "dist.new_group(...)), got a " +
-                         py::str(py::type::of(group).attr("__name__")).cast<std::string>());
-  }
-  auto* raw = group.cast<c10d::ProcessGroup*>();
-  c10::intrusive_ptr<c10d::ProcessGroup> pg = c10::intrusive_ptr<c10d::ProcessGroup>::unsafe_reclaim_from_nonowning(raw);
+  py::object backend_type = py::module_::import("torch._C._distributed_c10d").attr("Backend");
   c10::Device device(c10::kCPU);
-  if (raw->getBackendName() == "nccl") {
-    device = c10::Device(c10::kCUDA, py::module_::import("torch.cuda").attr("current_device")().cast<c10::DeviceIndex>());
+  const auto on_device = [&](const std::string& backend_name) {
+    if (backend_name == "nccl") {
+      device = c10::Device(c10::kCUDA,
+                           py::module_::import("torch.cuda").attr("current_device")().cast<c10::DeviceIndex>());
+    }
+  };
+  if (py::isinstance(group, dist.attr("ProcessGroup"))) {
+    auto* raw = group.cast<c10d::ProcessGroup*>();
+    auto pg = c10::intrusive_ptr<c10d::ProcessGroup>::unsafe_reclaim_from_nonowning(raw);
+    on_device(raw->getBackendName());
+    return std::make_shared<ProcessGroupReducer>(std::move(pg), device);
   }
-  return std::make_shared<ProcessGroupReducer>(std::move(pg), device);
+  if (py::isinstance(group, backend_type)) {
+    auto* raw = group.cast<c10d::Backend*>();
+    auto backend = c10::intrusive_ptr<c10d::Backend>::unsafe_reclaim_from_nonowning(raw);
+    on_device(raw->getBackendName());
+    return std::make_shared<ProcessGroupReducer>(std::move(backend), device);
+  }
+  throw py::type_error("process_group must be a torch.distributed ProcessGroup (e.g. dist.group.WORLD or "
+                       "dist.new_group(...)) or a c10d backend (dist.ProcessGroupGloo(...)), got a " +
+                       py::str(py::type::of(group).attr("__name__")).cast<std::string>());
 }
 
 // gac.Agent. Holds the options the C++ agent is made from; layers given as

@@ -14,6 +14,7 @@
 #include <ATen/Parallel.h>
 #include <gtest/gtest.h>
 #include <torch/csrc/distributed/c10d/FileStore.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 
 #include <signal.h>
@@ -227,7 +228,13 @@ int RunWorker(int rank, int world, const std::string& store_file, const std::str
     auto store = c10::make_intrusive<c10d::FileStore>(store_file, world);
     auto pg_options = c10d::ProcessGroupGloo::Options::create(std::chrono::seconds(60));
     pg_options->devices = {c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1")};
-    auto group = c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, world, pg_options);
+    // A ProcessGroup with the Gloo backend for CPU tensors, as
+    // torch.distributed builds it (the consumer of tests/install passes a
+    // bare Backend).
+    c10::intrusive_ptr<c10d::Backend> gloo = c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, world, pg_options);
+    auto group = c10::make_intrusive<c10d::ProcessGroup>(store, rank, world);
+    group->setBackend(c10::DeviceType::CPU, c10d::ProcessGroup::BackendType::GLOO, gloo);
+    group->setDefaultBackend(c10d::ProcessGroup::BackendType::GLOO);
     auto reducer = std::make_shared<gac::agent::ProcessGroupReducer>(group);
     chk.Check(reducer->rank() == rank && reducer->world_size() == world, "reducer rank/world");
 

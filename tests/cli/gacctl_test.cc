@@ -773,7 +773,7 @@ TEST_F(Gacctl, CsvLoadsInPandasAsIs) {
   WriteFile(dir_->File("steps.csv"), csv.out);
   WriteFile(dir_->File("steps.jsonl"), jsonl.out);
   std::string out;
-  const int rc = RunProcess({"/usr/bin/python3", std::string(GAC_CLI_TEST_DIR) + "/check_pandas.py",
+  const int rc = RunProcess({GAC_TEST_PYTHON, std::string(GAC_CLI_TEST_DIR) + "/check_pandas.py",
                              dir_->File("steps.csv"), dir_->File("steps.jsonl")},
                             "", &out);
   if (rc == 77) GTEST_SKIP() << out;

@@ -36,7 +36,7 @@ for run in sync stale gac gacwin is rskip lrs; do
   grep -q '^telemetry: 40 records sent, 40 acknowledged, 0 dropped' "$out/runs/$run.log" ||
     fail "run $run: not every record acknowledged"
 done
-python=${PYTHON:-$(command -v /usr/bin/python3 || command -v python3)}
+python=${PYTHON:-$(dirname "$0")/../../.venv/bin/python}
 if "$python" -c 'import matplotlib' 2>/dev/null; then
   [ -s "$out/demo.png" ] || fail "no figure although matplotlib is present"
 fi

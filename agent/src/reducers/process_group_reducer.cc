@@ -1,6 +1,7 @@
 #include "gac/agent/process_group_reducer.h"
 
 #include <ATen/ATen.h>
+#include <torch/csrc/distributed/c10d/Backend.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 
 #include <exception>
@@ -10,18 +11,24 @@
 namespace gac::agent {
 
 struct ProcessGroupReducer::Impl {
-  c10::intrusive_ptr<c10d::ProcessGroup> group;
+  c10::intrusive_ptr<c10d::ProcessGroup> group;  // one of the two is set
+  c10::intrusive_ptr<c10d::Backend> backend;
   c10::Device device;
   std::vector<at::Tensor> buffer;  // one fp64 tensor on `device`, grown on demand
 };
 
 ProcessGroupReducer::ProcessGroupReducer(c10::intrusive_ptr<c10d::ProcessGroup> group, c10::Device device)
-    : impl_(std::make_unique<Impl>(Impl{std::move(group), device, {}})) {}
+    : impl_(std::make_unique<Impl>(Impl{std::move(group), {}, device, {}})) {}
+
+ProcessGroupReducer::ProcessGroupReducer(c10::intrusive_ptr<c10d::Backend> backend, c10::Device device)
+    : impl_(std::make_unique<Impl>(Impl{{}, std::move(backend), device, {}})) {}
 
 ProcessGroupReducer::~ProcessGroupReducer() = default;
 
-int ProcessGroupReducer::rank() const { return impl_->group->getRank(); }
-int ProcessGroupReducer::world_size() const { return impl_->group->getSize(); }
+int ProcessGroupReducer::rank() const { return impl_->group ? impl_->group->getRank() : impl_->backend->getRank(); }
+int ProcessGroupReducer::world_size() const {
+  return impl_->group ? impl_->group->getSize() : impl_->backend->getSize();
+}
 
 base::Status ProcessGroupReducer::AllReduceSum(double* values, std::size_t n) {
   try {
@@ -33,7 +40,8 @@ base::Status ProcessGroupReducer::AllReduceSum(double* values, std::size_t n) {
     impl_->buffer[0].copy_(host);
     c10d::AllreduceOptions opts;
     opts.reduceOp = c10d::ReduceOp::SUM;
-    impl_->group->allreduce(impl_->buffer, opts)->wait();
+    auto work = impl_->group ? impl_->group->allreduce(impl_->buffer, opts) : impl_->backend->allreduce(impl_->buffer, opts);
+    work->wait();
     host.copy_(impl_->buffer[0]);
     return base::Status::Ok();
   } catch (const std::exception& e) {

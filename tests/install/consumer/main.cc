@@ -137,8 +137,8 @@ int main(int argc, char** argv) {
     auto store = c10::make_intrusive<c10d::FileStore>(scratch + "/consumer-gloo", 1);
     auto pg_options = c10d::ProcessGroupGloo::Options::create(std::chrono::seconds(30));
     pg_options->devices = {c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1")};
-    auto group = c10::make_intrusive<c10d::ProcessGroupGloo>(store, 0, 1, pg_options);
-    std::shared_ptr<gac::agent::Reducer> reducer = std::make_shared<gac::agent::ProcessGroupReducer>(group);
+    c10::intrusive_ptr<c10d::Backend> gloo = c10::make_intrusive<c10d::ProcessGroupGloo>(store, 0, 1, pg_options);
+    std::shared_ptr<gac::agent::Reducer> reducer = std::make_shared<gac::agent::ProcessGroupReducer>(gloo);
     options.reducer = reducer;
     Check(reducer->world_size() == 1, "ProcessGroupReducer world size");
     Check(dynamic_cast<gac::agent::DeviceReducer*>(reducer.get()) == nullptr, "a CPU reducer is no DeviceReducer");

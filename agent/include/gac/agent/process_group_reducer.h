@@ -1,4 +1,6 @@
-// ProcessGroupReducer: a Reducer over a c10d ProcessGroup (Gloo, NCCL, MPI).
+// ProcessGroupReducer: a Reducer over a c10d ProcessGroup (what
+// torch.distributed's groups are: Gloo, NCCL, MPI behind it), or over one
+// c10d Backend (a ProcessGroupGloo or ProcessGroupNCCL made in C++).
 // The statistics travel as one fp64 tensor of 3 elements on `device` (CPU for
 // Gloo, the rank's GPU for NCCL); the buffer is allocated once.
 // Not thread-safe: the training thread owns it.
@@ -13,6 +15,7 @@
 #include "gac/agent/reducer.h"
 
 namespace c10d {
+class Backend;
 class ProcessGroup;
 }
 
@@ -21,6 +24,8 @@ namespace gac::agent {
 class ProcessGroupReducer final : public Reducer {
  public:
   explicit ProcessGroupReducer(c10::intrusive_ptr<c10d::ProcessGroup> group,
+                               c10::Device device = c10::Device(c10::kCPU));
+  explicit ProcessGroupReducer(c10::intrusive_ptr<c10d::Backend> backend,
                                c10::Device device = c10::Device(c10::kCPU));
   ~ProcessGroupReducer() override;
 

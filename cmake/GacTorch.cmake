@@ -3,10 +3,14 @@
 # CUDA runtime and NCCL wheels, and the CUDA compiler of the same CUDA
 # release). Runs before anything is found, and sets only hints:
 #   GAC_PYTHON            the interpreter (Python3_EXECUTABLE unless given)
-#   CMAKE_PREFIX_PATH     torch's root and its CMake config, ahead of the
-#                         system's (a Debian libtorch-dev must not be found)
+#   GAC_TORCH_ROOT        torch's root: gac_find_torch() puts it and its
+#                         CMake config ahead of CMAKE_PREFIX_PATH while it
+#                         finds LibTorch (a Debian libtorch-dev must not be
+#                         found), and only then (torch/include carries
+#                         copies of Protobuf's and pybind11's headers)
 #   CUDAToolkit_ROOT      site-packages/nvidia/cu13 (nvcc, headers, libcudart)
 #   CUDA_TOOLKIT_ROOT_DIR the same, for the FindCUDA that Caffe2Config runs
+#   CMAKE_CUDA_COMPILER   its nvcc
 #   GAC_NCCL_ROOT         site-packages/nvidia/nccl
 #   TORCH_CUDA_ARCH_LIST  gac's architectures (Caffe2Config otherwise guesses
 #                         a list that CUDA 13's nvcc refuses without a GPU)
@@ -41,11 +45,6 @@ if(GAC_PYTHON)
   endif()
 endif()
 
-if(GAC_TORCH_ROOT AND NOT Torch_DIR)
-  # The root first: TorchConfig looks for libc10 and libtorch with PATHS,
-  # which come after CMAKE_PREFIX_PATH/lib but before nothing else.
-  list(PREPEND CMAKE_PREFIX_PATH ${GAC_TORCH_ROOT} ${GAC_TORCH_ROOT}/share/cmake)
-endif()
 # The toolkit root also when gac's CUDA parts are off: a CUDA LibTorch's
 # config looks for the CUDA runtime whatever its user builds.
 if(GAC_SITE_PACKAGES)
@@ -58,6 +57,11 @@ if(GAC_SITE_PACKAGES)
 endif()
 if(CUDAToolkit_ROOT AND NOT CUDA_TOOLKIT_ROOT_DIR)
   set(CUDA_TOOLKIT_ROOT_DIR ${CUDAToolkit_ROOT})
+endif()
+# nvcc is not on the PATH: a CUDA LibTorch's config enables the CUDA language
+# itself when gac's CUDA parts are off (GAC_WITH_CUDA=OFF).
+if(NOT CMAKE_CUDA_COMPILER AND CUDAToolkit_ROOT AND EXISTS ${CUDAToolkit_ROOT}/bin/nvcc)
+  set(CMAKE_CUDA_COMPILER ${CUDAToolkit_ROOT}/bin/nvcc)
 endif()
 
 # The NVIDIA wheels ship only versioned libraries (libcudart.so.13,
@@ -93,9 +97,16 @@ macro(gac_find_torch)
   # is set: it is put back afterwards (gac's targets set their own).
   set(_gac_cuda_archs "${CMAKE_CUDA_ARCHITECTURES}")
   unset(CMAKE_CUDA_ARCHITECTURES)
+  set(_gac_saved_prefix_path "${CMAKE_PREFIX_PATH}")
+  if(GAC_TORCH_ROOT AND NOT Torch_DIR)
+    # The root first: TorchConfig looks for libc10 and libtorch with PATHS,
+    # which come after CMAKE_PREFIX_PATH/lib and the system's folders.
+    list(PREPEND CMAKE_PREFIX_PATH ${GAC_TORCH_ROOT} ${GAC_TORCH_ROOT}/share/cmake)
+  endif()
   gac_versioned_libs(ON)
   find_package(Torch REQUIRED)
   gac_versioned_libs(OFF)
+  set(CMAKE_PREFIX_PATH "${_gac_saved_prefix_path}")
   set(CMAKE_CUDA_ARCHITECTURES "${_gac_cuda_archs}")
   if(NOT Torch_VERSION OR Torch_VERSION VERSION_LESS GAC_TORCH_MIN_VERSION)
     gac_torch_range_error("${Torch_VERSION}" "${TORCH_INSTALL_PREFIX}")

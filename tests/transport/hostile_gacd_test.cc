@@ -15,6 +15,7 @@
 #include <limits>
 #include <memory>
 #include <string>
+#include <thread>
 
 #include "gac/controller/controller.h"
 #include "gac/base/mutex.h"
@@ -255,12 +256,29 @@ std::vector<at::Tensor> ProjectingGradients(int n) {
   return out;
 }
 
+// Waits (up to 20 s) until the fake gacd's answer, refused for `reason`, is
+// what a Decide gets: on a loaded machine the first handshake can fail, and
+// gRPC then fails calls fast for a while ("connections to all backends
+// failing"), a transport error this test is not about.
+void WaitForTheAnswer(RemoteController& remote, const std::string& reason) {
+  const auto give_up = std::chrono::steady_clock::now() + 20s;
+  std::string last;
+  while (std::chrono::steady_clock::now() < give_up) {
+    base::StatusOr<controller::Decision> d = remote.Decide(0, kProjecting);
+    last = d.ok() ? "accepted" : d.status().ToString();
+    if (!d.ok() && d.status().message().find(reason) != std::string::npos) return;
+    std::this_thread::sleep_for(100ms);
+  }
+  ADD_FAILURE() << "the fake gacd's answer never arrived; last: " << last;
+}
+
 TEST(HostileGacdAgent, FallsBackToTheLocalDecisionCountsAndSaysWhy) {
   const std::vector<at::Tensor> grads = ProjectingGradients(4);
   for (HostileCase& c : HostileCases()) {
     SCOPED_TRACE(c.name);
     FakeGacd gacd(c.answer);
     AgentPair pair(gacd.address(), 2000ms);
+    WaitForTheAnswer(*pair.remote, c.reason);
     bool projected = false;
     for (int step = 1; step <= 4; ++step) {
       const controller::StepReport r = pair.Step(step, grads[static_cast<std::size_t>(step - 1)]);

@@ -35,6 +35,7 @@ from gac._controller import (
     cosine_after_projection,
     suggest_thresholds,
 )
+from gac._attach import Attachment, attach
 from gac._errors import (
     DeadlineExceededError,
     FailedPreconditionError,
@@ -90,6 +91,7 @@ def __dir__() -> list[str]:
 __all__ = [
     "Agent",
     "AlignmentStats",
+    "Attachment",
     "CalibrationStats",
     "CalibrationWindow",
     "Controller",
@@ -110,6 +112,7 @@ __all__ = [
     "TelemetryCounters",
     "UnavailableError",
     "UnimplementedError",
+    "attach",
     "calibration_stats",
     "cosine_after_projection",
     "suggest_thresholds",

@@ -33,7 +33,7 @@ if(NOT DEFINED Python3_EXECUTABLE)
   set(Python3_EXECUTABLE ${GAC_PYTHON})
 endif()
 
-# The environment's site-packages, torch's root and its C++ ABI, in one call.
+# The environment's site-packages, and torch's root when torch is installed there.
 set(GAC_SITE_PACKAGES "")
 set(GAC_TORCH_ROOT "")
 if(GAC_PYTHON)

@@ -39,6 +39,8 @@ class Attachment:
         self._original_step: Optional[Callable[..., Any]] = None
         self._step = 0
         self._step_of: Optional[Callable[[], int]] = None
+        self._params: List[Any] = []
+        self._params_key: List[Any] = []
 
     # The optimizer whose step is gated; its parameters are what the agent reads.
     def _wrap(self, optimizer: Any, step_of: Optional[Callable[[], int]] = None) -> None:
@@ -57,16 +59,24 @@ class Attachment:
         self._optimizer = optimizer
         self._original_step = original
         self._step_of = step_of
+        self._params_key = []
 
     def _parameters(self) -> List[Any]:
-        params: List[Any] = []
-        seen = set()
-        for group in self._optimizer.param_groups:
-            for p in group["params"]:
-                if id(p) not in seen:
-                    seen.add(id(p))
-                    params.append(p)
-        return params
+        # Made once, and again when a group or its list of parameters changes
+        # (add_param_group, a new list): the same list each step spares the iteration,
+        # and the agent reuses its conversion of it.
+        groups = self._optimizer.param_groups
+        key = [(id(g["params"]), len(g["params"])) for g in groups]
+        if key != self._params_key:
+            params: List[Any] = []
+            seen = set()
+            for group in groups:
+                for p in group["params"]:
+                    if id(p) not in seen:
+                        seen.add(id(p))
+                        params.append(p)
+            self._params, self._params_key = params, key
+        return self._params
 
     def _gated_step(self, original: Callable[..., Any], args: Any, kwargs: Any) -> Any:
         self._step = self._step_of() if self._step_of is not None else self._step + 1

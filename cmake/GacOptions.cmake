@@ -15,7 +15,7 @@ endfunction()
 
 set(GAC_HAVE_CUDA OFF)
 set(GAC_HAVE_NCCL OFF)
-if(GAC_WITH_TORCH AND NOT GAC_WITH_CUDA STREQUAL "OFF")
+if(NOT GAC_WITH_CUDA STREQUAL "OFF")
   if(NOT CUDAToolkit_ROOT AND EXISTS /usr/local/cuda)
     set(CUDAToolkit_ROOT /usr/local/cuda)
   endif()

@@ -1,13 +1,11 @@
-// DevicePasses: the hook between the agent core (agent.cc), which gathers the
+// DevicePasses: the hook between the agent core (core.cc), which gathers the
 // gradients, decides and reports, and the passes over gradients that live on
-// a GPU. The CUDA implementation (cuda/torch_cuda_passes.cc) needs a CUDA
-// build of LibTorch for the current stream and is compiled only then
-// (GAC_AGENT_TORCH_CUDA); without it the agent reports CUDA gradients as
-// Unimplemented. Used from the training thread only.
+// a GPU. The CUDA implementation (cuda/cuda_device_passes.cc) is compiled
+// when the CUDA kernels are (GAC_AGENT_CUDA); without it the core reports
+// CUDA gradients as Unimplemented. No LibTorch: the front names the stream.
+// Used from the training thread only.
 #ifndef GAC_AGENT_SRC_DEVICE_PASSES_H_
 #define GAC_AGENT_SRC_DEVICE_PASSES_H_
-
-#include <c10/core/Device.h>
 
 #include <memory>
 #include <vector>
@@ -27,20 +25,24 @@ class DevicePasses {
   // writes them to out[0, cuda::ResultSize(num_groups)) on the host. When
   // `reducer` can reduce device memory the sums are all-reduced there first
   // and *all_reduced is set; otherwise they are local and the caller reduces.
-  // Waits for the device only for the copy of the sums.
-  virtual base::Status Statistics(const std::vector<cuda::TensorRef>& tensors, bool with_p, Reducer* reducer, double* out,
-                            bool* all_reduced) = 0;
+  // Waits for the device only for the copy of the sums. Runs on `stream`
+  // (a cudaStream_t; null: the default stream).
+  virtual base::Status Statistics(const std::vector<cuda::TensorRef>& tensors, bool with_p, Reducer* reducer,
+                                  double* out, bool* all_reduced, void* stream) = 0;
 
   // Enqueues, over the tensors of the last Statistics(): with `project`,
   // g <- g - coeff * p and p <- (snapshot_projected ? new g : old g);
   // otherwise p <- g. Does not wait.
-  virtual base::Status Apply(bool project, float coeff, bool snapshot_projected) = 0;
+  virtual base::Status Apply(bool project, float coeff, bool snapshot_projected, void* stream) = 0;
+
+  // Zeroed device memory for the snapshot, freed with this object.
+  virtual base::StatusOr<char*> AllocateSnapshot(std::size_t bytes) = 0;
 };
 
-#ifdef GAC_AGENT_TORCH_CUDA
-// Passes for gradients on `device` (a CUDA device), snapshots of bf16 or fp32,
+#ifdef GAC_AGENT_CUDA
+// Passes for gradients on CUDA device `device`, snapshots of bf16 or fp32,
 // statistics per group for num_groups groups.
-base::StatusOr<std::unique_ptr<DevicePasses>> CreateCudaPasses(c10::Device device, bool bf16_snapshot, int num_groups);
+base::StatusOr<std::unique_ptr<DevicePasses>> CreateCudaPasses(int device, bool bf16_snapshot, int num_groups);
 #endif
 
 }  // namespace gac::agent

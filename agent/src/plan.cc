@@ -1,9 +1,9 @@
 #include "agent/src/plan.h"
 
-#include <ATen/ATen.h>
-
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
+#include <new>
 #include <string>
 
 #ifdef __linux__
@@ -13,23 +13,24 @@
 namespace gac::agent {
 namespace {
 
-std::vector<std::int64_t> ContiguousStrides(at::IntArrayRef sizes) {
-  std::vector<std::int64_t> strides(sizes.size());
+std::vector<std::int64_t> ContiguousStrides(const Dims& sizes) {
+  std::vector<std::int64_t> strides(static_cast<std::size_t>(sizes.size()));
   std::int64_t s = 1;
-  for (std::size_t i = sizes.size(); i-- > 0;) {
-    strides[i] = s;
+  for (int i = sizes.size(); i-- > 0;) {
+    strides[static_cast<std::size_t>(i)] = s;
     s *= std::max<std::int64_t>(sizes[i], 1);
   }
   return strides;
 }
+
+using SnapshotMemory = std::unique_ptr<char, std::function<void(char*)>>;
 
 // The host snapshot: zeroed, and from 2 MiB on in transparent huge pages where
 // the kernel offers them on request (THP "madvise" mode, common on servers).
 // Every pass reads the whole snapshot once per step; with 4 KiB pages a
 // cold pass pays a page walk every 4 KiB of it (measured: the statistics pass
 // on 2,000 x 1,024 fp32 after a cache flush, docs/BENCHMARKS.md).
-at::Tensor HostSnapshot(std::int64_t elements, at::ScalarType scalar) {
-  const std::size_t bytes = static_cast<std::size_t>(elements) * c10::elementSize(scalar);
+base::StatusOr<SnapshotMemory> HostSnapshot(std::size_t bytes) {
 #ifdef __linux__
   constexpr std::size_t kHuge = std::size_t{2} << 20;
   if (bytes >= kHuge) {
@@ -41,58 +42,65 @@ at::Tensor HostSnapshot(std::int64_t elements, at::ScalarType scalar) {
       void* aligned = reinterpret_cast<void*>((base + kHuge - 1) / kHuge * kHuge);
       (void)madvise(aligned, mapped - kHuge, MADV_HUGEPAGE);  // advice only: 4 KiB pages if refused
       std::memset(aligned, 0, bytes);  // fault the pages in now, not in the first step
-      return at::from_blob(
-          aligned, {elements}, [raw, mapped](void*) { munmap(raw, mapped); },
-          at::TensorOptions().dtype(scalar));
+      return SnapshotMemory(static_cast<char*>(aligned), [raw, mapped](char*) { munmap(raw, mapped); });
     }
   }
 #endif
-  return at::zeros({elements}, at::TensorOptions().dtype(scalar));
+  void* p = std::aligned_alloc(64, (bytes + 63) / 64 * 64);
+  if (p == nullptr) {
+    return base::Status::ResourceExhausted("cannot allocate the " + std::to_string(bytes) + "-byte snapshot");
+  }
+  std::memset(p, 0, bytes);
+  return SnapshotMemory(static_cast<char*>(p), [](char* q) { std::free(q); });
 }
 
 }  // namespace
 
-bool SameLayout(at::IntArrayRef sizes, at::IntArrayRef a, at::IntArrayRef b) {
-  if (a.size() != b.size() || a.size() != sizes.size()) return false;
-  for (std::size_t i = 0; i < sizes.size(); ++i) {
+bool SameLayout(const std::int64_t* sizes, int ndim, const std::int64_t* a, const std::int64_t* b) {
+  for (int i = 0; i < ndim; ++i) {
     if (sizes[i] > 1 && a[i] != b[i]) return false;
   }
   return true;
 }
 
-at::Tensor Plan::SnapshotView(const Slot& s) const {
-  return at::from_blob(snap_base + s.offset * static_cast<std::int64_t>(snap_elem_size), s.sizes, s.snap_strides,
-                       at::TensorOptions().dtype(snap_scalar).device(device));
+bool SameSizes(const Dims& a, const std::int64_t* b, int ndim) {
+  if (a.size() != ndim) return false;
+  const std::int64_t* d = a.data();
+  for (int i = 0; i < ndim; ++i) {
+    if (d[i] != b[i]) return false;
+  }
+  return true;
 }
 
-base::StatusOr<std::unique_ptr<Plan>> Plan::Build(const std::vector<at::Tensor>& params, const AgentOptions& options) {
+base::StatusOr<std::unique_ptr<Plan>> Plan::Build(GradientSource& source, const AgentOptions& options) {
   auto plan = std::make_unique<Plan>();
-  plan->slots.resize(params.size());
+  const std::size_t count = source.size();
+  plan->slots.resize(count);
   std::int64_t total = 0;
-  for (std::size_t i = 0; i < params.size(); ++i) {
-    const at::Tensor& p = params[i];
-    if (!p.defined()) return base::Status::InvalidArgument("parameter " + std::to_string(i) + " is an undefined tensor");
-    if (i == 0) {
-      plan->device = p.device();
-    } else if (p.device() != plan->device) {
-      return base::Status::InvalidArgument("parameter " + std::to_string(i) + " is on " + p.device().str() +
-                                     " and parameter 0 on " + plan->device.str() +
-                                     "; the agent needs every gradient on one device");
-    }
+  for (std::size_t i = 0; i < count; ++i) {
+    TensorView p;
+    TensorView g;
     auto& s = plan->slots[i];
-    s.param = p.unsafeGetTensorImpl();
-    s.numel = p.numel();
-    s.sizes.assign(p.sizes().begin(), p.sizes().end());
-    const at::Tensor& g = p.grad();
-    if (g.defined() && g.sizes() == p.sizes() && g.is_non_overlapping_and_dense()) {
-      s.snap_strides.assign(g.strides().begin(), g.strides().end());
-    } else if (p.is_non_overlapping_and_dense()) {
-      s.snap_strides.assign(p.strides().begin(), p.strides().end());
-    } else {
-      const std::vector<std::int64_t> strides = ContiguousStrides(p.sizes());
-      s.snap_strides.assign(strides.begin(), strides.end());
+    GAC_RETURN_IF_ERROR(source.Describe(i, &s.param, &p, &g));
+    if (i == 0) {
+      plan->device = p.device;
+    } else if (p.device != plan->device) {
+      return base::Status::InvalidArgument("parameter " + std::to_string(i) + " is on " + p.device.str() +
+                                           " and parameter 0 on " + plan->device.str() +
+                                           "; the agent needs every gradient on one device");
     }
-    s.snap_contiguous = SameLayout(s.sizes, s.snap_strides, ContiguousStrides(s.sizes));
+    s.numel = p.numel;
+    s.sizes.assign(p.sizes, p.ndim);
+    if (g.data != nullptr && SameSizes(s.sizes, g.sizes, g.ndim) && g.non_overlapping_and_dense) {
+      s.snap_strides.assign(g.strides, g.ndim);
+    } else if (p.non_overlapping_and_dense) {
+      s.snap_strides.assign(p.strides, p.ndim);
+    } else {
+      const std::vector<std::int64_t> strides = ContiguousStrides(s.sizes);
+      s.snap_strides.assign(strides.data(), static_cast<int>(strides.size()));
+    }
+    s.snap_contiguous =
+        SameLayout(s.sizes.data(), s.sizes.size(), s.snap_strides.data(), ContiguousStrides(s.sizes).data());
     s.offset = total;
     total += (s.numel + kSliceAlignElements - 1) / kSliceAlignElements * kSliceAlignElements;
     s.first_chunk = static_cast<std::int64_t>(plan->spans.size());
@@ -105,30 +113,34 @@ base::StatusOr<std::unique_ptr<Plan>> Plan::Build(const std::vector<at::Tensor>&
   }
   plan->chunk_elements = options.chunk_elements;
   const bool bf16 = options.snapshot_dtype == SnapshotDtype::kBFloat16;
-  if (!plan->device.is_cpu()) {
-#ifdef GAC_AGENT_TORCH_CUDA
-    if (plan->device.is_cuda()) {
+  const bool on_cuda = plan->device.kind == DeviceId::Kind::kCuda;
+  if (plan->device.kind != DeviceId::Kind::kCpu) {
+#ifdef GAC_AGENT_CUDA
+    if (on_cuda) {
       base::StatusOr<std::unique_ptr<DevicePasses>> passes =
-          CreateCudaPasses(plan->device, bf16, static_cast<int>(options.layers.size()));
+          CreateCudaPasses(plan->device.index, bf16, static_cast<int>(options.layers.size()));
       if (!passes.ok()) return passes.status();
       plan->device_passes = std::move(*passes);
-      plan->device_tensors.resize(params.size());
+      plan->device_tensors.resize(count);
     }
 #endif
     if (plan->device_passes == nullptr) {
       return base::Status::Unimplemented(
           "the gradients are on " + plan->device.str() + "; this build of the agent reads CPU gradients only" +
-          (plan->device.is_cuda() ? " (the CUDA passes need nvcc and a CUDA build of LibTorch)" : ""));
+          (on_cuda ? " (the CUDA passes are built when nvcc is found)" : ""));
     }
   }
-  plan->snap_scalar = bf16 ? at::kBFloat16 : at::kFloat;
   plan->snap_type = bf16 ? cpu::ElemType::kBF16 : cpu::ElemType::kF32;
   plan->snap_elem_size = bf16 ? 2 : 4;
-  plan->snapshot = plan->device.is_cpu()
-                       ? HostSnapshot(std::max<std::int64_t>(total, 1), plan->snap_scalar)
-                       : at::zeros({std::max<std::int64_t>(total, 1)},
-                                   at::TensorOptions().dtype(plan->snap_scalar).device(plan->device));
-  plan->snap_base = static_cast<char*>(plan->snapshot.data_ptr());
+  plan->snapshot_bytes = static_cast<std::size_t>(std::max<std::int64_t>(total, 1)) * plan->snap_elem_size;
+  if (plan->device_passes != nullptr) {
+    GAC_ASSIGN_OR_RETURN(char* base, plan->device_passes->AllocateSnapshot(plan->snapshot_bytes));
+    plan->snapshot = SnapshotMemory(base, [](char*) {});  // the device passes free it
+  } else {
+    GAC_ASSIGN_OR_RETURN(SnapshotMemory memory, HostSnapshot(plan->snapshot_bytes));
+    plan->snapshot = std::move(memory);
+  }
+  plan->snap_base = plan->snapshot.get();
   for (const Slot& s : plan->slots) {
     for (std::int64_t c = s.first_chunk; c < s.end_chunk; ++c) {
       const std::int64_t element = s.offset + (c - s.first_chunk) * options.chunk_elements;
@@ -136,12 +148,12 @@ base::StatusOr<std::unique_ptr<Plan>> Plan::Build(const std::vector<at::Tensor>&
     }
   }
   plan->partials.resize(plan->spans.size());
-  plan->group_of.assign(params.size(), -1);
+  plan->group_of.assign(count, -1);
   for (std::size_t g = 0; g < options.layers.size(); ++g) {
     for (int i : options.layers[g].parameters) {  // Agent::Create checked i >= 0 and no repeats
-      if (static_cast<std::size_t>(i) >= params.size()) {
+      if (static_cast<std::size_t>(i) >= count) {
         return base::Status::InvalidArgument("layer '" + options.layers[g].name + "' names parameter " +
-                                       std::to_string(i) + " of " + std::to_string(params.size()));
+                                             std::to_string(i) + " of " + std::to_string(count));
       }
       plan->group_of[static_cast<std::size_t>(i)] = static_cast<int>(g);
     }

@@ -9,17 +9,14 @@
 #ifndef GAC_AGENT_SRC_PLAN_H_
 #define GAC_AGENT_SRC_PLAN_H_
 
-#include <ATen/core/Tensor.h>
-#include <c10/core/Device.h>
-#include <c10/util/SmallVector.h>
-
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
 #include "agent/src/cpu/kernels.h"
 #include "agent/src/device_passes.h"
-#include "gac/agent/agent.h"
+#include "gac/agent/core.h"
 #include "gac/base/status.h"
 
 namespace gac::agent {
@@ -33,40 +30,66 @@ inline constexpr std::int64_t kTasksPerThread = 4;
 // Snapshot slices start on 64-byte boundaries (16 fp32 / 32 bf16 elements).
 inline constexpr std::int64_t kSliceAlignElements = 32;
 
+// A tensor's sizes or strides, inline up to 5 dimensions.
+class Dims {
+ public:
+  Dims() = default;
+  Dims(const std::int64_t* d, int n) { assign(d, n); }
+  void assign(const std::int64_t* d, int n) {
+    n_ = n;
+    if (n <= kInline) {
+      for (int i = 0; i < n; ++i) inline_[i] = d[i];
+    } else {
+      heap_.assign(d, d + n);
+    }
+  }
+  const std::int64_t* data() const { return n_ <= kInline ? inline_ : heap_.data(); }
+  int size() const { return n_; }
+  std::int64_t operator[](int i) const { return data()[i]; }
+
+ private:
+  static constexpr int kInline = 5;
+  std::int64_t inline_[kInline] = {};
+  std::vector<std::int64_t> heap_;
+  int n_ = 0;
+};
+
 // Strides agree on every dimension that has more than one element.
-bool SameLayout(at::IntArrayRef sizes, at::IntArrayRef a, at::IntArrayRef b);
+bool SameLayout(const std::int64_t* sizes, int ndim, const std::int64_t* a, const std::int64_t* b);
+bool SameSizes(const Dims& a, const std::int64_t* b, int ndim);
 
 struct Plan {
   // What Step() reads for every tensor comes first (~1.5 cache lines).
   struct Slot {
-    const c10::TensorImpl* param = nullptr;  // identity of the parameter
+    const void* param = nullptr;  // identity of the parameter (GradientSource::Describe)
     std::int64_t numel = 0;
     std::int64_t first_chunk = 0;
     std::int64_t end_chunk = 0;     // chunks [first_chunk, end_chunk) are this tensor's
     bool snap_contiguous = false;   // snap_strides are the contiguous strides of sizes
-    c10::SmallVector<std::int64_t, 5> sizes;  // inline up to 5 dimensions
+    Dims sizes;
     std::int64_t offset = 0;  // first snapshot element
-    c10::SmallVector<std::int64_t, 5> snap_strides;  // layout of the snapshot slice
+    Dims snap_strides;  // layout of the snapshot slice
   };
   // A gradient that takes the strided (slow) path this step.
   struct Strided {
     const Slot* slot;
-    const at::Tensor* grad;
+    TensorView grad;  // sizes are the slot's; strides point into strided_dims
+    std::size_t strides_at;  // index into strided_dims
   };
 
-  // Builds the slots, chunks, tasks and the zeroed snapshot for `params`.
-  // InvalidArgument for undefined tensors, tensors on several devices, or a
-  // group naming a parameter beyond the list; Unimplemented for gradients on
-  // a device this build cannot read.
-  static base::StatusOr<std::unique_ptr<Plan>> Build(const std::vector<at::Tensor>& params, const AgentOptions& options);
+  // Builds the slots, chunks, tasks and the zeroed snapshot for the
+  // parameters of `source`. InvalidArgument for tensors on several devices,
+  // or a layer naming a parameter beyond the list; Unimplemented for
+  // gradients on a device this build cannot read.
+  static base::StatusOr<std::unique_ptr<Plan>> Build(GradientSource& source, const AgentOptions& options);
 
   std::int64_t num_tasks() const { return static_cast<std::int64_t>(task_first_chunk.size()) - 1; }
   // Runs on the calling thread only: one task, or one thread.
   bool serial(int num_threads) const {
     return device_passes == nullptr && (num_tasks() <= 1 || num_threads == 1);
   }
-  // The snapshot slice of a slot as a tensor (shares the snapshot's memory).
-  at::Tensor SnapshotView(const Slot& s) const;
+  // The first element of a slot's snapshot slice.
+  char* SnapshotAt(const Slot& s) const { return snap_base + s.offset * static_cast<std::int64_t>(snap_elem_size); }
   std::int64_t SlotIndex(const Slot& s) const { return &s - slots.data(); }
 
   std::vector<Slot> slots;
@@ -77,21 +100,24 @@ struct Plan {
   std::vector<std::int64_t> task_first_chunk;  // tasks + 1 entries
   std::vector<cpu::Partial> partials;          // one per chunk (parallel passes)
   std::vector<Strided> strided;                // per step
+  std::vector<std::int64_t> strided_dims;      // per step: the strided gradients' strides
   std::vector<int> group_of;                   // per slot: its parameter group, or -1
   // Per step: (dot, grad_sq, ref_sq) of the step, then 3 per group; device plans then
   // the non-finite count. What the all-reduce sums.
   std::vector<double> reduced;
   // Gradients on a GPU: the passes run there (the spans then only carry
   // device pointers for the gather) and the snapshot lives on that device.
-  c10::Device device = c10::Device(c10::kCPU);
+  DeviceId device;
   std::unique_ptr<DevicePasses> device_passes;  // null for CPU plans
   std::vector<cuda::TensorRef> device_tensors;  // per slot, per step
   std::int64_t chunk_elements = 0;
-  at::Tensor snapshot;                          // flat, snapshot dtype
+  // The flat snapshot (snapshot dtype): host memory, or device memory the
+  // device passes own.
+  std::unique_ptr<char, std::function<void(char*)>> snapshot;
+  std::size_t snapshot_bytes = 0;
   char* snap_base = nullptr;
   std::size_t snap_elem_size = 4;
   cpu::ElemType snap_type = cpu::ElemType::kF32;
-  at::ScalarType snap_scalar = at::kFloat;
   bool has_reference = false;  // the snapshot holds a previous gradient
   bool stepped = false;        // a step completed since Build
   std::int64_t last_step = 0;

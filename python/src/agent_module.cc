@@ -1,17 +1,13 @@
-// gac._agent: gac::agent::Agent for PyTorch trainers. The module links the
-// LibTorch that the interpreter's torch loaded (the build's .venv: torch
-// from PyPI) and its Python bindings (libtorch_python), so parameters
-// cross as the torch.Tensor objects' own at::Tensor (no copy: the agent
-// reads and projects the very gradients autograd wrote), a
-// torch.distributed ProcessGroup is the c10d object itself, and a step runs
-// with the GIL released.
-#include <ATen/ATen.h>
+// gac._agent: the agent core (gac::agent::AgentCore) for PyTorch trainers,
+// with no LibTorch: the module links neither libtorch nor libtorch_python,
+// so one build serves every torch 2.x. The gradients are read through
+// torch's Python API (data_ptr(), dtype, strides: python/src/tensor_reader.h)
+// and the core reads and projects the very memory autograd wrote (no copy),
+// on the trainer's current CUDA stream for CUDA tensors; the statistics of
+// sharded gradients are all-reduced with torch.distributed (gac/_dist.py).
+// A step runs with the GIL released.
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
-#include <torch/csrc/autograd/python_variable.h>
-#include <torch/csrc/distributed/c10d/Backend.hpp>
-#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
-#include <torch/csrc/utils/pybind.h>
 
 #include <chrono>
 #include <cstdint>
@@ -21,10 +17,10 @@
 #include <utility>
 #include <vector>
 
-#include "gac/agent/agent.h"
-#include "gac/agent/process_group_reducer.h"
+#include "gac/agent/core.h"
 #include "python/src/parameter_list.h"
 #include "python/src/support.h"
+#include "python/src/tensor_reader.h"
 
 namespace py = pybind11;
 using namespace pybind11::literals;
@@ -32,9 +28,8 @@ using namespace pybind11::literals;
 namespace gac::python {
 namespace {
 
-using agent::Agent;
+using agent::AgentCore;
 using agent::AgentOptions;
-using agent::ProcessGroupReducer;
 using agent::ReferencePolicy;
 using agent::SnapshotDtype;
 
@@ -55,35 +50,41 @@ ReferencePolicy ReferenceFrom(const std::string& name) {
   RaiseInvalidArgument("reference must be 'raw_gradient' or 'applied_update', got '" + name + "'");
 }
 
-// The c10d object behind a torch.distributed ProcessGroup (Gloo, NCCL, ...),
-// or a bare c10d Backend (dist.ProcessGroupGloo(store, rank, size) makes
-// one), summed on the CPU for Gloo and on the current CUDA device for NCCL.
-std::shared_ptr<agent::Reducer> ReducerFrom(const py::object& group) {
-  py::module_ dist = py::module_::import("torch.distributed");
-  py::object backend_type = py::module_::import("torch._C._distributed_c10d").attr("Backend");
-  c10::Device device(c10::kCPU);
-  const auto on_device = [&](const std::string& backend_name) {
-    if (backend_name == "nccl") {
-      device = c10::Device(c10::kCUDA,
-                           py::module_::import("torch.cuda").attr("current_device")().cast<c10::DeviceIndex>());
+// Sums the statistics over a torch.distributed group through
+// gac._dist.AllReduce (torch.distributed.all_reduce of one small fp64
+// tensor, on the GPU for NCCL), taking the GIL for the call.
+class PythonReducer final : public agent::Reducer {
+ public:
+  explicit PythonReducer(py::object reducer) : reducer_(std::move(reducer)) {
+    rank_ = reducer_.attr("rank").cast<int>();
+    world_size_ = reducer_.attr("world_size").cast<int>();
+  }
+  ~PythonReducer() override {
+    py::gil_scoped_acquire gil;
+    reducer_ = py::object();
+  }
+
+  base::Status AllReduceSum(double* values, std::size_t n) override {
+    py::gil_scoped_acquire gil;
+    try {
+      py::list in(n);
+      for (std::size_t i = 0; i < n; ++i) in[i] = py::float_(values[i]);
+      py::sequence out = reducer_(in);
+      if (out.size() != n) return base::Status::Internal("the all-reduce returned " + std::to_string(out.size()) + " values");
+      for (std::size_t i = 0; i < n; ++i) values[i] = out[i].cast<double>();
+      return base::Status::Ok();
+    } catch (py::error_already_set& e) {
+      return base::Status::Unavailable(std::string("torch.distributed.all_reduce failed: ") + e.what());
     }
-  };
-  if (py::isinstance(group, dist.attr("ProcessGroup"))) {
-    auto* raw = group.cast<c10d::ProcessGroup*>();
-    auto pg = c10::intrusive_ptr<c10d::ProcessGroup>::unsafe_reclaim_from_nonowning(raw);
-    on_device(raw->getBackendName());
-    return std::make_shared<ProcessGroupReducer>(std::move(pg), device);
   }
-  if (py::isinstance(group, backend_type)) {
-    auto* raw = group.cast<c10d::Backend*>();
-    auto backend = c10::intrusive_ptr<c10d::Backend>::unsafe_reclaim_from_nonowning(raw);
-    on_device(raw->getBackendName());
-    return std::make_shared<ProcessGroupReducer>(std::move(backend), device);
-  }
-  throw py::type_error("process_group must be a torch.distributed ProcessGroup (e.g. dist.group.WORLD or "
-                       "dist.new_group(...)) or a c10d backend (dist.ProcessGroupGloo(...)), got a " +
-                       py::str(py::type::of(group).attr("__name__")).cast<std::string>());
-}
+  int rank() const override { return rank_; }
+  int world_size() const override { return world_size_; }
+
+ private:
+  py::object reducer_;
+  int rank_ = 0;
+  int world_size_ = 1;
+};
 
 // gac.Agent. Holds the options the C++ agent is made from; layers given as
 // tensors are turned into indices of the parameter list on the
@@ -112,7 +113,7 @@ class PyAgent {
       options_.decision_source = decision_source.cast<std::shared_ptr<controller::DecisionSource>>();
     }
     if (!process_group.is_none()) {
-      options_.reducer = ReducerFrom(process_group);
+      options_.reducer = std::make_shared<PythonReducer>(py::module_::import("gac._dist").attr("AllReduce")(process_group));
       process_group_ = process_group;
     }
     if (!groups.is_none()) {
@@ -120,41 +121,35 @@ class PyAgent {
       if (!layers.is_none()) RaiseInvalidArgument("give layers or its deprecated name groups, not both");
     }
     SetLayers(layers.is_none() ? groups : layers);
-    agent_ = ValueOrRaise(Agent::Create(options_));
+    agent_ = ValueOrRaise(AgentCore::Create(options_));
   }
 
   py::object Step(std::int64_t step, py::handle params) {
-    const std::vector<at::Tensor>& tensors = params_.Convert(params);
-    if (!planned_ && !layers_.empty()) ResolveLayers(tensors);
-    base::StatusOr<controller::StepReport> report = [&] {
-      py::gil_scoped_release release;
-      return agent_->Step(step, tensors);
-    }();
-    if (!report.ok()) RaiseStep(report.status());
-    planned_ = true;
-    return py::cast(std::move(*report));
+    bool changed = false;
+    const std::vector<py::object>& objects = params_.Convert(params, &changed);
+    if (changed || !prepared_) {
+      reader_.Prepare(objects);
+      prepared_ = true;
+    }
+    if (!planned_ && !layers_.empty()) ResolveLayers(objects);
+    return RunStep(step, nullptr);
   }
 
-  // Times Agent::Step alone, in C++, on the parameters of the last step():
-  // for benchmarks that compare it with step() from Python in one process.
+  // Times the core's step alone, in C++ (the gradients read from Python
+  // before the clock starts), on the parameters of the last step(): for
+  // benchmarks that compare it with step() from Python in one process.
   std::pair<double, py::object> TimeCppStep(std::int64_t step) {
     if (!planned_) RaiseStatus(base::Status::FailedPrecondition("call step() once before _time_cpp_step()"));
-    const std::vector<at::Tensor>& tensors = params_.tensors();
     double seconds = 0.0;
-    base::StatusOr<controller::StepReport> report = [&] {
-      py::gil_scoped_release release;
-      const auto t0 = std::chrono::steady_clock::now();
-      base::StatusOr<controller::StepReport> r = agent_->Step(step, tensors);
-      seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      return r;
-    }();
-    if (!report.ok()) RaiseStep(report.status());
-    return {seconds, py::cast(std::move(*report))};
+    py::object report = RunStep(step, &seconds);
+    return {seconds, std::move(report)};
   }
 
   void Reset() {
     agent_->Reset();
+    reader_.Release();
     params_.Clear();
+    prepared_ = false;
     planned_ = false;
   }
 
@@ -165,7 +160,7 @@ class PyAgent {
     options_.mode = mode;
   }
   std::uint64_t fallbacks() const { return fallbacks_before_ + agent_->fallbacks(); }
-  const Agent& agent() const { return *agent_; }
+  const AgentCore& agent() const { return *agent_; }
   const AgentOptions& options() const { return options_; }
   py::object decision_source() const { return decision_source_; }
   py::object process_group() const { return process_group_; }
@@ -189,16 +184,15 @@ class PyAgent {
       if (!py::isinstance<py::str>(item.first)) throw py::type_error("layer names must be str");
       Layer g{item.first.cast<std::string>(), {}};
       if (g.name.empty()) RaiseInvalidArgument("layer names must not be empty");
-      if (THPVariable_Check(item.second.ptr())) {
+      if (IsTensor(item.second.ptr())) {
         throw py::type_error("layer '" + g.name + "' is a single tensor; give a list of parameters");
       }
       for (py::handle t : py::iter(item.second)) {
-        if (!THPVariable_Check(t.ptr())) {
+        if (!IsTensor(t.ptr())) {
           throw py::type_error("layer '" + g.name + "' holds a " +
                                py::str(py::type::of(t).attr("__name__")).cast<std::string>() + ", expected tensors");
         }
-        const void* impl = THPVariable_Unpack(t.ptr()).unsafeGetTensorImpl();
-        auto [it, fresh] = seen.emplace(impl, g.name);
+        auto [it, fresh] = seen.emplace(t.ptr(), g.name);
         if (!fresh) RaiseInvalidArgument("a parameter is in layers '" + it->second + "' and '" + g.name + "'");
         g.tensors.push_back(py::reinterpret_borrow<py::object>(t));
       }
@@ -209,14 +203,14 @@ class PyAgent {
   // The layers as indices of `tensors`; re-creates the C++ agent when they
   // differ from those it has (it has no plan yet, so nothing is lost but
   // the fallback count, which is carried over).
-  void ResolveLayers(const std::vector<at::Tensor>& tensors) {
+  void ResolveLayers(const std::vector<py::object>& tensors) {
     std::unordered_map<const void*, int> index;
-    for (std::size_t i = 0; i < tensors.size(); ++i) index.emplace(tensors[i].unsafeGetTensorImpl(), static_cast<int>(i));
+    for (std::size_t i = 0; i < tensors.size(); ++i) index.emplace(tensors[i].ptr(), static_cast<int>(i));
     std::vector<AgentOptions::LayerSpec> resolved;
     for (const Layer& g : layers_) {
       AgentOptions::LayerSpec pg{g.name, {}};
       for (std::size_t k = 0; k < g.tensors.size(); ++k) {
-        auto it = index.find(THPVariable_Unpack(g.tensors[k].ptr()).unsafeGetTensorImpl());
+        auto it = index.find(g.tensors[k].ptr());
         if (it == index.end()) {
           RaiseInvalidArgument("layer '" + g.name + "': its parameter " + std::to_string(k) +
                                " is not among the parameters passed to step()");
@@ -233,7 +227,7 @@ class PyAgent {
     AgentOptions options = options_;
     options.mode = agent_->options().mode;
     options.layers = std::move(resolved);
-    std::unique_ptr<Agent> fresh = ValueOrRaise(Agent::Create(std::move(options)));
+    std::unique_ptr<AgentCore> fresh = ValueOrRaise(AgentCore::Create(std::move(options)));
     fallbacks_before_ += agent_->fallbacks();
     agent_ = std::move(fresh);
   }
@@ -248,10 +242,29 @@ class PyAgent {
     RaiseStatus(base::Status(status.code(), message));
   }
 
+  // Reads this step's gradients (GIL held), runs the core with the GIL
+  // released, and times the core alone when `seconds` is given.
+  py::object RunStep(std::int64_t step, double* seconds) {
+    reader_.Prefetch();
+    base::StatusOr<controller::StepReport> report = [&] {
+      py::gil_scoped_release release;
+      const auto t0 = std::chrono::steady_clock::now();
+      base::StatusOr<controller::StepReport> r = agent_->Step(step, reader_);
+      if (seconds != nullptr) *seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      return r;
+    }();
+    reader_.Release();
+    if (!report.ok()) RaiseStep(report.status());
+    planned_ = true;
+    return py::cast(std::move(*report));
+  }
+
   AgentOptions options_;  // as given; layers as indices live in agent_'s options
   std::vector<Layer> layers_;
-  std::unique_ptr<Agent> agent_;
+  std::unique_ptr<AgentCore> agent_;
   ParameterList params_;
+  TensorReader reader_;
+  bool prepared_ = false;  // reader_ knows the parameters of params_
   bool planned_ = false;  // a step succeeded since creation or reset()
   std::uint64_t fallbacks_before_ = 0;  // of agents replaced by ResolveLayers
   py::object decision_source_ = py::none();
@@ -327,8 +340,7 @@ void BindAgent(py::module_& m) {
 }  // namespace gac::python
 
 PYBIND11_MODULE(_agent, m) {
-  m.doc() = "The in-process GAC agent over the interpreter's LibTorch.";
-  py::module_::import("torch");
+  m.doc() = "The in-process GAC agent, over torch's Python API (no LibTorch).";
   py::module_::import("gac._controller");
   gac::python::BindAgent(m);
 }

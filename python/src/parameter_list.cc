@@ -1,9 +1,9 @@
 #include "python/src/parameter_list.h"
 
-#include <torch/csrc/autograd/python_variable.h>
-
 #include <string>
 #include <utility>
+
+#include "python/src/tensor_reader.h"
 
 namespace py = pybind11;
 
@@ -18,9 +18,10 @@ namespace {
 
 }  // namespace
 
-const std::vector<at::Tensor>& ParameterList::Convert(py::handle params) {
+const std::vector<py::object>& ParameterList::Convert(py::handle params, bool* changed) {
+  *changed = false;
   PyObject* const obj = params.ptr();
-  if (THPVariable_Check(obj)) {
+  if (IsTensor(obj)) {
     throw py::type_error("params is a single tensor; pass an iterable of tensors (model.parameters() or a list)");
   }
   if (PyList_Check(obj) || PyTuple_Check(obj)) {
@@ -28,12 +29,13 @@ const std::vector<at::Tensor>& ParameterList::Convert(py::handle params) {
     PyObject** const items = PySequence_Fast_ITEMS(obj);
     bool same = static_cast<std::size_t>(n) == objects_.size();
     for (Py_ssize_t i = 0; same && i < n; ++i) same = items[i] == objects_[static_cast<std::size_t>(i)].ptr();
-    if (same) return tensors_;
+    if (same) return objects_;
     std::vector<py::object> fresh;
     fresh.reserve(static_cast<std::size_t>(n));
     for (Py_ssize_t i = 0; i < n; ++i) fresh.push_back(py::reinterpret_borrow<py::object>(items[i]));
     Rebuild(std::move(fresh));
-    return tensors_;
+    *changed = true;
+    return objects_;
   }
   // Any other iterable: compared with the kept objects as it is consumed.
   py::iterator it;
@@ -57,26 +59,18 @@ const std::vector<at::Tensor>& ParameterList::Convert(py::handle params) {
     }
     fresh.push_back(py::reinterpret_borrow<py::object>(item));
   }
-  if (same && matched == objects_.size()) return tensors_;
+  if (same && matched == objects_.size()) return objects_;
   if (same) fresh.assign(objects_.begin(), objects_.begin() + static_cast<std::ptrdiff_t>(matched));
   Rebuild(std::move(fresh));
-  return tensors_;
+  *changed = true;
+  return objects_;
 }
 
 void ParameterList::Rebuild(std::vector<py::object> objects) {
-  std::vector<at::Tensor> tensors;
-  tensors.reserve(objects.size());
   for (std::size_t i = 0; i < objects.size(); ++i) {
-    if (!THPVariable_Check(objects[i].ptr())) RaiseNotTensor(i, objects[i]);
-    tensors.push_back(THPVariable_Unpack(objects[i].ptr()));
+    if (!IsTensor(objects[i].ptr())) RaiseNotTensor(i, objects[i]);
   }
   objects_ = std::move(objects);
-  tensors_ = std::move(tensors);
-}
-
-void ParameterList::Clear() {
-  tensors_.clear();
-  objects_.clear();
 }
 
 }  // namespace gac::python

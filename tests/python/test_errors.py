@@ -48,7 +48,7 @@ AGENT_CASES: List[Tuple[Callable[[], Any], Type[BaseException], str]] = [
     (lambda: gac.Agent().step(1, 5), TypeError, "params must be an iterable of tensors"),
     (lambda: gac.Agent().step(1, [P, 3]), TypeError, "params[1] is a int, expected a torch.Tensor"),
     (lambda: gac.Agent().step(1, [param(4, torch.float64)]), ValueError,
-     "gradient of parameter 0 has dtype Double; supported: float32, bfloat16, float16"),
+     "gradient of parameter 0 has dtype float64; supported: float32, bfloat16, float16"),
     (lambda: gac.Agent().step("one", [P]), TypeError, "incompatible"),
     (lambda: gac.Agent()._time_cpp_step(1), gac.FailedPreconditionError, "call step() once"),
 ]

@@ -16,6 +16,8 @@
 #include "gac/base/mutex.h"
 #include "gac/base/status.h"
 #include "gac/base/thread_annotations.h"
+#include "gac/agent/core.h"
+#include "gac/agent/options.h"
 #ifdef CONSUMER_WITH_AGENT
 #include <ATen/ATen.h>
 #include <torch/csrc/distributed/c10d/FileStore.hpp>
@@ -128,6 +130,41 @@ int main(int argc, char** argv) {
   report.layers.push_back(gac::controller::LayerStats{"layer", 0.1, 1.0, 1.0});
   Check(report.layers[0].cosine().has_value(), "LayerStats::cosine");
 
+  {
+    // The torch-free core over a plain buffer: one parameter of 8 floats.
+    struct Buffer final : gac::agent::GradientSource {
+      std::vector<float> grad = std::vector<float>(8, 1.0f);
+      std::int64_t size8 = 8, stride1 = 1;
+      std::size_t size() const override { return 1; }
+      gac::agent::TensorView View() {
+        gac::agent::TensorView v;
+        v.data = grad.data();
+        v.sizes = &size8;
+        v.strides = &stride1;
+        v.ndim = 1;
+        v.numel = 8;
+        v.contiguous = v.non_overlapping_and_dense = gac::agent::IsContiguous(&size8, &stride1, 1);
+        return v;
+      }
+      gac::base::Status Describe(std::size_t, const void** id, gac::agent::TensorView* p,
+                                 gac::agent::TensorView* g) override {
+        *id = this;
+        *p = *g = View();
+        return gac::base::Status::Ok();
+      }
+      gac::base::Status Gather(std::size_t, std::size_t, const void** ids, gac::agent::TensorView* g,
+                               bool* absent) override {
+        ids[0] = this;
+        g[0] = View();
+        absent[0] = false;
+        return gac::base::Status::Ok();
+      }
+    } buffer;
+    auto core = gac::agent::AgentCore::Create(gac::agent::AgentOptions{});
+    Check(core.ok() && (*core)->Step(1, buffer).ok(), "AgentCore::Step 1");
+    auto r = core.ok() ? (*core)->Step(2, buffer) : gac::base::Status::Internal("no core");
+    Check(r.ok() && r->decision.cosine && std::fabs(*r->decision.cosine - 1.0) < 1e-6, "AgentCore: cosine of equal gradients");
+  }
 #ifdef CONSUMER_WITH_AGENT
   {
     gac::agent::AgentOptions options;

@@ -21,7 +21,7 @@
 // tensors in the same order at every step; Reset() starts over with a new set.
 //
 // Gradients on a CUDA device (all parameters on that one device) need a
-// build against a CUDA LibTorch: the passes then run as fused multi-tensor
+// build with the CUDA kernels (nvcc found): the passes then run as fused multi-tensor
 // kernels on the device's current stream, the snapshot lives on the device,
 // and Step() waits for the device only to read back the summed statistics;
 // the projection / snapshot pass is enqueued, not waited for. A DeviceReducer
@@ -37,10 +37,11 @@
 
 #include <cstdint>
 #include <memory>
-#include <optional>
 #include <string>
 #include <vector>
 
+#include "gac/agent/core.h"
+#include "gac/agent/options.h"
 #include "gac/agent/reducer.h"
 #include "gac/controller/controller.h"
 #include "gac/controller/decision_source.h"
@@ -58,53 +59,7 @@ using ::gac::controller::ModeName;
 using ::gac::controller::ParseMode;
 using ::gac::controller::StepReport;
 
-class ThreadPool;
-struct Plan;
 
-enum class SnapshotDtype : std::uint8_t { kFloat32 = 0, kBFloat16 = 1 };
-// What the next step is compared with.
-enum class ReferencePolicy : std::uint8_t {
-  kRawGradient = 0,    // the previous raw gradient (the paper's c_t); default
-  kAppliedUpdate = 1,  // the previous applied (projected) gradient; unchanged by a skip
-};
-
-// (The deprecated member `groups` would make the compiler warn wherever the
-// implicit constructors are used; only a use of `groups` itself should.)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
-struct AgentOptions {
-  controller::Thresholds thresholds;
-  controller::AlphaMode alpha_mode = controller::AlphaMode::kPaper;
-  controller::Mode mode = controller::Mode::kLocal;
-  SnapshotDtype snapshot_dtype = SnapshotDtype::kFloat32;
-  ReferencePolicy reference = ReferencePolicy::kRawGradient;
-  // Threads for the passes, the caller included; 0 = hardware threads, at most 8.
-  int num_threads = 0;
-  // Elements per work item; tensors are split into chunks of this size.
-  std::int64_t chunk_elements = std::int64_t{1} << 16;
-  // Sums the statistics across ranks when gradients are sharded; null when
-  // each rank holds whole gradients (or there is one rank).
-  std::shared_ptr<Reducer> reducer;
-  // The decision source of remote mode (gac::transport::RemoteController).
-  // Required for Mode::kRemote. With a reducer, a fallback on any rank makes
-  // every rank use the local decision (one more 1-scalar all-reduce), so the
-  // ranks never apply different updates.
-  std::shared_ptr<controller::DecisionSource> decision_source;
-  // Per-layer breakdown (opt-in): named sets of parameter indices (a "layer"
-  // is any such set). Each step then reports dot, |g|^2 and |p|^2 per layer
-  // in StepReport::layers (summed across ranks with the main statistics). A
-  // parameter may be in at most one layer.
-  struct LayerSpec {
-    std::string name;
-    std::vector<int> parameters;  // indices into Step()'s parameter list
-  };
-  using ParameterGroup [[deprecated("use AgentOptions::LayerSpec")]] = LayerSpec;
-  std::vector<LayerSpec> layers;
-  // The former name of `layers`: Agent::Create moves it into `layers` when
-  // `layers` is empty (InvalidArgument when both are given).
-  [[deprecated("use AgentOptions::layers")]] std::vector<LayerSpec> groups;
-};
-#pragma GCC diagnostic pop
 
 class Agent {
  public:
@@ -130,35 +85,19 @@ class Agent {
   // InvalidArgument for kRemote without a decision source.
   base::Status set_mode(controller::Mode mode);
   // Remote decisions replaced by the local one since creation.
-  std::uint64_t fallbacks() const { return fallbacks_; }
-  const AgentOptions& options() const { return options_; }
-  const controller::Controller& controller() const { return controller_; }
+  std::uint64_t fallbacks() const { return core_->fallbacks(); }
+  const AgentOptions& options() const { return core_->options(); }
+  const controller::Controller& controller() const { return core_->controller(); }
   // Bytes held by the snapshot (0 before the first step).
-  std::int64_t snapshot_bytes() const;
+  std::int64_t snapshot_bytes() const { return core_->snapshot_bytes(); }
   // Name of the CPU kernels in use ("avx512", "avx2", "baseline").
-  const char* kernel_isa() const;
+  const char* kernel_isa() const { return core_->kernel_isa(); }
 
  private:
-  Agent(AgentOptions options, controller::Controller controller);
+  explicit Agent(std::unique_ptr<AgentCore> core);
 
-  // Step()'s parts, in order. Builds the plan on the first step (or checks
-  // the parameter count and the step number against it).
-  base::Status PreparePlan(std::int64_t step, const std::vector<at::Tensor>& parameters);
-  // Gathers the gradients and sums dot, |g|^2, |p|^2 (and per group) into
-  // the plan, all-reduced across ranks when there is a reducer.
-  base::Status ComputeStatistics(const std::vector<at::Tensor>& parameters, controller::StepReport* report);
-  // Remote mode: the decision source's answer, or the local decision and a
-  // fallback (on every rank when any rank falls back).
-  base::Status DecideRemotely(std::int64_t step, const controller::AlignmentStats& stats, controller::StepReport* report);
-  // Projects the gradients in place (local and remote modes) and refreshes
-  // the snapshot, per the decision and the reference policy.
-  base::Status ApplyDecision(controller::StepReport* report);
-
-  AgentOptions options_;
-  controller::Controller controller_;
-  std::unique_ptr<Plan> plan_;
-  std::unique_ptr<ThreadPool> pool_;
-  std::uint64_t fallbacks_ = 0;
+  // Everything but reading at::Tensor objects is the core's (gac/agent/core.h).
+  std::unique_ptr<AgentCore> core_;
 };
 
 }  // namespace gac::agent

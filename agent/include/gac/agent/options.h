@@ -1,0 +1,65 @@
+// AgentOptions: how an agent measures and acts, shared by the LibTorch agent
+// (gac/agent/agent.h) and the torch-free core it is built on
+// (gac/agent/core.h). No LibTorch.
+#ifndef GAC_AGENT_OPTIONS_H_
+#define GAC_AGENT_OPTIONS_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "gac/agent/reducer.h"
+#include "gac/controller/controller.h"
+#include "gac/controller/decision_source.h"
+
+namespace gac::agent {
+
+enum class SnapshotDtype : std::uint8_t { kFloat32 = 0, kBFloat16 = 1 };
+// What the next step is compared with.
+enum class ReferencePolicy : std::uint8_t {
+  kRawGradient = 0,    // the previous raw gradient (the paper's c_t); default
+  kAppliedUpdate = 1,  // the previous applied (projected) gradient; unchanged by a skip
+};
+
+// (The deprecated member `groups` would make the compiler warn wherever the
+// implicit constructors are used; only a use of `groups` itself should.)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+struct AgentOptions {
+  controller::Thresholds thresholds;
+  controller::AlphaMode alpha_mode = controller::AlphaMode::kPaper;
+  controller::Mode mode = controller::Mode::kLocal;
+  SnapshotDtype snapshot_dtype = SnapshotDtype::kFloat32;
+  ReferencePolicy reference = ReferencePolicy::kRawGradient;
+  // Threads for the passes, the caller included; 0 = hardware threads, at most 8.
+  int num_threads = 0;
+  // Elements per work item; tensors are split into chunks of this size.
+  std::int64_t chunk_elements = std::int64_t{1} << 16;
+  // Sums the statistics across ranks when gradients are sharded; null when
+  // each rank holds whole gradients (or there is one rank).
+  std::shared_ptr<Reducer> reducer;
+  // The decision source of remote mode (gac::transport::RemoteController).
+  // Required for Mode::kRemote. With a reducer, a fallback on any rank makes
+  // every rank use the local decision (one more 1-scalar all-reduce), so the
+  // ranks never apply different updates.
+  std::shared_ptr<controller::DecisionSource> decision_source;
+  // Per-layer breakdown (opt-in): named sets of parameter indices (a "layer"
+  // is any such set). Each step then reports dot, |g|^2 and |p|^2 per layer
+  // in StepReport::layers (summed across ranks with the main statistics). A
+  // parameter may be in at most one layer.
+  struct LayerSpec {
+    std::string name;
+    std::vector<int> parameters;  // indices into Step()'s parameter list
+  };
+  using ParameterGroup [[deprecated("use AgentOptions::LayerSpec")]] = LayerSpec;
+  std::vector<LayerSpec> layers;
+  // The former name of `layers`: Agent::Create moves it into `layers` when
+  // `layers` is empty (InvalidArgument when both are given).
+  [[deprecated("use AgentOptions::layers")]] std::vector<LayerSpec> groups;
+};
+#pragma GCC diagnostic pop
+
+}  // namespace gac::agent
+
+#endif  // GAC_AGENT_OPTIONS_H_

@@ -10,8 +10,12 @@ workload, as bench/agent_bench does):
            trainer pays: the call, the list, the GIL, the report object)
   gen      agent.step(step, model.parameters()) (the generator's own cost
            included)
-  c++      Agent::Step alone, timed in C++ by the same agent on the same
-           tensors (agent._time_cpp_step)
+  c++      the C++ core's step alone (what Agent::Step runs after reading
+           its at::Tensors), timed in C++ by the same agent on the same
+           tensors once Python has read their pointers
+           (agent._time_cpp_step); python - c++ is then everything the
+           torch-free module adds: the call, reading .grad, data_ptr(),
+           dtype and is_contiguous() of every tensor, the report
   clip     torch.nn.utils.clip_grad_norm_(params, 1.0), the per-step cost
            every trainer already pays
 

@@ -19,8 +19,8 @@ echo "wheel_check: $(basename "$wheel") ($(du -k "$wheel" | cut -f1) KiB)"
 # No torch library among what the modules need.
 scratch=$(mktemp -d)
 trap 'rm -rf "$scratch"' EXIT
-(cd "$scratch" && python3 -m zipfile -e "$wheel" .)
-needed=$(for so in "$scratch"/gac/*.so; do readelf -d "$so" | awk '/NEEDED/ {print $5}'; done | sort -u | tr -d '[]')
+python3 -m zipfile -e "$wheel" "$scratch/unpacked"
+needed=$(for so in "$scratch"/unpacked/gac/*.so; do readelf -d "$so" | awk '/NEEDED/ {print $5}'; done | sort -u | tr -d '[]')
 if echo "$needed" | grep -E '^lib(torch|c10|shm)'; then
   echo "wheel_check: a module of the wheel links torch" >&2
   exit 1
@@ -40,7 +40,7 @@ run_tests() {  # venv label
 }
 
 # torch 2.15.0: a fresh venv that sees the .venv's packages.
-new=build/wheel-venv-torch215
+new=$src/build/wheel-venv-torch215
 rm -rf "$new"
 /usr/bin/python3 -m venv "$new"
 "$new/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])' > "$scratch/site"
@@ -48,7 +48,7 @@ rm -rf "$new"
 run_tests "$new" "torch 2.15"
 
 # torch 2.6.0: its own venv, PyPI only.
-old=.venv-torch26
+old=$src/.venv-torch26
 req=tests/python/requirements-torch26.txt
 [ -x "$old/bin/python" ] || /usr/bin/python3 -m venv "$old"
 if ! cmp -s "$req" "$old/gac-requirements.txt"; then

@@ -28,7 +28,7 @@ def test_plain_optimizer_skip_keeps_weights_and_state() -> None:
     opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
     # |c_t| above 1e-9 skips: every step after the first (which has no
     # previous gradient) is skipped.
-    att = gac.attach(opt, c_low=1e-9, c_high=2e-9)
+    att = gac.attach(opt, control=True, c_low=1e-9, c_high=2e-9)
     x = torch.randn(16, 8)
     for step in range(1, 4):
         opt.zero_grad()
@@ -124,7 +124,8 @@ class _Recorder:
 
 def test_grpo_trainer_attached_without_intervening_is_the_same_run(tmp_path: Any) -> None:
     plain, _ = _tiny_grpo(None, steps=4, out=str(tmp_path / "a"))
-    attached, att = _tiny_grpo(None, steps=4, attach_opts={"c_low": 0.999999, "c_high": 1.0}, out=str(tmp_path / "b"))
+    attached, att = _tiny_grpo(None, steps=4, attach_opts={"control": True, "c_low": 0.999999, "c_high": 1.0},
+                                 out=str(tmp_path / "b"))
     assert att is not None and att.reports == 4 and att.skipped == 0
     for (name, a), b in zip(plain.model.named_parameters(), attached.model.parameters()):
         assert torch.equal(a, b), name
@@ -134,7 +135,8 @@ def test_grpo_trainer_cosines_against_fp64(tmp_path: Any) -> None:
     # Thresholds above any |c|: the agent only measures, so each step's
     # reference is the previous step's gradient as the trainer gave it.
     rec = _Recorder()
-    _, att = _tiny_grpo(rec, steps=5, attach_opts={"c_low": 0.999999, "c_high": 1.0}, out=str(tmp_path / "c"))
+    _, att = _tiny_grpo(rec, steps=5, attach_opts={"control": True, "c_low": 0.999999, "c_high": 1.0},
+                        out=str(tmp_path / "c"))
     assert att is not None and att.reports == 5 and len(rec.grads) == 5 and len(rec.reports) == 5
     prev: Optional[List[torch.Tensor]] = None
     checked = 0
@@ -152,7 +154,7 @@ def test_grpo_trainer_cosines_against_fp64(tmp_path: Any) -> None:
 
 def test_grpo_trainer_skip_keeps_weights_and_the_schedule(tmp_path: Any) -> None:
     rec = _Recorder()
-    _, att = _tiny_grpo(rec, steps=4, attach_opts={"c_low": 1e-9, "c_high": 2e-9},
+    _, att = _tiny_grpo(rec, steps=4, attach_opts={"control": True, "c_low": 1e-9, "c_high": 2e-9},
                         out=str(tmp_path / "d"))
     assert att is not None and att.reports == 4
     # The first step has no previous gradient and is taken; every later one

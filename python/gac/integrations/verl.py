@@ -11,9 +11,12 @@ into verl's actor update::
     actor_rollout_ref.actor.optim.optimizer_impl=gac.integrations.verl
 
 and GAC's options are ``gac_*`` entries of ``override_optimizer_config``
-(the rest of it goes to ``torch.optim.AdamW``)::
+(the rest of it goes to ``torch.optim.AdamW``), added as verl's own
+examples add entries there::
 
-    actor_rollout_ref.actor.optim.override_optimizer_config='{gac_control: true, gac_address: "gacd:7070", gac_run: exp-1}'
+    +actor_rollout_ref.actor.optim.override_optimizer_config.gac_control=true
+    +actor_rollout_ref.actor.optim.override_optimizer_config.gac_address=gacd:7070
+    +actor_rollout_ref.actor.optim.override_optimizer_config.gac_run=exp-1
 
 Without ``gac_control`` (or ``gac_mode``, ``gac_warmup``) GAC observes only.
 Each call of ``step()`` (one per PPO mini-batch in verl's

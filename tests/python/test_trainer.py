@@ -19,10 +19,9 @@ import torch
 
 import gac
 
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
 transformers = pytest.importorskip("transformers")
 from gac.integrations.transformers import GacCallback  # noqa: E402
-
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 ACCUMULATION = 4
 UPDATES = 6

@@ -37,7 +37,7 @@ import torch
 from gac._attach import Attachment, attach, resolve_mode
 
 _GAC_OPTIONS = ("gac_control", "gac_mode", "gac_warmup", "gac_c_low", "gac_c_high", "gac_alpha_mode",
-                "gac_snapshot_dtype", "gac_address", "gac_run", "gac_token", "gac_deadline", "gac_spool_dir",
+                "gac_snapshot_dtype", "gac_address", "gac_run", "gac_token", "gac_tls", "gac_deadline", "gac_spool_dir",
                 "gac_all_ranks", "gac_skip_window")
 
 
@@ -51,7 +51,8 @@ class AdamW(torch.optim.AdamW):  # type: ignore[misc, unused-ignore]  # (torch u
     gac_address, gac_run: stream every step to gacd (rank 0 only unless
     ``gac_all_ranks``); with ``gac_mode="remote"`` gacd decides (a
     :class:`gac.RemoteController` on every rank, ``gac_deadline`` seconds).
-    gac_token, gac_spool_dir: the Telemetry's token and spool folder.
+    gac_token, gac_tls, gac_spool_dir: the token, the TLS roots (PEM text or
+    a file path) and the Telemetry's spool folder.
 
     Sharded gradients (verl's FSDP/FSDP2): when torch.distributed is
     initialised with more than one rank, the agent sums each rank's shard
@@ -110,13 +111,14 @@ def _attach_options(o: Dict[str, Any]) -> Dict[str, Any]:
             raise ValueError("gac_address needs gac_run (the run id the steps are stored under)")
         from gac import RemoteController, Telemetry
         token: Optional[str] = o.get("gac_token")
+        tls: Optional[str] = o.get("gac_tls")
         if out["mode"] == "remote":
-            out["decision_source"] = RemoteController(address, run, rank=rank, token=token,
+            out["decision_source"] = RemoteController(address, run, rank=rank, token=token, tls=tls,
                                                       deadline=float(o.get("gac_deadline", 0.05)))
         if rank == 0 or o.get("gac_all_ranks", False):
             spool: Union[str, None] = o.get("gac_spool_dir")
             out["telemetry"] = Telemetry(address, run, rank=rank, world_size=world_size, spool_dir=spool,
-                                         token=token)
+                                         token=token, tls=tls)
     return out
 
 

@@ -64,7 +64,6 @@ class Attachment:
         self.on_report: Optional[Callable[[Any], None]] = None
         self._control_mode = control_mode
         self._agent_options = dict(agent_options or {})
-        self._window_steps = 0
         self._calibration_window: Any = None
         if warmup > 0:
             from gac import CalibrationWindow
@@ -163,22 +162,20 @@ class Attachment:
             return original(*args, **kwargs)
         self._step = self._step_of() if self._step_of is not None else self._step + 1
         report = self.agent.step(self._step, self._parameters())
-        self._record(report)
-        if report.step_optimizer or (report.regime == "invalid" and _has_scaler(self._optimizer)):
-            # A GradScaler finds the same non-finite gradient, skips the update
-            # itself and lowers its scale; withheld here, the scale would stay too high.
-            _set_skipped(self._optimizer, False)
-            return original(*args, **kwargs)
-        self.skipped += 1
-        _set_skipped(self._optimizer, True)
-        return None
+        # A GradScaler finds the same non-finite gradient, skips the update
+        # itself and lowers its scale; withheld here, the scale would stay too high.
+        withheld = not (report.step_optimizer or (report.regime == "invalid" and _has_scaler(self._optimizer)))
+        self._record(report, withheld)
+        _set_skipped(self._optimizer, withheld)
+        return None if withheld else original(*args, **kwargs)
 
-    def _record(self, report: Any) -> None:
+    def _record(self, report: Any, withheld: bool) -> None:
         self.last_report = report
         self.reports += 1
+        self.skipped += withheld
         if report.regime == "project" and report.gradient_modified:
             self.projected += 1
-        self._recent.append(not report.step_optimizer)
+        self._recent.append(withheld)
         self._warn_if_mostly_skipped()
         if self.telemetry is not None:
             scalars = dict(self.scalars()) if self.scalars is not None else {}

@@ -201,7 +201,7 @@ def test_an_overflow_is_left_to_the_grad_scaler() -> None:
     # GAC says invalid; the scaler sees the same overflow, skips the update and lowers its scale.
     assert att.last_report.regime == "invalid" and not att.last_report.step_optimizer
     assert torch.equal(p, before) and scaler.get_scale() == 512.0 and opt._is_overflow
-    assert att.skipped == 0
+    assert att.skipped == 0 and att.skip_fraction == 0.0  # the scaler's skip, not GAC's
     # Without a scaler an invalid step is GAC's skip.
     q = torch.nn.Parameter(torch.ones(4))
     plain = torch.optim.SGD([q], lr=0.1)

@@ -36,6 +36,7 @@ from gac._controller import (
     suggest_thresholds,
 )
 from gac._attach import Attachment, attach
+from gac._report import MODES, REGIMES, _to_dict_method
 from gac._errors import (
     DeadlineExceededError,
     FailedPreconditionError,
@@ -53,6 +54,9 @@ if TYPE_CHECKING:
     from gac._transport import RemoteController, SpoolRecovery, Telemetry, TelemetryCounters
 
 __version__ = "0.1.0"
+
+# report.to_dict(): flat metric names ("gac/cosine", ...) for any logger (gac/_report.py).
+StepReport.to_dict = _to_dict_method  # type: ignore[method-assign]
 
 # Names loaded on first use, and the module (and what it needs) that has them.
 _LAZY = {
@@ -102,8 +106,10 @@ __all__ = [
     "GacError",
     "InvalidArgumentError",
     "LayerStats",
+    "MODES",
     "NotFoundError",
     "PermissionDeniedError",
+    "REGIMES",
     "RemoteController",
     "SpoolRecovery",
     "StatusCode",

@@ -1,6 +1,6 @@
 """The GAC decision, calibration, step reports and decision sources (no torch, no gRPC)."""
 
-from typing import Dict, Iterable, Literal, Optional, Tuple
+from typing import Dict, Iterable, Literal, Optional, Tuple, overload
 
 Regime = Literal["safe", "project", "skip", "invalid"]
 AlphaMode = Literal["paper", "exact"]
@@ -149,7 +149,11 @@ class StepReport:
     def layers(self) -> Dict[str, LayerStats]: ...
     @property
     def groups(self) -> Dict[str, LayerStats]: ...  # deprecated: layers
-    def to_dict(self) -> Dict[str, object]: ...
+    # Set by gac/__init__.py (gac/_report.py): flat names "gac/cosine", ...
+    @overload
+    def to_dict(self, prefix: str = "gac/", *, numeric: Literal[True] = True) -> Dict[str, float]: ...
+    @overload
+    def to_dict(self, prefix: str = "gac/", *, numeric: Literal[False]) -> Dict[str, object]: ...
 
 GroupStats = LayerStats  # deprecated: gac.GroupStats warns
 

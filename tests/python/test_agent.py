@@ -304,7 +304,7 @@ def test_layers_report_each_layers_cosine() -> None:
             else:
                 assert stats.cosine is None
         ref = raw
-        assert set(report.to_dict()) >= {"cosine/first", "cosine/second"}
+        assert set(report.to_dict(numeric=False)) >= {"gac/cosine/first", "gac/cosine/second"}
 
 
 def test_a_layer_parameter_missing_from_step_raises() -> None:
@@ -337,7 +337,7 @@ def test_the_report_carries_the_agents_mode_and_time() -> None:
     p.grad = torch.ones(8)
     agent = gac.Agent(mode="monitor")
     r = agent.step(1, [p])
-    assert r.mode == "monitor" and r.to_dict()["mode"] == "monitor"
+    assert r.mode == "monitor" and r.to_dict(numeric=False)["gac/mode"] == "monitor"
     assert r.agent_overhead_seconds == pytest.approx(r.stats_seconds + r.decide_seconds + r.apply_seconds)
     assert r.seconds == r.agent_overhead_seconds
     agent.mode = "local"
@@ -453,7 +453,7 @@ def test_report_fields_and_repr() -> None:
     assert agent.num_threads == 1 and agent.kernel_isa in ("avx512", "avx2", "baseline")
     r = agent.step(1, [p])
     assert "StepReport(step=1" in repr(r)
-    d = r.to_dict()
-    assert d["regime"] == "safe" and d["step_optimizer"] is True and d["cosine"] is None
+    d = r.to_dict(numeric=False)
+    assert d["gac/regime"] == "safe" and d["gac/step_optimizer"] is True and d["gac/cosine"] is None
     assert r.seconds == pytest.approx(r.stats_seconds + r.decide_seconds + r.apply_seconds)
     assert r.remote_error is None and r.decision.apply_update

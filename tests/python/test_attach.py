@@ -10,16 +10,13 @@ rate schedule where they were."""
 from __future__ import annotations
 
 import math
-import os
 from typing import Any, Dict, List, Optional, Tuple
 
 import pytest
 import torch
 
 import gac
-
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+from tiny_grpo import make_grpo_trainer
 
 
 def test_plain_optimizer_skip_keeps_weights_and_state() -> None:
@@ -28,7 +25,7 @@ def test_plain_optimizer_skip_keeps_weights_and_state() -> None:
     opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
     # |c_t| above 1e-9 skips: every step after the first (which has no
     # previous gradient) is skipped.
-    att = gac.attach(opt, c_low=1e-9, c_high=2e-9)
+    att = gac.attach(opt, control=True, c_low=1e-9, c_high=2e-9)
     x = torch.randn(16, 8)
     for step in range(1, 4):
         opt.zero_grad()
@@ -49,34 +46,7 @@ def test_plain_optimizer_skip_keeps_weights_and_state() -> None:
 
 def _tiny_grpo(rec: Optional["_Recorder"], steps: int, attach_opts: Optional[Dict[str, Any]] = None,
                out: str = "/tmp") -> Tuple[Any, Optional[gac.Attachment]]:
-    tokenizers = pytest.importorskip("tokenizers")
-    transformers = pytest.importorskip("transformers")
-    datasets = pytest.importorskip("datasets")
-    trl = pytest.importorskip("trl")
-    words = ["<pad>", "<eos>", "<unk>"] + [f"w{i}" for i in range(29)]
-    tk = tokenizers.Tokenizer(tokenizers.models.WordLevel(vocab={w: i for i, w in enumerate(words)},
-                                                          unk_token="<unk>"))
-    tk.pre_tokenizer = tokenizers.pre_tokenizers.WhitespaceSplit()
-    tok = transformers.PreTrainedTokenizerFast(tokenizer_object=tk, pad_token="<pad>", eos_token="<eos>",
-                                               unk_token="<unk>")
-    tok.padding_side = "left"
-    cfg = transformers.Qwen2Config(vocab_size=len(words), hidden_size=16, intermediate_size=32,
-                                   num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1,
-                                   max_position_embeddings=64, pad_token_id=0, eos_token_id=1, bos_token_id=1,
-                                   tie_word_embeddings=False)
-    torch.manual_seed(0)
-    model = transformers.Qwen2ForCausalLM(cfg)
-    data = datasets.Dataset.from_dict({"prompt": [f"w{i} w{i + 1} w{i + 2}" for i in range(16)]})
-
-    def reward(completions: List[str], **kwargs: Any) -> List[float]:
-        return [float(sum(int(w[1:]) for w in c.split() if w.startswith("w")) % 7) for c in completions]
-
-    args = trl.GRPOConfig(output_dir=out, use_cpu=True, bf16=False, fp16=False, per_device_train_batch_size=4,
-                          num_generations=4, gradient_accumulation_steps=1, max_completion_length=6,
-                          max_steps=steps, logging_steps=1, report_to="none", save_strategy="no",
-                          learning_rate=1e-2, use_vllm=False, dataloader_num_workers=0, seed=0)
-    trainer = trl.GRPOTrainer(model=model, reward_funcs=reward, args=args, train_dataset=data,
-                              processing_class=tok, callbacks=[rec.callback()] if rec is not None else [])
+    trainer = make_grpo_trainer(out, steps, [rec.callback()] if rec is not None else [])
     att = gac.attach(trainer, **attach_opts) if attach_opts is not None else None
     if rec is not None:
         rec.att = att
@@ -124,7 +94,8 @@ class _Recorder:
 
 def test_grpo_trainer_attached_without_intervening_is_the_same_run(tmp_path: Any) -> None:
     plain, _ = _tiny_grpo(None, steps=4, out=str(tmp_path / "a"))
-    attached, att = _tiny_grpo(None, steps=4, attach_opts={"c_low": 0.999999, "c_high": 1.0}, out=str(tmp_path / "b"))
+    attached, att = _tiny_grpo(None, steps=4, attach_opts={"control": True, "c_low": 0.999999, "c_high": 1.0},
+                                 out=str(tmp_path / "b"))
     assert att is not None and att.reports == 4 and att.skipped == 0
     for (name, a), b in zip(plain.model.named_parameters(), attached.model.parameters()):
         assert torch.equal(a, b), name
@@ -134,7 +105,8 @@ def test_grpo_trainer_cosines_against_fp64(tmp_path: Any) -> None:
     # Thresholds above any |c|: the agent only measures, so each step's
     # reference is the previous step's gradient as the trainer gave it.
     rec = _Recorder()
-    _, att = _tiny_grpo(rec, steps=5, attach_opts={"c_low": 0.999999, "c_high": 1.0}, out=str(tmp_path / "c"))
+    _, att = _tiny_grpo(rec, steps=5, attach_opts={"control": True, "c_low": 0.999999, "c_high": 1.0},
+                        out=str(tmp_path / "c"))
     assert att is not None and att.reports == 5 and len(rec.grads) == 5 and len(rec.reports) == 5
     prev: Optional[List[torch.Tensor]] = None
     checked = 0
@@ -152,7 +124,7 @@ def test_grpo_trainer_cosines_against_fp64(tmp_path: Any) -> None:
 
 def test_grpo_trainer_skip_keeps_weights_and_the_schedule(tmp_path: Any) -> None:
     rec = _Recorder()
-    _, att = _tiny_grpo(rec, steps=4, attach_opts={"c_low": 1e-9, "c_high": 2e-9},
+    _, att = _tiny_grpo(rec, steps=4, attach_opts={"control": True, "c_low": 1e-9, "c_high": 2e-9},
                         out=str(tmp_path / "d"))
     assert att is not None and att.reports == 4
     # The first step has no previous gradient and is taken; every later one

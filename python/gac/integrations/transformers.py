@@ -1,0 +1,205 @@
+"""GacCallback: GAC in transformers' Trainer and TRL's trainers.
+
+    callback = GacCallback()                                    # observe; gac/* in the Trainer's logs
+    callback = GacCallback(control=True, address="gacd:7070", run="exp-1")   # control, stream to gacd
+    GacCallback(mode="remote", address="gacd:7070", run="exp-1").install(trainer)   # gacd decides
+
+When training begins the callback gates the Trainer's optimizer step (the
+accelerate-wrapped optimizer, after the gradients were accumulated,
+synchronised and clipped) with :func:`gac.attach`'s wrapper; the GAC step is
+the Trainer's ``global_step + 1``. A skipped update is reported to the
+Trainer as not taken, so the learning-rate schedule holds too.
+
+Logs: at every logging step ``on_log`` adds gac's values to the logs dict
+(``gac/cosine``, ``gac/regime``, ``gac/alpha``, ``gac/grad_norm``,
+``gac/cosine_max``, ``gac/skipped``, ``gac/projected``,
+``gac/skipped_total``, ``gac/projected_total``, ``gac/skip_fraction``, and
+``gac/fallbacks_total`` in remote mode), so every ``report_to`` backend logs
+them. The Trainer calls its ``report_to`` callbacks before the ones passed
+in ``callbacks=[...]``: :meth:`GacCallback.install` puts it first.
+
+Telemetry: with ``address`` (or ``telemetry=``) each step's report is sent
+to gacd once, with the Trainer's numeric logs of that step as scalars when
+it is a logging step.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+from typing import Any, Callable, Dict, Optional, Union
+
+from transformers import TrainerCallback
+
+from gac._attach import Attachment, _is_trainer, make_attachment, resolve_mode
+from gac._report import REGIMES
+
+logger = logging.getLogger("gac")
+
+# gacd takes 64 scalars a record; the sender adds 5 of its own counters.
+_MAX_SCALARS = 59
+
+
+class GacCallback(TrainerCallback):
+    """GAC on a transformers/TRL Trainer's optimizer step, its values in the
+    Trainer's logs, its reports streamed to gacd when asked.
+
+    control, mode, warmup, agent, skip_window and the Agent's options
+    (c_low, c_high, alpha_mode, process_group, decision_source, ...): as for
+    :func:`gac.attach`; observing (monitor mode) unless control is asked for.
+    address, run: gacd (``host:port`` or a list) and the run id: each step is
+    sent there by a :class:`gac.Telemetry` (rank 0 only unless
+    ``all_ranks``); with ``mode="remote"`` a :class:`gac.RemoteController`
+    on the same address decides (every rank), its Decide ``deadline`` in
+    seconds. token, tls, spool_dir: the Telemetry's and the controller's.
+    telemetry: a Telemetry of your own instead of ``address``.
+    scalars: a function whose ``{name: value}`` is sent with each report.
+    The rank and world size are torch's launch variables RANK and WORLD_SIZE.
+
+    Raises TypeError / ValueError (and the Agent's own errors) for bad
+    arguments, before anything is made.
+    """
+
+    def __init__(self, *, control: bool = False, mode: Optional[str] = None, warmup: int = 0,
+                 address: Optional[str] = None, run: Optional[str] = None, token: Optional[str] = None,
+                 tls: Union[str, bytes, "os.PathLike[str]", None] = None,
+                 spool_dir: Union[str, "os.PathLike[str]", None] = None, deadline: float = 0.05,
+                 all_ranks: bool = False, agent: Any = None, telemetry: Any = None,
+                 scalars: Optional[Callable[[], Dict[str, float]]] = None, skip_window: int = 20,
+                 **agent_options: Any) -> None:
+        if address is not None and not isinstance(address, str):
+            raise TypeError(f"address must be a str (host:port), got {type(address).__name__}")
+        if address is not None and not isinstance(run, str):
+            raise ValueError("address= needs run= (the run id the steps are stored under)")
+        run_id = run or ""
+        if address is not None and telemetry is not None:
+            raise ValueError("pass address= (a Telemetry is made) or telemetry=, not both")
+        if not isinstance(all_ranks, bool):
+            raise TypeError(f"all_ranks must be a bool, got {type(all_ranks).__name__}")
+        rank = int(os.environ.get("RANK", "0"))
+        world_size = int(os.environ.get("WORLD_SIZE", "1"))
+        first_mode, _ = resolve_mode(control, mode, warmup, agent, agent_options, skip_window)
+        if first_mode == "remote" and agent is None and agent_options.get("decision_source") is None:
+            if address is None:
+                raise ValueError("mode='remote' needs address= (gacd decides) or decision_source=")
+            from gac import RemoteController
+            agent_options["decision_source"] = RemoteController(address, run_id, rank=rank, token=token, tls=tls,
+                                                                deadline=deadline)
+        self.attachment: Attachment = make_attachment(control=control, mode=mode, warmup=warmup, agent=agent,
+                                                      skip_window=skip_window, **agent_options)
+        self.attachment.on_report = self._on_report
+        self.scalars = scalars
+        self._owns_telemetry = False
+        if address is not None and (rank == 0 or all_ranks):
+            from gac import Telemetry
+            telemetry = Telemetry(address, run_id, rank=rank, world_size=world_size, spool_dir=spool_dir, token=token,
+                                  tls=tls)
+            self._owns_telemetry = True
+        self.telemetry = telemetry
+        self._pending: Any = None
+        self._installed = False
+        self._warned_order = False
+        self._reports_at_log = 0
+        self._skipped_at_log = 0
+        self._projected_at_log = 0
+        self._cosine_max: Optional[float] = None
+
+    def install(self, trainer: Any) -> "GacCallback":
+        """Adds this callback to ``trainer`` before every other one (so the
+        ``report_to`` backends see its values in the logs); returns it."""
+        if not _is_trainer(trainer):
+            raise TypeError(f"install needs a transformers Trainer, got {type(trainer).__name__}")
+        callbacks = trainer.callback_handler.callbacks
+        if any(isinstance(cb, GacCallback) and cb is not self for cb in callbacks):
+            raise ValueError("this Trainer already has a GacCallback")
+        if self in callbacks:
+            callbacks.remove(self)
+        callbacks.insert(0, self)
+        self._installed = True
+        return self
+
+    # Trainer events.
+
+    def on_train_begin(self, args: Any, state: Any, control: Any, optimizer: Any = None, **kwargs: Any) -> None:
+        if optimizer is None:
+            raise RuntimeError("GacCallback: the Trainer began training without an optimizer")
+        if getattr(args, "deepspeed", None) or type(optimizer).__name__ == "DeepSpeedOptimizerWrapper":
+            raise NotImplementedError("GacCallback: DeepSpeed steps its optimizer inside backward(); "
+                                      "not supported")
+        self.attachment._wrap(optimizer, step_of=lambda: int(state.global_step) + 1)
+
+    def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self._send_pending(None)
+
+    def on_log(self, args: Any, state: Any, control: Any, logs: Optional[Dict[str, Any]] = None,
+               **kwargs: Any) -> None:
+        if logs is None:
+            return
+        if not self._installed and not self._warned_order and getattr(args, "report_to", None):
+            self._warned_order = True
+            logger.warning("GacCallback was given in Trainer(callbacks=[...]): the report_to backends %s run "
+                           "before it and miss its gac/* values; use GacCallback(...).install(trainer) or "
+                           "gac.attach(trainer)", args.report_to)
+        if self.attachment.reports > self._reports_at_log:
+            metrics = self._log_metrics()
+            logs.update(metrics)
+            history = getattr(state, "log_history", None)
+            if history and history[-1].get("step") == state.global_step:
+                history[-1].update(metrics)  # the Trainer recorded the logs before calling on_log
+        if self._pending is not None and self._pending.step == state.global_step:
+            self._send_pending(logs)
+
+    def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self._send_pending(None)
+        self.attachment.detach()
+        if self.telemetry is not None and not self.telemetry.flush(10.0):
+            logger.warning("GacCallback: gacd did not acknowledge every step within 10 s: %s",
+                           self.telemetry.last_error)
+
+    def close(self) -> None:
+        """Closes the Telemetry the callback made (what gacd has not
+        acknowledged stays in the spool, when there is one)."""
+        if self._owns_telemetry and self.telemetry is not None:
+            self.telemetry.close()
+
+    # What goes to the logs and to gacd.
+
+    def _on_report(self, report: Any) -> None:
+        self._send_pending(None)  # a step that no on_step_begin followed
+        self._pending = report if self.telemetry is not None else None
+        if report.cosine is not None:
+            c = abs(report.cosine)
+            self._cosine_max = c if self._cosine_max is None else max(self._cosine_max, c)
+
+    def _log_metrics(self) -> Dict[str, float]:
+        att = self.attachment
+        r = att.last_report
+        out: Dict[str, float] = {}
+        if r.cosine is not None:
+            out["gac/cosine"] = r.cosine
+        out["gac/regime"] = float(REGIMES.index(r.regime))
+        out["gac/alpha"] = r.alpha
+        out["gac/grad_norm"] = r.grad_norm
+        if self._cosine_max is not None:
+            out["gac/cosine_max"] = self._cosine_max
+        out["gac/skipped"] = float(att.skipped - self._skipped_at_log)
+        out["gac/projected"] = float(att.projected - self._projected_at_log)
+        out.update(att.metrics())
+        self._reports_at_log, self._skipped_at_log = att.reports, att.skipped
+        self._projected_at_log, self._cosine_max = att.projected, None
+        return out
+
+    def _send_pending(self, logs: Optional[Dict[str, Any]]) -> None:
+        report, self._pending = self._pending, None
+        if report is None or self.telemetry is None:
+            return
+        scalars: Dict[str, float] = {}
+        for k, v in (logs or {}).items():
+            if (isinstance(v, (int, float)) and not isinstance(v, bool) and not k.startswith("gac/")
+                    and math.isfinite(v) and len(scalars) < _MAX_SCALARS - 1):
+                scalars[k] = float(v)
+        if self.scalars is not None:
+            scalars.update(self.scalars())
+        scalars["gac/skip_fraction"] = self.attachment.skip_fraction
+        self.telemetry.send(report, scalars=scalars)

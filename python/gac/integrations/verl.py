@@ -1,0 +1,129 @@
+"""An optimizer module for verl's ``optim.optimizer_impl``: AdamW gated by GAC.
+
+verl builds the actor's optimizer from two settings
+(``verl/workers/config/optimizer.py``, ``build_optimizer``): it imports the
+module ``optim.optimizer_impl`` (default ``torch.optim``), takes the class
+named ``optim.optimizer`` (default ``AdamW``) from it and calls it with the
+parameters, ``lr``, ``weight_decay``, ``betas`` (for Adam-like names) and
+the entries of ``optim.override_optimizer_config``. So one setting puts GAC
+into verl's actor update::
+
+    actor_rollout_ref.actor.optim.optimizer_impl=gac.integrations.verl
+
+and GAC's options are ``gac_*`` entries of ``override_optimizer_config``
+(the rest of it goes to ``torch.optim.AdamW``), added as verl's own
+examples add entries there::
+
+    +actor_rollout_ref.actor.optim.override_optimizer_config.gac_control=true
+    +actor_rollout_ref.actor.optim.override_optimizer_config.gac_address=gacd:7070
+    +actor_rollout_ref.actor.optim.override_optimizer_config.gac_run=exp-1
+
+Without ``gac_control`` (or ``gac_mode``, ``gac_warmup``) GAC observes only.
+Each call of ``step()`` (one per PPO mini-batch in verl's
+``DataParallelPPOActor._optimizer_step``, after verl's clipping) is one GAC
+step; a skipped step leaves the weights and the AdamW state unchanged, and
+verl's LR scheduler still advances. The step count goes into the
+optimizer's ``state_dict`` (key ``"gac"``), so a resumed run numbers its
+steps on.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Dict, Iterable, Optional, Sequence, Union
+
+import torch
+
+from gac._attach import Attachment, attach, resolve_mode
+
+_GAC_OPTIONS = ("gac_control", "gac_mode", "gac_warmup", "gac_c_low", "gac_c_high", "gac_alpha_mode",
+                "gac_snapshot_dtype", "gac_address", "gac_run", "gac_token", "gac_tls", "gac_deadline", "gac_spool_dir",
+                "gac_all_ranks", "gac_skip_window")
+
+
+class AdamW(torch.optim.AdamW):  # type: ignore[misc, unused-ignore]  # (torch unanalysed: Any)
+    """``torch.optim.AdamW`` whose ``step`` GAC gates (see the module's text).
+
+    gac_control, gac_mode, gac_warmup, gac_c_low, gac_c_high,
+    gac_alpha_mode, gac_snapshot_dtype, gac_skip_window: as
+    :func:`gac.attach`'s control, mode, warmup, c_low, ... (observing unless
+    control is asked for).
+    gac_address, gac_run: stream every step to gacd (rank 0 only unless
+    ``gac_all_ranks``); with ``gac_mode="remote"`` gacd decides (a
+    :class:`gac.RemoteController` on every rank, ``gac_deadline`` seconds).
+    gac_token, gac_tls, gac_spool_dir: the token, the TLS roots (PEM text or
+    a file path) and the Telemetry's spool folder.
+
+    Sharded gradients (verl's FSDP/FSDP2): when torch.distributed is
+    initialised with more than one rank, the agent sums each rank's shard
+    over the default group (every rank), so every rank reaches the same
+    decision. The attachment is ``optimizer.gac``.
+    """
+
+    def __init__(self, params: Iterable[Any], lr: float = 1e-3, betas: Sequence[float] = (0.9, 0.999),
+                 eps: float = 1e-8, weight_decay: float = 1e-2, **options: Any) -> None:
+        gac_options = {k: options.pop(k) for k in list(options) if k.startswith("gac_")}
+        unknown = sorted(set(gac_options) - set(_GAC_OPTIONS))
+        if unknown:
+            raise TypeError(f"gac.integrations.verl.AdamW: unknown option(s) {', '.join(unknown)}; "
+                            f"GAC takes {', '.join(_GAC_OPTIONS)}")
+        super().__init__(params, lr=lr, betas=(float(betas[0]), float(betas[1])), eps=eps,
+                         weight_decay=weight_decay, **options)
+        self.gac: Attachment = attach(self, **_attach_options(gac_options))
+
+    def state_dict(self) -> Dict[str, Any]:
+        state: Dict[str, Any] = super().state_dict()
+        state["gac"] = {"step": self.gac.step}
+        return state
+
+    def load_state_dict(self, state_dict: Dict[str, Any]) -> None:
+        state_dict = dict(state_dict)
+        saved = state_dict.pop("gac", None)
+        super().load_state_dict(state_dict)
+        if saved is not None:
+            self.gac.step = int(saved["step"])
+
+
+def _attach_options(o: Dict[str, Any]) -> Dict[str, Any]:
+    """gac.attach's arguments from the gac_* options (checked by attach and the classes it makes)."""
+    out: Dict[str, Any] = {"control": o.get("gac_control", False), "mode": o.get("gac_mode"),
+                           "warmup": o.get("gac_warmup", 0), "skip_window": o.get("gac_skip_window", 20)}
+    for name in ("c_low", "c_high", "alpha_mode", "snapshot_dtype"):
+        if "gac_" + name in o:
+            out[name] = o["gac_" + name]
+    # Checked before any client to gacd is made; attach checks the rest.
+    thresholds: Dict[str, Any] = {k: out[k] for k in ("c_low", "c_high") if k in out}
+    resolve_mode(out["control"], out["mode"], out["warmup"], None, thresholds, out["skip_window"])
+    if "c_low" in out or "c_high" in out:
+        from gac import Controller
+        Controller(out.get("c_low", 0.05), out.get("c_high", 0.3))
+    group = _process_group()
+    if group is not None:
+        out["process_group"] = group
+    rank = torch.distributed.get_rank() if group is not None else int(os.environ.get("RANK", "0"))
+    world_size = torch.distributed.get_world_size() if group is not None else int(os.environ.get("WORLD_SIZE", "1"))
+    address: Optional[str] = o.get("gac_address")
+    run: Optional[str] = o.get("gac_run")
+    if address is None and (run is not None or out["mode"] == "remote"):
+        raise ValueError("gac_run and gac_mode='remote' need gac_address (gacd's host:port)")
+    if address is not None:
+        if not isinstance(run, str):
+            raise ValueError("gac_address needs gac_run (the run id the steps are stored under)")
+        from gac import RemoteController, Telemetry
+        token: Optional[str] = o.get("gac_token")
+        tls: Optional[str] = o.get("gac_tls")
+        if out["mode"] == "remote":
+            out["decision_source"] = RemoteController(address, run, rank=rank, token=token, tls=tls,
+                                                      deadline=float(o.get("gac_deadline", 0.05)))
+        if rank == 0 or o.get("gac_all_ranks", False):
+            spool: Union[str, None] = o.get("gac_spool_dir")
+            out["telemetry"] = Telemetry(address, run, rank=rank, world_size=world_size, spool_dir=spool,
+                                         token=token, tls=tls)
+    return out
+
+
+def _process_group() -> Any:
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        if torch.distributed.get_world_size() > 1:
+            return torch.distributed.group.WORLD
+    return None

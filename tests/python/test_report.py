@@ -1,0 +1,91 @@
+"""report.to_dict(): every documented flat name with the report's own value,
+numbers only by default (regime and mode as their index in gac.REGIMES and
+gac.MODES, booleans 0/1, absent values left out), the report's own values
+with numeric=False, per-layer names, another prefix; bad arguments raise."""
+
+from __future__ import annotations
+
+from typing import Any, Dict
+
+import pytest
+import torch
+
+import gac
+
+FIELDS = ["step", "mode", "regime", "cosine", "cosine_after", "alpha", "projection_coeff", "grad_norm", "ref_norm",
+          "step_optimizer", "skipped", "gradient_modified", "fallback", "remote_error", "elements", "tensors",
+          "strided_tensors", "stats_seconds", "decide_seconds", "apply_seconds", "agent_overhead_seconds"]
+
+
+def _reports() -> Dict[str, Any]:
+    """Reports of a first step (no reference), a projected step and a skipped one."""
+    a, b = torch.nn.Parameter(torch.zeros(6)), torch.nn.Parameter(torch.zeros(4))
+    agent = gac.Agent(0.05, 0.3, layers={"a": [a], "b": [b]})
+    g1 = [torch.tensor([1.0, 0, 0, 0, 0, 0]), torch.tensor([0.0, 1, 0, 0])]
+    g2 = [torch.tensor([0.2, 1, 0, 0, 0, 0]), torch.tensor([0.0, 0, 1, 0])]   # cosine 0.2/sqrt(2*2.04): project
+    g3 = [torch.tensor([0.2, 1, 0, 0, 0, 0]), torch.tensor([0.0, 0, 1, 0])]   # the same again: skip
+    out = {}
+    for step, (name, gs) in enumerate([("first", g1), ("project", g2), ("skip", g3)], start=1):
+        a.grad, b.grad = gs[0].clone(), gs[1].clone()
+        out[name] = agent.step(step, [a, b])
+    assert (out["first"].regime, out["project"].regime, out["skip"].regime) == ("safe", "project", "skip")
+    return out
+
+
+def test_numeric_dict_has_every_field_as_a_number() -> None:
+    for name, r in _reports().items():
+        d = r.to_dict()
+        assert all(k.startswith("gac/") for k in d)
+        assert all(type(v) in (int, float) for v in d.values()), d
+        expected = [f for f in FIELDS if f != "remote_error" and not (f.startswith("cosine") and r.cosine is None)]
+        if r.cosine_after is None and "cosine_after" in expected:
+            expected.remove("cosine_after")
+        assert [k for k in d if k.count("/") == 1] == ["gac/" + f for f in expected], name
+        assert d["gac/regime"] == gac.REGIMES.index(r.regime) == ["safe", "project", "skip", "invalid"].index(r.regime)
+        assert d["gac/mode"] == gac.MODES.index("local") == 1
+        assert d["gac/skipped"] == int(not r.step_optimizer)
+        assert d["gac/step_optimizer"] == int(r.step_optimizer)
+        assert d["gac/gradient_modified"] == int(r.gradient_modified)
+        for f in ("step", "alpha", "projection_coeff", "grad_norm", "ref_norm", "elements", "tensors",
+                  "agent_overhead_seconds"):
+            assert d["gac/" + f] == getattr(r, f), f
+        if r.cosine is not None:
+            assert d["gac/cosine"] == r.cosine
+        for layer, stats in r.layers.items():
+            assert d[f"gac/grad_norm/{layer}"] == stats.grad_norm
+            assert (f"gac/cosine/{layer}" in d) == (stats.cosine is not None)
+    reports = _reports()
+    assert reports["skip"].to_dict()["gac/skipped"] == 1 and reports["project"].to_dict()["gac/skipped"] == 0
+    assert reports["project"].to_dict()["gac/alpha"] < 1.0
+    assert reports["first"].to_dict()["gac/elements"] == 10
+
+
+def test_readable_dict_keeps_the_reports_values() -> None:
+    r = _reports()["first"]
+    d = r.to_dict(numeric=False)
+    assert list(d)[:len(FIELDS)] == ["gac/" + f for f in FIELDS]
+    assert d["gac/regime"] == "safe" and d["gac/mode"] == "local"
+    assert d["gac/cosine"] is None and d["gac/remote_error"] is None
+    assert d["gac/step_optimizer"] is True and d["gac/skipped"] is False
+    assert d["gac/cosine/a"] is None and d["gac/grad_norm/b"] == pytest.approx(1.0)
+
+
+def test_prefix_and_the_free_function() -> None:
+    r = _reports()["skip"]
+    assert r.to_dict("") == {k[len("gac/"):]: v for k, v in r.to_dict().items()}
+    assert r.to_dict("run1.gac.")["run1.gac.regime"] == 2
+    from gac._report import report_to_dict
+    assert report_to_dict(r) == r.to_dict()
+
+
+@pytest.mark.parametrize("args, kwargs, error, match", [
+    ((3,), {}, TypeError, "prefix must be a str"),
+    ((), {"numeric": 1}, TypeError, "numeric must be a bool"),
+    ((), {"nonsense": True}, TypeError, "nonsense"),
+])
+def test_bad_arguments(args: Any, kwargs: Any, error: type, match: str) -> None:
+    r = _reports()["first"]
+    before = r.to_dict()
+    with pytest.raises(error, match=match):
+        r.to_dict(*args, **kwargs)
+    assert r.to_dict() == before

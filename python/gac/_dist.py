@@ -9,7 +9,7 @@ rank's GPU for NCCL, the CPU for Gloo).
 
 from __future__ import annotations
 
-from typing import Any, List, Sequence
+from typing import Any, List, Optional, Sequence, Tuple
 
 
 class AllReduce:
@@ -52,3 +52,59 @@ class AllReduce:
         else:
             self._backend.allreduce([t]).wait()
         return t.tolist()  # type: ignore[no-any-return]
+
+
+def dtensor_group(params: Sequence[Any]) -> Any:
+    """The group over which the local shards of DTensor parameters (FSDP2's
+    ``fully_shard``, HSDP) are summed so that every element counts once: the
+    mesh dimension their placements shard (``Shard``), not the ones they
+    replicate (``Replicate``: every replica holds the same shard, and summing
+    over it would count it once per replica). None when no dimension is
+    sharded (every rank holds whole gradients). gac.Agent calls it on its
+    first step when no ``process_group`` is given.
+
+    Raises ValueError for what one group cannot sum exactly: plain tensors
+    beside DTensors, several meshes, placements that differ between
+    parameters on a dimension (tensor parallelism), or ``Partial``
+    placements (gradients not yet reduced); pass ``process_group=`` then.
+    """
+    import torch.distributed as dist
+
+    mesh = None
+    kinds: Optional[Tuple[str, ...]] = None
+    for i, p in enumerate(params):
+        if not hasattr(p, "device_mesh") or not hasattr(p, "placements"):
+            raise ValueError(f"gac: parameter {i} is a plain tensor beside DTensor parameters; "
+                             "pass process_group= to say over which group the statistics are summed")
+        if mesh is None:
+            mesh = p.device_mesh
+        elif p.device_mesh != mesh:
+            raise ValueError(f"gac: parameter {i} lives on another device mesh than parameter 0; "
+                             "pass process_group= explicitly")
+        these = tuple(_kind(pl, i) for pl in p.placements)
+        if kinds is None:
+            kinds = these
+        elif these != kinds:
+            raise ValueError(f"gac: parameter {i} is placed {these} and parameter 0 {kinds}: placements that "
+                             "differ between parameters (tensor parallelism) are not summed by one group; "
+                             "pass process_group= explicitly")
+    if mesh is None or kinds is None:
+        return None
+    sharded = [d for d, k in enumerate(kinds) if k == "shard"]
+    if not sharded:
+        return None
+    if len(sharded) == 1:
+        return mesh.get_group(sharded[0]) if mesh.ndim > 1 else mesh.get_group()
+    if len(sharded) == mesh.ndim and mesh.size() == dist.get_world_size():
+        return dist.group.WORLD
+    raise ValueError(f"gac: the parameters are sharded on mesh dimensions {sharded} of {mesh.ndim}; "
+                     "pass process_group= with the group over those dimensions")
+
+
+def _kind(placement: Any, i: int) -> str:
+    if placement.is_shard():
+        return "shard"
+    if placement.is_replicate():
+        return "replicate"
+    raise ValueError(f"gac: parameter {i} has placement {placement} (gradients not yet reduced); "
+                     "call agent.step after the data-parallel reduction")

@@ -131,7 +131,7 @@ class PyAgent {
       reader_.Prepare(objects);
       prepared_ = true;
     }
-    if (!planned_ && !layers_.empty()) ResolveLayers(objects);
+    if (!planned_) Configure(objects);
     return RunStep(step, nullptr);
   }
 
@@ -200,10 +200,47 @@ class PyAgent {
     }
   }
 
-  // The layers as indices of `tensors`; re-creates the C++ agent when they
-  // differ from those it has (it has no plan yet, so nothing is lost but
-  // the fallback count, which is carried over).
-  void ResolveLayers(const std::vector<py::object>& tensors) {
+  // Before the first step after creation or reset(): the layers as indices of
+  // `tensors`, and, for DTensor parameters when no process_group was given,
+  // the group their shards are summed over (gac._dist.dtensor_group: the
+  // mesh's sharded dimensions; replicas are counted once). Re-creates the
+  // core when either differs from what it has (it has no plan yet, so
+  // nothing is lost but the fallback count, which is carried over).
+  void Configure(const std::vector<py::object>& tensors) {
+    std::vector<AgentOptions::LayerSpec> resolved = ResolveLayers(tensors);
+    std::shared_ptr<agent::Reducer> reducer = options_.reducer;
+    if (process_group_.is_none()) {
+      py::object group = py::none();
+      if (reader_.has_dtensor()) {
+        py::list list;
+        for (const py::object& t : tensors) list.append(t);
+        group = py::module_::import("gac._dist").attr("dtensor_group")(list);
+      }
+      if (group.is_none()) {
+        auto_group_ = py::none();
+        auto_reducer_.reset();
+      } else if (!group.is(auto_group_)) {
+        auto_reducer_ = std::make_shared<PythonReducer>(py::module_::import("gac._dist").attr("AllReduce")(group));
+        auto_group_ = group;
+      }
+      reducer = auto_reducer_;
+    }
+    bool same = reducer == agent_->options().reducer && resolved.size() == agent_->options().layers.size();
+    for (std::size_t g = 0; same && g < resolved.size(); ++g) {
+      same = resolved[g].parameters == agent_->options().layers[g].parameters;
+    }
+    if (same) return;
+    AgentOptions options = options_;
+    options.mode = agent_->options().mode;
+    options.layers = std::move(resolved);
+    options.reducer = std::move(reducer);
+    std::unique_ptr<AgentCore> fresh = ValueOrRaise(AgentCore::Create(std::move(options)));
+    fallbacks_before_ += agent_->fallbacks();
+    agent_ = std::move(fresh);
+  }
+
+  // The layers as indices of `tensors`.
+  std::vector<AgentOptions::LayerSpec> ResolveLayers(const std::vector<py::object>& tensors) {
     std::unordered_map<const void*, int> index;
     for (std::size_t i = 0; i < tensors.size(); ++i) index.emplace(tensors[i].ptr(), static_cast<int>(i));
     std::vector<AgentOptions::LayerSpec> resolved;
@@ -219,17 +256,7 @@ class PyAgent {
       }
       resolved.push_back(std::move(pg));
     }
-    bool same = resolved.size() == agent_->options().layers.size();
-    for (std::size_t g = 0; same && g < resolved.size(); ++g) {
-      same = resolved[g].parameters == agent_->options().layers[g].parameters;
-    }
-    if (same) return;
-    AgentOptions options = options_;
-    options.mode = agent_->options().mode;
-    options.layers = std::move(resolved);
-    std::unique_ptr<AgentCore> fresh = ValueOrRaise(AgentCore::Create(std::move(options)));
-    fallbacks_before_ += agent_->fallbacks();
-    agent_ = std::move(fresh);
+    return resolved;
   }
 
   // A failed step: "call Reset()" is reset() here.
@@ -269,6 +296,8 @@ class PyAgent {
   std::uint64_t fallbacks_before_ = 0;  // of agents replaced by ResolveLayers
   py::object decision_source_ = py::none();
   py::object process_group_ = py::none();
+  py::object auto_group_ = py::none();  // the DTensors' group when process_group_ is None
+  std::shared_ptr<agent::Reducer> auto_reducer_;
 };
 
 void BindAgent(py::module_& m) {

@@ -6,6 +6,8 @@
 #include <string>
 #include <utility>
 
+#include "python/src/support.h"
+
 namespace py = pybind11;
 
 namespace gac::python {
@@ -30,6 +32,7 @@ struct TorchApi {
   PyObject* stride = nullptr;
   PyObject* device = nullptr;
   PyObject* local_tensor = nullptr;
+  PyObject* numel = nullptr;
 };
 
 PyObject* Intern(const char* s) { return PyUnicode_InternFromString(s); }
@@ -62,6 +65,7 @@ const TorchApi& Api() {
   a->stride = Intern("stride");
   a->device = Intern("device");
   a->local_tensor = Intern("_local_tensor");
+  a->numel = Intern("numel");
   api = a;
   return *api;
 }
@@ -127,11 +131,13 @@ void TensorReader::Prepare(const std::vector<py::object>& params) {
   const TorchApi& api = Api();
   std::vector<Slot> slots(params.size());
   int cuda_index = -1;
+  bool has_dtensor = false;
   for (std::size_t i = 0; i < params.size(); ++i) {
     Slot& s = slots[i];
     s.object = params[i].ptr();
     s.dtensor = api.dtensor_type != nullptr &&
                 PyObject_TypeCheck(s.object, reinterpret_cast<PyTypeObject*>(api.dtensor_type));
+    has_dtensor = has_dtensor || s.dtensor;
     py::object local = s.dtensor ? GetAttr(s.object, api.local_tensor) : py::reinterpret_borrow<py::object>(s.object);
     py::object shape = GetAttr(local.ptr(), api.shape);
     ReadInts(shape.ptr(), &s.dims);
@@ -167,6 +173,7 @@ void TensorReader::Prepare(const std::vector<py::object>& params) {
   held_.clear();
   stream_ = nullptr;
   cuda_index_ = cuda_index;
+  has_dtensor_ = has_dtensor;
 }
 
 void TensorReader::Prefetch() {
@@ -190,15 +197,29 @@ void TensorReader::Prefetch() {
       v.data = PyLong_AsVoidPtr(ptr.ptr());
       if (v.data == nullptr && PyErr_Occurred()) throw py::error_already_set();
     }
+    {
+      py::object numel = CallMethod(g.ptr(), api.numel);
+      if (PyLong_AsLongLong(numel.ptr()) != s.param.numel) {
+        if (PyErr_Occurred()) throw py::error_already_set();
+        RaiseStatus(base::Status::FailedPrecondition(
+            "parameter " + std::to_string(i) + " changed size since the first step (" +
+            std::to_string(s.param.numel) + " elements, now " + std::to_string(PyLong_AsLongLong(numel.ptr())) +
+            "): its data was replaced or resharded; call agent.reset() to start over"));
+      }
+    }
     const auto ndim = static_cast<std::size_t>(v.ndim);
     if (CallMethod(g.ptr(), api.is_contiguous).ptr() == Py_True) {
       v.strides = s.dims.data() + 2 * ndim;
       v.contiguous = true;
       v.non_overlapping_and_dense = true;
     } else {
-      s.grad_strides.clear();
-      ReadInts(CallMethod(g.ptr(), api.stride).ptr(), &s.grad_strides);
-      v.strides = s.grad_strides.data();
+      // Sizes too: the same number of elements may come in another shape.
+      s.grad_dims.clear();
+      ReadInts(GetAttr(g.ptr(), api.shape).ptr(), &s.grad_dims);
+      ReadInts(CallMethod(g.ptr(), api.stride).ptr(), &s.grad_dims);
+      v.ndim = static_cast<int>(s.grad_dims.size() / 2);
+      v.sizes = s.grad_dims.data();
+      v.strides = s.grad_dims.data() + v.ndim;
       v.contiguous = false;
       v.non_overlapping_and_dense = agent::NonOverlappingAndDense(v.sizes, v.strides, v.ndim);
     }

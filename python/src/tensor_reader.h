@@ -7,8 +7,10 @@
 // What a parameter is does not change between steps (torch checks that a
 // gradient has its parameter's shape, dtype and device), so the reader learns
 // it once per parameter list (Prepare). Each step (Prefetch, with the GIL)
-// it reads per parameter the gradient, its data_ptr(), its dtype object and
-// whether it is contiguous (and its strides only when it is not); the core
+// it reads per parameter the gradient, its data_ptr(), its dtype object, its
+// numel() (a parameter whose .data was replaced by a tensor of another size,
+// or a resharded one, is refused: reset() starts over) and whether it is
+// contiguous (and its sizes and strides only when it is not); the core
 // then runs with the GIL released and reads what Prefetch kept. FSDP2's
 // DTensor parameters are read as their local shards.
 //
@@ -39,8 +41,8 @@ class TensorReader final : public agent::GradientSource {
   void Prefetch();
   // Drops what the last Prefetch kept (references to the gradients).
   void Release();
-  // The prepared parameters' identities (their Python objects).
-  const void* id(std::size_t i) const { return slots_[i].object; }
+  // Whether a prepared parameter is a DTensor (FSDP2 and other meshes).
+  bool has_dtensor() const { return has_dtensor_; }
 
   std::size_t size() const override { return slots_.size(); }
   base::Status Describe(std::size_t i, const void** id, agent::TensorView* param, agent::TensorView* grad) override;
@@ -54,7 +56,7 @@ class TensorReader final : public agent::GradientSource {
     bool dtensor = false;        // read its (and its gradient's) _local_tensor
     agent::TensorView param;     // sizes and strides point into dims
     std::vector<std::int64_t> dims;  // sizes, strides, contiguous strides
-    std::vector<std::int64_t> grad_strides;  // a non-contiguous gradient's, this step
+    std::vector<std::int64_t> grad_dims;  // a non-contiguous gradient's sizes and strides, this step
   };
 
   std::vector<Slot> slots_;
@@ -63,6 +65,7 @@ class TensorReader final : public agent::GradientSource {
   std::vector<pybind11::object> held_;  // this step's gradients, alive until Release()
   void* stream_ = nullptr;              // the current CUDA stream of the parameters' device
   int cuda_index_ = -1;                 // that device, or -1 for CPU parameters
+  bool has_dtensor_ = false;
 };
 
 }  // namespace gac::python

@@ -60,7 +60,7 @@ StepReport.to_dict = _to_dict_method  # type: ignore[method-assign]
 
 # Names loaded on first use, and the module (and what it needs) that has them.
 _LAZY = {
-    "Agent": ("gac._agent", "torch and a build with the agent (GAC_WITH_TORCH)"),
+    "Agent": ("gac._agent", "its native module gac._agent"),
     "Telemetry": ("gac._transport", "a build with gRPC (GAC_WITH_GRPC)"),
     "RemoteController": ("gac._transport", "a build with gRPC (GAC_WITH_GRPC)"),
     "TelemetryCounters": ("gac._transport", "a build with gRPC (GAC_WITH_GRPC)"),

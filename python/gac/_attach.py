@@ -4,6 +4,7 @@
     attachment = gac.attach(optimizer, control=True)   # GAC projects and skips updates
     attachment = gac.attach(optimizer, warmup=100)     # observe 100 steps, calibrate, then control
     attachment = gac.attach(trainer, control=True)     # a transformers / TRL Trainer (GacCallback)
+    attachment = gac.attach(engine)                    # a DeepSpeed engine: its ZeRO optimizer (1, 2, 3)
 
 The optimizer's ``step`` is wrapped: before the update it runs
 :meth:`gac.Agent.step` on the parameters the optimizer updates (their
@@ -19,6 +20,10 @@ control is something to ask for, ideally with thresholds calibrated on the
 model itself (``warmup=N``). When more than half of the last
 ``skip_window`` updates were skipped, a warning is logged (logger "gac")
 and ``skip_fraction`` says so.
+
+DeepSpeed ZeRO: the ZeRO optimizer's ``step`` is wrapped instead, and the
+agent reads this rank's gradient partition, summed over the data-parallel
+group (gac/_deepspeed.py says where the partitions are and what a skip does).
 """
 
 from __future__ import annotations
@@ -79,6 +84,8 @@ class Attachment:
         self._step_of: Optional[Callable[[], int]] = None
         self._params: List[Any] = []
         self._params_key: List[Any] = []
+        self._zero: Any = None  # gac._deepspeed.ZeroGradients when a ZeRO optimizer's step is gated
+        self._first_mode: Optional[str] = None  # the mode the agent was made in here (None: the caller's agent)
 
     @property
     def step(self) -> int:
@@ -113,11 +120,19 @@ class Attachment:
 
     # The optimizer whose step is gated; its parameters are what the agent reads.
     def _wrap(self, optimizer: Any, step_of: Optional[Callable[[], int]] = None) -> None:
+        from gac import _deepspeed
+        zero_optimizer = _deepspeed.attach_target(optimizer)  # a DeepSpeed engine's, or accelerate's wrapper's
+        if zero_optimizer is not None:
+            optimizer = zero_optimizer
         if self._optimizer is not None:
             if self._optimizer is optimizer:
                 return
             self.detach()
         _check_not_attached(optimizer)
+        zero = None
+        if zero_optimizer is not None:
+            zero = _deepspeed.ZeroGradients(optimizer)
+            self._bind_group(zero.group)
         original = optimizer.step
         attachment = self
 
@@ -137,8 +152,24 @@ class Attachment:
         self._original_step = original
         self._step_of = step_of
         self._params_key = []
+        self._zero = zero
+
+    def _bind_group(self, group: Any) -> None:
+        # The partitions of a ZeRO optimizer add up over its data-parallel group: an
+        # agent made here is made again with it; the caller's agent must have a group.
+        if self.agent.process_group is not None:
+            return
+        if self._first_mode is None:
+            raise ValueError("gac.attach: the agent given has no process_group, and a DeepSpeed ZeRO rank holds only "
+                             "its partition of the gradient: make it with process_group= the data-parallel group "
+                             "(engine.optimizer.dp_process_group)")
+        from gac import Agent
+        self._agent_options["process_group"] = group
+        self.agent = Agent(mode=cast("Mode", self._first_mode), **self._agent_options)
 
     def _parameters(self) -> List[Any]:
+        if self._zero is not None:
+            return cast(List[Any], self._zero.tensors())
         # Made once, and again when a group or its list of parameters changes
         # (add_param_group, a new list): the same list each step spares the iteration,
         # and the agent reuses its conversion of it.
@@ -161,11 +192,19 @@ class Attachment:
             # nothing, and GAC runs once per real update.
             return original(*args, **kwargs)
         self._step = self._step_of() if self._step_of is not None else self._step + 1
-        report = self.agent.step(self._step, self._parameters())
-        # A GradScaler finds the same non-finite gradient, skips the update
-        # itself and lowers its scale; withheld here, the scale would stay too high.
-        withheld = not (report.step_optimizer or (report.regime == "invalid" and _has_scaler(self._optimizer)))
+        zero = self._zero
+        try:
+            report = self.agent.step(self._step, self._parameters())
+        finally:
+            if zero is not None:
+                zero.release()
+        # A GradScaler (or DeepSpeed's fp16 loss scaler) finds the same non-finite gradient,
+        # skips the update itself and lowers its scale; withheld here, the scale would stay too high.
+        scaler = zero.handles_overflow if zero is not None else _has_scaler(self._optimizer)
+        withheld = not (report.step_optimizer or (report.regime == "invalid" and scaler))
         self._record(report, withheld)
+        if zero is not None:
+            return zero.skip(original, args, kwargs) if withheld else original(*args, **kwargs)
         _set_skipped(self._optimizer, withheld)
         return None if withheld else original(*args, **kwargs)
 
@@ -231,6 +270,7 @@ class Attachment:
         self._optimizer = None
         self._original_step = None
         self._wrapper = None
+        self._zero = None
 
 
 def _param_groups(optimizer: Any) -> List[Dict[str, Any]]:
@@ -325,14 +365,17 @@ def make_attachment(*, control: bool = False, mode: Optional[str] = None, warmup
         raise TypeError("scalars must be a function returning {name: value}")
     if telemetry is not None and not callable(getattr(telemetry, "send", None)):
         raise TypeError(f"telemetry must be a gac.Telemetry, got {type(telemetry).__name__}")
+    made = agent is None
     if agent is None:
         from gac import Agent
         agent = Agent(mode=cast("Mode", first_mode), **agent_options)
         if warmup:
             # The thresholds after the warm-up are unknown yet: check the other options now.
             Agent(0.05, 0.3, mode="local", **agent_options)
-    return Attachment(agent, telemetry=telemetry, scalars=scalars, warmup=warmup, control_mode=control_mode,
-                      agent_options=agent_options, skip_window=skip_window)
+    attachment = Attachment(agent, telemetry=telemetry, scalars=scalars, warmup=warmup, control_mode=control_mode,
+                            agent_options=agent_options, skip_window=skip_window)
+    attachment._first_mode = first_mode if made else None
+    return attachment
 
 
 def attach(target: Any, *, control: bool = False, mode: Optional[str] = None, warmup: int = 0,
@@ -345,7 +388,12 @@ def attach(target: Any, *, control: bool = False, mode: Optional[str] = None, wa
         with ``optimizers`` (torchtitan's ``OptimizersContainer``: one GAC
         step over all their parameters, a skip skips every one), or a
         transformers ``Trainer`` (TRL's trainers included: attached through
-        :class:`gac.integrations.transformers.GacCallback`).
+        :class:`gac.integrations.transformers.GacCallback`), or a DeepSpeed
+        engine or its ZeRO optimizer (stage 1, 2, 3): GAC reads this rank's
+        gradient partition at the start of the ZeRO optimizer's step and sums
+        over its data-parallel group (the agent's ``process_group`` unless
+        given); a skip leaves the master weights and the optimizer's state
+        as they were, and the engine counts it in ``skipped_steps``.
     control: False (default): observe only (monitor mode) unless ``mode`` or
         ``warmup`` says otherwise; True: GAC projects and skips (local mode,
         or remote when ``decision_source`` is given).
@@ -369,6 +417,14 @@ def attach(target: Any, *, control: bool = False, mode: Optional[str] = None, wa
         callback = GacCallback(control=control, mode=mode, warmup=warmup, agent=agent, telemetry=telemetry,
                                scalars=scalars, skip_window=skip_window, **agent_options)
         return callback.install(target).attachment
+    from gac import _deepspeed
+    zero_optimizer = _deepspeed.attach_target(target)
+    if zero_optimizer is not None:
+        _check_not_attached(zero_optimizer)
+        attachment = make_attachment(control=control, mode=mode, warmup=warmup, agent=agent, telemetry=telemetry,
+                                     scalars=scalars, skip_window=skip_window, **agent_options)
+        attachment._wrap(zero_optimizer)
+        return attachment
     if not _is_optimizer(target):
         raise TypeError("gac.attach needs a torch.optim.Optimizer (or a wrapper with param_groups, or a "
                         "container with optimizers) or a transformers Trainer, got " + type(target).__name__)

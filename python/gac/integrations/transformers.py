@@ -125,8 +125,12 @@ class GacCallback(TrainerCallback):
         if optimizer is None:
             raise RuntimeError("GacCallback: the Trainer began training without an optimizer")
         if getattr(args, "deepspeed", None) or type(optimizer).__name__ == "DeepSpeedOptimizerWrapper":
-            raise NotImplementedError("GacCallback: DeepSpeed steps its optimizer inside backward(); "
-                                      "not supported")
+            # DeepSpeed steps inside accelerator.backward() (engine.step(), before the Trainer's
+            # global_step moves): GAC gates the engine's ZeRO optimizer instead.
+            from gac import _deepspeed
+            if _deepspeed.attach_target(optimizer) is None:
+                raise NotImplementedError("GacCallback: under DeepSpeed only ZeRO optimizers (stage 1, 2, 3) are "
+                                          f"supported, got {type(optimizer).__name__}")
         self.attachment._wrap(optimizer, step_of=lambda: int(state.global_step) + 1)
 
     def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:

@@ -57,7 +57,8 @@ fi
 if ! cmp -s requirements.txt "$venv/gac-requirements.txt"; then
   echo "setup: pip install -r requirements.txt into $venv"
   # One line per package as progress; the whole log in .venv/pip.log.
-  "$venv/bin/python" -m pip install --disable-pip-version-check --progress-bar off --no-input \
+  # DeepSpeed comes as an sdist: built without its ops (compiled on use).
+  DS_BUILD_OPS=0 DS_ACCELERATOR=cpu "$venv/bin/python" -m pip install --disable-pip-version-check --progress-bar off --no-input \
     --require-virtualenv -r requirements.txt 2>&1 | tee "$venv/pip.log" |
     { grep --line-buffered -E '^(Collecting|Successfully installed|ERROR)' || true; }
   "$venv/bin/python" -m pip check >/dev/null

@@ -9,6 +9,7 @@ match gac's own controller."""
 
 from __future__ import annotations
 
+import importlib
 import math
 import re
 import subprocess
@@ -51,13 +52,13 @@ def test_every_proto_file_has_its_modules_inside_the_package() -> None:
     protos = sorted(p.stem for p in (SOURCE_DIR / "proto" / "gac" / "v1").glob("*.proto"))
     assert protos == ["control", "query", "telemetry"]
     for name in protos:
-        module = __import__(f"gac.v1.{name}_pb2", fromlist=["DESCRIPTOR"])
-        assert Path(module.__file__).resolve().parent == V1
+        module = importlib.import_module(f"gac.v1.{name}_pb2")
+        assert module.__file__ is not None and Path(module.__file__).resolve().parent == V1
         assert module.DESCRIPTOR.name == f"gac/v1/{name}.proto" and module.DESCRIPTOR.package == "gac.v1"
         assert (V1 / f"{name}_pb2.pyi").is_file()
         services = re.findall(r"^service (\w+)", (SOURCE_DIR / "proto" / "gac" / "v1" / f"{name}.proto").read_text(),
                               re.M)
-        grpc_module = __import__(f"gac.v1.{name}_pb2_grpc", fromlist=["grpc"])
+        grpc_module = importlib.import_module(f"gac.v1.{name}_pb2_grpc")
         assert services and all(hasattr(grpc_module, f"{s}Stub") for s in services), (name, services)
     # The generated imports resolve to these same modules: a StepRecord inside
     # a query message is the StepRecord of gac.v1.telemetry_pb2.
@@ -91,8 +92,9 @@ def test_import_gac_needs_neither_protobuf_nor_grpcio() -> None:
 def step_records(run: str) -> List[telemetry_pb2.StepRecord]:
     """Three steps of one rank: the first (no reference), a projection with
     layers, scalars and staleness, and a skip."""
-    first = telemetry_pb2.StepRecord(run=run, rank=0, world_size=2, step=1, grad_norm=2.5, regime=telemetry_pb2.REGIME_SAFE,
-                                     alpha=1.0, wall_time_ns=1_700_000_000_000_000_000, mode=telemetry_pb2.CONTROL_MODE_LOCAL,
+    first = telemetry_pb2.StepRecord(run=run, rank=0, world_size=2, step=1, grad_norm=2.5,
+                                     regime=telemetry_pb2.REGIME_SAFE, alpha=1.0,
+                                     wall_time_ns=1_700_000_000_000_000_000, mode=telemetry_pb2.CONTROL_MODE_LOCAL,
                                      agent_overhead_seconds=1.5e-5)
     project = telemetry_pb2.StepRecord(
         run=run, rank=0, world_size=2, step=2, cosine=0.2, grad_norm=2.0, ref_norm=2.5,

@@ -26,6 +26,12 @@ if echo "$needed" | grep -E '^lib(torch|c10|shm)'; then
   exit 1
 fi
 echo "wheel_check: the modules need $(echo "$needed" | tr '\n' ' ')"
+# gac.v1, the generated gRPC modules of gac's own .proto, is in the wheel.
+for name in telemetry control query; do
+  for f in "${name}_pb2.py" "${name}_pb2.pyi" "${name}_pb2_grpc.py"; do
+    [ -f "$scratch/unpacked/gac/v1/$f" ] || { echo "wheel_check: gac/v1/$f is not in the wheel" >&2; exit 1; }
+  done
+done
 
 run_tests() {  # venv label
   local venv=$1 label=$2

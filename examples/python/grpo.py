@@ -7,14 +7,14 @@ a + b; the reward is the fraction of digits that are right. The policy is an
 autoregressive MLP over one-hot inputs. Rollouts come from the policy of
 --staleness steps ago (a ring of snapshots: what an asynchronous trainer's
 rollout workers hold), so the learner trains on off-policy data, which is
-where consecutive gradients align and GAC steps in:
+where consecutive gradients align and GAC steps in, on the optimizer's step:
 
+    attachment = gac.attach(optimizer, mode="local", c_low=..., c_high=...)
+    ...
     loss.backward()
-    report = agent.step(step, params)          # c_t; projects g in place, or says skip
-    if report.step_optimizer:
-        torch.nn.utils.clip_grad_norm_(params, clip)
-        optimizer.step()
-    telemetry.send(report, scalars={"reward": ...}, staleness=behind)
+    torch.nn.utils.clip_grad_norm_(params, clip)
+    optimizer.step()                           # c_t first; projects g in place, or skips the update
+    telemetry.send(attachment.last_report, scalars={"reward": ...}, staleness=behind)
 
 --mode local decides in-process, monitor only measures, remote lets gacd
 decide (its thresholds set from --c-low/--c-high). --gacd streams every
@@ -192,10 +192,10 @@ def main(argv: Optional[List[str]] = None) -> int:
         # gacd decides with the run's thresholds; the run is in remote mode, as this trainer.
         source.set_thresholds(args.c_low, args.c_high, args.alpha_mode, reason="examples/python/grpo.py",
                               mode="remote")
-    agent = None
+    attachment = None
     if args.mode != "off":
-        agent = gac.Agent(args.c_low, args.c_high, mode=args.mode, alpha_mode=args.alpha_mode,
-                          decision_source=source, num_threads=1)
+        attachment = gac.attach(optimizer, mode=args.mode, c_low=args.c_low, c_high=args.c_high,
+                                alpha_mode=args.alpha_mode, decision_source=source, num_threads=1)
 
     print(f"grpo.py: run {run}, mode {args.mode}, staleness {args.staleness}, {args.steps} steps, "
           f"{sum(p.numel() for p in params)} parameters, held-out accuracy {accuracy(policy, task.heldout):.3f}")
@@ -213,17 +213,17 @@ def main(argv: Optional[List[str]] = None) -> int:
         optimizer.zero_grad(set_to_none=True)
         loss, scalars = grpo_loss(policy, reference, batch)
         loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, args.clip_grad)
+        optimizer.step()  # when attached, GAC first: its report is attachment.last_report
 
-        report = agent.step(step, params) if agent else None
-        if report is None or report.step_optimizer:
-            torch.nn.utils.clip_grad_norm_(params, args.clip_grad)
-            optimizer.step()
+        report = attachment.last_report if attachment else None
         reward = float(batch.rewards.mean())
         rewards.append(reward)
         if report is not None:
             regimes[report.regime] += 1
             window.add(report.cosine)
             if telemetry is not None:
+                # Sent here rather than by attach(telemetry=...), which has no staleness to send.
                 telemetry.send(report, scalars={"reward": reward, **scalars}, staleness=behind)
         if step % args.every == 0 or step == args.steps:
             c = report.cosine if report is not None else None
@@ -235,7 +235,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     summary: Dict[str, object] = dict(
         run=run, mode=args.mode, steps=args.steps, heldout_acc=heldout,
         final_reward=sum(rewards[-20:]) / len(rewards[-20:]), regimes=dict(regimes),
-        fallbacks=agent.fallbacks if agent else 0, steps_per_s=args.steps / (time.monotonic() - start),
+        fallbacks=attachment.agent.fallbacks if attachment else 0,
+        steps_per_s=args.steps / (time.monotonic() - start),
         q90=stats.q90, max=stats.max, frac_le_c_low=stats.frac_le_c_low)
     if telemetry is not None:
         flushed = telemetry.flush(30)

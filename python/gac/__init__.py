@@ -13,7 +13,9 @@ the interpreter's own LibTorch) reads and projects the gradients in place,
 to gacd, and :class:`Controller` and the calibration helpers
 (``gac._controller``) need neither torch nor gRPC. ``import gac`` loads only
 the last; torch and the transport are loaded on first use of a name that
-needs them.
+needs them. :mod:`gac.v1` holds gacd's gRPC API for Python clients (the
+generated messages and stubs; protobuf and grpcio, ``gac[client]``) and is
+imported only by its users.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Fixtures of the Python tests: real gacd processes on OS-chosen loopback
-ports, and what gacd stored, read back through its gRPC QueryService (the
-gacd_steps helper). ctest sets GAC_GACD and GAC_GACD_STEPS to the built
+ports, what gacd stored, read back through its gRPC QueryService (the
+gacd_steps helper), and groups of worker processes (run_ranks). ctest sets GAC_GACD and GAC_GACD_STEPS to the built
 binaries and PYTHONPATH to the staged package."""
 
 from __future__ import annotations
@@ -9,15 +9,45 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
-from typing import Dict, Iterator, List, Optional
+from typing import Any, Dict, Iterator, List, Optional, Sequence
 
 import pytest
 
 GACD = os.environ.get("GAC_GACD", "")
 GACD_STEPS = os.environ.get("GAC_GACD_STEPS", "")
 SOURCE_DIR = Path(os.environ.get("GAC_SOURCE_DIR", Path(__file__).resolve().parents[2]))
+
+HERE = Path(__file__).resolve().parent
+
+
+def run_ranks(tmp_path: Path, world: int, worker: str, args: Sequence[str],
+              env: Optional[Dict[str, str]] = None) -> List[Any]:
+    """Runs tests/python/`worker` as ranks 0..world-1 (argv: RANK WORLD
+    INIT_FILE OUT_FILE *args), each logging to tmp_path/rank<r>.log, and
+    returns what each saved with torch.save to its OUT_FILE. A rank that
+    fails fails the test with its log; one that hangs, after 300 s."""
+    import torch
+
+    procs = []
+    penv = dict(os.environ, PYTHONPATH=os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")]), **(env or {}))
+    for rank in range(world):
+        with open(tmp_path / f"rank{rank}.log", "wb") as log:
+            procs.append(subprocess.Popen(
+                [sys.executable, str(HERE / worker), str(rank), str(world), str(tmp_path / "init"),
+                 str(tmp_path / f"rank{rank}.pt"), *args], stdout=log, stderr=subprocess.STDOUT, env=penv))
+    for rank, p in enumerate(procs):
+        try:
+            rc = p.wait(timeout=300)
+        except subprocess.TimeoutExpired:
+            for q in procs:
+                q.kill()
+            raise
+        assert rc == 0, (tmp_path / f"rank{rank}.log").read_text()
+    return [torch.load(tmp_path / f"rank{r}.pt", weights_only=False) for r in range(world)]
+
 
 needs_gacd = pytest.mark.skipif(not (GACD and GACD_STEPS), reason="built without gacd (GAC_WITH_SERVER=OFF)")
 

@@ -16,50 +16,25 @@ Skipped when deepspeed is not installed (it is not a dependency of gac).
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
-from typing import Any, Dict, List
 
 import pytest
 import torch
 
 import deepspeed  # noqa: F401  (requirements.txt; the workers run it on the CPU: DS_ACCELERATOR=cpu, Gloo)
+from conftest import run_ranks
 from gac_reference import ReferenceGac
 
-HERE = Path(__file__).resolve().parent
 C_LOW, C_HIGH = 0.3, 0.8  # between the |c_t| of deepspeed_model's batches: every regime occurs
 WORLD = 2
-
-
-def run_ranks(tmp_path: Path, kind: str) -> List[Dict[str, Any]]:
-    procs = []
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")]),
-               DS_ACCELERATOR="cpu", OMP_NUM_THREADS="1")
-    for rank in range(WORLD):
-        log = open(tmp_path / f"rank{rank}.log", "wb")
-        procs.append(subprocess.Popen(
-            [sys.executable, str(HERE / "deepspeed_worker.py"), str(rank), str(WORLD), str(tmp_path / "init"),
-             str(tmp_path / f"rank{rank}.pt"), kind, repr(C_LOW), repr(C_HIGH)],
-            stdout=log, stderr=subprocess.STDOUT, env=env))
-        log.close()
-    for rank, p in enumerate(procs):
-        try:
-            rc = p.wait(timeout=300)
-        except subprocess.TimeoutExpired:
-            for q in procs:
-                q.kill()
-            raise
-        assert rc == 0, (tmp_path / f"rank{rank}.log").read_text()
-    return [torch.load(tmp_path / f"rank{r}.pt", weights_only=False) for r in range(WORLD)]
 
 
 @pytest.mark.parametrize("kind, zero", [("zero1", "DeepSpeedZeroOptimizer"), ("zero2", "DeepSpeedZeroOptimizer"),
                                         ("zero2_offload", "DeepSpeedZeroOptimizer"),
                                         ("zero3", "DeepSpeedZeroOptimizer_Stage3")])
 def test_every_rank_matches_the_whole_fp64_gradient(tmp_path: Path, kind: str, zero: str) -> None:
-    ranks = run_ranks(tmp_path, kind)
+    ranks = run_ranks(tmp_path, WORLD, "deepspeed_worker.py", [kind, repr(C_LOW), repr(C_HIGH)],
+                      env={"DS_ACCELERATOR": "cpu", "OMP_NUM_THREADS": "1"})
     # The whole gradient is the same on every rank (an all-reduce); the reference runs on it.
     wholes = [s["whole"] for s in ranks[0]["steps"]]
     for out in ranks[1:]:

@@ -7,9 +7,6 @@ decision source that fails on one rank makes every rank fall back."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any, Dict, List
 
@@ -18,31 +15,8 @@ import torch
 
 import gac
 from dist_model import ALPHA_MODE, C_HIGH, C_LOW, STEPS, full_gradients, shard
+from conftest import run_ranks
 from gac_reference import ReferenceGac
-
-HERE = Path(__file__).resolve().parent
-
-
-def run_ranks(tmp_path: Path, world: int, mode: str) -> List[Dict[str, Any]]:
-    init = tmp_path / "init"
-    procs = []
-    for rank in range(world):
-        out = tmp_path / f"rank{rank}.pt"
-        log = open(tmp_path / f"rank{rank}.log", "wb")
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")]))
-        procs.append(subprocess.Popen(
-            [sys.executable, str(HERE / "dist_worker.py"), str(rank), str(world), str(init), str(out), mode],
-            stdout=log, stderr=subprocess.STDOUT, env=env))
-        log.close()
-    for rank, p in enumerate(procs):
-        try:
-            rc = p.wait(timeout=300)
-        except subprocess.TimeoutExpired:
-            for q in procs:
-                q.kill()
-            raise
-        assert rc == 0, (tmp_path / f"rank{rank}.log").read_text()
-    return [torch.load(tmp_path / f"rank{r}.pt") for r in range(world)]
 
 
 def unsharded() -> List[Dict[str, Any]]:
@@ -76,7 +50,7 @@ def whole() -> List[Dict[str, Any]]:
 @pytest.mark.parametrize("world", [2, 4])
 def test_sharded_steps_match_the_unsharded_computation(tmp_path: Path, world: int,
                                                        whole: List[Dict[str, Any]]) -> None:
-    ranks = run_ranks(tmp_path, world, "local")
+    ranks = run_ranks(tmp_path, world, "dist_worker.py", ["local"])
     regimes = [w["regime"] for w in whole]
     assert {"safe", "project", "skip"} <= set(regimes), regimes
     total = sum(g.numel() for g in full_gradients(1))
@@ -106,7 +80,7 @@ def test_sharded_steps_match_the_unsharded_computation(tmp_path: Path, world: in
 
 def test_a_fallback_on_one_rank_is_a_fallback_on_every_rank(tmp_path: Path,
                                                              whole: List[Dict[str, Any]]) -> None:
-    ranks = run_ranks(tmp_path, 2, "remote")
+    ranks = run_ranks(tmp_path, 2, "dist_worker.py", ["remote"])
     for step in range(STEPS):
         for rank, r in enumerate(ranks):
             got = r["reports"][step]

@@ -13,11 +13,8 @@ scale, and c_t, a cosine, not at all."""
 from __future__ import annotations
 
 import datetime
-import os
-import subprocess
-import sys
 from pathlib import Path
-from typing import Any, Dict, List, Tuple
+from typing import List, Tuple
 
 import pytest
 import torch
@@ -25,10 +22,9 @@ import torch.distributed as dist
 
 import gac
 from gac import _dist
+from conftest import run_ranks
 from gac_reference import ReferenceGac
 from shard_model import STEPS, batch, make_model
-
-HERE = Path(__file__).resolve().parent
 
 
 def reference_gradients(world: int) -> List[List[torch.Tensor]]:
@@ -54,27 +50,6 @@ def thresholds(grads: List[List[torch.Tensor]]) -> Tuple[float, float]:
     return (cos[i - 1] + cos[i]) / 2, (cos[j] + cos[j + 1]) / 2
 
 
-def run_ranks(tmp_path: Path, world: int, kind: str, c_low: float, c_high: float) -> List[Dict[str, Any]]:
-    procs = []
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")]))
-    for rank in range(world):
-        log = open(tmp_path / f"rank{rank}.log", "wb")
-        procs.append(subprocess.Popen(
-            [sys.executable, str(HERE / "shard_worker.py"), str(rank), str(world), str(tmp_path / "init"),
-             str(tmp_path / f"rank{rank}.pt"), kind, repr(c_low), repr(c_high)],
-            stdout=log, stderr=subprocess.STDOUT, env=env))
-        log.close()
-    for rank, p in enumerate(procs):
-        try:
-            rc = p.wait(timeout=300)
-        except subprocess.TimeoutExpired:
-            for q in procs:
-                q.kill()
-            raise
-        assert rc == 0, (tmp_path / f"rank{rank}.log").read_text()
-    return [torch.load(tmp_path / f"rank{r}.pt") for r in range(world)]
-
-
 @pytest.mark.parametrize("kind, world", [("fsdp2", 2), ("fsdp2", 4), ("hsdp", 4), ("fsdp1", 2),
                                          ("fsdp1_orig", 2), ("ddp", 2)])
 def test_every_rank_matches_the_unsharded_fp64_computation(tmp_path: Path, kind: str, world: int) -> None:
@@ -83,7 +58,7 @@ def test_every_rank_matches_the_unsharded_fp64_computation(tmp_path: Path, kind:
     ref = ReferenceGac(c_low, c_high)
     expected = [ref.step(g) for g in grads]
     assert {e.regime for e in expected[1:]} == {"safe", "project", "skip"}
-    ranks = run_ranks(tmp_path, world, kind, c_low, c_high)
+    ranks = run_ranks(tmp_path, world, "shard_worker.py", [kind, repr(c_low), repr(c_high)])
     total = sum(int(p.numel()) for p in make_model().parameters())
     for rank, out in enumerate(ranks):
         for step, (r, e) in enumerate(zip(out["reports"], expected), start=1):

@@ -278,6 +278,34 @@ def test_changed_parameters_raise_and_modify_nothing_until_reset() -> None:
     assert first.regime == "safe" and first.cosine is None
 
 
+def test_a_parameter_that_changed_size_is_refused_until_reset() -> None:
+    # What a reshard or a resume with another world size does to a local
+    # shard, and `p.data = ...` to any parameter: the same object, another
+    # size. Reading it with the first step's layout would read past it.
+    p = torch.nn.Parameter(torch.zeros(64))
+    q = torch.nn.Parameter(torch.zeros(8, 4))
+    p.grad, q.grad = torch.ones(64), torch.ones(8, 4)
+    agent = gac.Agent(0.05, 0.9)
+    agent.step(1, [p, q])
+    p.data = torch.zeros(32)
+    p.grad = torch.ones(32)
+    with pytest.raises(gac.FailedPreconditionError, match=r"parameter 0 changed size .*agent\.reset\(\)"):
+        agent.step(2, [p, q])
+    assert torch.equal(p.grad, torch.ones(32)) and torch.equal(q.grad, torch.ones(8, 4))
+    # Same number of elements, another shape, not contiguous: read with its own sizes and strides.
+    # The elements must meet their own snapshot whatever the memory order.
+    values = torch.arange(32.0).reshape(8, 4)
+    q.data = torch.zeros(4, 8).t()
+    q.grad = values.t().contiguous().t()  # (8, 4) in column-major memory
+    agent.reset()
+    agent.step(1, [p, q])
+    q.grad = values.clone()  # row-major now: another layout than the snapshot's, the copy path
+    report = agent.step(2, [p, q])
+    assert report.tensors == 2 and report.strided_tensors == 1
+    assert report.cosine == pytest.approx(1.0, abs=1e-7)
+    assert report.grad_norm == pytest.approx(float((32 + values.pow(2).sum()) ** 0.5))
+
+
 def test_layers_report_each_layers_cosine() -> None:
     torch.manual_seed(4)
     model = torch.nn.Sequential(torch.nn.Linear(10, 20), torch.nn.Linear(20, 3))

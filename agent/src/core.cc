@@ -132,12 +132,13 @@ base::Status GatherGradients(Plan& plan, GradientSource& source, controller::Ste
 
 // Fast path, one thread: each block's chunks are summed right after the block
 // is gathered.
-base::Status SumSerially(Plan& plan, GradientSource& parameters, controller::StepReport* report) {
+base::Status SumSerially(Plan& plan, GradientSource& parameters, controller::StepReport* report, bool fused) {
   const cpu::Kernels& k = cpu::BestKernels();
+  const auto pass = fused ? k.stats_snapshot_spans : k.stats_spans;
   cpu::Partial sum;
   std::int64_t summed = 0;
   GAC_RETURN_IF_ERROR(GatherGradients(plan, parameters, report, [&](std::int64_t end) {
-    k.stats_spans(plan.spans.data() + summed, end - summed, plan.snap_type, plan.has_reference, nullptr, &sum);
+    pass(plan.spans.data() + summed, end - summed, plan.snap_type, plan.has_reference, nullptr, &sum);
     summed = end;
   }));
   plan.reduced[0] = sum.dot;
@@ -152,8 +153,10 @@ base::Status SumSerially(Plan& plan, GradientSource& parameters, controller::Ste
 // tasks stop (frontier -1) and nothing was written. The per-chunk partials
 // are added in chunk order, so the sums are the serial path's bits whatever
 // the thread count.
-base::Status SumInParallel(Plan& plan, ThreadPool& pool, GradientSource& parameters, controller::StepReport* report) {
+base::Status SumInParallel(Plan& plan, ThreadPool& pool, GradientSource& parameters, controller::StepReport* report,
+                           bool fused) {
   const cpu::Kernels& k = cpu::BestKernels();
+  const auto pass = fused ? k.stats_snapshot_spans : k.stats_spans;
   std::atomic<std::int64_t> frontier{0};
   base::Status gathered;
   const std::function<void()> gather_first = [&] {
@@ -169,8 +172,8 @@ base::Status SumInParallel(Plan& plan, ThreadPool& pool, GradientSource& paramet
         std::int64_t f;
         while ((f = frontier.load(std::memory_order_acquire)) >= 0 && f < end) CpuRelax();
         if (f < 0) return;
-        k.stats_spans(plan.spans.data() + first, end - first, plan.snap_type, plan.has_reference,
-                      plan.partials.data() + first, nullptr);
+        pass(plan.spans.data() + first, end - first, plan.snap_type, plan.has_reference,
+             plan.partials.data() + first, nullptr);
       },
       &gather_first);
   if (!gathered.ok()) return gathered;
@@ -445,19 +448,33 @@ base::Status AgentCore::ComputeStatistics(GradientSource& parameters, controller
   plan.strided_dims.clear();
   std::fill(plan.reduced.begin(), plan.reduced.end(), 0.0);
   bool all_reduced = false;
+  // Monitor mode writes the snapshot whatever the decision: on the CPU, in
+  // the statistics pass itself (per-layer sums read the snapshot again
+  // after that pass, so not with layers).
+  plan.snapshot_in_stats =
+      plan.device_passes == nullptr && options_.mode == controller::Mode::kMonitor && options_.layers.empty();
+  base::Status st;
   if (plan.device_passes != nullptr) {
-    GAC_RETURN_IF_ERROR(SumOnDevice(plan, options_.reducer.get(), parameters, report, &all_reduced));
+    st = SumOnDevice(plan, options_.reducer.get(), parameters, report, &all_reduced);
   } else if (plan.serial(pool_->num_threads())) {
-    GAC_RETURN_IF_ERROR(SumSerially(plan, parameters, report));
+    st = SumSerially(plan, parameters, report, plan.snapshot_in_stats);
   } else {
-    GAC_RETURN_IF_ERROR(SumInParallel(plan, *pool_, parameters, report));
+    st = SumInParallel(plan, *pool_, parameters, report, plan.snapshot_in_stats);
   }
-  report->strided_tensors = static_cast<std::int32_t>(plan.strided.size());
-  SumStrided(plan);
-  if (plan.device_passes == nullptr) SumLayers(plan, options_.layers);
-  if (options_.reducer && !all_reduced) {
-    base::Status st = options_.reducer->AllReduceSum(plan.reduced.data(), plan.reduced.size());
-    if (!st.ok()) return base::Status::Unavailable("all-reduce of the GAC statistics failed: " + st.ToString());
+  if (st.ok()) {
+    report->strided_tensors = static_cast<std::int32_t>(plan.strided.size());
+    SumStrided(plan);
+    if (plan.device_passes == nullptr) SumLayers(plan, options_.layers);
+    if (options_.reducer && !all_reduced) {
+      st = options_.reducer->AllReduceSum(plan.reduced.data(), plan.reduced.size());
+      if (!st.ok()) st = base::Status::Unavailable("all-reduce of the GAC statistics failed: " + st.ToString());
+    }
+  }
+  if (!st.ok()) {
+    // A pass that wrote the snapshot as it went may have written part of
+    // it: the next step has no reference (the gradients are untouched).
+    if (plan.snapshot_in_stats) plan.has_reference = false;
+    return st;
   }
   for (std::size_t g = 0; g < options_.layers.size(); ++g) {
     report->layers.push_back(controller::LayerStats{options_.layers[g].name, plan.reduced[3 + 3 * g], plan.reduced[4 + 3 * g],
@@ -493,6 +510,13 @@ base::Status AgentCore::ApplyDecision(controller::StepReport* report) {
   const bool project = options_.mode != controller::Mode::kMonitor && regime == controller::Regime::kProject;
   const bool snapshot_projected = options_.reference == ReferencePolicy::kAppliedUpdate;
   const bool write_snapshot = regime != controller::Regime::kInvalid && (!snapshot_projected || report->step_optimizer);
+  if (plan.snapshot_in_stats) {
+    // The dense gradients' snapshot is written already. A non-finite
+    // gradient (invalid) overwrote it too: the next step has no reference.
+    ApplyStrided(plan, false, 0.0f, false);
+    plan.has_reference = regime != controller::Regime::kInvalid;
+    return base::Status::Ok();
+  }
   if (!project && !write_snapshot) return base::Status::Ok();
   const float coeff = static_cast<float>(report->decision.projection_coeff);
   if (plan.device_passes != nullptr) {  // enqueued on the current stream, not waited for

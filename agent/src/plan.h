@@ -119,6 +119,7 @@ struct Plan {
   std::size_t snap_elem_size = 4;
   cpu::ElemType snap_type = cpu::ElemType::kF32;
   bool has_reference = false;  // the snapshot holds a previous gradient
+  bool snapshot_in_stats = false;  // this step's statistics pass wrote the snapshot (monitor mode)
   bool stepped = false;        // a step completed since Build
   std::int64_t last_step = 0;
 };

@@ -197,6 +197,28 @@ def test_non_finite_gradient_is_invalid_and_keeps_the_snapshot() -> None:
     assert regimes[3] == "invalid" and regimes[7] == "invalid"
 
 
+def test_monitor_mode_after_a_non_finite_gradient_starts_again_without_a_reference() -> None:
+    # Monitor mode writes the snapshot in the statistics pass (one read of
+    # the gradients): a non-finite one is reported invalid, left as it is,
+    # and the next step has no reference instead of the last finite one.
+    torch.manual_seed(5)
+    p = torch.nn.Parameter(torch.zeros(100_000))
+    g = torch.randn(100_000)
+    agent = gac.Agent(0.05, 0.3, mode="monitor")
+    p.grad = g.clone()
+    assert agent.step(1, [p]).regime == "safe"
+    p.grad = g.clone()
+    p.grad[70_000] = float("inf")
+    poisoned = p.grad.clone()
+    r = agent.step(2, [p])
+    assert r.regime == "invalid" and r.step_optimizer and torch.equal(p.grad, poisoned)
+    p.grad = g.clone()
+    r = agent.step(3, [p])
+    assert r.regime == "safe" and r.cosine is None
+    p.grad = 0.5 * g
+    assert agent.step(4, [p]).cosine == pytest.approx(1.0, abs=1e-6)
+
+
 def test_gradients_are_projected_in_place_without_copies() -> None:
     torch.manual_seed(1)
     params = [torch.nn.Parameter(torch.zeros(4096)) for _ in range(3)]

@@ -55,6 +55,12 @@ struct Kernels {
   void (*project_snapshot_spans)(const Span* spans, std::int64_t count, ElemType pt, float coeff,
                                  bool snapshot_projected);
   void (*snapshot_spans)(const Span* spans, std::int64_t count, ElemType pt);
+  // stats_spans (same bits, same out/sum contract) and snapshot_spans in one
+  // pass: each span is read once, in cache-sized pieces whose snapshot is
+  // written right after their statistics (monitor mode, where the snapshot
+  // is written whatever the decision).
+  void (*stats_snapshot_spans)(const Span* spans, std::int64_t count, ElemType pt, bool with_p, Partial* out,
+                               Partial* sum);
 
   const char* isa;  // "avx512", "avx2" or "baseline"
 };

@@ -286,9 +286,10 @@ GAC_INLINE void SumLanes3(Lanes a, Lanes b, Lanes c, float* sa, float* sb, float
 // Element i of a block goes to lane i % kLanes (a tail shorter than kLanes
 // to the first lanes); the lanes are summed per block (SumLanes) and the
 // block sums in fp64.
+// `out` carries a running sum: statistics of consecutive pieces that start
+// on block boundaries add up to the bits of one call over them all.
 template <typename G, typename P>
-GAC_INLINE Partial StatsT(const G* __restrict g, const P* __restrict p, std::int64_t n) {
-  Partial out;
+GAC_INLINE Partial StatsT(const G* __restrict g, const P* __restrict p, std::int64_t n, Partial out = {}) {
   for (std::int64_t b = 0; b < n; b += kBlock) {
     const std::int64_t e = std::min(n, b + kBlock);
     Lanes d = {}, x2 = {}, y2 = {};
@@ -317,8 +318,7 @@ GAC_INLINE Partial StatsT(const G* __restrict g, const P* __restrict p, std::int
 }
 
 template <typename G>
-GAC_INLINE Partial NormT(const G* __restrict g, std::int64_t n) {
-  Partial out;
+GAC_INLINE Partial NormT(const G* __restrict g, std::int64_t n, Partial out = {}) {
   for (std::int64_t b = 0; b < n; b += kBlock) {
     const std::int64_t e = std::min(n, b + kBlock);
     Lanes x2 = {};
@@ -416,6 +416,30 @@ void Snapshot(const void* g, ElemType gt, void* p, ElemType pt, std::int64_t n) 
   });
 }
 
+// Elements per piece of the fused pass: g and p of a piece (64 KiB in fp32)
+// stay in L2 between the statistics and the snapshot. A multiple of kBlock.
+constexpr std::int64_t kFusedPiece = 8192;
+static_assert(kFusedPiece % kBlock == 0, "pieces must start on block boundaries");
+
+// The statistics of g against p (|g|^2 only without with_p), then p <- g,
+// piece by piece: one read of g and p and one write of p, where the two
+// passes would read g twice. The statistics are Stats()'s bits.
+Partial StatsSnapshot(const void* g, ElemType gt, void* p, ElemType pt, std::int64_t n, bool with_p) {
+  return Dispatch2(gt, pt, [&](auto* gtag, auto* ptag) {
+    using G = std::remove_pointer_t<decltype(gtag)>;
+    using P = std::remove_pointer_t<decltype(ptag)>;
+    const G* gg = static_cast<const G*>(g);
+    P* pp = static_cast<P*>(p);
+    Partial r;
+    for (std::int64_t b = 0; b < n; b += kFusedPiece) {
+      const std::int64_t m = std::min(kFusedPiece, n - b);
+      r = with_p ? StatsT(gg + b, pp + b, m, r) : NormT(gg + b, m, r);
+      SnapshotT(gg + b, pp + b, m);
+    }
+    return r;
+  });
+}
+
 // Spans are often small and scattered (e.g. separately allocated 4 KiB
 // tensors), where the hardware prefetchers stop at every span and, after the
 // caches and TLBs have been flushed, each span starts with a page walk for g
@@ -471,6 +495,23 @@ void StatsSpans(const Span* spans, std::int64_t count, ElemType pt, bool with_p,
   if (sum != nullptr) *sum = total;
 }
 
+void StatsSnapshotSpans(const Span* spans, std::int64_t count, ElemType pt, bool with_p, Partial* out,
+                        Partial* sum) {
+  Partial total = sum != nullptr ? *sum : Partial{};
+  for (std::int64_t i = 0; i < std::min(count, kSpansAhead); ++i) PrefetchSpan<1>(spans[i], true);
+  for (std::int64_t i = 0; i < count; ++i) {
+    PrefetchAhead<1>(spans, i, count);
+    const Span& s = spans[i];
+    Partial r;
+    if (s.g != nullptr) r = StatsSnapshot(s.g, s.gt, s.p, pt, s.n, with_p);
+    if (out != nullptr) out[i] = r;
+    total.dot += r.dot;
+    total.grad_sq += r.grad_sq;
+    total.ref_sq += r.ref_sq;
+  }
+  if (sum != nullptr) *sum = total;
+}
+
 void ProjectSnapshotSpans(const Span* spans, std::int64_t count, ElemType pt, float coeff, bool snapshot_projected) {
   for (std::int64_t i = 0; i < count; ++i) {
     PrefetchAhead<1>(spans, i, count);
@@ -508,7 +549,7 @@ void SnapshotSpans(const Span* spans, std::int64_t count, ElemType pt) {
 #define GAC_STR(x) GAC_STR2(x)
 extern const Kernels kKernels = {&Stats,      &ProjectSnapshot,      &Snapshot,
                                  &StatsSpans, &ProjectSnapshotSpans, &SnapshotSpans,
-                                 GAC_STR(GAC_KERNEL_ISA)};
+                                 &StatsSnapshotSpans, GAC_STR(GAC_KERNEL_ISA)};
 
 }  // namespace GAC_KERNEL_ISA
 }  // namespace gac::agent::cpu

@@ -11,7 +11,11 @@
 // Step() reads every gradient once for the statistics (no flattening, no
 // copy), decides through gac::Controller, and in `local` mode projects the
 // gradients in place in a second pass that also refreshes the snapshot of the
-// previous gradient; otherwise that pass only writes the snapshot. Memory:
+// previous gradient; otherwise that pass only writes the snapshot. In
+// `monitor` mode on the CPU (without layers) the statistics pass writes the
+// snapshot as it reads, cache-sized piece by piece, so the gradients are
+// read once; a non-finite gradient (invalid) then leaves no reference for
+// the next step, and an error in the step may too. Memory:
 // one snapshot (fp32 or bf16) plus O(chunks) scratch, allocated on the first
 // step and reused.
 //

@@ -7,8 +7,9 @@ The three lines a training loop needs (docs/PYTHON.md has the rest)::
         optimizer.step()
     telemetry.send(report, scalars={"reward": reward})
 
-Everything runs in gac's C++ libraries: :class:`Agent` (``gac._agent``, over
-the interpreter's own LibTorch) reads and projects the gradients in place,
+Everything runs in gac's C++ libraries: :class:`Agent` (``gac._agent``, the
+torch-free agent core, which reads tensors through torch's Python API and so
+works with any torch 2.x) reads and projects the gradients in place,
 :class:`Telemetry` and :class:`RemoteController` (``gac._transport``) talk
 to gacd, and :class:`Controller` and the calibration helpers
 (``gac._controller``) need neither torch nor gRPC. ``import gac`` loads only

@@ -1,4 +1,4 @@
-"""The in-process GAC agent over the interpreter's LibTorch."""
+"""The in-process GAC agent, over torch's Python API (no LibTorch)."""
 
 from typing import Dict, Iterable, Literal, Optional, Tuple, Union
 

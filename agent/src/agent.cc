@@ -4,8 +4,6 @@
 
 #include <ATen/ATen.h>
 
-#include <map>
-#include <mutex>
 #include <string>
 #include <utility>
 
@@ -24,16 +22,6 @@ DType ToDType(at::ScalarType t) {
   }
 }
 
-// A device type's name that lives as long as the process (for messages).
-const char* PersistentDeviceTypeName(c10::DeviceType type) {
-  static std::mutex mu;
-  static std::map<int, std::string> names;
-  const std::lock_guard<std::mutex> lock(mu);
-  auto [it, fresh] = names.emplace(static_cast<int>(type), std::string());
-  if (fresh) it->second = c10::DeviceTypeName(type, /*lower_case=*/true);
-  return it->second.c_str();
-}
-
 DeviceId ToDeviceId(const c10::Device& d) {
   DeviceId id;
   if (d.is_cpu()) {
@@ -44,7 +32,7 @@ DeviceId ToDeviceId(const c10::Device& d) {
   } else {
     id.kind = DeviceId::Kind::kOther;
     id.index = d.has_index() ? d.index() : -1;
-    id.other_name = PersistentDeviceTypeName(d.type());
+    id.other_name = PersistentName(c10::DeviceTypeName(d.type(), /*lower_case=*/true));
   }
   return id;
 }

@@ -4,7 +4,9 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <mutex>
 #include <numeric>
+#include <set>
 #include <exception>
 #include <functional>
 #include <optional>
@@ -337,6 +339,13 @@ base::Status TakeDeprecatedGroups(AgentOptions* options) {
 }
 
 }  // namespace
+
+const char* PersistentName(const std::string& name) {
+  static std::mutex mu;
+  static std::set<std::string> names;
+  const std::lock_guard<std::mutex> lock(mu);
+  return names.insert(name).first->c_str();
+}
 
 std::string DeviceId::str() const {
   switch (kind) {

@@ -1,8 +1,6 @@
 #include "python/src/tensor_reader.h"
 
 #include <algorithm>
-#include <mutex>
-#include <set>
 #include <string>
 #include <utility>
 
@@ -78,21 +76,13 @@ py::object Steal(PyObject* o) {
 py::object GetAttr(PyObject* o, PyObject* name) { return Steal(PyObject_GetAttr(o, name)); }
 py::object CallMethod(PyObject* o, PyObject* name) { return Steal(PyObject_CallMethodNoArgs(o, name)); }
 
-// A name that lives as long as the process (messages keep the pointer).
-const char* Persistent(const std::string& s) {
-  static std::mutex mu;
-  static std::set<std::string> names;
-  const std::lock_guard<std::mutex> lock(mu);
-  return names.insert(s).first->c_str();
-}
-
 DType DTypeOf(const TorchApi& api, PyObject* dtype, const char** name) {
   if (dtype == api.f32) return DType::kF32;
   if (dtype == api.bf16) return DType::kBF16;
   if (dtype == api.f16) return DType::kF16;
   std::string s = py::str(dtype);
   if (s.rfind("torch.", 0) == 0) s = s.substr(6);
-  *name = Persistent(s);
+  *name = agent::PersistentName(s);
   return DType::kOther;
 }
 
@@ -115,7 +105,7 @@ DeviceId DeviceOf(PyObject* tensor) {
     if (id.index < 0) id.index = 0;
   } else {
     id.kind = DeviceId::Kind::kOther;
-    id.other_name = Persistent(type);
+    id.other_name = agent::PersistentName(type);
   }
   return id;
 }

@@ -24,6 +24,11 @@ namespace gac::agent {
 class ThreadPool;
 struct Plan;
 
+// `name` kept for the life of the process (one copy per distinct name), for
+// the names a view carries (DeviceId::other_name, TensorView::dtype_name).
+// Thread-safe.
+const char* PersistentName(const std::string& name);
+
 // The gradient element types the passes read; anything else is kOther.
 enum class DType : std::uint8_t { kF32 = 0, kBF16 = 1, kF16 = 2, kOther = 255 };
 

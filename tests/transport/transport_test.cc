@@ -269,14 +269,20 @@ TEST(StalledGacd, TrainerDoesNotWaitAndRemoteDecisionFallsBackOnTime) {
     if (s % 100 == 0) std::this_thread::sleep_for(1ms);
   }
   EXPECT_LT(worst, 20ms) << "an Enqueue waited on the stalled server";
+  // Without its deadline a call would wait until SIGCONT. Every call must end
+  // well short of that; the fastest must end close to the deadline (a loaded
+  // machine may deschedule the odd one for longer: CI saw 210 ms once).
+  std::chrono::nanoseconds fastest = std::chrono::hours(1);
   for (int i = 0; i < 5; ++i) {
     const auto t0 = std::chrono::steady_clock::now();
     auto miss = (*remote)->Decide(1 + i, stats);
     const auto took = std::chrono::steady_clock::now() - t0;
+    fastest = std::min(fastest, std::chrono::nanoseconds(took));
     EXPECT_FALSE(miss.ok());
     EXPECT_EQ(miss.status().code(), base::StatusCode::kDeadlineExceeded) << miss.status().ToString();
-    EXPECT_LT(took, 50ms + 150ms) << "the remote decision must give up at its deadline";
+    EXPECT_LT(took, 50ms + 1s) << "the remote decision must give up at its deadline";
   }
+  EXPECT_LT(fastest, 50ms + 150ms) << "the remote decision must give up at its deadline";
   ASSERT_EQ(kill(gacd.process().pid(), SIGCONT), 0);
   ASSERT_TRUE((*t)->Flush(60s)) << (*t)->last_error();
   EXPECT_EQ(gacd.Steps("exp-stall"), Range(3000));

@@ -1,25 +1,36 @@
 #!/usr/bin/env bash
-# The async GRPO experiment of docs/RESULTS.md (outside CI; about 40 minutes
-# on 2 idle cores for the default grid, ~550 runs of 5-9 CPU s):
-#   1. synchronous GRPO (s = 0, agent in monitor mode) for every seed; their
-#      pooled c_t after step 50 fix the thresholds once, by a rule written
-#      before any stale run (analyze.py calibrate): c_low = q0.9 and c_high =
-#      max of |c_t|, and the same of |m_t| (the signed mean of c_t over 20
-#      steps) for the windowed trigger; an existing $OUT/calibration.txt is
-#      kept, so adding seeds later does not move the thresholds;
-#   2. the grid: s in $STALENESS x {grpo, m2po, bapo, is (unclipped
-#      importance sampling), gac (paper alpha), gacexact (exact alpha),
-#      gacwin (the windowed trigger), gac005 (the paper's own thresholds
-#      0.05 / 0.3), gacproj and gacwinproj (gac and gacwin with c_high = 1:
-#      projection only, never a skip)} x seeds; the losses are identical at
-#      s = 0, so only the GAC variants run there besides grpo. Every run gets
-#      the calibrated thresholds (monitor-mode runs report what GAC would do);
-#   3. controls, per GAC variant, staleness and seed, with that run's
-#      measured skip rate p: rskip-<v> (GRPO skipping each update with
-#      probability p) and lrs-<v> (GRPO with lr x (1 - p));
+# The async GRPO experiment of docs/RESULTS.md (outside CI; about 450 runs of
+# 10-14 CPU s each on torch 2.15, so about an hour on 2 idle cores). The lag
+# is counted in optimizer steps, as the paper models it (a skipped update
+# leaves the weights, so s skips make the samplers on-policy again).
+#   0. calibration: synchronous GRPO (s = 0, monitor mode) on seeds of its
+#      own ($CAL_SEEDS, never test seeds); analyze.py calibrate fixes the
+#      thresholds once, by the rule in its docstring (c_low = on-policy q0.9,
+#      c_high = 3 x the on-policy max capped at 0.95, for |c_t| and for the
+#      windowed |m_t|); an existing $OUT/calibration.txt is kept;
+#   1. synchronous GRPO on the test seeds ($SEEDS): the s = 0 reference;
+#   2. the grid: s in $STALENESS x {grpo, m2po, bapo, is (unclipped importance
+#      sampling), gac (paper alpha, calibrated), gacwin (the windowed trigger),
+#      gacproj and gacwinproj (c_high = 1: projection only, never a skip),
+#      gacmax (c_high = the on-policy max, the earlier rule: GAC acts mostly by
+#      skipping)} x seeds; the losses are identical at s = 0, so only the GAC
+#      variants run there besides grpo. Every run gets the calibrated
+#      thresholds (monitor-mode runs report what GAC would do). Plus gacv:
+#      gac at s = $VERSION_S with the lag counted in applied updates (--lag
+#      versions: the rule of the earlier grid, in which a skip cannot reduce
+#      the lag);
+#   3. controls per GAC run (analyze.py control reads its skip rate p, the
+#      steps it skipped and lr_scale, the mean of |applied| / |raw| gradient,
+#      0 on a skip): where p > 0, rskip-<v> (GRPO skipping each update with
+#      probability p: same rate, random timing) and mskip-<v> (GRPO skipping
+#      exactly the steps the GAC run skipped: same rate and timing, no
+#      projection); where lr_scale < $LRS_MIN, lrs-<v> (GRPO with lr x
+#      lr_scale: with the lag in steps its expected drift over the lag window
+#      equals the GAC run's). A run above both bounds is compared with GRPO
+#      itself (its controls would be GRPO to within those margins);
 #   4. the beta ablation at s = $BETA_S: gac with beta in $BETAS (gacb<beta>);
 #   5. examples/grpo/analyze.py report: results.csv (one row per run),
-#      summary.md (tables), detectors.csv and the plots.
+#      comparisons.csv, detectors.csv, summary.md (tables) and the plots.
 # Runs whose log already ends with a summary line are not run again.
 #
 # `scripts/experiment.sh pilot` instead runs the measurements that chose the
@@ -28,28 +39,26 @@
 # $OUT/pilot, and prints their table (analyze.py pilot).
 #
 # Environment: OUT (results/grpo), BUILD (build), STEPS (400), SEEDS
-# ("1 2 3 4 5"), STALENESS ("0 4 8 16 32"), VARIANTS (every variant of step
-# 2: "grpo m2po bapo is gac gacexact gacwin gac005 gacproj gacwinproj"),
-# CONTROLS (the GAC variants that get the two controls of step 3; all by
-# default), JOBS (2 parallel runs), BETAS ("0.5 2"; "" skips step 4), BETA_S (16),
+# ("1 2 3 4 5"), CAL_SEEDS ("101 102 103"), STALENESS ("0 4 8 16 32"),
+# VARIANTS (every variant of step 2), CONTROLS (the GAC variants that get
+# controls; all by default), LRS_MIN (0.97), JOBS (2 parallel runs), BETAS
+# ("0.5 2"; "" skips step 4), BETA_S (16), VERSION_S (16; "" skips gacv),
 # EXTRA (more flags for every run), PILOT_ONLY (the pilot's candidates to run,
 # by name; all by default), PYTHON (the checkout's .venv/bin/python, which has
 # matplotlib).
-#
-# The full grid of docs/RESULTS.md: scripts/experiment.sh (defaults; about
-# 550 runs of 5-7 CPU s each). The grid that was run there (271 runs):
-#   SEEDS="1 2 3 4 5" STALENESS="0 4 8 16 32" VARIANTS="grpo m2po bapo is gac gacexact gacwin gac005" \
-#   CONTROLS="gac gacwin" BETAS="0.5 2" scripts/experiment.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-results/grpo}
 BUILD=${BUILD:-build}
 STEPS=${STEPS:-400}
 SEEDS=${SEEDS:-"1 2 3 4 5"}
+CAL_SEEDS=${CAL_SEEDS:-"101 102 103"}
+LRS_MIN=${LRS_MIN:-0.97}
+VERSION_S=${VERSION_S-16}
 STALENESS=${STALENESS:-"0 4 8 16 32"}
-VARIANTS=${VARIANTS:-"grpo m2po bapo is gac gacexact gacwin gac005 gacproj gacwinproj"}
+VARIANTS=${VARIANTS:-"grpo m2po bapo is gac gacwin gacproj gacwinproj gacmax"}
 PILOT_ONLY=${PILOT_ONLY:-}
-CONTROLS=${CONTROLS:-"gac gacexact gacwin gac005 gacproj gacwinproj"}
+CONTROLS=${CONTROLS:-"gac gacwin gacproj gacwinproj gacmax gacv"}
 JOBS=${JOBS:-2}
 BETAS=${BETAS-"0.5 2"}
 BETA_S=${BETA_S:-16}
@@ -58,8 +67,11 @@ PYTHON=${PYTHON:-.venv/bin/python}
 BIN="$BUILD/examples/grpo/gac_grpo"
 LR=3e-4
 # The configuration chosen in the pilot (docs/RESULTS.md), the same for every run.
-COMMON="--steps $STEPS --sft-steps 600 --lr $LR --prompts 64 --group 8 --width 128 --eval-every 20 \
---window 20 --pr-every 25 --mech-every 5 --every 1000 $EXTRA"
+BASE="--steps $STEPS --sft-steps 600 --lr $LR --prompts 64 --group 8 --width 128 --eval-every 20 --window 20 --every 1000"
+COMMON="$BASE --pr-every 25 --mech-every 5 $EXTRA"
+# The controls skip the probes: they draw from streams of their own, so a run's
+# trajectory is the same with or without them.
+CONTROL_COMMON="$BASE $EXTRA"
 export OPENBLAS_NUM_THREADS=1  # one core per run; JOBS runs share the machine
 
 mkdir -p "$OUT"
@@ -80,8 +92,6 @@ run_jobs() {
   xargs -P "$JOBS" -I{} -d '\n' sh -c '{}' < "$todo"
   echo "   done in $((SECONDS - start)) s"
 }
-# The fraction of updates run $1 skipped.
-skip_rate() { sed -n 's/.* skipped=\([0-9]*\) .*/\1/p' "$OUT/runs/$1.log" | awk -v n="$STEPS" '{printf "%.4f", $1 / n}'; }
 
 if [ "${1:-}" = pilot ]; then
   # name: flags. The chosen configuration is add-b10-w128-p64-lr3e-4.
@@ -110,60 +120,85 @@ if [ "${1:-}" = pilot ]; then
   exit 0
 fi
 
-echo "== 1. synchronous GRPO, seeds $SEEDS"
-: > "$OUT/jobs1.txt"
-for seed in $SEEDS; do echo "grpo_s0_seed$seed --staleness 0 --loss grpo --agent monitor --seed $seed" >> "$OUT/jobs1.txt"; done
-run_jobs "$OUT/jobs1.txt"
+echo "== 0. calibration: synchronous GRPO, seeds $CAL_SEEDS (not test seeds)"
+: > "$OUT/jobs0.txt"
+for seed in $CAL_SEEDS; do echo "grpo_s0_seed$seed --staleness 0 --loss grpo --agent monitor --seed $seed" >> "$OUT/jobs0.txt"; done
+run_jobs "$OUT/jobs0.txt" "$OUT/calibration-runs"
 # Calibrated once: a later invocation (more seeds, more staleness values) keeps the thresholds.
 if [ -s "$OUT/calibration.txt" ]; then
   echo "   keeping the thresholds of $OUT/calibration.txt"
 else
-  "$PYTHON" examples/grpo/analyze.py calibrate --runs "$OUT/runs" --out "$OUT/calibration.txt"
+  "$PYTHON" examples/grpo/analyze.py calibrate --runs "$OUT/calibration-runs" --out "$OUT/calibration.txt"
 fi
 cal() { sed -n "s/^$1=//p" "$OUT/calibration.txt"; }
-C_LOW=$(cal c_low); C_HIGH=$(cal c_high); W_LOW=$(cal window_c_low); W_HIGH=$(cal window_c_high)
-echo "   c_low $C_LOW, c_high $C_HIGH; window: c_low $W_LOW, c_high $W_HIGH"
+C_LOW=$(cal c_low); C_HIGH=$(cal c_high); C_MAX=$(cal max)
+W_LOW=$(cal window_c_low); W_HIGH=$(cal window_c_high)
+echo "   c_low $C_LOW, c_high $C_HIGH (on-policy max $C_MAX); window: c_low $W_LOW, c_high $W_HIGH"
+
+echo "== 1. synchronous GRPO, test seeds $SEEDS"
+: > "$OUT/jobs1.txt"
+for seed in $SEEDS; do
+  echo "grpo_s0_seed$seed --staleness 0 --loss grpo --agent monitor --c-low $C_LOW --c-high $C_HIGH --seed $seed" >> "$OUT/jobs1.txt"
+done
+run_jobs "$OUT/jobs1.txt"
+
+# The flags of GAC variant $1.
+gac_flags() {
+  case $1 in
+    gac|gacv) echo "--agent local --c-low $C_LOW --c-high $C_HIGH" ;;
+    gacwin) echo "--agent local --trigger window --c-low $W_LOW --c-high $W_HIGH" ;;
+    gacproj) echo "--agent local --c-low $C_LOW --c-high 1" ;;
+    gacwinproj) echo "--agent local --trigger window --c-low $W_LOW --c-high 1" ;;
+    gacmax) echo "--agent local --c-low $C_LOW --c-high $C_MAX" ;;
+  esac
+}
 
 echo "== 2. the grid: s in {$STALENESS}"
 : > "$OUT/jobs2.txt"
 for s in $STALENESS; do
   for v in $VARIANTS; do
-    [ "$s" = 0 ] && case $v in grpo|m2po|bapo|is) continue ;; esac
     case $v in
-      grpo|m2po|bapo|is) flags="--loss $v --agent monitor --c-low $C_LOW --c-high $C_HIGH" ;;
-      gac) flags="--agent local --c-low $C_LOW --c-high $C_HIGH" ;;
-      gacexact) flags="--agent local --alpha-mode exact --c-low $C_LOW --c-high $C_HIGH" ;;
-      gacwin) flags="--agent local --trigger window --c-low $W_LOW --c-high $W_HIGH" ;;
-      gac005) flags="--agent local --c-low 0.05 --c-high 0.3" ;;
-      gacproj) flags="--agent local --c-low $C_LOW --c-high 1" ;;
-      gacwinproj) flags="--agent local --trigger window --c-low $W_LOW --c-high 1" ;;
+      grpo|m2po|bapo|is) [ "$s" = 0 ] && continue; flags="--loss $v --agent monitor --c-low $C_LOW --c-high $C_HIGH" ;;
+      *) flags=$(gac_flags "$v") ;;
     esac
     for seed in $SEEDS; do echo "${v}_s${s}_seed$seed --staleness $s $flags --seed $seed" >> "$OUT/jobs2.txt"; done
   done
 done
+if [ -n "$VERSION_S" ]; then
+  for seed in $SEEDS; do
+    echo "gacv_s${VERSION_S}_seed$seed --staleness $VERSION_S --lag versions $(gac_flags gacv) --seed $seed" >> "$OUT/jobs2.txt"
+  done
+fi
 run_jobs "$OUT/jobs2.txt"
 
-echo "== 3. controls at each GAC run's skip rate"
+echo "== 3. controls of each GAC run (skip rate, skipped steps, lr scale)"
 : > "$OUT/jobs3.txt"
-for s in $STALENESS; do
-  for v in $CONTROLS; do
-    [[ " $VARIANTS " == *" $v "* ]] || continue
-    for seed in $SEEDS; do
-      p=$(skip_rate "${v}_s${s}_seed$seed")
-      [ "$p" = 0.0000 ] && continue  # no skip: both controls are the GRPO run
-      lr=$(awk -v p="$p" -v lr="$LR" 'BEGIN { printf "%.6g", lr * (1 - p) }')
-      echo "rskip-${v}_s${s}_seed$seed --staleness $s --agent monitor --c-low $C_LOW --c-high $C_HIGH --random-skip $p --seed $seed" >> "$OUT/jobs3.txt"
-      echo "lrs-${v}_s${s}_seed$seed --staleness $s --agent monitor --c-low $C_LOW --c-high $C_HIGH --lr $lr --seed $seed" >> "$OUT/jobs3.txt"
-    done
-  done
+mkdir -p "$OUT/masks"
+for run in "$OUT"/runs/gac*_s*_seed*.csv; do
+  name=$(basename "$run" .csv)
+  v=${name%%_s*}
+  [[ " $CONTROLS " == *" $v "* ]] || continue
+  rest=${name#*_s}; s=${rest%%_seed*}; seed=${rest#*_seed}
+  lag=""; [ "$v" = gacv ] && lag="--lag versions"
+  read -r p scale < <("$PYTHON" examples/grpo/analyze.py control --csv "$run" --mask-out "$OUT/masks/$name.txt" |
+                       sed -n 's/^skip_rate=\([^ ]*\) lr_scale=\([^ ]*\)$/\1 \2/p')
+  [ -n "${p:-}" ] || { echo "analyze.py control gave nothing for $run" >&2; exit 1; }
+  monitor="--staleness $s $lag --agent monitor --c-low $C_LOW --c-high $C_HIGH --seed $seed"
+  if awk -v p="$p" 'BEGIN { exit !(p > 0) }'; then
+    echo "rskip-${name} $monitor --random-skip $p" >> "$OUT/jobs3.txt"
+    echo "mskip-${name} $monitor --skip-steps $OUT/masks/$name.txt" >> "$OUT/jobs3.txt"
+  fi
+  if awk -v x="$scale" -v m="$LRS_MIN" 'BEGIN { exit !(x < m) }'; then
+    echo "lrs-${name} $monitor --lr $(awk -v x="$scale" -v lr="$LR" 'BEGIN { printf "%.6g", lr * x }')" >> "$OUT/jobs3.txt"
+  fi
 done
-run_jobs "$OUT/jobs3.txt"
+run_jobs "$OUT/jobs3.txt" "$OUT/runs" "$CONTROL_COMMON"
 
 echo "== 4. beta ablation at s = $BETA_S (betas: ${BETAS:-none})"
 : > "$OUT/jobs4.txt"
 for b in $BETAS; do
   for seed in $SEEDS; do
-    echo "gacb${b}_s${BETA_S}_seed$seed --staleness $BETA_S --agent local --c-low $C_LOW --c-high $C_HIGH --beta $b --seed $seed" >> "$OUT/jobs4.txt"
+    echo "gacb${b}_s${BETA_S}_seed$seed --staleness $BETA_S $(gac_flags gac) --beta $b --seed $seed" >> "$OUT/jobs4.txt"
   done
 done
 run_jobs "$OUT/jobs4.txt"

@@ -174,6 +174,28 @@ bool ParseArch(const std::string& name, Arch* arch) {
   return true;
 }
 
+const char* LagRuleName(LagRule rule) { return rule == LagRule::kSteps ? "steps" : "versions"; }
+
+bool ParseLagRule(const std::string& name, LagRule* rule) {
+  if (name == "steps") *rule = LagRule::kSteps;
+  else if (name == "versions") *rule = LagRule::kVersions;
+  else return false;
+  return true;
+}
+
+PolicyLag::PolicyLag(Policy initial, int staleness, LagRule rule) : staleness_(staleness), rule_(rule) {
+  ring_.push_back({std::move(initial), 0, 0});
+}
+
+void PolicyLag::Advance(const Policy& learner, bool updated) {
+  ++steps_;
+  if (updated) ++version_;
+  if (rule_ == LagRule::kVersions && !updated) return;
+  // A skip leaves the weights as they were: the same tensors again.
+  ring_.push_back({updated ? learner.Snapshot() : ring_.back().policy, steps_, version_});
+  if (static_cast<int>(ring_.size()) > staleness_ + 1) ring_.pop_front();
+}
+
 Policy Policy::Init(const PolicyOptions& options, const TaskOptions& task, at::Device device) {
   Policy p;
   p.options = options;

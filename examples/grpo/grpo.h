@@ -103,27 +103,44 @@ struct Policy {
   at::Tensor AnswerLogits(const at::Tensor& tokens) const;
 };
 
-// The policy versions the sampler may lag by. A version is the learner after
-// an applied optimizer update, so a skipped update does not advance the lag.
-// Holds versions [v - s, v]; the behaviour policy is the oldest of them, s
-// versions behind once s updates have been applied (before that, version 0).
-class PolicyVersions {
+// How the sampler's lag is counted.
+//   kSteps (the default, as the paper models it): the behaviour policy of
+//     optimizer step t is the learner after step t - 1 - s, so the learner is
+//     s steps ahead of it. A skipped update leaves the weights unchanged: after
+//     s consecutive skips the behaviour policy is the learner again (a
+//     pipelined system whose samplers receive the weights of every step).
+//   kVersions: the lag is s applied updates; a skipped update does not advance
+//     it, so the sampler stays s updates behind however many steps are skipped
+//     (a system that bounds staleness in weight versions and whose samplers
+//     wait for the next version).
+enum class LagRule : std::uint8_t { kSteps = 0, kVersions = 1 };
+const char* LagRuleName(LagRule rule);
+bool ParseLagRule(const std::string& name, LagRule* rule);
+
+// The policies the sampler may lag by: a ring of snapshots (a snapshot taken
+// after a skip shares the previous one's tensors).
+class PolicyLag {
  public:
-  PolicyVersions(Policy initial, int staleness) : staleness_(staleness) { ring_.push_back(std::move(initial)); }
-  // Records the next version (a snapshot of the learner after an update).
-  void Push(Policy next) {
-    ring_.push_back(std::move(next));
-    ++version_;
-    if (static_cast<int>(ring_.size()) > staleness_ + 1) ring_.pop_front();
-  }
-  const Policy& behaviour() const { return ring_.front(); }
-  std::int64_t version() const { return version_; }
-  std::int64_t behaviour_version() const { return version_ - static_cast<std::int64_t>(ring_.size()) + 1; }
+  PolicyLag(Policy initial, int staleness, LagRule rule);
+  // After an optimizer step; `updated` is false when the update was skipped.
+  // `learner` is read only when updated.
+  void Advance(const Policy& learner, bool updated);
+  // The policy the next rollouts come from.
+  const Policy& behaviour() const { return ring_.front().policy; }
+  std::int64_t steps() const { return steps_; }        // optimizer steps so far
+  std::int64_t version() const { return version_; }    // applied updates so far
+  std::int64_t behaviour_step() const { return ring_.front().step; }
+  std::int64_t behaviour_version() const { return ring_.front().version; }
 
  private:
+  struct Entry {
+    Policy policy;
+    std::int64_t step = 0, version = 0;
+  };
   int staleness_;
-  std::int64_t version_ = 0;
-  std::deque<Policy> ring_;
+  LagRule rule_;
+  std::int64_t steps_ = 0, version_ = 0;
+  std::deque<Entry> ring_;
 };
 
 // A batch of rollouts: `prompts` x `group` sequences; sequence i answers

@@ -1,9 +1,11 @@
 // gac_grpo: asynchronous GRPO on digit tasks with the GAC agent.
 //
-// Every rollout batch (B prompts x G samples) comes from the policy version
-// `--staleness` versions behind the learner (a ring of parameter snapshots;
-// a version is an applied optimizer update, so a skipped update does not
-// advance the lag). The batch is used for `--epochs` passes of
+// Every rollout batch (B prompts x G samples) comes from the policy
+// `--staleness` optimizer steps behind the learner (a ring of parameter
+// snapshots). As in the paper, a skipped update leaves the weights unchanged,
+// so after s skips the samplers are on-policy again; `--lag versions` instead
+// counts the lag in applied updates (a skip does not advance it: a system
+// whose samplers wait for the next weight version). The batch is used for `--epochs` passes of
 // `--minibatches` optimizer steps each (PPO-style; 1 x 1 by default). Each
 // step: the loss (--loss grpo|m2po|bapo|is) with importance ratios against
 // the behaviour policy, backward (as two half-batch backwards whose cosine is
@@ -16,7 +18,8 @@
 // Measurements besides c_t: the noise floor every step, the participation
 // ratio of per-sample gradients every --pr-every steps, and the staleness
 // bias b_t against a fresh on-policy batch every --mech-every steps
-// (probes.h). Controls: --random-skip P skips each update with probability P.
+// (probes.h). Controls: --random-skip P skips each update with probability P;
+// --skip-steps FILE skips exactly the steps listed in FILE (one per line).
 //
 // Outputs: a per-step CSV (--csv), progress lines (--every), and with
 // --calibrate-out the |c_t| and |m_t| statistics of this run after
@@ -36,10 +39,12 @@
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
+#include <fstream>
 #include <limits>
 #include <map>
 #include <memory>
 #include <numeric>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -81,6 +86,8 @@ struct Flags {
   double c_low = 0.05, c_high = 0.3;
   double beta = 1.0;
   double random_skip = 0.0;
+  std::string skip_steps;
+  gac::grpo::LagRule lag = gac::grpo::LagRule::kSteps;
   bool window_trigger = false;
   int window = 20;
   bool noise_floor = true;
@@ -100,6 +107,7 @@ struct Flags {
                "usage: gac_grpo [--steps N] [--staleness S] [--loss grpo|m2po|bapo|is]\n"
                "                [--agent monitor|local|remote] [--c-low X --c-high X] [--alpha-mode paper|exact]\n"
                "                [--trigger step|window] [--window W] [--beta X] [--random-skip P]\n"
+               "                [--skip-steps FILE] [--lag steps|versions]\n"
                "                [--seed N] [--device auto|cpu|cuda]\n"
                "                [--task-base B] [--tasks T] [--arch mlp|transformer] [--width W] [--layers L]\n"
                "                [--heads H] [--lr X] [--prompts B] [--group G] [--epochs K] [--minibatches M]\n"
@@ -129,6 +137,11 @@ Flags Parse(int argc, char** argv) {
     if (a == "--gacd") { f.gacd = v; continue; }
     if (a == "--token") { f.token = v; continue; }
     if (a == "--run") { f.run = v; continue; }
+    if (a == "--skip-steps") { f.skip_steps = v; continue; }
+    if (a == "--lag") {
+      if (!gac::grpo::ParseLagRule(v, &f.lag)) Usage("unknown lag rule " + v + " (steps or versions)");
+      continue;
+    }
     if (a == "--device") {
       if (v != "auto" && v != "cpu" && v != "cuda") Usage("unknown device " + v + " (auto, cpu or cuda)");
       f.device = v;
@@ -265,6 +278,19 @@ std::vector<int> MinibatchGroups(const std::vector<int>& order, int mb, int mini
 
 int main(int argc, char** argv) {
   const Flags flags = Parse(argc, argv);
+  std::set<int> forced_skips;  // --skip-steps
+  if (!flags.skip_steps.empty()) {
+    std::ifstream in(flags.skip_steps);
+    if (!in) Usage("cannot read " + flags.skip_steps);
+    std::string line;
+    while (std::getline(in, line)) {
+      if (line.empty()) continue;
+      char* end = nullptr;
+      const long v = std::strtol(line.c_str(), &end, 10);
+      if (end == line.c_str() || *end != '\0' || v < 1) Usage(flags.skip_steps + ": not a step number: " + line);
+      forced_skips.insert(static_cast<int>(v));
+    }
+  }
   at::set_num_threads(1);  // tiny matrices: threading costs more than it gains
   at::manual_seed(static_cast<std::uint64_t>(flags.seed));
   std::mt19937_64 rng(static_cast<std::uint64_t>(flags.seed) * 0x9e3779b97f4a7c15ull + 1);
@@ -345,21 +371,21 @@ int main(int argc, char** argv) {
                  "step,version,staleness,reward,exact,heldout_acc,loss,pg_loss,kl,entropy,sampler_kl,cosine,"
                  "window_mean,noise_cos,regime,alpha,grad_norm,stepped,clip_frac,dual_clip_frac,m2,abs_log_ratio,"
                  "bapo_lo,bapo_hi,pr_sample,pr_pop,pair_cos2,bias_rel,lambda,on_align,aligned_before,aligned_after,"
-                 "bias_after_rel\n");
+                 "bias_after_rel,lag_updates,grad_scale\n");
   }
-  std::printf("gac_grpo: run %s, loss %s, agent %s, trigger %s, device %s, staleness %d, %d steps, "
+  std::printf("gac_grpo: run %s, loss %s, agent %s, trigger %s, device %s, staleness %d (%s), %d steps, "
               "%d prompts x %d samples, %d epochs x %d minibatches, %s width %d layers %d, base %d, %d tasks, "
               "%lld parameters, lr %g, c_low %.4g, c_high %.4g, alpha %s, beta %g, random skip %g\n",
               flags.run.c_str(), gac::grpo::LossName(flags.loss.kind), gac::agent::ModeName(flags.mode),
               flags.window_trigger ? ("window " + std::to_string(flags.window)).c_str() : "step",
-              device.str().c_str(), flags.staleness, flags.steps, flags.prompts, flags.group, flags.epochs,
+              device.str().c_str(), flags.staleness, gac::grpo::LagRuleName(flags.lag), flags.steps, flags.prompts, flags.group, flags.epochs,
               flags.minibatches, gac::grpo::ArchName(flags.policy.arch), flags.policy.width, flags.policy.layers,
               flags.task.base, flags.task.tasks, static_cast<long long>(policy.NumParameters()), flags.lr,
               flags.c_low, flags.c_high, gac::controller::AlphaModeName(flags.alpha_mode), flags.beta, flags.random_skip);
   std::printf("%6s %7s %7s %8s %9s %9s %8s %7s %8s\n", "step", "reward", "heldout", "entropy", "c_t", "noise",
               "regime", "alpha", "|g|");
 
-  gac::grpo::PolicyVersions versions(policy.Snapshot(), flags.staleness);
+  gac::grpo::PolicyLag lag(policy.Snapshot(), flags.staleness, flags.lag);
   gac::grpo::SignedWindow detector(flags.window);  // m_t of every run, for the detectors
   gac::grpo::GradList prev_raw;                    // the previous raw gradient (beta, the bias probe)
   std::vector<double> calib_c, calib_m, calib_noise;
@@ -371,16 +397,19 @@ int main(int argc, char** argv) {
   const auto start = std::chrono::steady_clock::now();
   int step = 0;
   while (step < flags.steps) {
-    const std::int64_t behaviour_version = versions.behaviour_version();
+    const std::int64_t behaviour_version = lag.behaviour_version(), behaviour_step = lag.behaviour_step();
     const gac::grpo::Rollouts batch =
-        gac::grpo::Generate(versions.behaviour(), tasks, tasks.SamplePrompts(flags.prompts, rng), flags.group);
+        gac::grpo::Generate(lag.behaviour(), tasks, tasks.SamplePrompts(flags.prompts, rng), flags.group);
     for (int epoch = 0; epoch < flags.epochs && step < flags.steps; ++epoch) {
       std::vector<int> order(static_cast<std::size_t>(flags.prompts));
       std::iota(order.begin(), order.end(), 0);
       if (flags.minibatches > 1) std::shuffle(order.begin(), order.end(), rng);
       for (int mb = 0; mb < flags.minibatches && step < flags.steps; ++mb) {
         ++step;
-        const int behind = static_cast<int>(versions.version() - behaviour_version);  // versions the behaviour policy lags
+        // The behaviour policy's lag, in the lag rule's unit, and in applied updates.
+        const int lag_updates = static_cast<int>(lag.version() - behaviour_version);
+        const int behind = flags.lag == gac::grpo::LagRule::kSteps ? static_cast<int>(step - 1 - behaviour_step)
+                                                                    : lag_updates;
         const gac::grpo::Rollouts sub =
             flags.minibatches == 1 ? batch : batch.Groups(MinibatchGroups(order, mb, flags.minibatches));
 
@@ -428,14 +457,19 @@ int main(int argc, char** argv) {
                                                  project ? flags.beta : 1.0, probe_rng, probe_gen);
         }
         const bool random_skip = flags.random_skip > 0.0 && unit(skip_rng) < flags.random_skip;
-        const bool stepped = report->step_optimizer && !random_skip;
+        const bool stepped = report->step_optimizer && !random_skip && forced_skips.count(step) == 0;
+        // |gradient applied| / |raw gradient| (before clipping): 0 on a skip.
+        double grad_scale = 0.0;
         if (stepped) {
+          double applied = 0.0;
+          for (const auto& p : policy.params) applied += p.grad().to(at::kDouble).pow(2).sum().item<double>();
+          grad_scale = d.grad_norm > 0.0 ? std::sqrt(applied) / d.grad_norm : 1.0;
           gac::grpo::ClipGradNorm(policy.params, flags.clip_grad);
           optimizer.Step(policy.params);
-          versions.Push(policy.Snapshot());
         } else {
           ++skipped;
         }
+        lag.Advance(policy, stepped);
         // The agent's snapshot: the raw gradient, also after a skip; kept after an invalid step.
         if (d.regime != gac::controller::Regime::kInvalid) prev_raw = raw;
 
@@ -471,8 +505,8 @@ int main(int argc, char** argv) {
           std::fprintf(
               csv,
               "%d,%lld,%d,%.5f,%.5f,%s,%.6g,%.6g,%.6g,%.6g,%.6g,%s,%s,%s,%s,%.5f,%.6g,%d,%.5f,%.5f,%.6g,%.6g,%.3f,%.3f,"
-              "%s,%s,%s,%s,%s,%s,%s,%s,%s\n",
-              step, static_cast<long long>(versions.version()), behind, sub.mean_reward, sub.exact_match,
+              "%s,%s,%s,%s,%s,%s,%s,%s,%s,%d,%.6g\n",
+              step, static_cast<long long>(lag.version()), behind, sub.mean_reward, sub.exact_match,
               eval_now ? Num(last_heldout).c_str() : "", loss.loss.item<double>(), loss.pg_loss, loss.kl,
               loss.entropy, loss.sampler_kl, d.cosine ? Num(*d.cosine).c_str() : "", m ? Num(*m).c_str() : "",
               Num(noise_cos).c_str(), gac::controller::RegimeName(d.regime), d.alpha, d.grad_norm, stepped ? 1 : 0,
@@ -481,7 +515,7 @@ int main(int argc, char** argv) {
               dim.samples ? Num(dim.mean_pair_cos2).c_str() : "", probe ? Num(bias.bias_rel).c_str() : "",
               probe ? Num(bias.lambda).c_str() : "", probe ? Num(bias.on_align).c_str() : "",
               probe ? Num(bias.aligned_before).c_str() : "", probe ? Num(bias.aligned_after).c_str() : "",
-              probe ? Num(bias.bias_after_rel).c_str() : "");
+              probe ? Num(bias.bias_after_rel).c_str() : "", lag_updates, grad_scale);
           std::fflush(csv);  // followed live (scripts/demo_run.sh's progress line)
         }
         if (step % flags.every == 0 || step == 1) {

@@ -407,23 +407,84 @@ TEST(Window, DecidesOnTheSignedMean) {
   EXPECT_NEAR(*s.last_mean(), 0.6, 1e-7);
 }
 
-TEST(PolicyVersions, ASkippedUpdateDoesNotAdvanceTheLag) {
+// An optimizer update: every parameter moves.
+void Perturb(Policy& p) {
+  at::NoGradGuard no_grad;
+  for (auto& t : p.params) t.add_(at::randn_like(t) * 0.3);
+}
+
+// The importance-ratio deviation of rollouts from `lag`'s behaviour policy
+// under the learner: mean |log(pi_theta / pi_b)|.
+double RatioDeviation(const Policy& learner, const PolicyLag& lag, const DigitTasks& t) {
+  std::mt19937_64 rng(5);
+  const Rollouts batch = Generate(lag.behaviour(), t, t.SamplePrompts(8, rng), 4);
+  return ComputeLoss(learner, learner, batch, LossOptions{}).mean_abs_log_ratio;
+}
+
+TEST(PolicyLag, CountedInStepsSSkipsMakeTheNextRolloutOnPolicy) {
   const TaskOptions task{10, 1};
+  const DigitTasks t(task, 100);
   at::manual_seed(12);
-  Policy p = Policy::Init({Arch::kMlp, 4, 1, 1}, task);
-  PolicyVersions v(p.Snapshot(), 2);
-  EXPECT_EQ(v.behaviour_version(), 0);
-  v.Push(p.Snapshot());  // version 1
-  EXPECT_EQ(v.version() - v.behaviour_version(), 1);
-  v.Push(p.Snapshot());  // version 2
-  v.Push(p.Snapshot());  // version 3
-  EXPECT_EQ(v.version(), 3);
-  EXPECT_EQ(v.behaviour_version(), 1);
-  // Skipped steps push nothing: the behaviour policy stays 2 versions behind.
-  EXPECT_EQ(v.version() - v.behaviour_version(), 2);
-  PolicyVersions sync(p.Snapshot(), 0);
-  sync.Push(p.Snapshot());
+  Policy p = Policy::Init({Arch::kMlp, 8, 1, 1}, task);
+  constexpr int kS = 3;
+  PolicyLag lag(p.Snapshot(), kS, LagRule::kSteps);
+  for (int i = 0; i < 5; ++i) {  // five applied updates
+    Perturb(p);
+    lag.Advance(p, true);
+  }
+  EXPECT_EQ(lag.steps() - lag.behaviour_step(), kS);
+  EXPECT_EQ(lag.version() - lag.behaviour_version(), kS);
+  EXPECT_GT(RatioDeviation(p, lag, t), 1e-3);
+  // Skips: the lag in steps stays s, the lag in updates shrinks by one each.
+  for (int k = 1; k <= kS; ++k) {
+    lag.Advance(p, false);
+    EXPECT_EQ(lag.steps() - lag.behaviour_step(), kS);
+    EXPECT_EQ(lag.version() - lag.behaviour_version(), kS - k);
+    if (k < kS) {
+      EXPECT_GT(RatioDeviation(p, lag, t), 1e-3) << k << " skips";
+    }
+  }
+  // After s consecutive skips the behaviour policy is the learner: ratio 1 on every token.
+  EXPECT_EQ(RatioDeviation(p, lag, t), 0.0);
+  for (std::size_t i = 0; i < p.params.size(); ++i) EXPECT_TRUE(at::equal(lag.behaviour().params[i], p.params[i]));
+  // The next update makes it stale again.
+  Perturb(p);
+  lag.Advance(p, true);
+  EXPECT_GT(RatioDeviation(p, lag, t), 1e-3);
+  EXPECT_EQ(lag.version() - lag.behaviour_version(), 1);
+}
+
+TEST(PolicyLag, CountedInVersionsASkipDoesNotAdvanceIt) {
+  const TaskOptions task{10, 1};
+  const DigitTasks t(task, 100);
+  at::manual_seed(12);
+  Policy p = Policy::Init({Arch::kMlp, 8, 1, 1}, task);
+  PolicyLag lag(p.Snapshot(), 2, LagRule::kVersions);
+  EXPECT_EQ(lag.behaviour_version(), 0);
+  for (int i = 0; i < 3; ++i) {
+    Perturb(p);
+    lag.Advance(p, true);
+  }
+  EXPECT_EQ(lag.version(), 3);
+  EXPECT_EQ(lag.behaviour_version(), 1);
+  for (int i = 0; i < 10; ++i) lag.Advance(p, false);  // however many skips
+  EXPECT_EQ(lag.version() - lag.behaviour_version(), 2);
+  EXPECT_EQ(lag.steps(), 13);
+  EXPECT_GT(RatioDeviation(p, lag, t), 1e-3);
+  PolicyLag sync(p.Snapshot(), 0, LagRule::kVersions);
+  Perturb(p);
+  sync.Advance(p, true);
   EXPECT_EQ(sync.behaviour_version(), 1);
+  EXPECT_EQ(RatioDeviation(p, sync, t), 0.0);
+}
+
+TEST(PolicyLag, NamesParse) {
+  LagRule r = LagRule::kVersions;
+  EXPECT_TRUE(ParseLagRule("steps", &r));
+  EXPECT_EQ(r, LagRule::kSteps);
+  EXPECT_TRUE(ParseLagRule(LagRuleName(LagRule::kVersions), &r));
+  EXPECT_EQ(r, LagRule::kVersions);
+  EXPECT_FALSE(ParseLagRule("updates", &r));
 }
 
 }  // namespace

@@ -3,9 +3,10 @@
 # on 2 idle cores for the default grid, ~550 runs of 5-9 CPU s):
 #   1. synchronous GRPO (s = 0, agent in monitor mode) for every seed; their
 #      pooled c_t after step 50 fix the thresholds once, by a rule written
-#      before any stale run (analyze.py calibrate): c_low = q0.9 and c_high =
-#      max of |c_t|, and the same of |m_t| (the signed mean of c_t over 20
-#      steps) for the windowed trigger; an existing $OUT/calibration.txt is
+#      before any stale run (analyze.py calibrate): c_low = q0.9 |c_t| and
+#      c_high = min(3 x max |c_t|, 0.95), and the same of |m_t| (the signed
+#      mean of c_t over 20 steps) for the windowed trigger; the calibration
+#      seeds are left out of the report; an existing $OUT/calibration.txt is
 #      kept, so adding seeds later does not move the thresholds;
 #   2. the grid: s in $STALENESS x {grpo, m2po, bapo, is (unclipped
 #      importance sampling), gac (paper alpha), gacexact (exact alpha),
@@ -19,7 +20,9 @@
 #      probability p) and lrs-<v> (GRPO with lr x (1 - p));
 #   4. the beta ablation at s = $BETA_S: gac with beta in $BETAS (gacb<beta>);
 #   5. examples/grpo/analyze.py report: results.csv (one row per run),
-#      summary.md (tables), detectors.csv and the plots.
+#      summary.md (tables), detectors.csv, comparisons.csv and the plots;
+#      its rules (collapse, outcomes, alarm rules, paired intervals) are in
+#      analyze.py's docstring.
 # Runs whose log already ends with a summary line are not run again.
 #
 # `scripts/experiment.sh pilot` instead runs the measurements that chose the

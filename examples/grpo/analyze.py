@@ -562,7 +562,7 @@ def read_calibration(path):
     for line in open(path):
         if "=" in line:
             k, v = line.strip().split("=", 1)
-            x = fnum(v)
+            x = fnum(v) if k != "seeds" else None
             cal[k] = x if x is not None else v
     return cal
 

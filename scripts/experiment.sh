@@ -131,7 +131,7 @@ else
   "$PYTHON" examples/grpo/analyze.py calibrate --runs "$OUT/calibration-runs" --out "$OUT/calibration.txt"
 fi
 cal() { sed -n "s/^$1=//p" "$OUT/calibration.txt"; }
-C_LOW=$(cal c_low); C_HIGH=$(cal c_high); C_MAX=$(cal max)
+C_LOW=$(cal c_low); C_HIGH=$(cal c_high); C_MAX=$(cal c_max)
 W_LOW=$(cal window_c_low); W_HIGH=$(cal window_c_high)
 echo "   c_low $C_LOW, c_high $C_HIGH (on-policy max $C_MAX); window: c_low $W_LOW, c_high $W_HIGH"
 

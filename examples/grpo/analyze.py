@@ -1,32 +1,115 @@
 #!/usr/bin/env python3
 """Analysis of the gac_grpo experiment (scripts/experiment.sh, docs/RESULTS.md).
 
-  analyze.py calibrate --runs DIR --out FILE
-      Thresholds from the synchronous runs (grpo_s0_seed*.csv), pooled over
-      seeds, steps > 50: c_low = q0.9 |c_t|, c_high = max |c_t|, and the same
-      of |m_t| (the signed mean of c_t over the trainer's --window steps) for
-      the windowed trigger.
+  analyze.py calibrate --runs CALDIR --out FILE
+      Thresholds from the synchronous calibration runs (CALDIR's
+      grpo_s0_seed*.csv), written once as key=value lines.
+  analyze.py control --csv RUN.csv --mask-out FILE
+      The matched controls' parameters of one GAC run: prints
+      "skip_rate=<p> lr_scale=<f>" and writes the run's skipped steps to FILE.
   analyze.py pilot --runs DIR
-      The table of the configuration pilot (scripts/experiment.sh pilot): per
-      candidate, synchronous and s = 16 held-out accuracy, collapses, the
-      effective dimension, the noise floor, c_t and lambda, and CPU time.
-  analyze.py report --runs DIR --calibration FILE --out DIR
-      results.csv (one row per run), summary.md (the tables of RESULTS.md),
-      detectors.csv, and the plots results_heldout.png, results_ct.png,
-      results_lambda.png, results_controls.png (with matplotlib).
+      The table of the configuration pilot (scripts/experiment.sh pilot).
+  analyze.py report --runs DIR --calibration FILE --out DIR [--no-plots]
+      summary.md (the tables), results.csv (one row per run), detectors.csv,
+      comparisons.csv, and the plots results_heldout.png, results_ct.png,
+      results_lambda.png, results_controls.png (with matplotlib; everything
+      else needs only the standard library).
 
 Runs are RUNS/<variant>_s<staleness>_seed<seed>.csv with the trainer's log
-beside them (.log). Definitions:
-  final acc        held-out greedy exact match at the last step
-  mean acc         mean held-out accuracy over the evaluations (every 20 steps)
-  collapse         the first evaluation at which held-out accuracy is below
-                   0.7 x its running peak (the accuracy after the warm-up
-                   included) and still is at the next evaluation
-  statistics of c  over steps > 50, as the paper's Table 3
-  lambda           cos(b_t, g_{t-1}) of the bias probe, steps > 50
-  alarm            first step > 50 at which a detector's statistic exceeds
-                   its threshold; a true alarm comes at or before the
-                   collapse, lead = collapse step - alarm step
+beside them (.log, finished when it has a "summary:" line). Columns read:
+step, heldout_acc, cosine, window_mean, sampler_kl, entropy, grad_norm,
+stepped, regime, noise_cos, the probe columns (lambda, bias_rel, on_align,
+aligned_before, aligned_after, bias_after_rel), pr_pop, pr_sample, reward,
+and, when present, lag_updates and grad_scale (older CSVs lack them).
+
+The rules below were fixed before the runs they are applied to.
+
+Calibration (calibrate). Pooled over the calibration runs, steps > 50:
+  c_low = q0.9 |c_t| (column cosine), c_high = min(3 x max |c_t|, 0.95); the
+  same of |m_t| (column window_mean, the signed mean of c_t over the
+  trainer's --window steps) gives window_c_low and window_c_high. The ratio
+  follows the paper (c_high about 3 x the on-policy maximum, capped below 1)
+  so that GAC has a band in which it projects rather than skips. The file
+  also records the raw c_q90, c_max, window_q90, window_max, the maximum of
+  the detectors' kl10 and entropy statistics in these runs (kl10_max,
+  entropy_max: the level thresholds of those two), runs, steps and seeds.
+  The calibration runs have their own seeds (e.g. 101-103); report leaves
+  out any run whose seed is a calibration seed, so no run both sets a
+  threshold and is tested against it.
+
+Controls (control). Of one GAC run: p = fraction of its steps with
+  stepped == 0; lr_scale = mean over all steps of grad_scale (|gradient
+  after GAC| / |raw gradient|; 0 on a skipped step, 1 when untouched), or
+  1 - p for a CSV without that column. The controls built from them:
+  rskip-<v> (GRPO skipping each update with probability p: same rate,
+  random timing), mskip-<v> (GRPO skipping exactly the GAC run's skipped
+  steps: same rate and timing, no projection), lrs-<v> (GRPO with
+  lr x lr_scale: with staleness counted in optimizer steps it keeps GRPO's
+  expected drift over the lag window equal to GAC's).
+
+Outcome of a run. Held-out evaluations e_0 (accuracy after the warm-up, from
+  the log; a log without it takes e_0 = e_1) and e_1..e_n (column
+  heldout_acc, every 20 steps). Running peak P_i = max(e_0..e_i). The run
+  collapsed at the first i >= 1 with e_i < 0.7 P_i and e_j < 0.7 P_i for
+  every later j (the last evaluation can be flagged; a dip that recovers
+  is not a collapse). Otherwise it "never learned" when
+  max(e_1..e_n) < e_0 + 0.05, else it "learned". Tables give the three
+  counts; a comparison of collapses counts collapsed against not collapsed.
+  final acc = e_n; mean acc = mean of e_1..e_n.
+
+Detectors. Pool: the monitor-mode runs of the base losses (grpo, m2po,
+  bapo, is at s > 0; grpo alone at s = 0, where the losses coincide),
+  never the controls (rskip-, mskip-, lrs-) nor gacb*, which nearly
+  duplicate runs of the pool; a second table holds the GRPO runs alone.
+  A run is positive when it collapsed, negative otherwise (learned or never
+  learned). Statistics, per step: c10 (10-step mean |c_t|), m (|m_t|),
+  c (|c_t|), elevated (minimum of c10 over the last 5 steps), kl10
+  (10-step mean sampler-learner KL), entropy (relative change of the
+  10-step mean entropy from its mean over steps 1-50), gradz (gradient-norm
+  z-score over the previous 128 steps). Thresholds: c10, elevated: c_low;
+  m: window_c_low; c: c_high; gradz: 6 (documented, OLMo-core); kl10,
+  entropy: the calibration runs' maxima (no level rule without them).
+  Alarm rules, reported side by side:
+    level  the first step > 50 at which the statistic exceeds its
+           threshold (the old rule; it fires as soon as alarms are allowed
+           in any run that is stale throughout, shown to expose that);
+    rise   each run's early window is steps 51-100, with mean mu and sample
+           sd sigma of the statistic there; alarm at the first step > 100
+           at which the statistic exceeds mu + 3 sigma and (c10, m, c,
+           elevated, gradz) its threshold. gradz is a z-score against its
+           own previous 128 steps and has no early window (it starts at
+           step 129): under rise it alarms at the first step > 100 with
+           z > 6. A statistic with fewer than 2 early-window values raises
+           no rise alarm. A collapse at or before step 100 cannot be warned
+           by rise: it counts as missed, and the table says how many;
+    null   the staleness null: kl10 > 0 at the first eligible step (51),
+           i.e. "this run is stale", alarming at step 51.
+  An alarm at or before the collapse step is a true positive (lead =
+  collapse step - alarm step); a collapsed run with no alarm, or a later
+  one, is missed; any alarm in a run that did not collapse is false.
+  Per rule: alarmed runs, how many alarms fall on the rule's first eligible
+  step (51 for level and null, 101 for rise), TP / FP / FN / TN, precision,
+  recall, and the leads' median, IQR (linear-interpolated quartiles) and
+  range. No threshold is chosen on these runs' outcomes.
+
+Paired comparisons. Per staleness s, the pairs: every off-policy loss
+  (m2po, bapo, is; s > 0) and every GAC variant against grpo; every GAC
+  variant against each of its controls rskip-, mskip-, lrs-; gacb<beta>
+  against gac. Over the seeds both runs have (at s = 0 grpo stands for
+  every loss): the per-seed differences row - reference of final acc (one
+  table) and of mean acc (another); their mean and the paired 95 %
+  interval mean +- t(0.975, n - 1) sd / sqrt(n) (Student's t; n >= 2).
+  Verdict: "row better" when the interval lies above 0, "row worse" below,
+  "no evidence of a difference" when it covers 0. The same at the
+  Bonferroni level 1 - 0.05 / m, m = the number of comparisons with n >= 2
+  in that table (printed under it). Beside them, how many of the paired
+  seeds collapsed in the row and in the reference.
+
+Other definitions. Statistics of c over steps > 50, as the paper's Table 3.
+  lambda = cos(b_t, g_{t-1}) of the bias probe, steps > 50. skip rate =
+  fraction of steps with stepped == 0; project rate = fraction with regime
+  "project"; grad scale = mean grad_scale; lag = mean lag_updates over steps
+  > 50.
 """
 import argparse
 import csv
@@ -37,10 +120,19 @@ import re
 import statistics
 import sys
 
-WARMUP = 50
-COLLAPSE_FRACTION = 0.7
+WARMUP = 50              # alarms and the statistics of c start after this step
+EARLY_END = 100          # the rise rule's early window is steps WARMUP+1 .. EARLY_END
+RISE_SD = 3.0            # rise: above early mean + RISE_SD x early sd
+COLLAPSE_FRACTION = 0.7  # collapse: below this fraction of the running peak, for good
+LEARN_MARGIN = 0.05      # never learned: no evaluation reaches e_0 + this
+C_HIGH_RATIO = 3.0       # c_high = min(C_HIGH_RATIO x on-policy max, C_HIGH_CAP)
+C_HIGH_CAP = 0.95
+GRADZ_THRESHOLD = 6.0
 BASE_VARIANTS = ["grpo", "m2po", "bapo", "is"]
 GAC_VARIANTS = ["gac", "gacexact", "gacwin", "gac005", "gacproj", "gacwinproj"]
+CONTROL_PREFIXES = ("rskip-", "mskip-", "lrs-")
+CONTROL_LABELS = {"rskip": "random skip, same rate", "mskip": "same skipped steps", "lrs": "lr x lr_scale"}
+OUTCOMES = ["collapsed", "never learned", "learned"]
 
 
 def fnum(x):
@@ -50,18 +142,22 @@ def fnum(x):
         return None
 
 
+def clean(xs):
+    return [x for x in xs if x is not None and not math.isnan(x)]
+
+
 def mean(xs):
-    xs = [x for x in xs if x is not None and not math.isnan(x)]
+    xs = clean(xs)
     return statistics.mean(xs) if xs else None
 
 
 def sd(xs):
-    xs = [x for x in xs if x is not None and not math.isnan(x)]
+    xs = clean(xs)
     return statistics.stdev(xs) if len(xs) > 1 else None
 
 
 def quantile(xs, q):
-    xs = sorted(x for x in xs if x is not None and not math.isnan(x))
+    xs = sorted(clean(xs))
     if not xs:
         return None
     pos = q * (len(xs) - 1)
@@ -95,9 +191,95 @@ def mean_sd(xs, digits=3):
     return f"{m:.{digits}f}" if s is None else f"{m:.{digits}f} ± {s:.{digits}f}"
 
 
+# --- Student's t ---------------------------------------------------------------------
+
+def t_cdf(t, df):
+    """P(T <= t) for Student's t with an integer number of degrees of freedom df >= 1, in closed form:
+    with theta = atan(t / sqrt(df)), P(|T| < t) is a finite series in cos(theta) (odd df: plus theta)."""
+    if df != int(df) or df < 1:
+        raise ValueError(f"t_cdf: df must be a positive integer, not {df}")
+    df = int(df)
+    if t < 0:
+        return 1.0 - t_cdf(-t, df)
+    theta = math.atan(t / math.sqrt(df))
+    s, c = math.sin(theta), math.cos(theta)
+    if df % 2 == 1:
+        # (2/pi) (theta + sin cos (1 + 2/3 cos^2 + (2 4)/(3 5) cos^4 + ...)), df - 1 / 2 terms
+        total, term = 0.0, c
+        for k in range((df - 1) // 2):
+            if k > 0:
+                term *= c * c * (2 * k) / (2 * k + 1)
+            total += term
+        inside = 2.0 / math.pi * (theta + s * total)
+    else:
+        # sin (1 + 1/2 cos^2 + (1 3)/(2 4) cos^4 + ...), df / 2 terms
+        total, term = 0.0, 1.0
+        for k in range(df // 2):
+            if k > 0:
+                term *= c * c * (2 * k - 1) / (2 * k)
+            total += term
+        inside = s * total
+    return 0.5 + 0.5 * min(max(inside, 0.0), 1.0)
+
+
+def t_quantile(p, df):
+    """The t with P(T <= t) = p, by bisection on t_cdf (0.5 <= p < 1)."""
+    if not 0.5 <= p < 1.0:
+        raise ValueError(f"t_quantile: p must be in [0.5, 1), not {p}")
+    lo, hi = 0.0, 1.0
+    while t_cdf(hi, df) < p:
+        lo, hi = hi, hi * 2.0
+    for _ in range(200):
+        mid = 0.5 * (lo + hi)
+        if t_cdf(mid, df) < p:
+            lo = mid
+        else:
+            hi = mid
+        if hi - lo <= 1e-12 * max(1.0, hi):
+            break
+    return 0.5 * (lo + hi)
+
+
+def paired_ci(diffs, level=0.95):
+    """(mean, low, high) of the two-sided Student-t interval at `level` for the mean of diffs
+    (None bounds with fewer than 2 values)."""
+    diffs = clean(diffs)
+    if not diffs:
+        return None, None, None
+    m = statistics.mean(diffs)
+    if len(diffs) < 2:
+        return m, None, None
+    half = t_quantile(1.0 - (1.0 - level) / 2.0, len(diffs) - 1) * statistics.stdev(diffs) / math.sqrt(len(diffs))
+    return m, m - half, m + half
+
+
+def verdict(lo, hi):
+    if lo is None or hi is None:
+        return "n < 2"
+    if lo > 0:
+        return "row better"
+    if hi < 0:
+        return "row worse"
+    return "no evidence of a difference"
+
+
+# --- runs ------------------------------------------------------------------------------
+
 def run_key(path):
     m = re.match(r"(.+?)_s(\d+)_seed(\d+)\.csv$", os.path.basename(path))
     return (m.group(1), int(m.group(2)), int(m.group(3))) if m else None
+
+
+def read_csv(path):
+    with open(path, newline="") as f:
+        reader = csv.reader(f)
+        header = next(reader)
+        return header, [dict(zip(header, r)) for r in reader if len(r) == len(header)]
+
+
+SERIES = ["reward", "entropy", "sampler_kl", "cosine", "window_mean", "noise_cos", "grad_norm", "alpha", "pr_pop",
+          "pr_sample", "lambda", "bias_rel", "on_align", "aligned_before", "aligned_after", "bias_after_rel",
+          "staleness", "lag_updates", "grad_scale"]
 
 
 def load_run(path):
@@ -106,31 +288,43 @@ def load_run(path):
     log = open(log_path).read() if os.path.exists(log_path) else ""
     if "summary:" not in log:
         return None
-    with open(path) as f:
-        reader = csv.reader(f)
-        header = next(reader)
-        rows = [dict(zip(header, r)) for r in reader if len(r) == len(header)]
+    header, rows = read_csv(path)
     m = re.search(r"(?:supervised warm-up: .*|start:) held-out accuracy ([0-9.]+)", log)
-    r = {"start": float(m.group(1)) if m else None, "log": log}
-    col = lambda name: [fnum(x.get(name)) for x in rows]
+    r = {"start": float(m.group(1)) if m else None, "log": log, "columns": set(header)}
     r["step"] = [int(x["step"]) for x in rows]
-    for name in ["reward", "entropy", "sampler_kl", "cosine", "window_mean", "noise_cos", "grad_norm", "alpha",
-                 "pr_pop", "pr_sample", "lambda", "bias_rel", "on_align", "aligned_before", "aligned_after",
-                 "bias_after_rel", "staleness"]:
-        r[name] = col(name)
-    r["regime"] = [x["regime"] for x in rows]
-    r["stepped"] = [x["stepped"] == "1" for x in rows]
-    r["evals"] = [(int(x["step"]), float(x["heldout_acc"])) for x in rows if x["heldout_acc"]]
+    for name in SERIES:
+        r[name] = [fnum(x.get(name)) for x in rows]
+    r["regime"] = [x.get("regime", "") for x in rows]
+    r["stepped"] = [x.get("stepped", "1") != "0" for x in rows]
+    r["evals"] = [(int(x["step"]), float(x["heldout_acc"])) for x in rows if x.get("heldout_acc")]
     return r
 
 
 def collapse_step(start, evals):
-    peak = start if start is not None else 0.0
-    for i, (step, acc) in enumerate(evals[:-1]):
+    """The step of the collapse (rule in the module docstring), or None. evals: [(step, acc)], e_1..e_n;
+    start: e_0 (None: e_1 stands for it)."""
+    if not evals:
+        return None
+    accs = [a for _, a in evals]
+    peak = start if start is not None else accs[0]
+    for i, (step, acc) in enumerate(evals):
         peak = max(peak, acc)
-        if acc < COLLAPSE_FRACTION * peak and evals[i + 1][1] < COLLAPSE_FRACTION * peak:
+        bar = COLLAPSE_FRACTION * peak
+        if acc < bar and all(later < bar for later in accs[i + 1:]):
             return step
     return None
+
+
+def outcome(start, evals):
+    """("collapsed" | "never learned" | "learned", collapse step or None)."""
+    col = collapse_step(start, evals)
+    if col is not None:
+        return "collapsed", col
+    accs = [a for _, a in evals]
+    e0 = start if start is not None else (accs[0] if accs else None)
+    if not accs or max(accs) < e0 + LEARN_MARGIN:
+        return "never learned", None
+    return "learned", None
 
 
 def after_warmup(r, name):
@@ -144,13 +338,17 @@ def metrics(r):
     noise = after_warmup(r, "noise_cos")
     steps = len(r["step"])
     probe = [i for i, s in enumerate(r["step"]) if s > WARMUP and r["lambda"][i] is not None]
-    project = [i for i in probe if r["regime"][i] == "project" and r["aligned_before"][i]]
-    out = {
+    project = [i for i in probe if r["regime"][i] == "project" and r["aligned_before"][i] is not None]
+    result, col = outcome(r["start"], evals)
+    skip_rate = sum(1 for s in r["stepped"] if not s) / steps if steps else None
+    scales = clean(r["grad_scale"])
+    return {
         "start": r["start"],
         "final": evals[-1][1] if evals else None,
         "mean_acc": mean([a for _, a in evals]),
         "peak": max([r["start"] or 0.0] + [a for _, a in evals]),
-        "collapse": collapse_step(r["start"], evals),
+        "outcome": result,
+        "collapse": col,
         "reward": mean(r["reward"][-20:]),
         "entropy_end": mean(r["entropy"][-20:]),
         "q90": quantile([abs(x) for x in c], 0.9),
@@ -168,21 +366,23 @@ def metrics(r):
         "lambda2": mean([r["lambda"][i] ** 2 for i in probe]),
         "aligned_before": mean([r["aligned_before"][i] for i in project]),
         "aligned_after": mean([r["aligned_after"][i] for i in project]),
-        "bias_cut": mean([r["bias_after_rel"][i] / r["bias_rel"][i] for i in project if r["bias_rel"][i]]),
+        "bias_cut": mean([r["bias_after_rel"][i] / r["bias_rel"][i] for i in project
+                          if r["bias_rel"][i] and r["bias_after_rel"][i] is not None]),
         "probes_project": len(project),
         "sampler_kl": mean(after_warmup(r, "sampler_kl")),
-        "skip_rate": sum(1 for s in r["stepped"] if not s) / steps if steps else None,
+        "skip_rate": skip_rate,
         "project_rate": sum(1 for g in r["regime"] if g == "project") / steps if steps else None,
+        "grad_scale": statistics.mean(scales) if len(scales) == steps and steps else None,
+        "lag": mean(after_warmup(r, "lag_updates")),
         "steps": steps,
     }
-    return out
 
 
-def load_all(runs_dir):
+def load_all(runs_dir, exclude_seeds=()):
     runs = {}
     for path in sorted(glob.glob(os.path.join(runs_dir, "*_s*_seed*.csv"))):
         key = run_key(path)
-        if key is None:
+        if key is None or key[2] in exclude_seeds:
             continue
         r = load_run(path)
         if r is not None:
@@ -191,25 +391,7 @@ def load_all(runs_dir):
     return runs
 
 
-# --- calibration -----------------------------------------------------------------
-
-def calibrate(args):
-    runs = [load_run(p) for p in sorted(glob.glob(os.path.join(args.runs, "grpo_s0_seed*.csv")))]
-    runs = [r for r in runs if r is not None]
-    if not runs:
-        sys.exit("calibrate: no finished synchronous runs (grpo_s0_seed*.csv)")
-    c = [abs(x) for r in runs for x in after_warmup(r, "cosine")]
-    m = [abs(x) for r in runs for x in after_warmup(r, "window_mean")]
-    out = {"c_low": quantile(c, 0.9), "c_high": max(c), "window_c_low": quantile(m, 0.9),
-           "window_c_high": max(m), "runs": len(runs), "steps": len(c)}
-    with open(args.out, "w") as f:
-        for k, v in out.items():
-            f.write(f"{k}={v:.6g}\n" if isinstance(v, float) else f"{k}={v}\n")
-    print(f"calibration from {len(runs)} synchronous runs ({len(c)} steps): "
-          + ", ".join(f"{k} {v:.4f}" for k, v in out.items() if isinstance(v, float)))
-
-
-# --- detectors -------------------------------------------------------------------
+# --- detectors' statistics -------------------------------------------------------------
 
 def series_stats(r):
     """Per-step statistics a detector compares with its threshold."""
@@ -220,7 +402,7 @@ def series_stats(r):
     m = [abs(x) if x is not None else None for x in r["window_mean"]]
     kl10 = moving(r["sampler_kl"], 10)
     h = r["entropy"]
-    h_ref = mean(h[:WARMUP])
+    h_ref = mean([x for s, x in zip(r["step"], h) if s <= WARMUP])
     h10 = moving(h, 10)
     hdrop = [abs(x - h_ref) / h_ref if x is not None and h_ref else None for x in h10]
     g = r["grad_norm"]
@@ -234,8 +416,8 @@ def series_stats(r):
     return {"c10": c10, "m": m, "c": absc, "elevated": elevated, "kl10": kl10, "entropy": hdrop, "gradz": z}
 
 
-SIGNALS = [  # name, statistic, description
-    ("c10", "10-step mean of |c_t| (the earlier alert)"),
+SIGNALS = [  # name, description
+    ("c10", "10-step mean of |c_t|"),
     ("m", "|m_t|, signed mean of c_t over 20 steps"),
     ("c", "|c_t| per step (GacAlignmentSpike)"),
     ("elevated", "10-step mean |c_t| above the threshold for 5 steps (GacAlignmentElevated)"),
@@ -243,22 +425,77 @@ SIGNALS = [  # name, statistic, description
     ("entropy", "relative change of the 10-step mean entropy from steps 1-50"),
     ("gradz", "gradient-norm z-score over the previous 128 steps (OLMo-core)"),
 ]
+# Statistics whose threshold also gates the rise rule (the calibrated ones, and gradz's documented 6).
+GATED = {"c10", "m", "c", "elevated", "gradz"}
+NO_EARLY_WINDOW = {"gradz"}
+FIRST_ELIGIBLE = {"level": WARMUP + 1, "null": WARMUP + 1, "rise": EARLY_END + 1}
 
 
-def first_alarm(r, stat, threshold):
-    for s, v in zip(r["step"], stat):
+def thresholds(cal):
+    """The threshold of each statistic (None: no level rule for it)."""
+    return {"c10": cal.get("c_low"), "m": cal.get("window_c_low"), "c": cal.get("c_high"),
+            "elevated": cal.get("c_low"), "kl10": cal.get("kl10_max"), "entropy": cal.get("entropy_max"),
+            "gradz": GRADZ_THRESHOLD}
+
+
+def level_alarm(steps, stat, threshold):
+    """First step > WARMUP at which stat exceeds threshold."""
+    if threshold is None:
+        return None
+    for s, v in zip(steps, stat):
         if s > WARMUP and v is not None and v > threshold:
             return s
     return None
 
 
-def evaluate_detector(runs, stats, signal, threshold):
-    tp = fp = fn = tn = 0
+def rise_alarm(steps, stat, threshold, early_window=True):
+    """First step > EARLY_END at which stat exceeds its early-window (steps WARMUP+1..EARLY_END) mean
+    + RISE_SD sd, and threshold when one is given. early_window=False: threshold alone."""
+    bar = -math.inf
+    if early_window:
+        early = [v for s, v in zip(steps, stat) if WARMUP < s <= EARLY_END and v is not None]
+        if len(early) < 2:
+            return None
+        bar = statistics.mean(early) + RISE_SD * statistics.stdev(early)
+    for s, v in zip(steps, stat):
+        if s > EARLY_END and v is not None and v > bar and (threshold is None or v > threshold):
+            return s
+    return None
+
+
+def null_alarm(steps, kl10):
+    """The staleness null: alarm at the first eligible step when kl10 > 0 there."""
+    for s, v in zip(steps, kl10):
+        if s > WARMUP:
+            return s if v is not None and v > 0 else None
+    return None
+
+
+def alarms(r, stats, thr):
+    """{(signal, rule): alarm step or None} of one run; rule in level, rise; and ("kl10", "null")."""
+    out = {}
+    for name, _ in SIGNALS:
+        t = thr.get(name)
+        out[(name, "level")] = level_alarm(r["step"], stats[name], t)
+        out[(name, "rise")] = rise_alarm(r["step"], stats[name], t if name in GATED else None,
+                                         name not in NO_EARLY_WINDOW)
+    out[("kl10", "null")] = null_alarm(r["step"], stats["kl10"])
+    return out
+
+
+def score(runs, alarm_of, rule):
+    """Confusion counts and leads of one detector over runs; alarm_of: key -> alarm step or None."""
+    tp = fp = fn = tn = at_first = unwarnable = 0
     leads = []
+    first = FIRST_ELIGIBLE[rule]
     for key, r in runs.items():
-        alarm = first_alarm(r, stats[key][signal], threshold)
+        alarm = alarm_of[key]
         col = r["m"]["collapse"]
+        if alarm is not None and alarm == first:
+            at_first += 1
         if col is not None:
+            if col < first:
+                unwarnable += 1
             if alarm is not None and alarm <= col:
                 tp += 1
                 leads.append(col - alarm)
@@ -268,35 +505,216 @@ def evaluate_detector(runs, stats, signal, threshold):
             fp += 1
         else:
             tn += 1
-    precision = tp / (tp + fp) if tp + fp else None
-    recall = tp / (tp + fn) if tp + fn else None
-    f1 = 2 * precision * recall / (precision + recall) if precision and recall else 0.0
-    return {"tp": tp, "fp": fp, "fn": fn, "tn": tn, "precision": precision, "recall": recall, "f1": f1,
+    return {"alarmed": sum(1 for k in runs if alarm_of[k] is not None),
+            "at_first": at_first, "tp": tp, "fp": fp, "fn": fn, "tn": tn, "unwarnable": unwarnable,
+            "precision": tp / (tp + fp) if tp + fp else None, "recall": tp / (tp + fn) if tp + fn else None,
             "leads": sorted(leads)}
 
 
 def lead_text(leads):
     if not leads:
         return "-"
-    return f"{statistics.median(leads):.0f} ({min(leads)}–{max(leads)})"
+    return (f"{statistics.median(leads):.0f} (IQR {quantile(leads, 0.25):.0f}–{quantile(leads, 0.75):.0f}; "
+            f"range {min(leads)}–{max(leads)})")
 
 
-# --- report ----------------------------------------------------------------------
+def detector_pool(runs):
+    """The monitor-mode runs of the base losses, grpo alone at s = 0; no control, no gacb*."""
+    return {k: r for k, r in runs.items() if k[0] in BASE_VARIANTS and (k[1] > 0 or k[0] == "grpo")}
 
-def is_monitor(variant):
-    return variant in BASE_VARIANTS or variant.startswith("rskip-") or variant.startswith("lrs-")
+
+# --- calibration -----------------------------------------------------------------------
+
+def calibration_values(runs, seeds):
+    c = [abs(x) for r in runs for x in after_warmup(r, "cosine")]
+    m = [abs(x) for r in runs for x in after_warmup(r, "window_mean")]
+    stats = [series_stats(r) for r in runs]
+    late = lambda name: [v for r, st in zip(runs, stats) for s, v in zip(r["step"], st[name])
+                         if s > WARMUP and v is not None]
+    c_max, m_max = max(c, default=None), max(m, default=None)
+    out = {"c_low": quantile(c, 0.9), "c_high": min(C_HIGH_RATIO * c_max, C_HIGH_CAP) if c else None,
+           "window_c_low": quantile(m, 0.9),
+           "window_c_high": min(C_HIGH_RATIO * m_max, C_HIGH_CAP) if m else None,
+           "c_q90": quantile(c, 0.9), "c_max": c_max, "window_q90": quantile(m, 0.9), "window_max": m_max,
+           "kl10_max": max(late("kl10"), default=None), "entropy_max": max(late("entropy"), default=None),
+           "runs": len(runs), "steps": len(c), "seeds": ",".join(str(s) for s in seeds)}
+    return {k: v for k, v in out.items() if v is not None}
+
+
+def calibrate(args):
+    paths = sorted(glob.glob(os.path.join(args.runs, "grpo_s0_seed*.csv")))
+    loaded = [(run_key(p)[2], load_run(p)) for p in paths if run_key(p)]
+    loaded = [(seed, r) for seed, r in loaded if r is not None]
+    if not loaded:
+        sys.exit("calibrate: no finished synchronous runs (grpo_s0_seed*.csv)")
+    out = calibration_values([r for _, r in loaded], sorted(seed for seed, _ in loaded))
+    if "c_low" not in out or "window_c_low" not in out:
+        sys.exit("calibrate: no cosine / window_mean values after step 50")
+    with open(args.out, "w") as f:
+        for k, v in out.items():
+            f.write(f"{k}={v:.6g}\n" if isinstance(v, float) else f"{k}={v}\n")
+    print(f"calibration from {out['runs']} synchronous runs (seeds {out['seeds']}, {out['steps']} steps): "
+          + ", ".join(f"{k} {v:.4f}" for k, v in out.items() if isinstance(v, float)))
+
+
+def read_calibration(path):
+    cal = {}
+    for line in open(path):
+        if "=" in line:
+            k, v = line.strip().split("=", 1)
+            x = fnum(v) if k != "seeds" else None
+            cal[k] = x if x is not None else v
+    return cal
+
+
+def calibration_seeds(cal):
+    seeds = cal.get("seeds")
+    if seeds is None:
+        return None
+    if isinstance(seeds, float):
+        return {int(seeds)}
+    return {int(x) for x in str(seeds).split(",") if x.strip()}
+
+
+# --- controls --------------------------------------------------------------------------
+
+def control_values(path):
+    """(skip rate p, lr_scale, skipped steps) of one run's CSV."""
+    header, rows = read_csv(path)
+    if not rows:
+        raise ValueError(f"{path}: no steps")
+    skipped = [int(x["step"]) for x in rows if x.get("stepped", "1") == "0"]
+    p = len(skipped) / len(rows)
+    if "grad_scale" in header:
+        scales = [fnum(x["grad_scale"]) for x in rows]
+        if any(v is None for v in scales):
+            raise ValueError(f"{path}: grad_scale missing at some step")
+        lr_scale = sum(scales) / len(scales)
+    else:
+        lr_scale = 1.0 - p
+    return p, lr_scale, skipped
+
+
+def control(args):
+    try:
+        p, lr_scale, skipped = control_values(args.csv)
+    except (OSError, ValueError, StopIteration) as e:
+        sys.exit(f"control: {e}")
+    with open(args.mask_out, "w") as f:
+        f.writelines(f"{s}\n" for s in skipped)
+    print(f"skip_rate={p:.6f} lr_scale={lr_scale:.6f}")
+
+
+# --- report ----------------------------------------------------------------------------
+
+def is_control(variant):
+    return variant.startswith(CONTROL_PREFIXES)
+
+
+def comparison_pairs(s, present):
+    """The (row, reference) pairs of the paired tables at staleness s."""
+    pairs = [(v, "grpo") for v in ["m2po", "bapo", "is"] if s > 0]
+    pairs += [(g, "grpo") for g in GAC_VARIANTS]
+    pairs += [(g, f"{c}-{g}") for g in GAC_VARIANTS for c in ("rskip", "mskip", "lrs")]
+    pairs += [(v, "gac") for v in sorted(present) if v.startswith("gacb")]
+    return pairs
+
+
+def paired_rows(runs, seeds, stale, metric):
+    """One dict per comparison (with at least one paired seed) of metric, with its 95 % and Bonferroni
+    intervals; m = the comparisons with n >= 2."""
+    present = {k[0] for k in runs}
+
+    def get(v, s, seed):
+        r = runs.get((v, s, seed))
+        if r is None and s == 0 and v in BASE_VARIANTS:
+            r = runs.get(("grpo", 0, seed))
+        return r
+
+    rows = []
+    for s in stale:
+        for a, b in comparison_pairs(s, present):
+            d, col_a, col_b = [], 0, 0
+            for seed in seeds:
+                ra, rb = get(a, s, seed), get(b, s, seed)
+                if ra is None or rb is None or ra["m"][metric] is None or rb["m"][metric] is None:
+                    continue
+                d.append(ra["m"][metric] - rb["m"][metric])
+                col_a += ra["m"]["outcome"] == "collapsed"
+                col_b += rb["m"]["outcome"] == "collapsed"
+            if d:
+                rows.append({"s": s, "row": a, "ref": b, "metric": metric, "diffs": d, "n": len(d),
+                             "row_collapsed": col_a, "ref_collapsed": col_b})
+    m = sum(1 for row in rows if row["n"] >= 2)
+    for row in rows:
+        row["mean"], row["lo"], row["hi"] = paired_ci(row["diffs"], 0.95)
+        row["sd"] = sd(row["diffs"])
+        row["verdict"] = verdict(row["lo"], row["hi"])
+        _, row["blo"], row["bhi"] = paired_ci(row["diffs"], 1.0 - 0.05 / m) if m else (None, None, None)
+        row["bverdict"] = verdict(row["blo"], row["bhi"])
+        row["m"] = m
+    return rows, m
+
+
+def interval(lo, hi):
+    return "-" if lo is None else f"[{lo:+.3f}, {hi:+.3f}]"
+
+
+def detector_table(out, pool, stats, thr, title):
+    """Appends the table of one pool to out; returns its rows for detectors.csv."""
+    n_out = {o: sum(1 for r in pool.values() if r["m"]["outcome"] == o) for o in OUTCOMES}
+    run_alarms = {k: alarms(r, stats[k], thr) for k, r in pool.items()}
+    out.append(f"### Detectors: {title}, {len(pool)} runs ({n_out['collapsed']} collapsed, "
+               f"{n_out['learned']} learned, {n_out['never learned']} never learned)")
+    out.append("")
+    out.append("| signal | rule | threshold | alarmed runs | at first eligible step | TP / FP / FN / TN | precision "
+               "| recall | lead: median (IQR; range) |")
+    out.append("|---|---|---|---|---|---|---|---|---|")
+    rows = []
+    entries = [(name, desc, rule) for name, desc in SIGNALS for rule in ("level", "rise")]
+    entries.append(("kl10", "staleness null: 10-step mean KL > 0 at step 51 (the run is stale)", "null"))
+    for name, desc, rule in entries:
+        t = thr.get(name)
+        if rule == "level" and t is None:
+            continue
+        if rule == "null":
+            t = 0.0
+        e = score(pool, {k: a[(name, rule)] for k, a in run_alarms.items()}, rule)
+        leads = e["leads"]
+        t_text = "-" if (rule == "rise" and name not in GATED) else f"{t:.4g}"
+        if rule == "rise":
+            t_text = ("early mean + 3 sd" if name not in NO_EARLY_WINDOW else "") + \
+                     ("" if t_text == "-" else (" and > " if name not in NO_EARLY_WINDOW else "> ") + t_text)
+        out.append(f"| {desc.replace('|', chr(92) + '|')} | {rule} | {t_text} | {e['alarmed']} "
+                   f"| {e['at_first']} | {e['tp']} / {e['fp']} / {e['fn']} / {e['tn']} | {fmt(e['precision'], 2)} "
+                   f"| {fmt(e['recall'], 2)} | {lead_text(leads)} |")
+        rows.append([title, name, rule, "" if t is None or rule == "rise" and name not in GATED else f"{t:.6g}",
+                     e["alarmed"], e["at_first"], e["tp"], e["fp"], e["fn"], e["tn"], e["unwarnable"],
+                     fmt(e["precision"], 4), fmt(e["recall"], 4),
+                     fmt(statistics.median(leads) if leads else None, 1), fmt(quantile(leads, 0.25), 1),
+                     fmt(quantile(leads, 0.75), 1), min(leads) if leads else "", max(leads) if leads else "",
+                     " ".join(map(str, leads))])
+    early = sum(1 for r in pool.values() if r["m"]["collapse"] is not None and r["m"]["collapse"] <= EARLY_END)
+    warm = sum(1 for r in pool.values() if r["m"]["collapse"] is not None and r["m"]["collapse"] <= WARMUP)
+    out.append("")
+    out.append(f"Collapses at or before step {EARLY_END}, which the rise rule cannot warn of (counted missed): "
+               f"{early}; at or before step {WARMUP} (no rule can): {warm}. First eligible step: "
+               f"{WARMUP + 1} (level, null), {EARLY_END + 1} (rise).")
+    out.append("")
+    return rows
 
 
 def report(args):
-    cal = dict(line.strip().split("=", 1) for line in open(args.calibration) if "=" in line)
-    cal = {k: float(v) for k, v in cal.items()}
-    runs = load_all(args.runs)
+    cal = read_calibration(args.calibration)
+    cal_seeds = calibration_seeds(cal)
+    runs = load_all(args.runs, exclude_seeds=cal_seeds or ())
     if not runs:
         sys.exit("report: no finished runs")
     os.makedirs(args.out, exist_ok=True)
-    keys = ["start", "final", "mean_acc", "peak", "collapse", "reward", "entropy_end", "q90", "cmax", "cmean",
-            "m_q90", "mmean", "noise_mean", "noise_rms", "pr_pop", "pr_sample", "lambda", "lambda2", "bias_rel", "on_align",
-            "aligned_before", "aligned_after", "bias_cut", "probes_project", "sampler_kl", "skip_rate", "project_rate", "steps"]
+    keys = ["start", "final", "mean_acc", "peak", "outcome", "collapse", "reward", "entropy_end", "q90", "cmax",
+            "cmean", "m_q90", "mmean", "noise_mean", "noise_rms", "pr_pop", "pr_sample", "lambda", "lambda2",
+            "bias_rel", "on_align", "aligned_before", "aligned_after", "bias_cut", "probes_project", "sampler_kl",
+            "skip_rate", "project_rate", "grad_scale", "lag", "steps"]
     with open(os.path.join(args.out, "results.csv"), "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(["variant", "staleness", "seed"] + keys)
@@ -316,39 +734,56 @@ def report(args):
         return get(v, s) or (get("grpo", 0) if s == 0 and v in BASE_VARIANTS else [])
 
     out = []
-    out.append(f"Thresholds (calibrated once from {int(cal['runs'])} synchronous runs, {int(cal['steps'])} steps): "
-               f"c_low = {cal['c_low']:.4f}, c_high = {cal['c_high']:.4f}; windowed trigger: "
-               f"c_low = {cal['window_c_low']:.4f}, c_high = {cal['window_c_high']:.4f}. Seeds: {seeds}.")
+    num = lambda k, d=4: f"{cal[k]:.{d}f}" if isinstance(cal.get(k), float) else "-"
+    out.append(f"Thresholds (calibrated once from {int(cal.get('runs', 0))} synchronous runs, "
+               f"{int(cal.get('steps', 0))} steps, seeds {cal.get('seeds', 'not recorded')}): c_low = {num('c_low')}, "
+               f"c_high = {num('c_high')} (raw q0.9 {num('c_q90')}, max {num('c_max')}); windowed trigger: "
+               f"c_low = {num('window_c_low')}, c_high = {num('window_c_high')} (raw q0.9 {num('window_q90')}, "
+               f"max {num('window_max')}). Test seeds: {seeds}.")
+    if cal_seeds is None:
+        out.append("")
+        out.append("The calibration file does not record its seeds: its runs may share seeds with the runs "
+                   "tested here.")
     out.append("")
 
     # Main table.
+    lag_seen = any(r["m"]["lag"] is not None for r in runs.values())
+    scale_seen = any(r["m"]["grad_scale"] is not None for r in runs.values())
     out.append("### Outcome and alignment, mean ± sd over seeds")
     out.append("")
-    out.append("| s | variant | n | held-out start → final | mean over evals | collapsed | skip / project rate "
-               "| q0.9 \\|c\\| | mean c | noise floor mean / rms | q0.9 \\|m\\| | PR (pop) | λ |")
-    out.append("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    out.append("| s | variant | n | held-out start → final | mean over evals | collapsed / never learned / learned "
+               "| skip / project rate | grad scale | lag (updates) | q0.9 \\|c\\| | mean c | noise floor mean / rms "
+               "| q0.9 \\|m\\| | PR (pop) | λ |")
+    out.append("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for s in stale:
         for v in variants + controls:
             rs = ref_runs(v, s)
             if not rs or (s == 0 and v in BASE_VARIANTS and v != "grpo"):
                 continue
             M = [r["m"] for r in rs]
-            col = [m["collapse"] for m in M if m["collapse"] is not None]
+            counts = " / ".join(str(sum(1 for m in M if m["outcome"] == o)) for o in OUTCOMES)
             out.append(
                 f"| {s} | {v} | {len(M)} | {mean_sd([m['start'] for m in M])} → {mean_sd([m['final'] for m in M])} "
-                f"| {mean_sd([m['mean_acc'] for m in M])} | {len(col)}/{len(M)} "
-                f"| {mean([m['skip_rate'] for m in M]):.2f} / {mean([m['project_rate'] for m in M]):.2f} "
+                f"| {mean_sd([m['mean_acc'] for m in M])} | {counts} "
+                f"| {fmt(mean([m['skip_rate'] for m in M]), 2)} / {fmt(mean([m['project_rate'] for m in M]), 2)} "
+                f"| {fmt(mean([m['grad_scale'] for m in M]), 2) if scale_seen else '-'} "
+                f"| {fmt(mean([m['lag'] for m in M]), 1) if lag_seen else '-'} "
                 f"| {mean_sd([m['q90'] for m in M], 2)} | {mean_sd([m['cmean'] for m in M], 2)} "
                 f"| {fmt(mean([m['noise_mean'] for m in M]), 2)} / {fmt(mean([m['noise_rms'] for m in M]), 2)} "
                 f"| {mean_sd([m['m_q90'] for m in M], 2)} | {fmt(mean([m['pr_pop'] for m in M]), 1)} "
                 f"| {mean_sd([m['lambda'] for m in M], 2)} |")
     out.append("")
+    missing = [name for name, seen in (("lag_updates", lag_seen), ("grad_scale", scale_seen)) if not seen]
+    if missing:
+        out.append(f"(no CSV here has the column {' or '.join(missing)}: '-' in its column of the table)")
+        out.append("")
 
     # Per-seed final accuracy.
     out.append("### Final held-out accuracy per seed")
     out.append("")
     out.append("| s | variant | " + " | ".join(f"seed {x}" for x in seeds) + " |")
     out.append("|---|---|" + "---|" * len(seeds))
+    mark = {"collapsed": "*", "never learned": "°", "learned": ""}
     for s in stale:
         for v in variants + controls:
             if s == 0 and v in BASE_VARIANTS and v != "grpo":
@@ -358,39 +793,44 @@ def report(args):
                 r = runs.get((v, s, seed))
                 if r is None and s == 0 and v in BASE_VARIANTS:
                     r = runs.get(("grpo", 0, seed))
-                cells.append("-" if r is None else fmt(r["m"]["final"]) + ("*" if r["m"]["collapse"] else ""))
+                cells.append("-" if r is None else fmt(r["m"]["final"]) + mark[r["m"]["outcome"]])
             if any(c != "-" for c in cells):
                 out.append(f"| {s} | {v} | " + " | ".join(cells) + " |")
     out.append("")
-    out.append("(* = collapsed)")
+    out.append("(* = collapsed, ° = never learned)")
     out.append("")
 
     # Paired comparisons.
-    def paired(a, b, s, metric="final"):
-        d = []
-        for seed in seeds:
-            ra, rb = runs.get((a, s, seed)), runs.get((b, s, seed))
-            if rb is None and s == 0 and b in BASE_VARIANTS:
-                rb = runs.get(("grpo", 0, seed))
-            if ra is not None and rb is not None and ra["m"][metric] is not None and rb["m"][metric] is not None:
-                d.append(ra["m"][metric] - rb["m"][metric])
-        return d
-
-    out.append("### Paired by seed: difference in final held-out accuracy (row − reference)")
-    out.append("")
-    out.append("| s | comparison | n | mean ± sd | seeds better | per seed |")
-    out.append("|---|---|---|---|---|---|")
-    for s in stale:
-        pairs = [(v, "grpo") for v in ["m2po", "bapo", "is"] + GAC_VARIANTS if s > 0 or v in GAC_VARIANTS]
-        pairs += [(g, f"{c}-{g}") for g in GAC_VARIANTS for c in ("rskip", "lrs")]
-        pairs += [(v, "grpo") for v in controls if v.startswith("gacb")]
-        for a, b in pairs:
-            d = paired(a, b, s)
-            if not d:
-                continue
-            out.append(f"| {s} | {a} − {b} | {len(d)} | {mean_sd(d)} | {sum(x > 0 for x in d)}/{len(d)} "
-                       f"| {' '.join(f'{x:+.3f}' for x in d)} |")
-    out.append("")
+    comp_rows = []
+    for metric, label in [("final", "final held-out accuracy"), ("mean_acc", "mean held-out accuracy over evaluations")]:
+        rows, m = paired_rows(runs, seeds, stale, metric)
+        comp_rows += rows
+        out.append(f"### Paired by seed: difference in {label} (row − reference)")
+        out.append("")
+        out.append("| s | comparison | n | mean ± sd | 95 % CI | verdict | Bonferroni CI | Bonferroni verdict "
+                   "| collapsed (row / ref) | seeds better | per seed |")
+        out.append("|---|---|---|---|---|---|---|---|---|---|---|")
+        for row in rows:
+            d = row["diffs"]
+            out.append(f"| {row['s']} | {row['row']} − {row['ref']} | {row['n']} | {mean_sd(d)} "
+                       f"| {interval(row['lo'], row['hi'])} | {row['verdict']} | {interval(row['blo'], row['bhi'])} "
+                       f"| {row['bverdict']} | {row['row_collapsed']} / {row['ref_collapsed']} of {row['n']} "
+                       f"| {sum(x > 0 for x in d)}/{len(d)} | {' '.join(f'{x:+.3f}' for x in d)} |")
+        out.append("")
+        out.append(f"Bonferroni: m = {m} comparisons with n ≥ 2 in this table, each interval at the "
+                   f"{100 * (1 - 0.05 / m) if m else 100:.3f} % level (1 − 0.05/m).")
+        out.append("")
+    with open(os.path.join(args.out, "comparisons.csv"), "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["staleness", "row", "reference", "metric", "n", "mean", "sd", "ci_low", "ci_high", "verdict",
+                    "m", "bonferroni_low", "bonferroni_high", "bonferroni_verdict", "row_collapsed",
+                    "reference_collapsed", "diffs"])
+        for row in comp_rows:
+            g = lambda x: "" if x is None else f"{x:.6g}"
+            w.writerow([row["s"], row["row"], row["ref"], row["metric"], row["n"], g(row["mean"]), g(row["sd"]),
+                        g(row["lo"]), g(row["hi"]), row["verdict"], row["m"], g(row["blo"]), g(row["bhi"]),
+                        row["bverdict"], row["row_collapsed"], row["ref_collapsed"],
+                        " ".join(f"{x:.6g}" for x in row["diffs"])])
 
     # Mechanism.
     out.append("### Staleness bias (probe every 5 steps, steps > 50; GRPO in monitor mode, and the GAC runs)")
@@ -411,50 +851,22 @@ def report(args):
                        f"{fmt(mean([m['aligned_after'] for m in M]), 2)} | {fmt(mean([m['bias_cut'] for m in M]), 2)} |")
     out.append("")
 
-    # Detectors, on the runs GAC did not act on.
-    mon = {k: r for k, r in runs.items() if is_monitor(k[0])}
-    stats = {k: series_stats(r) for k, r in mon.items()}
-    sync = [k for k in mon if k[1] == 0]
-    n_col = sum(1 for r in mon.values() if r["m"]["collapse"] is not None)
-    out.append(f"### Detectors over the {len(mon)} runs GAC did not act on ({n_col} collapsed)")
-    out.append("")
-    calibrated = {"c10": cal["c_low"], "m": cal["window_c_low"], "c": cal["c_high"], "elevated": cal["c_low"],
-                  "kl10": None, "entropy": None, "gradz": 6.0}
-    det_rows = []
-    out.append("| signal | rule | threshold | alarmed runs | true / false alarms | missed | precision | recall "
-               "| lead, median (range) |")
-    out.append("|---|---|---|---|---|---|---|---|---|")
-    for name, desc in SIGNALS:
-        sync_max = max((v for k in sync for s, v in zip(mon[k]["step"], stats[k][name]) if s > WARMUP and v is not None),
-                       default=None)
-        rules = []
-        if calibrated[name] is not None:
-            rules.append(("documented", calibrated[name]))
-        if sync_max is not None:
-            rules.append(("synchronous max", sync_max))
-        values = sorted({round(v, 4) for k in mon for s, v in zip(mon[k]["step"], stats[k][name])
-                         if s > WARMUP and v is not None})
-        best = None
-        for t in values[:: max(1, len(values) // 400)]:
-            e = evaluate_detector(mon, stats, name, t)
-            if best is None or e["f1"] > best[1]["f1"]:
-                best = (t, e)
-        if best is not None:
-            rules.append(("best F1 (in-sample)", best[0]))
-        for rule, t in rules:
-            e = evaluate_detector(mon, stats, name, t)
-            det_rows.append([name, rule, t, e["tp"], e["fp"], e["fn"], e["tn"], e["precision"], e["recall"],
-                             " ".join(map(str, e["leads"]))])
-            out.append(f"| {desc.replace('|', chr(92) + '|')} | {rule} | {t:.4g} | {e['tp'] + e['fp']} | {e['tp']} / {e['fp']} | {e['fn']} "
-                       f"| {fmt(e['precision'], 2)} | {fmt(e['recall'], 2)} | {lead_text(e['leads'])} |")
+    # Detectors.
+    thr = thresholds(cal)
+    pool = detector_pool(runs)
+    stats = {k: series_stats(r) for k, r in pool.items()}
+    det_rows = detector_table(out, pool, stats, thr, "base losses in monitor mode (no controls)")
+    det_rows += detector_table(out, {k: r for k, r in pool.items() if k[0] == "grpo"}, stats, thr, "GRPO runs alone")
     with open(os.path.join(args.out, "detectors.csv"), "w", newline="") as f:
         w = csv.writer(f)
-        w.writerow(["signal", "rule", "threshold", "tp", "fp", "fn", "tn", "precision", "recall", "leads"])
+        w.writerow(["pool", "signal", "rule", "threshold", "alarmed", "at_first_eligible", "tp", "fp", "fn", "tn",
+                    "unwarnable", "precision", "recall", "lead_median", "lead_q25", "lead_q75", "lead_min",
+                    "lead_max", "leads"])
         w.writerows(det_rows)
-    out.append("")
     open(os.path.join(args.out, "summary.md"), "w").write("\n".join(out) + "\n")
     print("\n".join(out))
-    plots(args, runs, stale, seeds, cal)
+    if not args.no_plots:
+        plots(args, runs, stale, seeds, cal)
 
 
 # --- pilot -----------------------------------------------------------------------
@@ -475,7 +887,7 @@ def pilot(args):
         g = lambda rs, key: [r["m"][key] for r in rs]
         params = re.search(r"([0-9]+) parameters", s0[0]["log"])
         cpu = [float(m.group(1)) for r in s0 + s16 for m in [re.search(r"cpu_s=([0-9.]+)", r["log"])] if m]
-        ncol = lambda rs: sum(1 for r in rs if r["m"]["collapse"] is not None)
+        ncol = lambda rs: sum(1 for r in rs if r["m"]["outcome"] == "collapsed")
         lines.append(
             f"| {n} | {params.group(1) if params else '?'} | {mean_sd(g(s0, 'start'))} → {mean_sd(g(s0, 'final'))} "
             f"| {mean_sd(g(s16, 'start'))} → {mean_sd(g(s16, 'final'))} | {ncol(s0)}/{len(s0)} / {ncol(s16)}/{len(s16)} "
@@ -500,7 +912,8 @@ def plots(args, runs, stale, seeds, cal):
         return
     palette = {"grpo": "tab:red", "m2po": "tab:orange", "bapo": "tab:purple", "is": "tab:brown",
                "gac": "tab:green", "gacexact": "tab:olive", "gacwin": "tab:blue", "gac005": "tab:cyan",
-               "rskip-gacwin": "tab:gray", "lrs-gacwin": "k"}
+               "gacproj": "tab:pink", "gacwinproj": "tab:purple"}
+    control_color = {"rskip": "tab:gray", "mskip": "tab:orange", "lrs": "k"}
 
     def band(ax, v, s, series, label=None, color=None):
         rs = [runs[(v, s, seed)] for seed in seeds if (v, s, seed) in runs]
@@ -586,7 +999,7 @@ def plots(args, runs, stale, seeds, cal):
         for s in stale:
             vv = "grpo" if s == 0 and v in BASE_VARIANTS else v
             fs = [runs[(vv, s, seed)]["m"]["final"] for seed in seeds if (vv, s, seed) in runs]
-            base = v[v.index("-") + 1:] if v.startswith(("rskip-", "lrs-")) else None
+            base = v[v.index("-") + 1:] if is_control(v) else None
             if base and len(fs) < len([seed for seed in seeds if (base, s, seed) in runs]):
                 continue
             if fs:
@@ -603,12 +1016,10 @@ def plots(args, runs, stale, seeds, cal):
                                                ("is", None, None)]),
            ("the GAC variants", [("grpo", None, None), ("gac", None, None), ("gacexact", None, None),
                                  ("gacwin", None, None), ("gac005", None, None)]),
-           ("gac and its controls", [("grpo", None, None), ("gac", None, "tab:green"),
-                                     ("rskip-gac", "random skip, same rate", "tab:gray"),
-                                     ("lrs-gac", "lr x (1 - skip rate)", "k")]),
-           ("gacwin and its controls", [("grpo", None, None), ("gacwin", None, "tab:green"),
-                                        ("rskip-gacwin", "random skip, same rate", "tab:gray"),
-                                        ("lrs-gacwin", "lr x (1 - skip rate)", "k")])]
+           ("gac and its controls", [("grpo", None, None), ("gac", None, "tab:green")]
+            + [(f"{c}-gac", label, control_color[c]) for c, label in CONTROL_LABELS.items()]),
+           ("gacwin and its controls", [("grpo", None, None), ("gacwin", None, "tab:green")]
+            + [(f"{c}-gacwin", label, control_color[c]) for c, label in CONTROL_LABELS.items()])]
     for ax, (title, lines) in zip(axes[0], top):
         for v, label, color in lines:
             final_vs_s(ax, v, label, color)
@@ -628,8 +1039,8 @@ def plots(args, runs, stale, seeds, cal):
     for ax, g in zip(axes[1], GAC_VARIANTS):
         band(ax, "grpo", s_ctrl, heldout, "grpo")
         band(ax, g, s_ctrl, heldout, g, "tab:green")
-        band(ax, f"rskip-{g}", s_ctrl, heldout, "random skip, same rate", "tab:gray")
-        band(ax, f"lrs-{g}", s_ctrl, heldout, "lr x (1 - skip rate)", "k")
+        for c, label in CONTROL_LABELS.items():
+            band(ax, f"{c}-{g}", s_ctrl, heldout, label, control_color[c])
         ax.set_title(f"{g} and its controls, s = {s_ctrl}", fontsize=9)
         ax.set_xlabel("step")
         ax.grid(alpha=0.3)
@@ -640,20 +1051,24 @@ def plots(args, runs, stale, seeds, cal):
     plt.close(fig)
 
 
-def main():
+def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
     c = sub.add_parser("calibrate")
     c.add_argument("--runs", required=True)
     c.add_argument("--out", required=True)
+    k = sub.add_parser("control")
+    k.add_argument("--csv", required=True)
+    k.add_argument("--mask-out", required=True)
     p = sub.add_parser("pilot")
     p.add_argument("--runs", required=True)
     r = sub.add_parser("report")
     r.add_argument("--runs", required=True)
     r.add_argument("--calibration", required=True)
     r.add_argument("--out", required=True)
-    args = ap.parse_args()
-    {"calibrate": calibrate, "pilot": pilot, "report": report}[args.cmd](args)
+    r.add_argument("--no-plots", action="store_true", help="tables and CSVs only")
+    args = ap.parse_args(argv)
+    {"calibrate": calibrate, "control": control, "pilot": pilot, "report": report}[args.cmd](args)
 
 
 if __name__ == "__main__":

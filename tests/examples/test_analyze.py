@@ -1,0 +1,313 @@
+"""The rules of examples/grpo/analyze.py on small synthetic runs: the collapse
+rule and the three outcomes, the detectors' alarm rules (level, rise, the
+staleness null), Student's t and the paired interval, the control and
+calibrate subcommands, and report end to end (tables and CSVs, no plots).
+Standard library and pytest only."""
+
+import csv
+import importlib.util
+import math
+import os
+from pathlib import Path
+
+import pytest
+
+SOURCE_DIR = Path(os.environ.get("GAC_SOURCE_DIR", Path(__file__).resolve().parents[2]))
+_spec = importlib.util.spec_from_file_location("gac_grpo_analyze", SOURCE_DIR / "examples" / "grpo" / "analyze.py")
+analyze = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(analyze)
+
+STEPS = 400
+
+
+def evals_every_20(accs):
+    return [(20 * (i + 1), a) for i, a in enumerate(accs)]
+
+
+def make_run(cosine, steps=STEPS, kl=0.0, evals=(), start=0.4):
+    """An in-memory run as load_run returns it (no file)."""
+    step = list(range(1, steps + 1))
+    r = {"step": step, "start": start, "evals": list(evals), "regime": ["safe"] * steps, "stepped": [True] * steps}
+    for name in analyze.SERIES:
+        r[name] = [None] * steps
+    r["cosine"] = [cosine(s) for s in step]
+    r["window_mean"] = [0.0] * steps
+    r["sampler_kl"] = [kl(s) if callable(kl) else kl for s in step]
+    r["entropy"] = [0.5] * steps
+    r["grad_norm"] = [1.0 + 0.01 * (s % 7) for s in step]
+    r["m"] = analyze.metrics(r)
+    return r
+
+
+def write_run(directory, name, steps=STEPS, start=0.4, accs=None, cosine=lambda s: 0.1, window=None,
+              kl=lambda s: 0.0, stepped=lambda s: 1, grad_scale=None, lag=None):
+    """RUNS/<name>.csv and its finished .log, with the columns the trainer writes that analyze.py reads."""
+    accs = accs if accs is not None else [min(0.4 + 0.02 * i, 0.7) for i in range(1, steps // 20 + 1)]
+    header = ["step", "heldout_acc", "cosine", "window_mean", "sampler_kl", "entropy", "grad_norm", "stepped",
+              "regime"]
+    if grad_scale is not None:
+        header.append("grad_scale")
+    if lag is not None:
+        header.append("lag_updates")
+    with open(os.path.join(directory, name + ".csv"), "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(header)
+        for s in range(1, steps + 1):
+            row = [s, f"{accs[s // 20 - 1]:.4f}" if s % 20 == 0 else "", f"{cosine(s):.6f}",
+                   f"{(window or cosine)(s):.6f}", f"{kl(s):.6f}", "0.5", f"{1.0 + 0.01 * (s % 7):.4f}",
+                   stepped(s), "safe"]
+            if grad_scale is not None:
+                row.append(f"{grad_scale(s):.6f}")
+            if lag is not None:
+                row.append(lag(s))
+            w.writerow(row)
+    with open(os.path.join(directory, name + ".log"), "w") as f:
+        f.write(f"supervised warm-up: 600 steps, cross-entropy 0.4600, held-out accuracy {start:.4f}\n")
+        f.write(f"summary: run={name} heldout_acc={accs[-1]:.4f} skipped=0\n")
+
+
+# --- the collapse rule and the outcomes ---------------------------------------------------
+
+def test_a_fall_at_the_last_evaluation_is_a_collapse():
+    evals = evals_every_20([0.5, 0.6, 0.7, 0.7, 0.45])  # 0.45 < 0.7 x 0.7
+    assert analyze.collapse_step(0.4, evals) == 100
+    assert analyze.outcome(0.4, evals) == ("collapsed", 100)
+
+
+def test_a_dip_that_recovers_is_not_a_collapse():
+    evals = evals_every_20([0.6, 0.7, 0.4, 0.45, 0.7, 0.68])
+    assert analyze.collapse_step(0.4, evals) is None
+    assert analyze.outcome(0.4, evals) == ("learned", None)
+
+
+def test_a_dip_that_recovers_then_falls_for_good_collapses_at_the_fall():
+    evals = evals_every_20([0.7, 0.4, 0.65, 0.3, 0.2])
+    assert analyze.outcome(0.4, evals) == ("collapsed", 80)
+
+
+def test_a_run_that_never_learned_is_neither_collapsed_nor_learned():
+    evals = evals_every_20([0.41, 0.43, 0.42, 0.44])
+    assert analyze.outcome(0.4, evals) == ("never learned", None)
+    # 0.05 above the start is learning
+    assert analyze.outcome(0.4, evals_every_20([0.41, 0.46, 0.45]))[0] == "learned"
+
+
+def test_a_run_collapsed_from_the_start():
+    evals = evals_every_20([0.1, 0.12, 0.1, 0.11])
+    assert analyze.outcome(0.5, evals) == ("collapsed", 20)
+
+
+def test_without_the_warm_up_accuracy_the_first_evaluation_stands_for_it():
+    assert analyze.outcome(None, evals_every_20([0.5, 0.52, 0.51]))[0] == "never learned"
+    assert analyze.outcome(None, evals_every_20([0.5, 0.7, 0.3]))[1] == 60
+
+
+# --- alarm onset -------------------------------------------------------------------------
+
+THR = {"c_low": 0.5, "c_high": 0.8, "window_c_low": 0.5}
+
+
+def test_a_statistic_stale_from_the_start_alarms_at_51_under_level_and_never_under_rise():
+    r = make_run(lambda s: 0.9, kl=0.02)
+    a = analyze.alarms(r, analyze.series_stats(r), analyze.thresholds(THR))
+    for name in ("c10", "c", "elevated"):
+        assert a[(name, "level")] == 51, name
+        assert a[(name, "rise")] is None, name
+    assert a[("kl10", "null")] == 51
+
+
+def test_a_statistic_that_rises_at_step_200_alarms_there_under_rise():
+    r = make_run(lambda s: 0.9 if s >= 200 else (0.1 if s % 2 else 0.2))
+    a = analyze.alarms(r, analyze.series_stats(r), analyze.thresholds(THR))
+    assert a[("c", "rise")] == 200
+    assert a[("c", "level")] == 200
+    # the 10-step mean passes c_low = 0.5 with the fifth step at 0.9 (steps 195-204): 0.7 + 4.5 > 5 > 0.9 + 3.6
+    assert a[("c10", "rise")] == 204
+    assert a[("c10", "level")] == 204
+    # synchronous: no null alarm
+    assert a[("kl10", "null")] is None
+
+
+def test_a_noisy_statistic_above_its_threshold_that_does_not_rise_raises_no_rise_alarm():
+    # |c| alternates 0.7 / 0.9 throughout: above c_high = 0.8 every other step, within 3 sd of its early mean
+    r = make_run(lambda s: 0.9 if s % 2 else 0.7)
+    a = analyze.alarms(r, analyze.series_stats(r), analyze.thresholds(THR))
+    assert a[("c", "level")] == 51
+    assert a[("c", "rise")] is None
+
+
+def test_rise_never_alarms_inside_its_early_window():
+    # one spike at step 70 (inside steps 51-100: part of the early window), the rise at 250
+    r = make_run(lambda s: 0.9 if s == 70 or s >= 250 else 0.1)
+    a = analyze.alarms(r, analyze.series_stats(r), analyze.thresholds(THR))
+    assert a[("c", "level")] == 70
+    assert a[("c", "rise")] == 250
+
+
+def test_a_collapse_at_or_before_step_100_is_missed_under_rise():
+    early = make_run(lambda s: 0.9 if s >= 60 else 0.1, evals=evals_every_20([0.6, 0.7, 0.7, 0.2] + [0.1] * 16))
+    late = make_run(lambda s: 0.9 if s >= 200 else 0.1, evals=evals_every_20([0.6] * 12 + [0.1] * 8))
+    calm = make_run(lambda s: 0.1, evals=evals_every_20([0.6] * 20))
+    assert (early["m"]["collapse"], late["m"]["collapse"], calm["m"]["collapse"]) == (80, 260, None)
+    pool = {("grpo", 16, 1): early, ("grpo", 16, 2): late, ("grpo", 8, 1): calm}
+    thr = analyze.thresholds(THR)
+    found = {k: analyze.alarms(r, analyze.series_stats(r), thr) for k, r in pool.items()}
+    rise = analyze.score(pool, {k: a[("c", "rise")] for k, a in found.items()}, "rise")
+    assert (rise["tp"], rise["fp"], rise["fn"], rise["tn"], rise["unwarnable"]) == (1, 0, 1, 1, 1)
+    assert rise["leads"] == [60]
+    level = analyze.score(pool, {k: a[("c", "level")] for k, a in found.items()}, "level")
+    assert (level["tp"], level["fn"], level["unwarnable"]) == (2, 0, 0)
+    assert level["leads"] == [20, 60]
+
+
+def test_alarms_on_the_first_eligible_step_are_counted():
+    stale = make_run(lambda s: 0.9, evals=evals_every_20([0.6] * 20))
+    calm = make_run(lambda s: 0.1, evals=evals_every_20([0.6] * 20))
+    pool = {("grpo", 16, 1): stale, ("grpo", 0, 1): calm}
+    thr = analyze.thresholds(THR)
+    found = {k: analyze.alarms(r, analyze.series_stats(r), thr) for k, r in pool.items()}
+    e = analyze.score(pool, {k: a[("c10", "level")] for k, a in found.items()}, "level")
+    assert (e["alarmed"], e["at_first"], e["fp"], e["tn"], e["precision"]) == (1, 1, 1, 1, 0.0)
+
+
+def test_the_detector_pool_holds_no_control():
+    runs = {(v, s, 1): None for v in ["grpo", "m2po", "gac", "rskip-gac", "mskip-gac", "lrs-gac", "gacb2"]
+            for s in (0, 16)}
+    assert sorted(analyze.detector_pool(runs)) == [("grpo", 0, 1), ("grpo", 16, 1), ("m2po", 16, 1)]
+
+
+# --- Student's t and the paired interval ------------------------------------------------------
+
+@pytest.mark.parametrize("df, t", [(1, 12.706), (2, 4.303), (4, 2.776), (9, 2.262), (30, 2.042)])
+def test_t_quantile_matches_the_tables(df, t):
+    assert analyze.t_quantile(0.975, df) == pytest.approx(t, abs=1e-3)
+
+
+def test_t_cdf():
+    assert analyze.t_cdf(0.0, 5) == 0.5
+    assert analyze.t_cdf(1.0, 1) == pytest.approx(0.75)  # Cauchy
+    assert analyze.t_cdf(-2.0, 3) == pytest.approx(1.0 - analyze.t_cdf(2.0, 3))
+    assert analyze.t_quantile(0.995, 4) == pytest.approx(4.604, abs=1e-3)
+    assert analyze.t_quantile(0.95, 9) == pytest.approx(1.833, abs=1e-3)
+
+
+def test_paired_interval_on_known_numbers():
+    m, lo, hi = analyze.paired_ci([1, 2, 3, 4, 5])
+    half = 2.7764451 * math.sqrt(2.5) / math.sqrt(5)
+    assert m == 3
+    assert (lo, hi) == (pytest.approx(3 - half, abs=1e-6), pytest.approx(3 + half, abs=1e-6))
+    assert analyze.verdict(lo, hi) == "row better"
+    _, lo, hi = analyze.paired_ci([-1.0, 1.0, 0.5])
+    assert analyze.verdict(lo, hi) == "no evidence of a difference"
+    _, lo, hi = analyze.paired_ci([-0.3, -0.2, -0.25, -0.22])
+    assert analyze.verdict(lo, hi) == "row worse"
+    # Bonferroni over m = 10: wider, at t(1 - 0.0025, 4) = 5.598
+    _, blo, bhi = analyze.paired_ci([1, 2, 3, 4, 5], 1 - 0.05 / 10)
+    assert bhi - 3 == pytest.approx(5.598 * math.sqrt(0.5), abs=2e-3)
+    assert analyze.paired_ci([0.2]) == (0.2, None, None)
+
+
+# --- control and calibrate ---------------------------------------------------------------------
+
+def test_control_writes_the_mask_and_the_lr_scale(tmp_path, capsys):
+    write_run(tmp_path, "gac_s16_seed1", steps=40, stepped=lambda s: 0 if s in (3, 7, 20, 40) else 1,
+              grad_scale=lambda s: 0.0 if s in (3, 7, 20, 40) else (0.5 if s <= 10 else 1.0))
+    mask = tmp_path / "mask.txt"
+    analyze.main(["control", "--csv", str(tmp_path / "gac_s16_seed1.csv"), "--mask-out", str(mask)])
+    # 4 of 40 skipped; grad_scale: 4 x 0, 8 x 0.5 (steps 1-10 but 3 and 7), 28 x 1 -> 32 / 40, not 1 - p
+    assert capsys.readouterr().out.strip() == "skip_rate=0.100000 lr_scale=0.800000"
+    assert mask.read_text() == "3\n7\n20\n40\n"
+
+
+def test_control_without_grad_scale_uses_one_minus_the_skip_rate(tmp_path, capsys):
+    write_run(tmp_path, "gac_s16_seed2", steps=20, stepped=lambda s: 0 if s % 4 == 0 else 1)
+    mask = tmp_path / "mask.txt"
+    analyze.main(["control", "--csv", str(tmp_path / "gac_s16_seed2.csv"), "--mask-out", str(mask)])
+    assert capsys.readouterr().out.strip() == "skip_rate=0.250000 lr_scale=0.750000"
+    assert mask.read_text().split() == ["4", "8", "12", "16", "20"]
+
+
+def test_calibrate_caps_c_high_and_records_its_seeds(tmp_path):
+    # steps 51-150: |c| = k / 250, k = 1..100 in each run (one positive, one negative); steps <= 50: 0.99,
+    # which must not count. The window column is a tenth of it.
+    for seed, sign in ((101, 1), (102, -1)):
+        c = lambda s, sign=sign: 0.99 if s <= 50 else sign * (s - 50) / 250
+        write_run(tmp_path, f"grpo_s0_seed{seed}", steps=150, accs=[0.5] * 7, cosine=c,
+                  window=lambda s, c=c: 0.1 * c(s))
+    write_run(tmp_path, "grpo_s16_seed1", steps=150, accs=[0.5] * 7, cosine=lambda s: 0.97)  # not calibration
+    out = tmp_path / "calibration.txt"
+    analyze.main(["calibrate", "--runs", str(tmp_path), "--out", str(out)])
+    cal = analyze.read_calibration(out)
+    # pooled 200 values, each k / 250 twice: q0.9 at position 179.1 -> 0.36 + 0.1 x 0.004
+    assert cal["c_q90"] == pytest.approx(0.3604, abs=1e-5)
+    assert cal["c_low"] == pytest.approx(0.3604, abs=1e-5)
+    assert cal["c_max"] == pytest.approx(0.4, abs=1e-6)
+    assert cal["c_high"] == 0.95  # min(3 x 0.4, 0.95)
+    assert cal["window_max"] == pytest.approx(0.04, abs=1e-6)
+    assert cal["window_c_high"] == pytest.approx(0.12, abs=1e-5)  # 3 x 0.04, under the cap
+    assert cal["window_c_low"] == pytest.approx(0.03604, abs=1e-5)
+    assert (cal["runs"], cal["steps"], cal["seeds"]) == (2, 200, "101,102")
+    assert analyze.calibration_seeds(cal) == {101, 102}
+    for key in ("c_low", "c_high", "window_c_low", "window_c_high"):  # what experiment.sh reads
+        assert any(line.startswith(key + "=") for line in out.read_text().splitlines())
+
+
+# --- report end to end -----------------------------------------------------------------------
+
+def test_report_tables_and_csvs(tmp_path):
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    rising = [min(0.4 + 0.03 * i, 0.7) for i in range(1, 21)]
+    fallen = rising[:10] + [0.2] * 10
+    write_run(runs, "grpo_s0_seed101", cosine=lambda s: 0.2)  # a calibration seed: left out
+    for seed in (1, 2, 3):
+        write_run(runs, f"grpo_s0_seed{seed}", accs=rising, cosine=lambda s: 0.2)
+        write_run(runs, f"grpo_s16_seed{seed}", accs=fallen if seed != 3 else rising,
+                  cosine=lambda s: 0.9 if s >= 150 else 0.3, kl=lambda s: 0.05 if s > 1 else 0.0)
+        gain = 0.01 * seed
+        write_run(runs, f"gac_s16_seed{seed}", accs=[a + gain for a in rising], cosine=lambda s: 0.5,
+                  stepped=lambda s: 0 if s % 10 == 0 else 1, grad_scale=lambda s: 0.0 if s % 10 == 0 else 0.9,
+                  lag=lambda s: 3)
+        for c in ("rskip", "mskip", "lrs"):
+            write_run(runs, f"{c}-gac_s16_seed{seed}", accs=fallen, cosine=lambda s: 0.9)
+    cal = tmp_path / "calibration.txt"
+    cal.write_text("c_low=0.5\nc_high=0.8\nwindow_c_low=0.5\nwindow_c_high=0.8\nruns=1\nsteps=350\nseeds=101\n")
+    out = tmp_path / "out"
+    analyze.main(["report", "--runs", str(runs), "--calibration", str(cal), "--out", str(out), "--no-plots"])
+    summary = (out / "summary.md").read_text()
+    with open(out / "results.csv") as f:
+        results = list(csv.DictReader(f))
+    assert len(results) == 3 * 6 and not any(r["seed"] == "101" for r in results)
+    by = {(r["variant"], r["staleness"], r["seed"]): r for r in results}
+    assert by[("grpo", "16", "1")]["outcome"] == "collapsed" and by[("grpo", "16", "1")]["collapse"] == "220"
+    assert by[("grpo", "16", "3")]["outcome"] == "learned"
+    assert float(by[("gac", "16", "1")]["skip_rate"]) == pytest.approx(0.1)
+    assert float(by[("gac", "16", "1")]["grad_scale"]) == pytest.approx(0.81)
+    assert float(by[("gac", "16", "1")]["lag"]) == pytest.approx(3.0)
+    assert "| 16 | grpo | 3 |" in summary and "| 2 / 0 / 1 |" in summary
+
+    with open(out / "comparisons.csv") as f:
+        comps = list(csv.DictReader(f))
+    final = {(r["row"], r["reference"]): r for r in comps if r["metric"] == "final" and r["staleness"] == "16"}
+    assert set(final) == {("gac", "grpo"), ("gac", "rskip-gac"), ("gac", "mskip-gac"), ("gac", "lrs-gac")}
+    m = final[("gac", "mskip-gac")]
+    assert m["n"] == "3" and (m["row_collapsed"], m["reference_collapsed"]) == ("0", "3")
+    assert float(m["mean"]) == pytest.approx(0.72 - 0.2, abs=1e-4)
+    assert m["verdict"] == "row better"
+    # m = 4 in the final table: the four comparisons at s = 16 (no gac run at s = 0)
+    assert {r["m"] for r in comps if r["metric"] == "final"} == {"4"}
+    assert "Bonferroni: m = 4 comparisons" in summary
+
+    with open(out / "detectors.csv") as f:
+        det = list(csv.DictReader(f))
+    pools = {r["pool"] for r in det}
+    assert len(pools) == 2
+    base = {(r["signal"], r["rule"]): r for r in det if r["pool"].startswith("base")}
+    # 6 runs (grpo at s = 0 and 16, seeds 1-3), 2 collapsed: every count sums to 6, never the 9 controls
+    for r in base.values():
+        assert int(r["tp"]) + int(r["fp"]) + int(r["fn"]) + int(r["tn"]) == 6
+    assert (base[("kl10", "null")]["tp"], base[("kl10", "null")]["fp"], base[("kl10", "null")]["at_first_eligible"]) \
+        == ("2", "1", "3")
+    # stale from step 51 (|c| = 0.3 < c_low until step 150): level and rise agree on the rise at 150 for |c|
+    assert base[("c", "level")]["leads"] == "70 70" and base[("c", "rise")]["leads"] == "70 70"
+    assert ("kl10", "level") not in base  # no kl10_max in this calibration: no level rule

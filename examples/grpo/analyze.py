@@ -129,7 +129,8 @@ C_HIGH_RATIO = 3.0       # c_high = min(C_HIGH_RATIO x on-policy max, C_HIGH_CAP
 C_HIGH_CAP = 0.95
 GRADZ_THRESHOLD = 6.0
 BASE_VARIANTS = ["grpo", "m2po", "bapo", "is"]
-GAC_VARIANTS = ["gac", "gacexact", "gacwin", "gac005", "gacproj", "gacwinproj"]
+# gacexact and gac005 are variants of an earlier grid, still read when present.
+GAC_VARIANTS = ["gac", "gacwin", "gacproj", "gacwinproj", "gacmax", "gacv", "gacexact", "gac005"]
 CONTROL_PREFIXES = ("rskip-", "mskip-", "lrs-")
 CONTROL_LABELS = {"rskip": "random skip, same rate", "mskip": "same skipped steps", "lrs": "lr x lr_scale"}
 OUTCOMES = ["collapsed", "never learned", "learned"]
@@ -912,6 +913,7 @@ def plots(args, runs, stale, seeds, cal):
         return
     palette = {"grpo": "tab:red", "m2po": "tab:orange", "bapo": "tab:purple", "is": "tab:brown",
                "gac": "tab:green", "gacexact": "tab:olive", "gacwin": "tab:blue", "gac005": "tab:cyan",
+               "gacproj": "yellowgreen", "gacwinproj": "teal", "gacmax": "tab:pink", "gacv": "darkgoldenrod",
                "gacproj": "tab:pink", "gacwinproj": "tab:purple"}
     control_color = {"rskip": "tab:gray", "mskip": "tab:orange", "lrs": "k"}
 
@@ -1014,8 +1016,8 @@ def plots(args, runs, stale, seeds, cal):
     fig, axes = plt.subplots(2, 4, figsize=(14, 6.6), sharey=True)
     top = [("GRPO and the off-policy losses", [("grpo", None, None), ("m2po", None, None), ("bapo", None, None),
                                                ("is", None, None)]),
-           ("the GAC variants", [("grpo", None, None), ("gac", None, None), ("gacexact", None, None),
-                                 ("gacwin", None, None), ("gac005", None, None)]),
+           ("the GAC variants", [("grpo", None, None), ("gac", None, None), ("gacwin", None, None),
+                                 ("gacproj", None, None), ("gacwinproj", None, None), ("gacmax", None, None)]),
            ("gac and its controls", [("grpo", None, None), ("gac", None, "tab:green")]
             + [(f"{c}-gac", label, control_color[c]) for c, label in CONTROL_LABELS.items()]),
            ("gacwin and its controls", [("grpo", None, None), ("gacwin", None, "tab:green")]
@@ -1036,7 +1038,7 @@ def plots(args, runs, stale, seeds, cal):
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7, loc="lower left")
     axes[0][0].set_ylabel("final held-out exact match")
-    for ax, g in zip(axes[1], GAC_VARIANTS):
+    for ax, g in zip(axes[1], ["gac", "gacwin", "gacmax", "gacproj"]):
         band(ax, "grpo", s_ctrl, heldout, "grpo")
         band(ax, g, s_ctrl, heldout, g, "tab:green")
         for c, label in CONTROL_LABELS.items():

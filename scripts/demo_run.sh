@@ -3,19 +3,22 @@
 # builds first; ctest's demo_smoke calls this with a short configuration).
 #
 #   1. starts gacd on its embedded SQLite store (insecure mode: loopback only);
-#   2. synchronous GRPO (s = 0, agent in monitor mode); its steps after the
-#      first 50 calibrate the thresholds once, by the rule of docs/RESULTS.md:
-#      c_low = q0.9 and c_high = max of |c_t|, and the same of |m_t| (the
-#      signed mean of c_t over 20 steps) for the windowed trigger;
+#   2. synchronous GRPO (s = 0, agent in monitor mode) twice, side by side:
+#      on a calibration seed (seed + 100, never the test seed), whose steps
+#      after the first 50 set the thresholds by the rule of docs/RESULTS.md
+#      (c_low = q0.9 |c_t|, c_high = 3 x max |c_t| capped at 0.95, and the
+#      same of |m_t|, the signed mean of c_t over 20 steps, for the windowed
+#      trigger), and on the test seed, the synchronous reference;
 #   3. stale GRPO (s = $STALENESS, monitor) and stale GRPO with GAC deciding
 #      in gacd (remote mode, the per-step rule, thresholds set on gacd's run),
 #      side by side;
 #   4. stale GRPO with the windowed trigger (decided in the trainer), and
 #      stale training with the unclipped importance-sampling loss, side by
 #      side;
-#   5. the controls of the windowed run, side by side: stale GRPO skipping
-#      updates at random at the rate it skipped, and stale GRPO with the
-#      learning rate scaled by (1 - that rate);
+#   5. the controls of the GAC run decided in gacd, side by side: stale GRPO
+#      skipping exactly the steps it skipped (same rate and timing, no
+#      projection), and stale GRPO with the learning rate scaled by its mean
+#      |applied| / |raw| gradient (examples/grpo/analyze.py control);
 #   6. prints a table and writes a figure (examples/grpo/demo_report.py),
 #      checks that gacd counted every step of every run, and says where
 #      gacd's page and /metrics are, and how to watch with Prometheus and Grafana.
@@ -146,15 +149,22 @@ launch() {  # $1: run name, then gac_grpo flags
   trainer_pids+=($!)
 }
 
-echo "demo: 1/4 synchronous GRPO (s = 0), $steps steps after $sft supervised warm-up steps; calibrates the thresholds"
-launch sync --staleness 0 --agent monitor --calib-skip "$calib_skip" --calibrate-out "$out/sync-calibration.txt"
-follow "sync=sync"
+calib_seed=$((seed + 100))
+echo "demo: 1/4 synchronous GRPO (s = 0), $steps steps after $sft supervised warm-up steps, on the calibration" \
+     "seed $calib_seed (sets the thresholds) and on seed $seed (the reference), side by side"
+launch calib --staleness 0 --agent monitor --seed "$calib_seed" --calib-skip "$calib_skip" \
+  --calibrate-out "$out/sync-calibration.txt"
+launch sync --staleness 0 --agent monitor
+follow "calibration=calib" "sync=sync"
 cal() { sed -n "s/^$1=//p" "$out/sync-calibration.txt"; }
-# The rule of docs/RESULTS.md: q0.9 and max of |c_t| and of |m_t| after the first steps.
-printf 'c_low=%s\nc_high=%s\nwindow_c_low=%s\nwindow_c_high=%s\n' "$(cal q90)" "$(cal max)" "$(cal window_q90)" \
-  "$(cal window_max)" >"$out/calibration.txt"
-c_low=$(cal q90) c_high=$(cal max) w_low=$(cal window_q90) w_high=$(cal window_max)
-echo "demo: calibrated c_low $c_low, c_high $c_high (q0.9 and max of |c_t|); windowed: $w_low, $w_high"
+# The rule of docs/RESULTS.md: c_low = q0.9, c_high = min(3 x max, 0.95), of |c_t| and of |m_t|.
+high() { awk -v m="$1" 'BEGIN { h = 3 * m; if (h > 0.95) h = 0.95; printf "%.6g", h }'; }
+c_low=$(cal q90) c_high=$(high "$(cal max)") w_low=$(cal window_q90) w_high=$(high "$(cal window_max)")
+printf 'c_low=%s\nc_high=%s\nwindow_c_low=%s\nwindow_c_high=%s\nc_q90=%s\nc_max=%s\nwindow_q90=%s\nwindow_max=%s\nseeds=%s\n' \
+  "$c_low" "$c_high" "$w_low" "$w_high" "$(cal q90)" "$(cal max)" "$(cal window_q90)" "$(cal window_max)" \
+  "$calib_seed" >"$out/calibration.txt"
+echo "demo: calibrated on seed $calib_seed: c_low $c_low, c_high $c_high (q0.9 and 3 x max of |c_t|, at most 0.95);" \
+     "windowed: $w_low, $w_high"
 
 echo "demo: 2/4 stale GRPO (s = $stale) side by side: monitored, and GAC deciding in gacd (remote mode, per-step rule)"
 launch stale --staleness "$stale" --agent monitor --c-low "$c_low" --c-high "$c_high"
@@ -166,25 +176,28 @@ launch gacwin --staleness "$stale" --agent local --trigger window --c-low "$w_lo
 launch is --staleness "$stale" --agent monitor --loss is --c-low "$c_low" --c-high "$c_high"
 follow "stale+GAC window=gacwin" "stale IS=is"
 
-rate=$(sed -n 's/.* skipped=\([0-9]*\) .*/\1/p' "$out/runs/gacwin.log" | awk -v n="$steps" '{printf "%.4f", $1 / n}')
-lr=$(awk -v p="$rate" 'BEGIN { printf "%.6g", 3e-4 * (1 - p) }')
-echo "demo: 4/4 the windowed run's controls: random skips at its rate $rate, and lr x (1 - $rate) = $lr"
-launch rskip --staleness "$stale" --agent monitor --c-low "$c_low" --c-high "$c_high" --random-skip "$rate"
+read -r rate scale < <("$python" examples/grpo/analyze.py control --csv "$out/runs/gac.csv" --mask-out "$out/gac-skipped.txt" |
+                      sed -n 's/^skip_rate=\([^ ]*\) lr_scale=\([^ ]*\)$/\1 \2/p')
+lr=$(awk -v x="$scale" 'BEGIN { printf "%.6g", 3e-4 * x }')
+echo "demo: 4/4 the controls of GAC in gacd: its $(wc -l < "$out/gac-skipped.txt") skipped steps replayed (rate $rate)," \
+     "and lr x its mean |applied| / |raw| gradient $scale = $lr"
+launch mskip --staleness "$stale" --agent monitor --c-low "$c_low" --c-high "$c_high" --skip-steps "$out/gac-skipped.txt"
 launch lrs --staleness "$stale" --agent monitor --c-low "$c_low" --c-high "$c_high" --lr "$lr"
-follow "random skip=rskip" "lr scaled=lrs"
-grep -h '^telemetry:' "$out"/runs/{sync,stale,gac,gacwin,is,rskip,lrs}.log | sed 's/^/demo: /'
+follow "same skips=mskip" "lr scaled=lrs"
+grep -h '^telemetry:' "$out"/runs/{calib,sync,stale,gac,gacwin,is,mskip,lrs}.log | sed 's/^/demo: /'
 
 echo
 "$python" examples/grpo/demo_report.py --runs "$out/runs" --calibration "$out/calibration.txt" --out "$out" \
   --run "synchronous (s=0)=sync" --run "stale (s=$stale)=stale" --run "stale + GAC in gacd=gac" \
   --run "stale + GAC window=gacwin" --run "stale, unclipped IS=is" \
-  --run "stale + random skips at its rate=rskip" --run "stale, lr x (1 - its skip rate)=lrs" \
+  --run "stale, GAC's skips replayed=mskip" --run "stale, lr x GAC's gradient scale=lrs" \
   --metrics "http://$metrics/metrics" --gacd-prefix "$prefix"
 
 cat <<EOF
 
 demo: results in $out (summary.md, demo.png, per-step CSVs in runs/); gacd's store is $data/gacd.db,
-      runs ${prefix}sync, ${prefix}stale, ${prefix}gac, ${prefix}gacwin, ${prefix}is, ${prefix}rskip, ${prefix}lrs.
+      runs ${prefix}calib, ${prefix}sync, ${prefix}stale, ${prefix}gac, ${prefix}gacwin, ${prefix}is, ${prefix}mskip,
+      ${prefix}lrs.
 demo: gacd's page, the runs without installing anything: http://$metrics/
       (GAC_DEMO_KEEP_GACD=1 keeps gacd, and the page, up after the runs).
 demo: gacd exported Prometheus metrics at http://$metrics/metrics (gac_cosine, gac_decisions_total, ...).

@@ -67,13 +67,14 @@ def main():
         m = re.search(r", agent (\w+), trigger (\w+)", log)
         run["agent"] = m.group(1) if m else "?"
         run["trigger"] = m.group(2) if m else "?"
-        run["alarm"] = analyze.first_alarm(run, analyze.series_stats(run)["m"], window_c_low)
+        run["alarm"] = analyze.level_alarm(run["step"], analyze.series_stats(run)["m"], window_c_low)
         run["m"] = analyze.metrics(run)
         runs.append((label, name, run))
     if not ok:
         return 1
 
-    lines = [f"thresholds from the synchronous run: c_low = {float(cal['c_low']):.4g}, c_high = "
+    source = f"the calibration run (seed {cal['seeds']})" if "seeds" in cal else "the synchronous run"
+    lines = [f"thresholds from {source}: c_low = {float(cal['c_low']):.4g}, c_high = "
              f"{float(cal['c_high']):.4g}; windowed (20-step mean): c_low = {window_c_low:.4g}, "
              f"c_high = {float(cal['window_c_high']):.4g}", "",
              "| run | steps | final reward | held-out start → peak → end | collapse step | mean c_t "
@@ -87,7 +88,7 @@ def main():
         # A monitor-mode agent only reports what it would do: no acted count.
         acted = "-" if r["agent"] == "monitor" else f"{projected} / {skipped}"
         if r["agent"] == "monitor" and skipped:
-            acted = f"random skip: {skipped}"
+            acted = f"control skips: {skipped}"
         agent = r["agent"] + (" (window)" if r["trigger"] == "window" else "")
         lines.append(
             f"| {label} | {m['steps']} | {analyze.fmt(m['reward'])} "

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The async GRPO experiment of docs/RESULTS.md (outside CI; about 450 runs of
-# 10-14 CPU s each on torch 2.15, so about an hour on 2 idle cores). The lag
+# The async GRPO experiment of docs/RESULTS.md (outside CI; about 380 runs of
+# about 12 CPU s each on torch 2.15: 54 minutes two at a time). The lag
 # is counted in optimizer steps, as the paper models it (a skipped update
 # leaves the weights, so s skips make the samplers on-policy again).
 #   0. calibration: synchronous GRPO (s = 0, monitor mode) on seeds of its

@@ -90,7 +90,8 @@ class AlignmentWindow {
 //   c_low < |mean| < c_high              -> project: alpha = controller.Alpha(|mean|),
 //                                           projection_coeff = (1 - alpha) dot / ref_sq,
 //                                           cosine_after = CosineAfterProjection(c_t, alpha)
-//                                           (a coefficient that is not finite: safe with no
+//                                           (c_t without the 1e-8, as Controller::Decide; a
+//                                           coefficient that is not finite: safe with no
 //                                           cosine, as Controller::Decide)
 //   |mean| >= c_high                     -> skip
 // Decision::window_mean is `mean` in every case.

@@ -66,14 +66,13 @@ controller::Decision RunRegistry::Decide(const std::string& run, const controlle
   const Entry& e = it == runs_.end() ? defaults_ : it->second;
   if (used != nullptr) *used = e.config;
   controller::Decision d = e.controller.Decide(stats);
-  std::optional<double> mean;
-  if (d.cosine && d.regime != controller::Regime::kInvalid) {
-    controller::AlignmentWindow window(e.trigger.window);
-    const int n = recent.size();
-    for (int i = std::max(0, n - (e.trigger.window - 1)); i < n; ++i) window.Add(recent.Get(i));
-    window.Add(*d.cosine);
-    mean = window.mean();
-  }
+  // The newest W of the asker's cosines, and this step's when it has one (a
+  // step without a cosine leaves the window as it was).
+  controller::AlignmentWindow window(e.trigger.window);
+  const int n = recent.size();
+  for (int i = std::max(0, n - e.trigger.window); i < n; ++i) window.Add(recent.Get(i));
+  if (d.cosine && d.regime != controller::Regime::kInvalid) window.Add(*d.cosine);
+  const std::optional<double> mean = window.mean();
   if (e.trigger.trigger == controller::Trigger::kWindow) d = controller::DecideOnMean(e.window_controller, stats, mean);
   d.window_mean = mean;
   return d;

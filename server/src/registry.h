@@ -33,8 +33,9 @@ class RunRegistry {
   v1::RunConfig Get(const std::string& run) const;
 
   // Decides with the run's settings; `used` (if not null) receives them.
-  // `recent` are the asker's previous valid cosines, oldest first: with this
-  // step's cosine, the newest W of them are the window of m_t (reported as
+  // `recent` are the asker's previous valid cosines, oldest first: the newest
+  // W of them, and this step's cosine when it has one, are the window of m_t
+  // (the newest W of those together; reported as
   // Decision::window_mean whatever the trigger; the windowed trigger decides
   // on it). Nothing about a run's steps is kept here, so every replica gives
   // the same answer to the same request.

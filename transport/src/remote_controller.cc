@@ -102,7 +102,7 @@ base::StatusOr<controller::Decision> RemoteController::Decide(std::int64_t step,
   std::vector<double> recent;
   {
     base::MutexLock lock(&impl_->window_mu);
-    const std::size_t keep = std::min(impl_->recent.size(), static_cast<std::size_t>(impl_->window - 1));
+    const std::size_t keep = std::min(impl_->recent.size(), static_cast<std::size_t>(impl_->window));
     recent.assign(impl_->recent.end() - static_cast<std::ptrdiff_t>(keep), impl_->recent.end());
   }
   const v1::DecideRequest req = proto::ToDecideRequest(o.run, o.rank, step, stats, recent);

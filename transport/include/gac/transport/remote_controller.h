@@ -16,7 +16,7 @@
 // works as well (channel.h).
 //
 // The windowed trigger's window lives here, not in gacd: each call sends the
-// run's previous valid cosines (the newest W - 1, W the run's window as the
+// run's previous valid cosines (the newest W, W the run's window as the
 // last answer gave it, 20 until then), and the cosine of every step with
 // finite statistics and a reference enters it, answered or not. gacd keeps
 // nothing about a run's steps, so every replica gives the same answer to the

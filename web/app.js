@@ -356,7 +356,7 @@
       $('#crumb').textContent = '/ ' + this.run;
       $('#run-title').textContent = this.run;
       document.title = 'gacd: ' + this.run;
-      for (const id of ['chart-cosine', 'chart-regime', 'chart-norms', 'chart-scalars', 'heatmap']) {
+      for (const id of ['chart-cosine', 'chart-window', 'chart-regime', 'chart-norms', 'chart-scalars', 'heatmap']) {
         $('#' + id).replaceChildren();
       }
       $('#heatmap-section').hidden = true;
@@ -483,6 +483,30 @@
       return [this.cols.step, this.cols.cosine, this.cols.after, ...this.thresholdColumns()];
     }
 
+    // m_t: the signed mean of the last W valid c_t held (as gacd's
+    // gac_window_mean, over the steps loaded here), null until W are seen.
+    windowData() {
+      const w = Math.max(1, this.config.window || 20);
+      const t = this.config.window_thresholds || this.config.thresholds;
+      const c = this.cols.cosine;
+      const ring = new Float64Array(w);
+      let held = 0;
+      let next = 0;
+      let sum = 0;
+      const m = c.map((x) => {
+        if (x === null || x === undefined || !Number.isFinite(x)) return null;
+        if (held === w) sum -= ring[next];
+        else held++;
+        ring[next] = x;
+        sum += x;
+        next = (next + 1) % w;
+        return held === w ? sum / w : null;
+      });
+      const n = c.length;
+      const band = [t.c_high, t.c_low, -t.c_low, -t.c_high].map((v) => new Array(n).fill(v));
+      return [this.cols.step, m, ...band];
+    }
+
     buildCharts() {
       const c = this.cols;
       const dashed = [4, 4];
@@ -502,6 +526,16 @@
         },
       }), this.cosineData(), $('#chart-cosine'));
 
+      this.windowChart = new uPlot(this.baseOptions(
+        `m_t = signed mean of the last ${this.config.window || 20} c_t, and the windowed bands`, 200, [
+          { label: 'm_t', stroke: '#1a7f37', width: 1.5 },
+          threshold('window c_high', '#cf222e'),
+          threshold('window c_low', '#d4a72c'),
+          threshold('-window c_low', '#d4a72c'),
+          threshold('-window c_high', '#cf222e'),
+        ], { bands: [{ series: [2, 3], fill: 'rgba(212,167,44,0.12)' }, { series: [4, 5], fill: 'rgba(212,167,44,0.12)' }] }),
+      this.windowData(), $('#chart-window'));
+
       const regimeBars = uPlot.paths.bars({
         size: [1, Infinity, 1],
         disp: { fill: { unit: 3, values: () => this.cols.regimeColor } },
@@ -518,7 +552,7 @@
         { label: '‖g‖', stroke: '#8250df', width: 1 },
         { label: '‖p‖ (previous)', stroke: '#6e7781', width: 1 },
       ]), [c.step, c.gnorm, c.pnorm], $('#chart-norms'));
-      this.charts = [this.cosineChart, this.regimeChart, this.normsChart];
+      this.charts = [this.cosineChart, this.windowChart, this.regimeChart, this.normsChart];
       this.syncScalarCharts();
       window.addEventListener('resize', this.onResize = () => this.resize());
     }
@@ -577,6 +611,7 @@
       const c = this.cols;
       const keep = !this.zoomed;  // a zoomed view keeps its range
       this.cosineChart.setData(this.cosineData(), keep);
+      this.windowChart.setData(this.windowData(), keep);
       this.regimeChart.setData([c.step, c.one], keep);
       this.normsChart.setData([c.step, c.gnorm, c.pnorm], keep);
       this.syncScalarCharts();
@@ -676,11 +711,17 @@
       $('#cfg-c-high').value = String(t.c_high);
       $('#cfg-alpha-mode').value = t.alpha_mode;
       $('#cfg-mode').value = config.mode;
+      const w = config.window_thresholds || t;
+      $('#cfg-trigger').value = config.trigger || 'per_step';
+      $('#cfg-window').value = String(config.window || 20);
+      $('#cfg-window-c-low').value = String(w.c_low);
+      $('#cfg-window-c-high').value = String(w.c_high);
       field('config-version').textContent = config.version
         ? `version ${config.version}, by ${config.updated_by}`
         : 'server defaults';
       this.configEdited = false;
       if (!first && this.cosineChart) this.cosineChart.setData(this.cosineData(), !this.zoomed);
+      if (!first && this.windowChart) this.windowChart.setData(this.windowData(), !this.zoomed);
     }
 
     setupConfigForm() {
@@ -700,6 +741,13 @@
             alpha_mode: $('#cfg-alpha-mode').value,
           },
           mode: $('#cfg-mode').value,
+          trigger: $('#cfg-trigger').value,
+          window: Number($('#cfg-window').value),
+          window_thresholds: {
+            c_low: Number($('#cfg-window-c-low').value),
+            c_high: Number($('#cfg-window-c-high').value),
+            alpha_mode: $('#cfg-alpha-mode').value,
+          },
           reason: $('#cfg-reason').value,
           expected_version: this.config.version,
         };

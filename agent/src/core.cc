@@ -383,7 +383,11 @@ bool NonOverlappingAndDense(const std::int64_t* sizes, const std::int64_t* strid
 }
 
 base::StatusOr<std::unique_ptr<AgentCore>> AgentCore::Create(AgentOptions options) {
-  GAC_ASSIGN_OR_RETURN(controller::Controller controller, controller::Controller::Create(options.thresholds, options.alpha_mode));
+  GAC_RETURN_IF_ERROR(controller::ValidateThresholds(options.thresholds));
+  base::Status trigger = controller::ValidateTriggerSettings(options.trigger);
+  if (!trigger.ok()) return base::Status::InvalidArgument("options.trigger: " + trigger.message());
+  GAC_ASSIGN_OR_RETURN(controller::TriggeredController triggered,
+                       controller::TriggeredController::Create(options.thresholds, options.alpha_mode, options.trigger));
   if (options.chunk_elements < 1024) {
     return base::Status::InvalidArgument("chunk_elements must be >= 1024, got " + std::to_string(options.chunk_elements));
   }
@@ -409,7 +413,7 @@ base::StatusOr<std::unique_ptr<AgentCore>> AgentCore::Create(AgentOptions option
       grouped[static_cast<std::size_t>(i)] = true;
     }
   }
-  return std::unique_ptr<AgentCore>(new AgentCore(std::move(options), controller));
+  return std::unique_ptr<AgentCore>(new AgentCore(std::move(options), std::move(triggered)));
 }
 
 base::Status AgentCore::set_mode(controller::Mode mode) {
@@ -420,14 +424,17 @@ base::Status AgentCore::set_mode(controller::Mode mode) {
   return base::Status::Ok();
 }
 
-AgentCore::AgentCore(AgentOptions options, controller::Controller controller)
+AgentCore::AgentCore(AgentOptions options, controller::TriggeredController triggered)
     : options_(std::move(options)),
-      controller_(controller),
+      triggered_(std::move(triggered)),
       pool_(std::make_unique<ThreadPool>(options_.num_threads)) {}
 
 AgentCore::~AgentCore() = default;
 
-void AgentCore::Reset() { plan_.reset(); }
+void AgentCore::Reset() {
+  plan_.reset();
+  triggered_.Reset();
+}
 
 std::int64_t AgentCore::snapshot_bytes() const {
   return plan_ ? static_cast<std::int64_t>(plan_->snapshot_bytes) : 0;
@@ -563,16 +570,26 @@ base::StatusOr<controller::StepReport> AgentCore::Step(std::int64_t step, Gradie
   GAC_RETURN_IF_ERROR(ComputeStatistics(parameters, &report));
   const std::vector<double>& sums = plan_->reduced;
   const controller::AlignmentStats stats{sums[0], sums[1], sums[2], plan_->has_reference};
-  report.decision = controller_.Decide(stats);
+  // The local decision (monitor: what local mode would do; remote: the
+  // fallback), which also moves the window: undone if the step fails.
+  before_step_ = triggered_;
+  report.decision = triggered_.Decide(stats);
   const auto t1 = Clock::now();
   report.stats_seconds = Seconds(t0, t1);
+  base::Status st;
   if (options_.mode == controller::Mode::kRemote) {
-    GAC_RETURN_IF_ERROR(DecideRemotely(step, stats, &report));
+    st = DecideRemotely(step, stats, &report);
     report.decide_seconds = Seconds(t1, Clock::now());
   }
   const auto t2 = Clock::now();
-  stream_ = plan_->device_passes != nullptr ? parameters.Stream(plan_->device.index) : nullptr;
-  GAC_RETURN_IF_ERROR(ApplyDecision(&report));
+  if (st.ok()) {
+    stream_ = plan_->device_passes != nullptr ? parameters.Stream(plan_->device.index) : nullptr;
+    st = ApplyDecision(&report);
+  }
+  if (!st.ok()) {
+    triggered_ = *before_step_;
+    return st;
+  }
   plan_->stepped = true;
   plan_->last_step = step;
   plan_->strided.clear();

@@ -15,9 +15,9 @@ _gacctl_command_flags() {
     steps) echo "--start-step --end-step --from --to --rank --layers --scalars --page-size --format" ;;
     tail) echo "--lines -n --follow -f --rank --interval --format" ;;
     "config get") echo "" ;;
-    "config set") echo "--c-low --c-high --alpha-mode --mode --reason --expected-version" ;;
+    "config set") echo "--c-low --c-high --window-c-low --window-c-high --alpha-mode --mode --trigger --window-steps --reason --expected-version" ;;
     "config history") echo "--format" ;;
-    calibrate) echo "--window --apply --apply-to --to --alpha-mode --mode --reason --expected-version" ;;
+    calibrate) echo "--window --windowed --apply --apply-to --to --alpha-mode --mode --trigger --window-steps --reason --expected-version" ;;
     replay) echo "--c-low --c-high --alpha-mode --grid --start-step --end-step --from --to --steps --max-diffs --format" ;;
   esac
 }
@@ -66,6 +66,7 @@ _gacctl() {
     --format) COMPREPLY=($(compgen -W "table csv jsonl" -- "$cur")); return ;;
     --mode) COMPREPLY=($(compgen -W "monitor local remote" -- "$cur")); return ;;
     --alpha-mode) COMPREPLY=($(compgen -W "paper exact" -- "$cur")); return ;;
+    --trigger) COMPREPLY=($(compgen -W "per_step window" -- "$cur")); return ;;
     --token-file | --tls-ca) COMPREPLY=($(compgen -f -- "$cur")); return ;;
     --apply-to | --to)
       [[ $cmd == calibrate ]] && COMPREPLY=($(compgen -W "$(_gacctl_runs)" -- "$cur"))

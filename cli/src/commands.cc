@@ -42,9 +42,15 @@ base::StatusOr<Format> FormatFlag(const ParsedFlags& flags) {
 }
 
 std::string SettingsText(const v1::RunConfig& config) {
-  return "c_low " + FormatExact(config.thresholds().c_low()) + ", c_high " +
-         FormatExact(config.thresholds().c_high()) + ", alpha " + proto::EnumName(config.thresholds().alpha_mode()) +
-         ", mode " + proto::EnumName(config.mode());
+  std::string text = "c_low " + FormatExact(config.thresholds().c_low()) + ", c_high " +
+                     FormatExact(config.thresholds().c_high()) + ", alpha " +
+                     proto::EnumName(config.thresholds().alpha_mode()) + ", mode " + proto::EnumName(config.mode());
+  if (config.trigger() == v1::TRIGGER_WINDOW) {
+    const v1::Thresholds& w = config.has_window_thresholds() ? config.window_thresholds() : config.thresholds();
+    text += ", trigger window of " + std::to_string(proto::WindowFromProto(config.window())) + " steps (c_low " +
+            FormatExact(w.c_low()) + ", c_high " + FormatExact(w.c_high()) + ")";
+  }
+  return text;
 }
 
 std::string Percent(double fraction) {

@@ -1,6 +1,12 @@
 // gacctl config get|set|history and calibrate.
 #include "cli/src/commands.h"
+#include "gac/controller/calibration.h"
+#include "gac/controller/window.h"
 #include "gac/proto/convert.h"
+
+#include <cmath>
+#include <limits>
+#include <optional>
 
 namespace gac::cli {
 namespace {
@@ -10,7 +16,12 @@ void WriteConfig(std::ostream& out, const std::string& run, const v1::RunConfig&
       << "c_low       " << FormatExact(config.thresholds().c_low()) << "\n"
       << "c_high      " << FormatExact(config.thresholds().c_high()) << "\n"
       << "alpha_mode  " << proto::EnumName(config.thresholds().alpha_mode()) << "\n"
-      << "mode        " << proto::EnumName(config.mode()) << "\n";
+      << "mode        " << proto::EnumName(config.mode()) << "\n"
+      << "trigger     " << proto::EnumName(config.trigger()) << "\n"
+      << "window      " << proto::WindowFromProto(config.window()) << " steps\n";
+  const v1::Thresholds& w = config.has_window_thresholds() ? config.window_thresholds() : config.thresholds();
+  out << "window_c_low  " << FormatExact(w.c_low()) << "\n"
+      << "window_c_high " << FormatExact(w.c_high()) << "\n";
   if (config.version() == 0) {
     out << "version     0 (gacd's defaults, never set)\n";
   } else {
@@ -44,10 +55,15 @@ struct SettingsChange {
   std::optional<double> c_low, c_high;
   std::optional<controller::AlphaMode> alpha_mode;
   std::optional<controller::Mode> mode;
+  std::optional<controller::Trigger> trigger;
+  std::optional<int> window;
+  std::optional<double> window_c_low, window_c_high;
   std::string reason;
   std::optional<std::uint64_t> expected_version;
 
   bool complete() const { return c_low && c_high && alpha_mode && mode; }
+  bool changes_window() const { return trigger || window || window_c_low || window_c_high; }
+  bool empty() const { return !c_low && !c_high && !alpha_mode && !mode && !changes_window(); }
 };
 
 // Parses --alpha-mode, --mode, --reason and --expected-version.
@@ -62,6 +78,13 @@ base::Status ParseChangeFlags(const ParsedFlags& flags, SettingsChange* change) 
     if (!mode.ok()) return base::Status::InvalidArgument("--mode: " + mode.status().message());
     change->mode = *mode;
   }
+  if (const std::string* t = flags.Get("trigger")) {
+    base::StatusOr<controller::Trigger> trigger = controller::ParseTrigger(t->c_str());
+    if (!trigger.ok()) return base::Status::InvalidArgument("--trigger: " + trigger.status().message());
+    change->trigger = *trigger;
+  }
+  GAC_ASSIGN_OR_RETURN(auto window, OptionalInt(flags, "window-steps", 1, controller::kMaxWindow));
+  if (window) change->window = static_cast<int>(*window);
   if (const std::string* r = flags.Get("reason")) change->reason = *r;
   GAC_ASSIGN_OR_RETURN(auto expected, OptionalInt(flags, "expected-version", 1, INT64_MAX));
   if (expected) change->expected_version = static_cast<std::uint64_t>(*expected);
@@ -81,8 +104,10 @@ base::StatusOr<v1::RunConfig> ApplyChange(Context& ctx, const SettingsChange& ch
   controller::AlphaMode alpha = controller::AlphaMode::kPaper;
   controller::Mode mode = controller::Mode::kLocal;
   std::uint64_t expected = 0;
-  if (!change.complete()) {
+  v1::Thresholds window_thresholds;
+  if (!change.complete() || change.changes_window()) {
     GAC_ASSIGN_OR_RETURN(v1::RunConfig current, ctx.client().GetRunConfig(change.run));
+    window_thresholds = current.has_window_thresholds() ? current.window_thresholds() : current.thresholds();
     t.c_low = current.thresholds().c_low();
     t.c_high = current.thresholds().c_high();
     base::StatusOr<controller::AlphaMode> a = proto::FromProto(current.thresholds().alpha_mode());
@@ -104,6 +129,15 @@ base::StatusOr<v1::RunConfig> ApplyChange(Context& ctx, const SettingsChange& ch
   if (change.expected_version) expected = *change.expected_version;
   *request.mutable_thresholds() = proto::ToProto(t, alpha);
   request.set_mode(proto::ToProto(mode));
+  if (change.trigger) request.set_trigger(proto::ToProto(*change.trigger));
+  if (change.window) request.set_window(static_cast<std::uint32_t>(*change.window));
+  if (change.window_c_low || change.window_c_high) {
+    if (change.window_c_low) window_thresholds.set_c_low(*change.window_c_low);
+    if (change.window_c_high) window_thresholds.set_c_high(*change.window_c_high);
+    window_thresholds.set_alpha_mode(proto::ToProto(alpha));
+    *request.mutable_window_thresholds() = window_thresholds;
+  }
+  if (change.expected_version) expected = *change.expected_version;
   request.set_expected_version(expected);
   return ctx.client().SetRunConfig(request);
 }
@@ -116,6 +150,8 @@ std::vector<FlagSpec> ChangeFlags() {
   return {
       {"alpha-mode", "paper|exact", "alpha = c_low/|c| (paper) or the exact gain (default: unchanged)"},
       {"mode", "monitor|local|remote", "who decides the run's regimes (default: unchanged)"},
+      {"trigger", "per_step|window", "decide on |c_t| of each step or on |m_t| of the window (default: unchanged)"},
+      {"window-steps", "W", "steps in the windowed mean m_t, 1-1000 (default: unchanged)"},
       {"reason", "TEXT", "why, for the audit log (required)"},
       {"expected-version", "N", "apply only if the run's settings are at version N (else ABORTED)"},
   };
@@ -125,7 +161,7 @@ CommandSpec ConfigSetCommand() {
   CommandSpec c;
   c.name = "config set";
   c.args = "RUN";
-  c.summary = "change a run's thresholds, alpha mode or mode (needs admin rights)";
+  c.summary = "change a run's thresholds, alpha mode, mode or trigger (needs admin rights)";
   c.description =
       "Settings not given keep their current value: gacctl reads them, and the change\n"
       "then applies only if the run's settings are still at the version it read. With\n"
@@ -133,9 +169,14 @@ CommandSpec ConfigSetCommand() {
       "ABORTED and nothing changes. gacd validates the thresholds (0 < c_low < c_high <= 1)\n"
       "and its error is shown as it is. gacd answers once the change and its audit record\n"
       "are durable; agents in remote mode use it from their next Decide. The token needs\n"
-      "admin rights on RUN, and read rights too when settings are left out.\n";
+      "admin rights on RUN, and read rights too when settings are left out.\n"
+      "The windowed trigger (--trigger window) applies the rule to m_t, the signed mean of\n"
+      "the run's last W valid c_t (--window-steps W), with its own thresholds\n"
+      "(--window-c-low, --window-c-high; 'gacctl calibrate --windowed' suggests them).\n";
   c.flags = {{"c-low", "X", "|c_t| at or below: safe (default: unchanged)"},
-             {"c-high", "X", "|c_t| at or above: skip (default: unchanged)"}};
+             {"c-high", "X", "|c_t| at or above: skip (default: unchanged)"},
+             {"window-c-low", "X", "|m_t| at or below: safe, windowed trigger (default: unchanged)"},
+             {"window-c-high", "X", "|m_t| at or above: skip, windowed trigger (default: unchanged)"}};
   for (FlagSpec& f : ChangeFlags()) c.flags.push_back(std::move(f));
   c.positionals = 1;
   c.prepare = [](const ParsedFlags& flags, const std::vector<std::string>& args) -> base::StatusOr<Action> {
@@ -145,9 +186,13 @@ CommandSpec ConfigSetCommand() {
     GAC_ASSIGN_OR_RETURN(auto hi, OptionalReal(flags, "c-high"));
     change.c_low = lo;
     change.c_high = hi;
+    GAC_ASSIGN_OR_RETURN(change.window_c_low, OptionalReal(flags, "window-c-low"));
+    GAC_ASSIGN_OR_RETURN(change.window_c_high, OptionalReal(flags, "window-c-high"));
     GAC_RETURN_IF_ERROR(ParseChangeFlags(flags, &change));
-    if (!change.c_low && !change.c_high && !change.alpha_mode && !change.mode) {
-      return base::Status::InvalidArgument("nothing to change: give --c-low, --c-high, --alpha-mode or --mode");
+    if (change.empty()) {
+      return base::Status::InvalidArgument(
+          "nothing to change: give --c-low, --c-high, --alpha-mode, --mode, --trigger, --window-steps, "
+          "--window-c-low or --window-c-high");
     }
     if (!flags.Has("reason") || change.reason.empty()) {
       return base::Status::InvalidArgument("--reason is required: say why, for the audit log");
@@ -172,6 +217,14 @@ std::string ChangeText(const v1::RunConfig& before, const v1::RunConfig& after) 
   add("c_high", FormatExact(before.thresholds().c_high()), FormatExact(after.thresholds().c_high()));
   add("alpha", proto::EnumName(before.thresholds().alpha_mode()), proto::EnumName(after.thresholds().alpha_mode()));
   add("mode", proto::EnumName(before.mode()), proto::EnumName(after.mode()));
+  add("trigger", proto::EnumName(before.trigger()), proto::EnumName(after.trigger()));
+  add("window", std::to_string(proto::WindowFromProto(before.window())),
+      std::to_string(proto::WindowFromProto(after.window())));
+  const auto window_of = [](const v1::RunConfig& c) -> const v1::Thresholds& {
+    return c.has_window_thresholds() ? c.window_thresholds() : c.thresholds();
+  };
+  add("window c_low", FormatExact(window_of(before).c_low()), FormatExact(window_of(after).c_low()));
+  add("window c_high", FormatExact(window_of(before).c_high()), FormatExact(window_of(after).c_high()));
   return text.empty() ? "no change" : text;
 }
 
@@ -237,10 +290,76 @@ struct CalibrateOptions {
   std::string run;
   std::uint32_t window = 0;
   bool apply = false;
+  bool windowed = false;  // thresholds of |m_t| instead of |c_t|
+  int window_steps = 0;   // W of m_t; 0: the run's
   SettingsChange change;  // run = the target
 };
 
+// The windowed calibration: |m_t| over rank 0's steps of the run (the last
+// `last` records when non-zero), m_t the signed mean of the last W valid c_t,
+// computed here from the stored steps. The same rule as for |c_t|.
+base::Status CalibrateWindowed(Context& ctx, CalibrateOptions o) {
+  GAC_ASSIGN_OR_RETURN(v1::RunConfig source, ctx.client().GetRunConfig(o.run));
+  const int w = o.window_steps != 0 ? o.window_steps : proto::WindowFromProto(source.window());
+  v1::GetStepsRequest request;
+  request.set_run(o.run);
+  request.set_rank(0);
+  request.set_page_size(10000);
+  std::vector<double> cosines;  // of every record, NaN when it has none
+  GAC_RETURN_IF_ERROR(ctx.client().ForEachStepPage(request, [&](const v1::GetStepsResponse& page) -> base::Status {
+    for (const v1::StepRecord& r : page.steps()) {
+      const bool valid = r.has_cosine() && std::isfinite(r.cosine()) && r.regime() != v1::REGIME_INVALID;
+      cosines.push_back(valid ? r.cosine() : std::numeric_limits<double>::quiet_NaN());
+    }
+    if (page.steps_size() > 0) ctx.Progress("gacctl: " + std::to_string(cosines.size()) + " records read");
+    if (ctx.interrupted() && !page.next_page_token().empty()) return Interrupted();
+    return base::Status::Ok();
+  }));
+  ctx.EndProgress();
+  const std::size_t first = o.window != 0 && cosines.size() > o.window ? cosines.size() - o.window : 0;
+  controller::AlignmentWindow window(w);
+  std::vector<double> means;
+  for (std::size_t i = first; i < cosines.size(); ++i) {
+    if (std::isnan(cosines[i])) continue;
+    window.Add(cosines[i]);
+    if (const std::optional<double> m = window.mean()) means.push_back(*m);
+  }
+  const v1::Thresholds& current = source.has_window_thresholds() ? source.window_thresholds() : source.thresholds();
+  const controller::CalibrationStats stats = controller::ComputeCalibration(means, current.c_low());
+  std::ostream& out = ctx.out();
+  out << "windowed calibration of " << o.run << ": |m_t|, the signed mean of the last " << w
+      << " valid c_t, over rank 0's "
+      << (o.window == 0 ? std::string("stored steps") : "last " + std::to_string(o.window) + " steps") << "\n"
+      << "  values          " << stats.count << "\n";
+  if (stats.count > 0) {
+    out << "  q0.9 |m_t|      " << FormatDisplay(stats.q90) << "\n"
+        << "  max |m_t|       " << FormatDisplay(stats.max) << "\n"
+        << "  mean |m_t|      " << FormatDisplay(stats.mean) << "\n";
+  }
+  base::StatusOr<controller::Thresholds> suggested = controller::SuggestThresholds(stats);
+  if (!suggested.ok()) return base::Status::FailedPrecondition(suggested.status().message());
+  out << "suggested         window c_low " << FormatExact(suggested->c_low) << ", window c_high "
+      << FormatExact(suggested->c_high) << " (window " << w << ")\n";
+  if (!o.apply) {
+    out << "to apply them:    gacctl calibrate " << o.run << " --windowed --window-steps " << w
+        << " --apply --apply-to RUN [--trigger window] --reason TEXT\n";
+    return base::Status::Ok();
+  }
+  o.change.window_c_low = suggested->c_low;
+  o.change.window_c_high = suggested->c_high;
+  o.change.window = w;
+  if (o.change.reason.empty()) {
+    o.change.reason = "gacctl calibrate " + o.run + " --windowed --window-steps " + std::to_string(w) + ": q0.9 " +
+                      FormatDisplay(stats.q90) + ", max " + FormatDisplay(stats.max) + " of |m_t| over " +
+                      std::to_string(stats.count) + " steps";
+  }
+  GAC_ASSIGN_OR_RETURN(v1::RunConfig applied, ApplyChange(ctx, o.change));
+  out << "applied           " << ChangedText(o.change.run, applied);
+  return base::Status::Ok();
+}
+
 base::Status Calibrate(Context& ctx, CalibrateOptions o) {
+  if (o.windowed) return CalibrateWindowed(ctx, std::move(o));
   GAC_ASSIGN_OR_RETURN(v1::RunSummary summary, ctx.client().GetRunSummary(o.run, o.window));
   const v1::CalibrationSummary& cal = summary.calibration();
   const v1::RunConfig& config = summary.info().config();
@@ -293,8 +412,14 @@ CommandSpec CalibrateCommand() {
       "(exit 1, FAILED_PRECONDITION). --apply sets the suggestion on the run named by\n"
       "--apply-to, keeping its alpha mode and mode unless --alpha-mode or --mode is given,\n"
       "with the same version check as 'gacctl config set'. Check what they would have\n"
-      "done first: gacctl replay RUN2 --c-low X --c-high Y.\n";
+      "done first: gacctl replay RUN2 --c-low X --c-high Y.\n"
+      "--windowed suggests the thresholds of the windowed trigger instead, by the same rule\n"
+      "applied to |m_t|, the signed mean of the last W valid c_t (W: --window-steps, else\n"
+      "RUN's window), computed from RUN's stored steps; --apply then sets the window\n"
+      "thresholds and W (and the trigger, with --trigger window). --window keeps its\n"
+      "meaning: the last N steps the statistics are taken over.\n";
   c.flags = {{"window", "N", "statistics over the last N steps of rank 0 (default 0 = all)"},
+             {"windowed", "", "thresholds of the windowed statistic |m_t| (see above)"},
              {"apply", "", "set the suggested thresholds on the run named by --apply-to"},
              {"apply-to", "RUN2", "the run --apply changes"},
              DeprecatedFlag("to", "RUN2", "use --apply-to")};
@@ -309,14 +434,19 @@ CommandSpec CalibrateCommand() {
     GAC_ASSIGN_OR_RETURN(auto window, OptionalInt(flags, "window", 0, UINT32_MAX));
     o.window = static_cast<std::uint32_t>(window.value_or(0));
     o.apply = flags.Has("apply");
+    o.windowed = flags.Has("windowed");
     GAC_RETURN_IF_ERROR(ParseChangeFlags(flags, &o.change));
+    if (o.change.window) {
+      if (!o.windowed) return base::Status::InvalidArgument("--window-steps applies only with --windowed");
+      o.window_steps = *o.change.window;
+    }
     if (flags.Has("apply-to") && flags.Has("to")) {
       return base::Status::InvalidArgument("give --apply-to or its former name --to, not both");
     }
     const std::string* to = flags.Has("to") ? flags.Get("to") : flags.Get("apply-to");
     if (o.apply && to == nullptr) return base::Status::InvalidArgument("--apply needs --apply-to RUN2, the run to change");
     if (!o.apply) {
-      for (const char* f : {"apply-to", "to", "alpha-mode", "mode", "reason", "expected-version"}) {
+      for (const char* f : {"apply-to", "to", "alpha-mode", "mode", "trigger", "reason", "expected-version"}) {
         if (flags.Has(f)) return base::Status::InvalidArgument(std::string("--") + f + " applies only with --apply");
       }
     }

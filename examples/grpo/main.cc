@@ -12,7 +12,8 @@
 // the noise floor), then the agent (--agent monitor|local|remote) sees the
 // raw gradient, then gradient clipping and AdamW unless the update is
 // skipped. GAC's trigger is the paper's per-step |c_t| or (--trigger window)
-// the signed mean of c_t over --window steps (window.h). The reference
+// the signed mean of c_t over --window steps (AgentOptions::trigger, with
+// --c-low/--c-high as the thresholds of the mean). The reference
 // policy of the KL term is the policy after the supervised warm-up.
 //
 // Measurements besides c_t: the noise floor every step, the participation
@@ -50,9 +51,9 @@
 
 #include "examples/grpo/grpo.h"
 #include "examples/grpo/probes.h"
-#include "examples/grpo/window.h"
 #include "gac/agent/agent.h"
 #include "gac/controller/calibration.h"
+#include "gac/controller/window.h"
 #ifdef GAC_GRPO_WITH_GACD  // a build with the gRPC parts (GAC_WITH_SERVER)
 #include "gac/transport/remote_controller.h"
 #include "gac/transport/step_record.h"
@@ -156,7 +157,7 @@ Flags Parse(int argc, char** argv) {
       continue;
     }
     if (a == "--trigger") {
-      if (v != "step" && v != "window") Usage("unknown trigger " + v + " (step or window)");
+      if (v != "step" && v != "per_step" && v != "window") Usage("unknown trigger " + v + " (step or window)");
       f.window_trigger = v == "window";
       continue;
     }
@@ -200,7 +201,7 @@ Flags Parse(int argc, char** argv) {
     else if (a == "--c-high" && x > 0) f.c_high = x;
     else if (a == "--beta" && x > 0) f.beta = x;
     else if (a == "--random-skip" && x >= 0 && x < 1) f.random_skip = x;
-    else if (a == "--window" && x >= 1) f.window = static_cast<int>(x);
+    else if (a == "--window" && x >= 1 && x <= gac::controller::kMaxWindow) f.window = static_cast<int>(x);
     else if (a == "--noise-floor" && (x == 0 || x == 1)) f.noise_floor = x == 1;
     else if (a == "--pr-every" && x >= 0) f.pr_every = static_cast<int>(x);
     else if (a == "--pr-groups" && x >= 1) f.pr_groups = static_cast<int>(x);
@@ -235,7 +236,8 @@ Flags Parse(int argc, char** argv) {
   }
   if (f.mode == gac::agent::Mode::kRemote && f.gacd.empty()) Usage("--agent remote needs --gacd");
   if (f.window_trigger && f.mode == gac::agent::Mode::kRemote) {
-    Usage("--trigger window decides in-process: use --agent local (telemetry still goes to --gacd)");
+    Usage("--trigger window decides in-process (gacd decides remote runs with its own settings): use --agent local "
+          "or monitor (telemetry still goes to --gacd)");
   }
 #ifndef GAC_GRPO_WITH_GACD
   if (!f.gacd.empty()) Usage("--gacd: this build has no gRPC parts (configure with GAC_WITH_SERVER=ON)");
@@ -322,14 +324,11 @@ int main(int argc, char** argv) {
   options.alpha_mode = flags.alpha_mode;
   options.mode = flags.mode;
   options.num_threads = 1;
-  std::shared_ptr<gac::grpo::WindowedDecisionSource> window_source;
-  if (flags.window_trigger && flags.mode == gac::agent::Mode::kLocal) {
-    if (!gac::controller::ValidateThresholds(options.thresholds).ok()) Usage("bad --c-low / --c-high");
-    window_source = std::make_shared<gac::grpo::WindowedDecisionSource>(options.thresholds, flags.alpha_mode,
-                                                                         flags.window);
-    options.mode = gac::agent::Mode::kRemote;  // the agent applies the in-process source's decisions
-    options.decision_source = window_source;
-  }
+  // The window is kept whatever the trigger: every report carries m_t.
+  options.trigger.trigger =
+      flags.window_trigger ? gac::controller::Trigger::kWindow : gac::controller::Trigger::kPerStep;
+  options.trigger.window = flags.window;
+  options.trigger.window_thresholds = options.thresholds;
 #ifdef GAC_GRPO_WITH_GACD
   std::unique_ptr<gac::transport::Telemetry> telemetry;
   if (!flags.gacd.empty()) {
@@ -386,7 +385,10 @@ int main(int argc, char** argv) {
               "regime", "alpha", "|g|");
 
   gac::grpo::PolicyLag lag(policy.Snapshot(), flags.staleness, flags.lag);
-  gac::grpo::SignedWindow detector(flags.window);  // m_t of every run, for the detectors
+  // m_t of every run, for the detectors and the CSV: the agent's own window
+  // holds the same cosines (checked in --smoke), but in remote mode the
+  // decision is gacd's.
+  gac::controller::AlignmentWindow detector(flags.window);
   gac::grpo::GradList prev_raw;                    // the previous raw gradient (beta, the bias probe)
   std::vector<double> calib_c, calib_m, calib_noise;
   std::map<std::string, int> regimes;
@@ -475,7 +477,11 @@ int main(int argc, char** argv) {
 
         // Bookkeeping.
         if (d.cosine) detector.Add(*d.cosine);
-        const std::optional<double> m = detector.full() ? detector.mean() : std::nullopt;
+        const std::optional<double> m = detector.mean();
+        if (flags.smoke && flags.mode != gac::agent::Mode::kRemote && d.window_mean != m) {
+          std::fprintf(stderr, "step %d: the report's window mean differs from the trainer's\n", step);
+          return 1;
+        }
         if (step > flags.calib_skip) {
           if (d.cosine) calib_c.push_back(*d.cosine);
           if (m) calib_m.push_back(*m);
@@ -490,9 +496,6 @@ int main(int argc, char** argv) {
         }
 #ifdef GAC_GRPO_WITH_GACD
         if (telemetry) {
-          // The windowed trigger drives the agent as a remote decision source
-          // in-process: the record says the run's mode (local), decided here.
-          report->mode = flags.mode;
           telemetry->Enqueue(gac::transport::MakeStepRecord(
               *report, {flags.run, 0, 1},
               {{"reward", sub.mean_reward}, {"loss", loss.pg_loss}, {"kl", loss.kl}, {"entropy", loss.entropy},

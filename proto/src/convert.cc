@@ -1,5 +1,6 @@
 #include "gac/proto/convert.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace gac::proto {
@@ -59,6 +60,39 @@ base::StatusOr<controller::Mode> FromProto(v1::ControlMode mode) {
   return base::Status::InvalidArgument("mode must be MONITOR, LOCAL or REMOTE");
 }
 
+v1::Trigger ToProto(controller::Trigger trigger) {
+  return trigger == controller::Trigger::kWindow ? v1::TRIGGER_WINDOW : v1::TRIGGER_PER_STEP;
+}
+
+base::StatusOr<controller::Trigger> FromProto(v1::Trigger trigger) {
+  switch (trigger) {
+    case v1::TRIGGER_UNSPECIFIED:
+    case v1::TRIGGER_PER_STEP: return controller::Trigger::kPerStep;
+    case v1::TRIGGER_WINDOW: return controller::Trigger::kWindow;
+    default: break;
+  }
+  return base::Status::InvalidArgument("unknown trigger " + std::to_string(static_cast<int>(trigger)));
+}
+
+int WindowFromProto(std::uint32_t window) {
+  if (window == 0) return controller::TriggerSettings{}.window;
+  return window > static_cast<std::uint32_t>(controller::kMaxWindow) + 1 ? controller::kMaxWindow + 1
+                                                                         : static_cast<int>(window);
+}
+
+base::StatusOr<controller::TriggerSettings> TriggerFromProto(const v1::RunConfig& config,
+                                                             const v1::Thresholds& default_window) {
+  controller::TriggerSettings t;
+  GAC_ASSIGN_OR_RETURN(t.trigger, FromProto(config.trigger()));
+  t.window = WindowFromProto(config.window());
+  base::StatusOr<controller::Thresholds> w =
+      ThresholdsFromProto(config.has_window_thresholds() ? config.window_thresholds() : default_window);
+  if (!w.ok()) return base::Status::InvalidArgument("window thresholds: " + w.status().message());
+  t.window_thresholds = *w;
+  GAC_RETURN_IF_ERROR(controller::ValidateTriggerSettings(t));
+  return t;
+}
+
 v1::Thresholds ToProto(const controller::Thresholds& thresholds, controller::AlphaMode mode) {
   v1::Thresholds t;
   t.set_c_low(thresholds.c_low);
@@ -80,7 +114,7 @@ base::StatusOr<controller::Controller> ControllerFromProto(const v1::Thresholds&
 }
 
 v1::DecideRequest ToDecideRequest(const std::string& run, std::uint32_t rank, std::int64_t step,
-                                  const controller::AlignmentStats& stats) {
+                                  const controller::AlignmentStats& stats, const std::vector<double>& recent) {
   v1::DecideRequest req;
   req.set_run(run);
   req.set_rank(rank);
@@ -89,6 +123,8 @@ v1::DecideRequest ToDecideRequest(const std::string& run, std::uint32_t rank, st
   req.set_grad_sq(stats.grad_sq);
   req.set_ref_sq(stats.ref_sq);
   req.set_has_reference(stats.has_reference);
+  const std::size_t keep = std::min(recent.size(), static_cast<std::size_t>(controller::kMaxWindow));
+  req.mutable_recent_cosines()->Add(recent.end() - static_cast<std::ptrdiff_t>(keep), recent.end());
   return req;
 }
 
@@ -107,6 +143,11 @@ void EncodeDecision(const controller::Decision& decision, v1::DecideResponse* re
     response->set_cosine_after(*decision.cosine_after);
   } else {
     response->clear_cosine_after();
+  }
+  if (decision.window_mean) {
+    response->set_window_mean(*decision.window_mean);
+  } else {
+    response->clear_window_mean();
   }
   response->set_alpha(decision.alpha);
   response->set_projection_coeff(decision.projection_coeff);
@@ -174,6 +215,10 @@ base::StatusOr<controller::Decision> DecodeDecision(const v1::DecideResponse& re
   if (response.has_cosine_after()) {
     GAC_RETURN_IF_ERROR(CheckCosine("cosine_after", response.cosine_after()));
     d.cosine_after = response.cosine_after();
+  }
+  if (response.has_window_mean()) {
+    GAC_RETURN_IF_ERROR(CheckCosine("window_mean", response.window_mean()));
+    d.window_mean = response.window_mean();
   }
   d.alpha = response.alpha();
   d.projection_coeff = coeff;

@@ -76,6 +76,15 @@ const char* EnumName(v1::AlphaMode mode) {
   }
 }
 
+const char* EnumName(v1::Trigger trigger) {
+  switch (trigger) {
+    case v1::TRIGGER_UNSPECIFIED:
+    case v1::TRIGGER_PER_STEP: return "per_step";
+    case v1::TRIGGER_WINDOW: return "window";
+    default: return kUnknownName;
+  }
+}
+
 bool ModeApplies(v1::ControlMode mode) {
   return mode == v1::CONTROL_MODE_LOCAL || mode == v1::CONTROL_MODE_REMOTE;
 }
@@ -101,6 +110,11 @@ base::StatusOr<v1::ControlMode> ParseControlModeName(std::string_view name) {
 base::StatusOr<v1::AlphaMode> ParseAlphaModeName(std::string_view name) {
   static constexpr v1::AlphaMode kModes[] = {v1::ALPHA_MODE_PAPER, v1::ALPHA_MODE_EXACT};
   return ParseName("alpha mode", name, kModes, "paper or exact");
+}
+
+base::StatusOr<v1::Trigger> ParseTriggerName(std::string_view name) {
+  static constexpr v1::Trigger kTriggers[] = {v1::TRIGGER_PER_STEP, v1::TRIGGER_WINDOW};
+  return ParseName("trigger", name, kTriggers, "per_step or window");
 }
 
 }  // namespace gac::proto

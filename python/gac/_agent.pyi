@@ -5,7 +5,7 @@ from typing import Dict, Iterable, Literal, Optional, Tuple, Union
 import torch
 import torch.distributed
 
-from gac._controller import AlphaMode, DecisionSource, Mode, StepReport
+from gac._controller import AlphaMode, DecisionSource, Mode, StepReport, Trigger
 
 class Agent:
     def __init__(
@@ -23,6 +23,10 @@ class Agent:
         decision_source: Optional[DecisionSource] = None,
         num_threads: int = 0,
         chunk_elements: int = 65536,
+        trigger: Trigger = "per_step",
+        window: int = 20,
+        window_c_low: float = 0.05,
+        window_c_high: float = 0.3,
     ) -> None: ...
     def step(self, step: int, params: Iterable[torch.Tensor]) -> StepReport: ...
     def reset(self) -> None: ...
@@ -38,6 +42,16 @@ class Agent:
     def c_high(self) -> float: ...
     @property
     def alpha_mode(self) -> AlphaMode: ...
+    @property
+    def trigger(self) -> Trigger: ...
+    @property
+    def window(self) -> int: ...
+    @property
+    def window_c_low(self) -> float: ...
+    @property
+    def window_c_high(self) -> float: ...
+    @property
+    def window_held(self) -> int: ...
     @property
     def snapshot_dtype(self) -> Literal["float32", "bfloat16"]: ...
     @property

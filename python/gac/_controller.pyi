@@ -5,6 +5,7 @@ from typing import Dict, Iterable, Literal, Optional, Tuple, overload
 Regime = Literal["safe", "project", "skip", "invalid"]
 AlphaMode = Literal["paper", "exact"]
 Mode = Literal["local", "monitor", "remote"]
+Trigger = Literal["per_step", "window"]
 
 class Decision:
     def __init__(
@@ -17,6 +18,7 @@ class Decision:
         projection_coeff: float = 0.0,
         grad_norm: float = 0.0,
         ref_norm: float = 0.0,
+        window_mean: Optional[float] = None,
     ) -> None: ...
     @property
     def regime(self) -> Regime: ...
@@ -34,6 +36,8 @@ class Decision:
     def ref_norm(self) -> float: ...
     @property
     def apply_update(self) -> bool: ...
+    @property
+    def window_mean(self) -> Optional[float]: ...
     def to_dict(self) -> Dict[str, object]: ...
 
 class AlignmentStats:
@@ -113,6 +117,8 @@ class StepReport:
     def cosine(self) -> Optional[float]: ...
     @property
     def cosine_after(self) -> Optional[float]: ...
+    @property
+    def window_mean(self) -> Optional[float]: ...
     @property
     def alpha(self) -> float: ...
     @property

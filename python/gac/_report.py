@@ -9,8 +9,9 @@ With ``numeric=True`` (the default) every value is an int or a float, so the
 dict goes as it is to wandb, TensorBoard, MLflow or a Trainer's logs: the
 regime and the mode become their index in :data:`REGIMES` and :data:`MODES`
 (ordered by how much GAC does), booleans become 0/1, and what has no value
-(``cosine`` and ``cosine_after`` without a reference, ``remote_error``
-without an error) is left out rather than sent as None or NaN. With
+(``cosine`` and ``cosine_after`` without a reference, ``window_mean``
+until the agent holds ``window`` cosines, ``remote_error`` without an
+error) is left out rather than sent as None or NaN. With
 ``numeric=False`` the values are the report's own: strings, booleans and
 None.
 """
@@ -25,9 +26,9 @@ REGIMES: Tuple[str, ...] = ("safe", "project", "skip", "invalid")
 MODES: Tuple[str, ...] = ("monitor", "local", "remote")
 
 # StepReport fields copied as they are, in the order of the dict.
-_FIELDS = ("step", "mode", "regime", "cosine", "cosine_after", "alpha", "projection_coeff", "grad_norm",
-           "ref_norm", "step_optimizer", "skipped", "gradient_modified", "fallback", "remote_error", "elements",
-           "tensors", "strided_tensors", "stats_seconds", "decide_seconds", "apply_seconds",
+_FIELDS = ("step", "mode", "regime", "cosine", "cosine_after", "window_mean", "alpha", "projection_coeff",
+           "grad_norm", "ref_norm", "step_optimizer", "skipped", "gradient_modified", "fallback", "remote_error",
+           "elements", "tensors", "strided_tensors", "stats_seconds", "decide_seconds", "apply_seconds",
            "agent_overhead_seconds")
 
 

@@ -95,9 +95,18 @@ class PyAgent {
   PyAgent(double c_low, double c_high, const std::string& mode, const std::string& alpha_mode,
           const py::object& snapshot_dtype, const std::string& reference, const py::object& layers,
           const py::object& groups, const py::object& process_group, const py::object& decision_source,
-          int num_threads, std::int64_t chunk_elements) {
+          int num_threads, std::int64_t chunk_elements, const std::string& trigger, int window,
+          double window_c_low, double window_c_high) {
     options_.thresholds = controller::Thresholds{c_low, c_high};
     options_.alpha_mode = AlphaModeFromName(alpha_mode);
+    options_.trigger.trigger = TriggerFromName(trigger);
+    options_.trigger.window = window;
+    options_.trigger.window_thresholds = controller::Thresholds{window_c_low, window_c_high};
+    ThrowIfError(controller::ValidateWindow(window));
+    const base::Status window_thresholds = controller::ValidateThresholds(options_.trigger.window_thresholds);
+    if (!window_thresholds.ok()) {
+      RaiseInvalidArgument("window_c_low, window_c_high: " + window_thresholds.message());
+    }
     options_.mode = ModeFromName(mode);
     options_.snapshot_dtype = SnapshotDtypeFrom(snapshot_dtype);
     options_.reference = ReferenceFrom(reference);
@@ -145,6 +154,7 @@ class PyAgent {
     return {seconds, std::move(report)};
   }
 
+  // Also empties the trigger's window.
   void Reset() {
     agent_->Reset();
     reader_.Release();
@@ -300,6 +310,14 @@ class PyAgent {
   std::shared_ptr<agent::Reducer> auto_reducer_;
 };
 
+// ", trigger='window', window=W, window_c_low=.., window_c_high=.." when not the default trigger.
+std::string TriggerRepr(const controller::TriggerSettings& t) {
+  if (t.trigger == controller::Trigger::kPerStep) return "";
+  return ", trigger='" + std::string(controller::TriggerName(t.trigger)) + "', window=" + std::to_string(t.window) +
+         ", window_c_low=" + py::repr(py::float_(t.window_thresholds.c_low)).cast<std::string>() +
+         ", window_c_high=" + py::repr(py::float_(t.window_thresholds.c_high)).cast<std::string>();
+}
+
 void BindAgent(py::module_& m) {
   py::class_<PyAgent>(
       m, "Agent",
@@ -315,12 +333,14 @@ void BindAgent(py::module_& m) {
       "Memory: one snapshot of the gradients (fp32, or bf16 on request), allocated at the first step.\n"
       "Used from one thread; the GIL is released while a step runs.")
       .def(py::init<double, double, const std::string&, const std::string&, const py::object&, const std::string&,
-                    const py::object&, const py::object&, const py::object&, const py::object&, int, std::int64_t>(),
+                    const py::object&, const py::object&, const py::object&, const py::object&, int, std::int64_t,
+                    const std::string&, int, double, double>(),
            "c_low"_a = 0.05, "c_high"_a = 0.3, py::kw_only(), "mode"_a = "local", "alpha_mode"_a = "paper",
            "snapshot_dtype"_a = "float32", "reference"_a = "raw_gradient", "layers"_a = py::none(), "groups"_a = py::none(),
            "process_group"_a = py::none(), "decision_source"_a = py::none(), "num_threads"_a = 0,
-           "chunk_elements"_a = std::int64_t{1} << 16,
-           "c_low, c_high: thresholds, 0 < c_low < c_high <= 1 (else ValueError).\n"
+           "chunk_elements"_a = std::int64_t{1} << 16, "trigger"_a = "per_step", "window"_a = 20,
+           "window_c_low"_a = controller::Thresholds{}.c_low, "window_c_high"_a = controller::Thresholds{}.c_high,
+           "c_low, c_high: thresholds of |c_t|, 0 < c_low < c_high <= 1 (else ValueError).\n"
            "mode: 'local' (decide and apply in-process), 'monitor' (measure only, never change the update) or\n"
            "'remote' (decision_source decides; on a miss the local decision is used and counted).\n"
            "alpha_mode: 'paper' (alpha = c_low/|c|) or 'exact' (the projected cosine is exactly c_low).\n"
@@ -331,7 +351,11 @@ void BindAgent(py::module_& m) {
            "process_group: a torch.distributed ProcessGroup over which sharded gradients' sums are all-reduced;\n"
            "every rank then reaches the same decision. decision_source: a gac.RemoteController or a\n"
            "gac.DecisionSource subclass (required for mode='remote'). num_threads: threads of the passes (0: the\n"
-           "hardware's, at most 8). chunk_elements: elements per work item.")
+           "hardware's, at most 8). chunk_elements: elements per work item.\n"
+           "trigger: 'per_step' (the regime of |c_t|, by c_low and c_high; the default) or 'window' (the regime\n"
+           "of |m_t|, the signed mean of the last `window` cosines, by window_c_low and window_c_high; safe until\n"
+           "`window` cosines are held). window: 1 to 1000; m_t is reported (report.window_mean) with either\n"
+           "trigger. window_c_low, window_c_high: 0 < window_c_low < window_c_high <= 1 (else ValueError).")
       .def("step", &PyAgent::Step, "step"_a, "params"_a,
            "One GAC step over the gradients of `params` (model.parameters() or a list; the same tensors in the\n"
            "same order at every step; a list is converted once and reused). `step` must increase. Parameters\n"
@@ -340,7 +364,8 @@ void BindAgent(py::module_& m) {
            "parameters changed (call reset()), UnavailableError when the all-reduce failed; on an error nothing\n"
            "is modified.")
       .def("reset", &PyAgent::Reset,
-           "Forgets the parameters and the snapshot: the next step has no reference and may use new parameters.")
+           "Forgets the parameters, the snapshot and the window of recent cosines: the next step has no\n"
+           "reference and may use new parameters.")
       .def_property("mode", &PyAgent::mode, &PyAgent::set_mode,
                     "'local', 'monitor' or 'remote'; may be switched between steps ('remote' needs a decision_source).")
       .def_property_readonly("fallbacks", &PyAgent::fallbacks,
@@ -348,6 +373,14 @@ void BindAgent(py::module_& m) {
       .def_property_readonly("c_low", [](const PyAgent& a) { return a.options().thresholds.c_low; })
       .def_property_readonly("c_high", [](const PyAgent& a) { return a.options().thresholds.c_high; })
       .def_property_readonly("alpha_mode", [](const PyAgent& a) { return controller::AlphaModeName(a.options().alpha_mode); })
+      .def_property_readonly("trigger", [](const PyAgent& a) { return controller::TriggerName(a.options().trigger.trigger); },
+                             "'per_step' or 'window'.")
+      .def_property_readonly("window", [](const PyAgent& a) { return a.options().trigger.window; })
+      .def_property_readonly("window_c_low", [](const PyAgent& a) { return a.options().trigger.window_thresholds.c_low; })
+      .def_property_readonly("window_c_high",
+                             [](const PyAgent& a) { return a.options().trigger.window_thresholds.c_high; })
+      .def_property_readonly("window_held", [](const PyAgent& a) { return a.agent().triggered().window().held(); },
+                             "Cosines in the window now (at most `window`; 0 after creation and reset()).")
       .def_property_readonly("snapshot_dtype", [](const PyAgent& a) { return SnapshotDtypeName(a.options().snapshot_dtype); })
       .def_property_readonly("decision_source", &PyAgent::decision_source)
       .def_property_readonly("process_group", &PyAgent::process_group)
@@ -361,7 +394,8 @@ void BindAgent(py::module_& m) {
       .def("__repr__", [](const PyAgent& a) {
         return "Agent(c_low=" + py::repr(py::float_(a.options().thresholds.c_low)).cast<std::string>() +
                ", c_high=" + py::repr(py::float_(a.options().thresholds.c_high)).cast<std::string>() + ", mode='" +
-               a.mode() + "', alpha_mode='" + controller::AlphaModeName(a.options().alpha_mode) + "')";
+               a.mode() + "', alpha_mode='" + controller::AlphaModeName(a.options().alpha_mode) + "'" +
+               TriggerRepr(a.options().trigger) + ")";
       });
 }
 

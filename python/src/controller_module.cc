@@ -50,13 +50,17 @@ class PyDecisionSource : public controller::DecisionSource {
 };
 
 controller::Decision MakeDecision(const std::string& regime_name, std::optional<double> cosine, std::optional<double> cosine_after,
-                      double alpha, double projection_coeff, double grad_norm, double ref_norm) {
+                      double alpha, double projection_coeff, double grad_norm, double ref_norm,
+                      std::optional<double> window_mean) {
   base::StatusOr<controller::Regime> regime = controller::ParseRegime(regime_name.c_str());
   if (!regime.ok()) {
     RaiseInvalidArgument("regime must be 'safe', 'project', 'skip' or 'invalid', got '" + regime_name + "'");
   }
   if (!(alpha >= 0.0 && alpha <= 1.0)) RaiseInvalidArgument("alpha must be in [0, 1], got " + std::to_string(alpha));
   if (!std::isfinite(projection_coeff)) RaiseInvalidArgument("projection_coeff must be finite");
+  if (window_mean && !(std::fabs(*window_mean) <= 1.0)) {
+    RaiseInvalidArgument("window_mean must be in [-1, 1] or None, got " + std::to_string(*window_mean));
+  }
   if (*regime != controller::Regime::kProject && projection_coeff != 0.0) {
     RaiseInvalidArgument("projection_coeff must be 0 unless the regime is 'project'");
   }
@@ -68,6 +72,7 @@ controller::Decision MakeDecision(const std::string& regime_name, std::optional<
   d.projection_coeff = projection_coeff;
   d.grad_norm = grad_norm;
   d.ref_norm = ref_norm;
+  d.window_mean = window_mean;
   d.apply_update = *regime == controller::Regime::kSafe || *regime == controller::Regime::kProject;
   return d;
 }
@@ -75,7 +80,7 @@ controller::Decision MakeDecision(const std::string& regime_name, std::optional<
 py::dict DecisionDict(const controller::Decision& d) {
   return py::dict("regime"_a = controller::RegimeName(d.regime), "cosine"_a = d.cosine, "cosine_after"_a = d.cosine_after,
                   "alpha"_a = d.alpha, "projection_coeff"_a = d.projection_coeff, "grad_norm"_a = d.grad_norm,
-                  "ref_norm"_a = d.ref_norm, "apply_update"_a = d.apply_update);
+                  "ref_norm"_a = d.ref_norm, "apply_update"_a = d.apply_update, "window_mean"_a = d.window_mean);
 }
 
 std::string OptionalText(const std::optional<double>& v) { return v ? py::repr(py::float_(*v)).cast<std::string>() : "None"; }
@@ -93,6 +98,7 @@ void BindDecision(py::module_& m) {
                        "gac.DecisionSource subclass; the controller and the agent return them.")
       .def(py::init(&MakeDecision), "regime"_a, py::kw_only(), "cosine"_a = py::none(), "cosine_after"_a = py::none(),
            "alpha"_a = 1.0, "projection_coeff"_a = 0.0, "grad_norm"_a = 0.0, "ref_norm"_a = 0.0,
+           "window_mean"_a = py::none(),
            "A decision; apply_update follows from the regime (False for 'skip' and 'invalid').")
       .def_property_readonly("regime", [](const controller::Decision& d) { return controller::RegimeName(d.regime); },
                              "'safe', 'project', 'skip' or 'invalid'.")
@@ -106,6 +112,9 @@ void BindDecision(py::module_& m) {
       .def_readonly("grad_norm", &controller::Decision::grad_norm, "|g|.")
       .def_readonly("ref_norm", &controller::Decision::ref_norm, "|p|, the previous gradient's norm.")
       .def_readonly("apply_update", &controller::Decision::apply_update, "False for 'skip' and 'invalid': do not step the optimizer.")
+      .def_property_readonly("window_mean", [](const controller::Decision& d) { return d.window_mean; },
+                             "The signed mean of the last `window` cosines, this step's included; None until that\n"
+                             "many are held. Reported with either trigger; trigger='window' decides on it.")
       .def("to_dict", &DecisionDict, "The fields as a dict.")
       .def("__repr__", [](const controller::Decision& d) {
         return "Decision(regime='" + std::string(controller::RegimeName(d.regime)) + "', cosine=" + OptionalText(d.cosine) +
@@ -248,6 +257,9 @@ void BindStepReport(py::module_& m) {
       .def_property_readonly("cosine", [](const R& r) { return r.decision.cosine; },
                              "c_t; None on the first step, after a reset and with non-finite gradients.")
       .def_property_readonly("cosine_after", [](const R& r) { return r.decision.cosine_after; })
+      .def_property_readonly("window_mean", [](const R& r) { return r.decision.window_mean; },
+                             "The signed mean of the agent's last `window` cosines, this one included; None until\n"
+                             "that many are held (after creation or reset()). trigger='window' decides on it.")
       .def_property_readonly("alpha", [](const R& r) { return r.decision.alpha; })
       .def_property_readonly("projection_coeff", [](const R& r) { return r.decision.projection_coeff; })
       .def_property_readonly("grad_norm", [](const R& r) { return r.decision.grad_norm; },
@@ -294,7 +306,8 @@ void BindStepReport(py::module_& m) {
           [](const R& r) {
             py::dict d("step"_a = r.step, "mode"_a = controller::ModeName(r.mode),
                        "regime"_a = controller::RegimeName(r.decision.regime), "cosine"_a = r.decision.cosine,
-                       "cosine_after"_a = r.decision.cosine_after, "alpha"_a = r.decision.alpha,
+                       "cosine_after"_a = r.decision.cosine_after, "window_mean"_a = r.decision.window_mean,
+                       "alpha"_a = r.decision.alpha,
                        "grad_norm"_a = r.decision.grad_norm, "ref_norm"_a = r.decision.ref_norm,
                        "step_optimizer"_a = r.step_optimizer,
                        "gradient_modified"_a = r.gradient_modified, "fallback"_a = r.fallback,

@@ -30,4 +30,10 @@ controller::Mode ModeFromName(const std::string& name) {
   return *mode;
 }
 
+controller::Trigger TriggerFromName(const std::string& name) {
+  base::StatusOr<controller::Trigger> trigger = controller::ParseTrigger(name.c_str());
+  if (!trigger.ok()) RaiseInvalidArgument("trigger must be 'per_step' or 'window', got '" + name + "'");
+  return *trigger;
+}
+
 }  // namespace gac::python

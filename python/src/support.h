@@ -2,7 +2,7 @@
 // Python exception that gac._errors chooses for its code (InvalidArgumentError,
 // a ValueError, for INVALID_ARGUMENT; FailedPreconditionError for
 // FAILED_PRECONDITION; ...), carrying the message and the code; the parsing
-// of the names the Python API takes ("paper", "local", ...); and Python's
+// of the names the Python API takes ("paper", "local", "window", ...); and Python's
 // deprecation warning.
 //
 // Thread safety: the raising and warning functions need the GIL; the parsers
@@ -16,6 +16,7 @@
 #include <utility>
 
 #include "gac/controller/controller.h"
+#include "gac/controller/window.h"
 #include "gac/base/status.h"
 
 namespace gac::python {
@@ -41,6 +42,7 @@ T ValueOrRaise(base::StatusOr<T>&& value) {
 // InvalidArgumentError naming the argument and the names it takes.
 controller::AlphaMode AlphaModeFromName(const std::string& name);
 controller::Mode ModeFromName(const std::string& name);
+controller::Trigger TriggerFromName(const std::string& name);
 
 // Issues a DeprecationWarning with `message` at the caller's line.
 // REQUIRES: the GIL is held. Raises when warnings are errors.

@@ -68,17 +68,14 @@ void Core::WaitForCalls(std::chrono::steady_clock::time_point deadline) {
 
 void Core::Decide(const v1::DecideRequest& request, v1::DecideResponse* response,
                   std::chrono::steady_clock::time_point received) {
-  const controller::Decision d = registry_->Decide(request.run(), proto::StatsFromProto(request), response->mutable_config());
+  const controller::Decision d = registry_->Decide(request.run(), proto::StatsFromProto(request),
+                                                   request.recent_cosines(), response->mutable_config());
   proto::EncodeDecideResponse(request, d, response);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - received).count();
   metrics_->ObserveDecide(request.run(), response->regime(), seconds, std::chrono::system_clock::now());
 }
 
 void Core::ChangeRunConfig(const v1::SetRunConfigRequest& request, const Principal& principal, ConfigDone done) {
-  if (!request.has_thresholds()) {
-    done(base::Status::InvalidArgument("thresholds are required"));
-    return;
-  }
   if (request.reason().size() > limits_.max_reason_bytes) {
     done(base::Status::InvalidArgument("reason longer than " + std::to_string(limits_.max_reason_bytes) + " bytes"));
     return;
@@ -97,9 +94,8 @@ void Core::TryChangeRunConfig(std::shared_ptr<const v1::SetRunConfigRequest> req
   // change without expected_version is made again on top of them.
   auto write = std::make_shared<ConfigWrite>();
   write->run = request->run();
-  base::StatusOr<v1::RunConfig> next = registry_->Change(request->run(), request->thresholds(), request->mode(),
-                                                  request->expected_version(), principal, NowNs(),
-                                                  write->change.mutable_before());
+  base::StatusOr<v1::RunConfig> next =
+      registry_->Change(*request, principal, NowNs(), write->change.mutable_before());
   if (!next.ok()) {
     (*done)(next.status());
     return;

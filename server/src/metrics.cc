@@ -2,9 +2,11 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <cstdint>
 #include <iterator>
 #include <list>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
@@ -12,6 +14,7 @@
 #include <vector>
 
 #include "gac/base/mutex.h"
+#include "gac/controller/window.h"
 #include "gac/proto/convert.h"
 #include "gac/proto/wire_rules.h"
 #include "prometheus/counter.h"
@@ -122,6 +125,9 @@ struct Metrics::Impl {
     Gauge* cosine = nullptr;
     Gauge* cosine_after = nullptr;
     Gauge* staleness = nullptr;
+    Gauge* window_mean = nullptr;  // created when the window first fills
+    // The rank's last valid cosines (sized by the run's window).
+    std::optional<controller::AlignmentWindow> window;
     std::unordered_map<std::string, Gauge*> scalars;      // by scalar name
     std::unordered_map<std::string, LayerSeries> layers;  // by layer name
   };
@@ -134,6 +140,10 @@ struct Metrics::Impl {
     std::unordered_set<std::string> layer_names;   // at most options_.max_layers_per_run
     Gauge* c_low = nullptr;                        // set by ObserveConfig
     Gauge* c_high = nullptr;
+    Gauge* window_c_low = nullptr;
+    Gauge* window_c_high = nullptr;
+    Gauge* window_steps = nullptr;
+    int window = controller::TriggerSettings{}.window;  // the run's W
     std::array<Counter*, kNumRegimes> decisions{};  // created on first Decide
   };
 
@@ -193,6 +203,10 @@ struct Metrics::Impl {
   Family<Counter>& fallbacks_;
   Family<Gauge>& c_low_;
   Family<Gauge>& c_high_;
+  Family<Gauge>& window_c_low_;
+  Family<Gauge>& window_c_high_;
+  Family<Gauge>& window_steps_;
+  Family<Gauge>& window_mean_;
   Family<Counter>& decisions_;
   Family<Gauge>& layer_cosine_;
   Family<Gauge>& layer_grad_norm_;
@@ -301,6 +315,22 @@ Metrics::Impl::Impl(MetricsOptions options)
                   .Name("gac_threshold_c_high")
                   .Help("The run's current c_high threshold")
                   .Register(*registry_)),
+      window_c_low_(prometheus::BuildGauge()
+                        .Name("gac_threshold_window_c_low")
+                        .Help("The run's current c_low threshold of the windowed statistic |m_t|")
+                        .Register(*registry_)),
+      window_c_high_(prometheus::BuildGauge()
+                         .Name("gac_threshold_window_c_high")
+                         .Help("The run's current c_high threshold of the windowed statistic |m_t|")
+                         .Register(*registry_)),
+      window_steps_(prometheus::BuildGauge()
+                        .Name("gac_window_steps")
+                        .Help("The run's window W: steps in the signed mean m_t")
+                        .Register(*registry_)),
+      window_mean_(prometheus::BuildGauge()
+                       .Name("gac_window_mean")
+                       .Help("m_t: signed mean of the rank's last W stored cosines (W = gac_window_steps)")
+                       .Register(*registry_)),
       decisions_(prometheus::BuildCounter()
                      .Name("gac_decisions_total")
                      .Help("Decide calls answered, by the regime returned")
@@ -484,6 +514,7 @@ void Metrics::Impl::RemoveSeries(RunState& state) {
     RemoveIfSet(cosine_, s.cosine);
     RemoveIfSet(cosine_after_, s.cosine_after);
     RemoveIfSet(staleness_, s.staleness);
+    RemoveIfSet(window_mean_, s.window_mean);
     for (auto& [name, g] : s.scalars) RemoveIfSet(trainer_scalar_, g);
     for (auto& [name, l] : s.layers) {
       RemoveIfSet(layer_cosine_, l.cosine);
@@ -492,6 +523,9 @@ void Metrics::Impl::RemoveSeries(RunState& state) {
   }
   RemoveIfSet(c_low_, state.c_low);
   RemoveIfSet(c_high_, state.c_high);
+  RemoveIfSet(window_c_low_, state.window_c_low);
+  RemoveIfSet(window_c_high_, state.window_c_high);
+  RemoveIfSet(window_steps_, state.window_steps);
   for (Counter*& c : state.decisions) RemoveIfSet(decisions_, c);
 }
 
@@ -544,6 +578,24 @@ void Metrics::Impl::ApplyStep(const v1::StepRecord& record, std::chrono::system_
       s.cosine = &cosine_.Add({{"run", record.run()}, {"rank", std::to_string(record.rank())}});
     }
     s.cosine->Set(record.cosine());
+  }
+  // m_t from every stored step: a step without a cosine (no reference,
+  // invalid statistics) does not enter the window, as in the controller.
+  if (record.has_cosine() && std::isfinite(record.cosine()) && record.regime() != v1::REGIME_INVALID) {
+    if (!s.window || s.window->size() != state.window) {
+      if (s.window) {
+        s.window->Resize(state.window);
+      } else {
+        s.window.emplace(state.window);
+      }
+    }
+    s.window->Add(record.cosine());
+    if (const std::optional<double> m = s.window->mean()) {
+      if (s.window_mean == nullptr) {
+        s.window_mean = &window_mean_.Add({{"run", record.run()}, {"rank", std::to_string(record.rank())}});
+      }
+      s.window_mean->Set(*m);
+    }
   }
   if (record.has_cosine_after()) {
     if (s.cosine_after == nullptr) {
@@ -619,6 +671,16 @@ void Metrics::ObserveConfig(const std::string& run, const v1::RunConfig& config,
     }
     state.c_low->Set(config.thresholds().c_low());
     state.c_high->Set(config.thresholds().c_high());
+    if (state.window_c_low == nullptr) {
+      state.window_c_low = &m.window_c_low_.Add({{"run", run}});
+      state.window_c_high = &m.window_c_high_.Add({{"run", run}});
+      state.window_steps = &m.window_steps_.Add({{"run", run}});
+    }
+    const v1::Thresholds& w = config.has_window_thresholds() ? config.window_thresholds() : config.thresholds();
+    state.window_c_low->Set(w.c_low());
+    state.window_c_high->Set(w.c_high());
+    state.window = std::clamp(proto::WindowFromProto(config.window()), 1, controller::kMaxWindow);
+    state.window_steps->Set(static_cast<double>(state.window));
   }
   m.Finish(evicted);
 }

@@ -17,8 +17,13 @@
 //                 the rank's first step in it, so at most 12 a rank. Monitor
 //                 regimes are what GAC would have done: gac_skipped_updates_total
 //                 counts skip and invalid in local and remote mode only.)
+//                 gac_window_mean (m_t: the signed mean of the rank's last W
+//                 c_t that this gacd stored, W the run's window; computed
+//                 here from every stored step, in the order they are stored,
+//                 never from scrapes; absent until W are held)
 //   per run       gac_threshold_c_low, gac_threshold_c_high,
-//                 gac_decisions_total{regime}
+//                 gac_threshold_window_c_low, gac_threshold_window_c_high,
+//                 gac_window_steps (W), gac_decisions_total{regime}
 //   per layer     gac_layer_cosine, gac_layer_grad_norm (opt-in; at most
 //                 max_layers_per_run layer names per run)
 //   self          gac_ingest_rows_total{kind="step"|"layer"},

@@ -2,6 +2,9 @@
 
 #include "gac/proto/convert.h"
 
+#include <algorithm>
+#include <optional>
+
 namespace gac::server {
 namespace {
 
@@ -12,20 +15,37 @@ v1::RunConfig DefaultConfig(const v1::Thresholds& t, v1::ControlMode mode) {
     c.mutable_thresholds()->set_alpha_mode(v1::ALPHA_MODE_PAPER);
   }
   c.set_mode(mode);
+  c.set_trigger(v1::TRIGGER_PER_STEP);
+  c.set_window(static_cast<std::uint32_t>(controller::TriggerSettings{}.window));
+  *c.mutable_window_thresholds() = c.thresholds();
   return c;
+}
+
+controller::Controller MakeController(const v1::Thresholds& t) {
+  base::StatusOr<controller::Controller> c = proto::ControllerFromProto(t);
+  return c.ok() ? *c : *controller::Controller::Create(controller::Thresholds{});
+}
+
+// Thresholds as stored: an unspecified alpha mode is the paper's.
+v1::Thresholds Normalized(v1::Thresholds t) {
+  if (t.alpha_mode() == v1::ALPHA_MODE_UNSPECIFIED) t.set_alpha_mode(v1::ALPHA_MODE_PAPER);
+  return t;
 }
 
 }  // namespace
 
-RunRegistry::Entry RunRegistry::MakeEntry(const v1::RunConfig& config) {
+RunRegistry::Entry RunRegistry::MakeEntry(const v1::RunConfig& config) const {
   // Stored settings were validated when set; fall back to the paper's values
-  // rather than crash on a hand-edited database.
-  base::StatusOr<controller::Controller> c = proto::ControllerFromProto(config.thresholds());
-  return Entry{config, c.ok() ? *c : *controller::Controller::Create(controller::Thresholds{})};
+  // (and the per-step trigger) rather than crash on a hand-edited database.
+  const v1::Thresholds& window = config.has_window_thresholds() ? config.window_thresholds() : default_thresholds_;
+  base::StatusOr<controller::TriggerSettings> t = proto::TriggerFromProto(config, default_thresholds_);
+  return Entry{config, MakeController(config.thresholds()), t.ok() ? *t : controller::TriggerSettings{},
+               MakeController(window)};
 }
 
 RunRegistry::RunRegistry(const v1::Thresholds& default_thresholds, v1::ControlMode default_mode)
-    : defaults_(MakeEntry(DefaultConfig(default_thresholds, default_mode))) {}
+    : default_thresholds_(Normalized(default_thresholds)),
+      defaults_(MakeEntry(DefaultConfig(default_thresholds_, default_mode))) {}
 
 void RunRegistry::Load(const std::vector<std::pair<std::string, v1::RunConfig>>& configs) {
   base::WriterMutexLock lock(&mu_);
@@ -38,42 +58,75 @@ v1::RunConfig RunRegistry::Get(const std::string& run) const {
   return it == runs_.end() ? defaults_.config : it->second.config;
 }
 
-controller::Decision RunRegistry::Decide(const std::string& run, const controller::AlignmentStats& stats, v1::RunConfig* used) const {
+controller::Decision RunRegistry::Decide(const std::string& run, const controller::AlignmentStats& stats,
+                                         const google::protobuf::RepeatedField<double>& recent,
+                                         v1::RunConfig* used) const {
   base::ReaderMutexLock lock(&mu_);
   auto it = runs_.find(run);
   const Entry& e = it == runs_.end() ? defaults_ : it->second;
   if (used != nullptr) *used = e.config;
-  return e.controller.Decide(stats);
+  controller::Decision d = e.controller.Decide(stats);
+  // The newest W of the asker's cosines, and this step's when it has one (a
+  // step without a cosine leaves the window as it was).
+  controller::AlignmentWindow window(e.trigger.window);
+  const int n = recent.size();
+  for (int i = std::max(0, n - e.trigger.window); i < n; ++i) window.Add(recent.Get(i));
+  if (d.cosine && d.regime != controller::Regime::kInvalid) window.Add(*d.cosine);
+  const std::optional<double> mean = window.mean();
+  if (e.trigger.trigger == controller::Trigger::kWindow) d = controller::DecideOnMean(e.window_controller, stats, mean);
+  d.window_mean = mean;
+  return d;
 }
 
-base::StatusOr<v1::RunConfig> RunRegistry::Change(const std::string& run, const v1::Thresholds& thresholds,
-                                            v1::ControlMode mode, std::uint64_t expected_version,
-                                            const std::string& principal, std::int64_t now_ns,
-                                            v1::RunConfig* before) {
-  base::StatusOr<controller::Thresholds> t = proto::ThresholdsFromProto(thresholds);
-  if (!t.ok()) return base::Status::InvalidArgument("thresholds: " + t.status().message());
-  // UNSPECIFIED keeps the run's current mode (a thresholds-only change).
-  if (mode != v1::CONTROL_MODE_UNSPECIFIED) {
-    if (base::StatusOr<controller::Mode> m = proto::FromProto(mode); !m.ok()) return m.status();
+base::StatusOr<v1::RunConfig> RunRegistry::Change(const v1::SetRunConfigRequest& request, const std::string& principal,
+                                                  std::int64_t now_ns, v1::RunConfig* before) {
+  if (!request.has_thresholds() && request.mode() == v1::CONTROL_MODE_UNSPECIFIED &&
+      request.trigger() == v1::TRIGGER_UNSPECIFIED && request.window() == 0 && !request.has_window_thresholds()) {
+    return base::Status::InvalidArgument(
+        "nothing to change: give thresholds, mode, trigger, window or window thresholds");
+  }
+  if (request.has_thresholds()) {
+    base::StatusOr<controller::Thresholds> t = proto::ThresholdsFromProto(request.thresholds());
+    if (!t.ok()) return base::Status::InvalidArgument("thresholds: " + t.status().message());
+  }
+  if (request.has_window_thresholds()) {
+    base::StatusOr<controller::Thresholds> t = proto::ThresholdsFromProto(request.window_thresholds());
+    if (!t.ok()) return base::Status::InvalidArgument("window thresholds: " + t.status().message());
+  }
+  // UNSPECIFIED keeps the run's current mode / trigger (a partial change).
+  if (request.mode() != v1::CONTROL_MODE_UNSPECIFIED) {
+    if (base::StatusOr<controller::Mode> m = proto::FromProto(request.mode()); !m.ok()) return m.status();
+  }
+  if (request.trigger() != v1::TRIGGER_UNSPECIFIED) {
+    if (base::StatusOr<controller::Trigger> t = proto::FromProto(request.trigger()); !t.ok()) return t.status();
+  }
+  if (request.window() != 0) {
+    const base::Status w = controller::ValidateWindow(proto::WindowFromProto(request.window()));
+    if (!w.ok()) return base::Status::InvalidArgument(w.message());
   }
   base::WriterMutexLock lock(&mu_);
-  auto it = runs_.find(run);
+  auto it = runs_.find(request.run());
   const v1::RunConfig current = it == runs_.end() ? defaults_.config : it->second.config;
-  if (mode == v1::CONTROL_MODE_UNSPECIFIED) mode = current.mode();
-  if (expected_version != 0 && expected_version != current.version()) {
-    return base::Status(base::StatusCode::kAborted, "run '" + run + "' is at version " + std::to_string(current.version()) +
-                                            ", not the expected " + std::to_string(expected_version));
+  if (request.expected_version() != 0 && request.expected_version() != current.version()) {
+    return base::Status(base::StatusCode::kAborted, "run '" + request.run() + "' is at version " +
+                                                        std::to_string(current.version()) + ", not the expected " +
+                                                        std::to_string(request.expected_version()));
   }
+  // Every setting is written out, so a stored version reads the same whatever
+  // the server's defaults are later.
+  const Entry& now = it == runs_.end() ? defaults_ : it->second;
   v1::RunConfig next;
-  *next.mutable_thresholds() = thresholds;
-  if (next.thresholds().alpha_mode() == v1::ALPHA_MODE_UNSPECIFIED) {
-    next.mutable_thresholds()->set_alpha_mode(v1::ALPHA_MODE_PAPER);
-  }
-  next.set_mode(mode);
+  *next.mutable_thresholds() = Normalized(request.has_thresholds() ? request.thresholds() : current.thresholds());
+  next.set_mode(request.mode() != v1::CONTROL_MODE_UNSPECIFIED ? request.mode() : current.mode());
+  next.set_trigger(request.trigger() != v1::TRIGGER_UNSPECIFIED ? request.trigger() : proto::ToProto(now.trigger.trigger));
+  next.set_window(request.window() != 0 ? request.window() : static_cast<std::uint32_t>(now.trigger.window));
+  *next.mutable_window_thresholds() = Normalized(request.has_window_thresholds() ? request.window_thresholds()
+                                                 : current.has_window_thresholds() ? current.window_thresholds()
+                                                                                   : default_thresholds_);
   next.set_version(current.version() + 1);
   next.set_updated_ns(now_ns);
   next.set_updated_by(principal);
-  runs_.insert_or_assign(run, MakeEntry(next));
+  runs_.insert_or_assign(request.run(), MakeEntry(next));
   if (before != nullptr) *before = current;
   return next;
 }

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "gac/controller/controller.h"
+#include "gac/controller/window.h"
 #include "gac/base/mutex.h"
 #include "gac/base/status.h"
 #include "gac/v1/control.pb.h"
@@ -32,15 +33,21 @@ class RunRegistry {
   v1::RunConfig Get(const std::string& run) const;
 
   // Decides with the run's settings; `used` (if not null) receives them.
-  controller::Decision Decide(const std::string& run, const controller::AlignmentStats& stats, v1::RunConfig* used) const;
+  // `recent` are the asker's previous valid cosines, oldest first: the newest
+  // W of them, and this step's cosine when it has one, are the window of m_t
+  // (the newest W of those together; reported as
+  // Decision::window_mean whatever the trigger; the windowed trigger decides
+  // on it). Nothing about a run's steps is kept here, so every replica gives
+  // the same answer to the same request.
+  controller::Decision Decide(const std::string& run, const controller::AlignmentStats& stats,
+                              const google::protobuf::RepeatedField<double>& recent, v1::RunConfig* used) const;
 
-  // Validates and installs a change. ABORTED when expected_version is
-  // non-zero and differs from the current version. On success returns the
-  // new settings (version + 1) and fills `before`.
-  base::StatusOr<v1::RunConfig> Change(const std::string& run, const v1::Thresholds& thresholds,
-                                 v1::ControlMode mode, std::uint64_t expected_version,
-                                 const std::string& principal, std::int64_t now_ns,
-                                 v1::RunConfig* before);
+  // Validates and installs a change of the settings `request` gives (the
+  // others are kept; INVALID_ARGUMENT when it gives none). ABORTED when
+  // expected_version is non-zero and differs from the current version. On
+  // success returns the new settings (version + 1) and fills `before`.
+  base::StatusOr<v1::RunConfig> Change(const v1::SetRunConfigRequest& request, const std::string& principal,
+                                       std::int64_t now_ns, v1::RunConfig* before);
 
   // Puts `previous` back if the run's current version is still `failed`'s
   // (undoes a Change whose write failed, or replaces it with the settings
@@ -56,10 +63,13 @@ class RunRegistry {
  private:
   struct Entry {
     v1::RunConfig config;
-    controller::Controller controller;
+    controller::Controller controller;         // of the per-step thresholds
+    controller::TriggerSettings trigger;
+    controller::Controller window_controller;  // of the window thresholds
   };
-  static Entry MakeEntry(const v1::RunConfig& config);
+  Entry MakeEntry(const v1::RunConfig& config) const;
 
+  const v1::Thresholds default_thresholds_;
   const Entry defaults_;
   mutable base::SharedMutex mu_;
   std::unordered_map<std::string, Entry> runs_ GAC_GUARDED_BY(mu_);

@@ -1,5 +1,7 @@
 #include "server/src/validate.h"
 
+#include "gac/controller/window.h"
+
 #include "gac/proto/convert.h"
 #include "gac/proto/record_schema.h"
 #include "gac/proto/wire_rules.h"
@@ -167,6 +169,16 @@ base::Status ValidateDecideRequest(const v1::DecideRequest& request) {
     if (std::fabs(c) > 1.0 + 1e-6) {
       return base::Status::InvalidArgument("dot does not fit grad_sq and ref_sq: |dot| / sqrt(grad_sq * ref_sq) = " +
                                      Num(c) + ", above 1");
+    }
+  }
+  if (request.recent_cosines_size() > controller::kMaxWindow) {
+    return base::Status::InvalidArgument("recent_cosines: at most " + std::to_string(controller::kMaxWindow) +
+                                         " values, got " + std::to_string(request.recent_cosines_size()));
+  }
+  for (int i = 0; i < request.recent_cosines_size(); ++i) {
+    const double c = request.recent_cosines(i);
+    if (!std::isfinite(c) || std::fabs(c) > 1.0 + 1e-6) {
+      return base::Status::InvalidArgument("recent_cosines[" + std::to_string(i) + "] must be in [-1, 1], got " + Num(c));
     }
   }
   return base::Status::Ok();

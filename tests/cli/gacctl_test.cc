@@ -1115,6 +1115,76 @@ TEST_F(Gacctl, CalibrateSuggestsFromTheStatisticsAndAppliesThem) {
   EXPECT_EQ(r.err, "gacctl: FAILED_PRECONDITION: calibration needs at least 20 finite values of c_t, have 10\n");
 }
 
+// The windowed calibration: |m_t| of rank 0's stored steps, m_t the mean of
+// the last W valid c_t, computed here; applied with the trigger.
+TEST_F(Gacctl, CalibrateWindowedSuggestsFromTheWindowedMeanAndSetsTheTrigger) {
+  std::vector<v1::StepRecord> rank0 = Rank0("exp-sync");
+  ASSERT_EQ(rank0.size(), 200u);
+  constexpr std::size_t kW = 8;
+  std::vector<double> window, abs;
+  for (const v1::StepRecord& r : rank0) {
+    if (!r.has_cosine() || r.regime() == v1::REGIME_INVALID) continue;
+    window.push_back(r.cosine());
+    if (window.size() > kW) window.erase(window.begin());
+    if (window.size() == kW) {
+      long double sum = 0;
+      for (double c : window) sum += c;
+      abs.push_back(std::fabs(static_cast<double>(sum / kW)));
+    }
+  }
+  ASSERT_GE(abs.size(), 20u);
+  std::sort(abs.begin(), abs.end());
+  const double pos = 0.9 * static_cast<double>(abs.size() - 1);
+  const std::size_t k = static_cast<std::size_t>(pos);
+  const double q90 = abs[k] + (pos - static_cast<double>(k)) * (abs[k + 1] - abs[k]);
+  const double max = abs.back();
+  const double scale = std::pow(10.0, 2 - std::floor(std::log10(q90)));
+  const double c_low = std::ceil(q90 * scale - 1e-9) / scale;
+  const double c_high = std::min(1.0, std::max(3 * max, 2 * c_low));
+
+  Result r = Ctl({"calibrate", "exp-sync", "--windowed", "--window-steps", "8"});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(r.out, m, std::regex(R"(suggested +window c_low (\S+), window c_high (\S+) )")))
+      << r.out;
+  EXPECT_DOUBLE_EQ(std::strtod(m[1].str().c_str(), nullptr), c_low);
+  EXPECT_DOUBLE_EQ(std::strtod(m[2].str().c_str(), nullptr), c_high);
+  EXPECT_NE(r.out.find("values          " + std::to_string(abs.size()) + "\n"), std::string::npos) << r.out;
+
+  r = Ctl({"calibrate", "exp-sync", "--windowed", "--window-steps", "8", "--apply", "--apply-to", "exp-wtarget",
+           "--trigger", "window", "--mode", "remote"});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  v1::RunConfig cfg;
+  ASSERT_TRUE(Admin().GetRunConfig("exp-wtarget", &cfg).ok());
+  EXPECT_EQ(cfg.trigger(), v1::TRIGGER_WINDOW);
+  EXPECT_EQ(cfg.window(), 8u);
+  EXPECT_DOUBLE_EQ(cfg.window_thresholds().c_low(), c_low);
+  EXPECT_DOUBLE_EQ(cfg.window_thresholds().c_high(), c_high);
+  EXPECT_DOUBLE_EQ(cfg.thresholds().c_low(), 0.05);  // the per-step thresholds are kept
+  EXPECT_EQ(cfg.mode(), v1::CONTROL_MODE_REMOTE);
+  r = Ctl({"config", "history", "exp-wtarget"});
+  EXPECT_NE(r.out.find("trigger per_step -> window"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("window 20 -> 8"), std::string::npos) << r.out;
+
+  // config set changes the trigger alone; the rest is kept.
+  r = Ctl({"config", "set", "exp-wtarget", "--trigger", "per_step", "--reason", "back"});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  ASSERT_TRUE(Admin().GetRunConfig("exp-wtarget", &cfg).ok());
+  EXPECT_EQ(cfg.trigger(), v1::TRIGGER_PER_STEP);
+  EXPECT_EQ(cfg.window(), 8u);
+  EXPECT_DOUBLE_EQ(cfg.window_thresholds().c_low(), c_low);
+  // Bad values are refused before anything is sent.
+  r = Ctl({"config", "set", "exp-wtarget", "--window-steps", "0", "--reason", "x"});
+  EXPECT_EQ(r.rc, 2);
+  r = Ctl({"config", "set", "exp-wtarget", "--trigger", "mean", "--reason", "x"});
+  EXPECT_EQ(r.rc, 2);
+  EXPECT_NE(r.err.find("--trigger"), std::string::npos) << r.err;
+  // gacd validates the window thresholds.
+  r = Ctl({"config", "set", "exp-wtarget", "--window-c-low", "0.9", "--window-c-high", "0.5", "--reason", "x"});
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_NE(r.err.find("window thresholds"), std::string::npos) << r.err;
+}
+
 // ---- errors ----
 
 TEST_F(Gacctl, UsageErrorsAreOneLineWithStatus2) {

@@ -2,8 +2,8 @@
 // the task answers, the two policies' forward paths, the losses written out
 // per token in double, BAPO's bound search by brute force, the half-batch
 // backward, the participation ratio on vectors of known geometry, the
-// windowed decision rule, the orthogonal gain, the staleness-bias identities
-// and the version ring.
+// orthogonal gain, the staleness-bias identities and the version ring. (The
+// windowed trigger is the library's: tests/controller/window_test.cc.)
 #include <gtest/gtest.h>
 
 #include <ATen/ATen.h>
@@ -15,7 +15,6 @@
 
 #include "examples/grpo/grpo.h"
 #include "examples/grpo/probes.h"
-#include "examples/grpo/window.h"
 
 namespace gac::grpo {
 namespace {
@@ -353,58 +352,6 @@ TEST(Probes, StalenessBiasIdentities) {
   // lambda * |b| / |g_on| is b's part along p.
   EXPECT_NEAR(same.lambda * same.bias_rel, same.aligned_before, 1e-6);
   for (const auto& p : policy.params) EXPECT_FALSE(p.grad().defined());
-}
-
-TEST(Window, MeanOfTheLastValues) {
-  SignedWindow w(3);
-  EXPECT_FALSE(w.mean());
-  w.Add(1);
-  w.Add(-2);
-  EXPECT_FALSE(w.full());
-  EXPECT_DOUBLE_EQ(*w.mean(), -0.5);
-  w.Add(4);
-  w.Add(7);  // drops the 1
-  EXPECT_TRUE(w.full());
-  EXPECT_DOUBLE_EQ(*w.mean(), 3.0);
-}
-
-// Statistics with the given cosine, |g| = 2, |p| = 1.
-controller::AlignmentStats StatsWithCosine(double c) { return {2.0 * c, 4.0, 1.0, true}; }
-
-TEST(Window, DecidesOnTheSignedMean) {
-  WindowedDecisionSource s({0.1, 0.5}, controller::AlphaMode::kPaper, 4);
-  // No reference: passed through.
-  auto first = s.Decide(1, controller::AlignmentStats{0, 1, 0, false});
-  ASSERT_TRUE(first.ok());
-  EXPECT_FALSE(first->cosine);
-  // Until 4 values: safe even for a large |c|.
-  for (int i = 0; i < 3; ++i) {
-    auto d = s.Decide(2 + i, StatsWithCosine(0.9));
-    ASSERT_TRUE(d.ok());
-    EXPECT_EQ(d->regime, controller::Regime::kSafe);
-    EXPECT_TRUE(d->apply_update);
-  }
-  // 0.9, 0.9, 0.9, -0.9: m = 0.45, in (0.1, 0.5): project this step with
-  // alpha = 0.1/0.45 (the cosine's 1e-8 epsilon moves these by ~1e-8).
-  auto d = s.Decide(5, StatsWithCosine(-0.9));
-  ASSERT_TRUE(d.ok());
-  EXPECT_EQ(d->regime, controller::Regime::kProject);
-  EXPECT_NEAR(d->alpha, 0.1 / 0.45, 1e-7);
-  EXPECT_NEAR(d->projection_coeff, (1 - 0.1 / 0.45) * (2.0 * -0.9) / 1.0, 1e-7);
-  EXPECT_NEAR(*d->cosine, -0.9, 1e-7);
-  EXPECT_NEAR(*s.last_mean(), 0.45, 1e-7);
-  // Noise that averages out: +-0.9 alternating gives m = 0 -> safe.
-  for (int i = 0; i < 4; ++i) d = s.Decide(6 + i, StatsWithCosine(i % 2 ? 0.9 : -0.9));
-  EXPECT_EQ(d->regime, controller::Regime::kSafe);
-  EXPECT_EQ(d->projection_coeff, 0.0);
-  // Persistent alignment: m = 0.6 >= c_high -> skip.
-  for (int i = 0; i < 4; ++i) d = s.Decide(10 + i, StatsWithCosine(0.6));
-  EXPECT_EQ(d->regime, controller::Regime::kSkip);
-  EXPECT_FALSE(d->apply_update);
-  // Non-finite statistics: invalid, and the window is unchanged.
-  auto bad = s.Decide(14, controller::AlignmentStats{NAN, 1, 1, true});
-  EXPECT_EQ(bad->regime, controller::Regime::kInvalid);
-  EXPECT_NEAR(*s.last_mean(), 0.6, 1e-7);
 }
 
 // An optimizer update: every parameter moves.

@@ -10,6 +10,13 @@ g' = g - (1 - alpha) (dot / pp) p with alpha = c_low / |c| ('paper') or
 c_low sqrt(1 - c^2) / (|c| sqrt(1 - c_low^2)) ('exact'). The snapshot
 becomes the raw gradient (also after a skip), or, with
 reference='applied_update', the applied gradient when the optimizer steps.
+
+With trigger='window' the regime is decided on m, the signed mean of the
+last W cosines (those of steps with a reference and finite sums, this
+step's included), by the window thresholds: fewer than W cosines held or
+|m| <= window_c_low: safe; |m| >= window_c_high: skip; otherwise project
+with alpha of |m| in place of |c| (coeff (1 - alpha) dot / pp). m is
+reported (window_mean) with either trigger; reset() forgets the cosines.
 """
 
 from __future__ import annotations
@@ -35,6 +42,8 @@ class RefStep:
     step_optimizer: bool
     # The gradients after the step (float64), None where there was none.
     grads: List[Optional[torch.Tensor]]
+    # The mean of the last `window` cosines; None until that many.
+    window_mean: Optional[float] = None
 
 
 def decide(dot: float, gg: float, pp: float, has_reference: bool, c_low: float, c_high: float, alpha_mode: str):
@@ -55,6 +64,29 @@ def decide(dot: float, gg: float, pp: float, has_reference: bool, c_low: float, 
     return "project", c, alpha, (1.0 - alpha) * dot / pp
 
 
+def alpha_of(a: float, c_low: float, alpha_mode: str) -> float:
+    """alpha for |c| (or |m|) = a in the projection band."""
+    if alpha_mode == "paper":
+        return c_low / a
+    return c_low * math.sqrt(1.0 - a * a) / (a * math.sqrt(1.0 - c_low * c_low))
+
+
+def decide_on_mean(dot: float, gg: float, pp: float, has_reference: bool, mean: Optional[float], c_low: float,
+                   c_high: float, alpha_mode: str):
+    """(regime, cosine, alpha, coeff) by the windowed rule: the regime of |mean|."""
+    if not (math.isfinite(dot) and math.isfinite(gg) and math.isfinite(pp)):
+        return "invalid", None, 1.0, 0.0
+    if not has_reference or pp == 0.0:
+        return "safe", None, 1.0, 0.0
+    c = dot / (math.sqrt(gg * pp) + EPS)
+    if mean is None or abs(mean) <= c_low:
+        return "safe", c, 1.0, 0.0
+    if abs(mean) >= c_high:
+        return "skip", c, 1.0, 0.0
+    alpha = alpha_of(abs(mean), c_low, alpha_mode)
+    return "project", c, alpha, (1.0 - alpha) * dot / pp
+
+
 class ReferenceGac:
     """The fp64 reference agent over a fixed list of parameter shapes."""
 
@@ -66,8 +98,15 @@ class ReferenceGac:
         mode: str = "local",
         reference: str = "raw_gradient",
         snapshot_dtype: torch.dtype = torch.float32,
+        trigger: str = "per_step",
+        window: int = 20,
+        window_c_low: float = 0.05,
+        window_c_high: float = 0.3,
     ) -> None:
         self.c_low, self.c_high, self.alpha_mode = c_low, c_high, alpha_mode
+        self.trigger, self.window = trigger, window
+        self.window_c_low, self.window_c_high = window_c_low, window_c_high
+        self.cosines: List[float] = []  # every valid cosine so far (the window is their tail)
         self.mode, self.reference, self.snapshot_dtype = mode, reference, snapshot_dtype
         self.snapshot: Optional[List[Optional[torch.Tensor]]] = None
         self.has_reference = False
@@ -97,8 +136,18 @@ class ReferenceGac:
             dot += float((g * p).sum())
             gg += float((g * g).sum())
             pp += float((p * p).sum())
-        regime, cosine, alpha, coeff = decide(dot, gg, pp, self.has_reference, self.c_low, self.c_high,
-                                              self.alpha_mode)
+        finite = math.isfinite(dot) and math.isfinite(gg) and math.isfinite(pp)
+        if finite and self.has_reference and pp != 0.0:
+            self.cosines.append(dot / (math.sqrt(gg * pp) + EPS))
+        window_mean = None
+        if len(self.cosines) >= self.window:
+            window_mean = math.fsum(self.cosines[-self.window:]) / self.window
+        if self.trigger == "window":
+            regime, cosine, alpha, coeff = decide_on_mean(dot, gg, pp, self.has_reference, window_mean,
+                                                          self.window_c_low, self.window_c_high, self.alpha_mode)
+        else:
+            regime, cosine, alpha, coeff = decide(dot, gg, pp, self.has_reference, self.c_low, self.c_high,
+                                                  self.alpha_mode)
         applies = regime in ("safe", "project")
         step_optimizer = self.mode == "monitor" or applies
         project = self.mode != "monitor" and regime == "project"
@@ -119,7 +168,13 @@ class ReferenceGac:
                         dtype = dtypes[i] if dtypes is not None else torch.float32
                         snap[i] = self._stored(o.to(dtype).to(torch.float64) if applied else g)
                 self.has_reference = True
-        return RefStep(regime, cosine, alpha, coeff, dot, gg, pp, step_optimizer, out)
+        return RefStep(regime, cosine, alpha, coeff, dot, gg, pp, step_optimizer, out, window_mean)
+
+    def reset(self) -> None:
+        """As agent.reset(): no snapshot, no reference, no cosines in the window."""
+        self.snapshot = None
+        self.has_reference = False
+        self.cosines = []
 
     def adopt_applied(self, applied: Sequence[Optional[torch.Tensor]]) -> None:
         """With reference='applied_update', takes as the snapshot what the

@@ -11,7 +11,7 @@ import datetime
 import math
 import threading
 import zlib
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import pytest
 import torch
@@ -24,6 +24,12 @@ from gac_reference import ReferenceGac, subnormal_spacing, ulp_tolerance
 # thresholds (0.05, 0.3) so that rounding cannot flip a regime: safe,
 # project, skip, negative project, safe...
 RHOS = [0.0, 0.01, 0.15, 0.6, -0.2, 0.12, 0.95, 0.0, 0.25, -0.1, 0.08]
+# For the windowed trigger (window 3, thresholds 0.1 and 0.4 of the mean):
+# noise of alternating sign, a persistent alignment, a strong one, a
+# negative one, noise again.
+WINDOW_RHOS = [0.0, 0.35, -0.35, 0.35, -0.35, 0.35, 0.25, 0.25, 0.25, 0.25, 0.6, 0.6, 0.6, 0.6, -0.2, -0.2, -0.2,
+               -0.2, 0.02, -0.02, 0.02]
+WINDOW = {"trigger": "window", "window": 3, "window_c_low": 0.1, "window_c_high": 0.4}
 
 
 class Model:
@@ -130,13 +136,16 @@ def assert_gradients(model: Model, ref_grads: Sequence[Optional[torch.Tensor]], 
 
 
 def run_parity(mode: str, alpha_mode: str, reference: str = "raw_gradient",
-               snapshot_dtype: torch.dtype = torch.float32, poison_at: Tuple[int, ...] = ()) -> List[str]:
+               snapshot_dtype: torch.dtype = torch.float32, poison_at: Tuple[int, ...] = (),
+               rhos: Sequence[float] = RHOS, **trigger: Any) -> List[str]:
+    """Steps gac.Agent and the reference over `rhos`; `trigger`: the
+    trigger's options for both (trigger, window, window_c_low, ...)."""
     model = Model(seed=zlib.crc32(f"{mode} {alpha_mode} {reference} {snapshot_dtype}".encode()) % 1000)
     agent = gac.Agent(0.05, 0.3, mode=mode, alpha_mode=alpha_mode, reference=reference,
-                      snapshot_dtype=snapshot_dtype, num_threads=2, chunk_elements=4096)
-    ref = ReferenceGac(0.05, 0.3, alpha_mode, mode, reference, snapshot_dtype)
+                      snapshot_dtype=snapshot_dtype, num_threads=2, chunk_elements=4096, **trigger)
+    ref = ReferenceGac(0.05, 0.3, alpha_mode, mode, reference, snapshot_dtype, **trigger)
     regimes = []
-    for step, rho in enumerate(RHOS, start=1):
+    for step, rho in enumerate(rhos, start=1):
         seen = model.next_gradients(rho, step, poison=step in poison_at)
         snapshot_before = [s.clone() if s is not None else None for s in (ref.snapshot or [None] * len(seen))]
         expected = ref.step(seen, [p.dtype for p in model.params])
@@ -146,6 +155,8 @@ def run_parity(mode: str, alpha_mode: str, reference: str = "raw_gradient",
         assert report.regime == expected.regime, f"{what}: {report.regime} vs {expected.regime} (c={expected.cosine})"
         assert report.step == step and report.mode == mode
         assert_cosine(report.cosine, expected.cosine, what + " cosine")
+        assert_cosine(report.window_mean, expected.window_mean, what + " window_mean")
+        assert report.decision.window_mean == report.window_mean
         assert_close_rel(report.alpha, expected.alpha, 1e-6, what + " alpha")
         assert report.step_optimizer == expected.step_optimizer
         assert report.gradient_modified == (mode != "monitor" and expected.regime == "project")
@@ -171,6 +182,66 @@ def test_local_mode_matches_fp64_reference(alpha_mode: str) -> None:
     regimes = run_parity("local", alpha_mode)
     # The sequence reaches every regime but invalid, so the test can tell them apart.
     assert {"safe", "project", "skip"} <= set(regimes), regimes
+
+
+@pytest.mark.parametrize("alpha_mode", ["paper", "exact"])
+def test_windowed_trigger_matches_fp64_reference(alpha_mode: str) -> None:
+    regimes = run_parity("local", alpha_mode, rhos=WINDOW_RHOS, poison_at=(9,), **WINDOW)
+    assert {"safe", "project", "skip", "invalid"} <= set(regimes), regimes
+    # Safe while the window fills, although |c_t| = 0.35 is above the per-step c_high.
+    assert regimes[:3] == ["safe"] * 3
+
+
+def test_per_step_trigger_reports_the_window_mean() -> None:
+    # The default trigger decides on |c_t|; the mean of the last `window` cosines is reported all the same.
+    regimes = run_parity("local", "paper", rhos=WINDOW_RHOS, window=3)
+    assert regimes[1:4] == ["skip", "skip", "skip"], regimes
+
+
+def test_windowed_trigger_in_monitor_mode_reports_what_it_would_do() -> None:
+    regimes = run_parity("monitor", "paper", rhos=WINDOW_RHOS, **WINDOW)
+    assert "project" in regimes and "skip" in regimes
+
+
+def test_windowed_trigger_options_and_reset() -> None:
+    agent = gac.Agent(trigger="window", window=2, window_c_low=0.1, window_c_high=0.4)
+    assert (agent.trigger, agent.window, agent.window_c_low, agent.window_c_high) == ("window", 2, 0.1, 0.4)
+    assert "trigger='window', window=2" in repr(agent)
+    default = gac.Agent()
+    assert (default.trigger, default.window, default.window_c_low, default.window_c_high) == ("per_step", 20, 0.05, 0.3)
+    assert "trigger" not in repr(default)
+    p = torch.nn.Parameter(torch.zeros(64))
+    base = torch.randn(64, generator=torch.Generator().manual_seed(3))
+    reports = []
+    for step in range(1, 5):
+        p.grad = base.clone()  # cosine 1 from the second step on
+        reports.append(agent.step(step, [p]))
+    assert [r.window_mean is None for r in reports] == [True, True, False, False]
+    assert [r.regime for r in reports] == ["safe", "safe", "skip", "skip"]
+    assert reports[2].window_mean == pytest.approx(1.0, abs=1e-6)
+    assert agent.window_held == 2
+    agent.reset()
+    assert agent.window_held == 0
+    for step in range(5, 7):  # a new reference, then one cosine: not full
+        p.grad = base.clone()
+        r = agent.step(step, [p])
+        assert r.window_mean is None and r.regime == "safe"
+    p.grad = base.clone()
+    assert agent.step(7, [p]).regime == "skip"
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"trigger": "windowed"}, "trigger must be 'per_step' or 'window', got 'windowed'"),
+    ({"trigger": "step"}, "trigger must be"),
+    ({"trigger": "window", "window": 0}, "window must be in \\[1, 1000\\], got 0"),
+    ({"window": 1001}, "got 1001"),
+    ({"trigger": "window", "window_c_low": 0.5, "window_c_high": 0.4}, "window_c_low, window_c_high"),
+    ({"window_c_low": 0.0}, "window_c_low, window_c_high: c_low must be > 0"),
+    ({"window_c_high": 1.5}, "c_high must be <= 1"),
+])
+def test_bad_trigger_options_raise_value_error(kwargs: Dict[str, Any], match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        gac.Agent(**kwargs)
 
 
 def test_exact_alpha_puts_the_cosine_at_c_low() -> None:

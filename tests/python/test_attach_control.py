@@ -93,6 +93,39 @@ def test_control_with_a_decision_source_is_remote_mode() -> None:
     assert att.metrics()["gac/fallbacks_total"] == 0.0
 
 
+def test_windowed_trigger_through_attach() -> None:
+    # Alternating signs: every |c_t| is above the per-step c_high (0.3), the mean of 4 is near 0 (safe); then
+    # a persistent alignment that the mean follows into project and skip. Decisions against the rule
+    # applied to the fp64 cosines of the same gradients.
+    grads = Gradients(2)
+    opt = torch.optim.SGD(grads.model.parameters(), lr=0.1)
+    att = gac.attach(opt, control=True, trigger="window", window=4, window_c_low=0.1, window_c_high=0.4)
+    assert att.agent.mode == "local" and att.agent.trigger == "window" and att.agent.window == 4
+    rhos = [0.0] + [0.6 if i % 2 == 0 else -0.6 for i in range(12)] + [0.7] * 8
+    prev: Optional[List[torch.Tensor]] = None
+    cosines: List[float] = []
+    regimes = []
+    for rho in rhos:
+        g = grads.backward(rho)
+        opt.step()
+        r = att.last_report
+        if prev is not None:
+            dot, gg, pp = fp64_stats(g, prev)
+            cosines.append(dot / (math.sqrt(gg * pp) + 1e-8))
+        prev = g
+        mean = math.fsum(cosines[-4:]) / 4 if len(cosines) >= 4 else None
+        expected = "safe" if mean is None or abs(mean) <= 0.1 else "skip" if abs(mean) >= 0.4 else "project"
+        assert r.regime == expected, (len(regimes), r.window_mean, mean)
+        if mean is None:
+            assert r.window_mean is None and "gac/window_mean" not in r.to_dict()
+        else:
+            assert r.window_mean == pytest.approx(mean, abs=1e-6)
+            assert r.to_dict()["gac/window_mean"] == r.window_mean
+        regimes.append(r.regime)
+    assert regimes[:13] == ["safe"] * 13, regimes
+    assert "project" in regimes and regimes[-1] == "skip"
+
+
 def test_warmup_calibrates_then_controls() -> None:
     warmup = 40
     grads = Gradients(1)

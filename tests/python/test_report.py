@@ -12,7 +12,7 @@ import torch
 
 import gac
 
-FIELDS = ["step", "mode", "regime", "cosine", "cosine_after", "alpha", "projection_coeff", "grad_norm", "ref_norm",
+FIELDS = ["step", "mode", "regime", "cosine", "cosine_after", "window_mean", "alpha", "projection_coeff", "grad_norm", "ref_norm",
           "step_optimizer", "skipped", "gradient_modified", "fallback", "remote_error", "elements", "tensors",
           "strided_tensors", "stats_seconds", "decide_seconds", "apply_seconds", "agent_overhead_seconds"]
 
@@ -40,6 +40,8 @@ def test_numeric_dict_has_every_field_as_a_number() -> None:
         expected = [f for f in FIELDS if f != "remote_error" and not (f.startswith("cosine") and r.cosine is None)]
         if r.cosine_after is None and "cosine_after" in expected:
             expected.remove("cosine_after")
+        if r.window_mean is None:
+            expected.remove("window_mean")
         assert [k for k in d if k.count("/") == 1] == ["gac/" + f for f in expected], name
         assert d["gac/regime"] == gac.REGIMES.index(r.regime) == ["safe", "project", "skip", "invalid"].index(r.regime)
         assert d["gac/mode"] == gac.MODES.index("local") == 1
@@ -65,9 +67,25 @@ def test_readable_dict_keeps_the_reports_values() -> None:
     d = r.to_dict(numeric=False)
     assert list(d)[:len(FIELDS)] == ["gac/" + f for f in FIELDS]
     assert d["gac/regime"] == "safe" and d["gac/mode"] == "local"
-    assert d["gac/cosine"] is None and d["gac/remote_error"] is None
+    assert d["gac/cosine"] is None and d["gac/remote_error"] is None and d["gac/window_mean"] is None
     assert d["gac/step_optimizer"] is True and d["gac/skipped"] is False
     assert d["gac/cosine/a"] is None and d["gac/grad_norm/b"] == pytest.approx(1.0)
+
+
+def test_window_mean_once_the_window_is_full() -> None:
+    p = torch.nn.Parameter(torch.zeros(4))
+    agent = gac.Agent(trigger="window", window=2, window_c_low=0.1, window_c_high=0.9)
+    grads = [[1.0, 0, 0, 0], [0.6, 0.8, 0, 0], [0.6, 0.8, 0, 0], [0.0, 0.0, 1.0, 0]]
+    dicts = []
+    for step, g in enumerate(grads, start=1):
+        p.grad = torch.tensor(g)
+        dicts.append(agent.step(step, [p]).to_dict())
+    # Cosines: none, 0.6, 1, 0: a mean from the third step, 0.8 then 0.5.
+    assert ["gac/window_mean" in d for d in dicts] == [False, False, True, True]
+    assert dicts[2]["gac/window_mean"] == pytest.approx(0.8, abs=1e-6)
+    assert dicts[3]["gac/window_mean"] == pytest.approx(0.5, abs=1e-6)
+    assert dicts[2]["gac/regime"] == dicts[3]["gac/regime"] == gac.REGIMES.index("project")
+    assert list(dicts[3])[:6] == ["gac/" + f for f in FIELDS[:6]]
 
 
 def test_prefix_and_the_free_function() -> None:

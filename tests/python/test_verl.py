@@ -76,6 +76,19 @@ def test_the_one_setting_observes_and_changes_nothing() -> None:
         assert torch.equal(a, b)
 
 
+def test_the_windowed_trigger_is_an_option() -> None:
+    model = make_model()
+    opt = verl_build_optimizer(model.parameters(), optim_config(override={
+        "gac_control": True, "gac_trigger": "window", "gac_window": 4, "gac_window_c_low": 0.1,
+        "gac_window_c_high": 0.4}))
+    agent = opt.gac.agent
+    assert (agent.mode, agent.trigger, agent.window, agent.window_c_low, agent.window_c_high) == (
+        "local", "window", 4, 0.1, 0.4)
+    for step in range(1, 4):
+        actor_update(model, opt, step)
+        assert opt.gac.last_report.regime == "safe" and opt.gac.last_report.window_mean is None
+
+
 def test_control_skips_and_the_scheduler_still_advances() -> None:
     model = make_model()
     opt = verl_build_optimizer(model.parameters(), optim_config(override={
@@ -148,6 +161,8 @@ def test_reports_reach_gacd(gacd: Gacd, tmp_path: Path) -> None:
 @pytest.mark.parametrize("override, error, match", [
     ({"gac_contrl": True}, TypeError, "unknown option.*gac_contrl"),
     ({"gac_c_low": 2.0}, ValueError, "c_low"),
+    ({"gac_trigger": "mean"}, ValueError, "trigger must be"),
+    ({"gac_window": 0}, ValueError, "window must be in"),
     ({"gac_control": "yes"}, TypeError, "control must be a bool"),
     ({"gac_warmup": 5}, ValueError, "at least 21"),
     ({"gac_mode": "remote"}, ValueError, "need gac_address"),

@@ -289,6 +289,18 @@ TEST(HttpApiParsing, ConfigBodies) {
   ASSERT_TRUE(minimal.ok()) << minimal.status().ToString();
   EXPECT_EQ(minimal->thresholds().alpha_mode(), v1::ALPHA_MODE_PAPER);
   EXPECT_EQ(minimal->expected_version(), 0u);
+  EXPECT_EQ(minimal->trigger(), v1::TRIGGER_UNSPECIFIED);  // kept
+  EXPECT_EQ(minimal->window(), 0u);
+  EXPECT_FALSE(minimal->has_window_thresholds());
+  auto windowed = ParseConfigBody(
+      "exp", R"({"thresholds": {"c_low": 0.05, "c_high": 0.3}, "mode": "local", "trigger": "window", "window": 40,
+                 "window_thresholds": {"c_low": 0.2, "c_high": 0.5}})");
+  ASSERT_TRUE(windowed.ok()) << windowed.status().ToString();
+  EXPECT_EQ(windowed->trigger(), v1::TRIGGER_WINDOW);
+  EXPECT_EQ(windowed->window(), 40u);
+  EXPECT_DOUBLE_EQ(windowed->window_thresholds().c_low(), 0.2);
+  EXPECT_DOUBLE_EQ(windowed->window_thresholds().c_high(), 0.5);
+  EXPECT_EQ(windowed->window_thresholds().alpha_mode(), v1::ALPHA_MODE_PAPER);
 
   const std::pair<const char*, const char*> bad[] = {
       {"", "body is not a JSON object"},
@@ -306,6 +318,10 @@ TEST(HttpApiParsing, ConfigBodies) {
       {R"({"thresholds": {"c_low": 0.1, "c_high": 0.4}, "mode": "local", "expected_version": -1})", "expected_version: expected a non-negative integer"},
       {R"({"thresholds": {"c_low": 0.1, "c_high": 0.4}, "mode": "local", "version": 1})", "unknown member 'version'"},
       {R"({"thresholds": null, "mode": "local"})", "thresholds: expected an object, got null"},
+      {R"({"thresholds": {"c_low": 0.1, "c_high": 0.4}, "mode": "local", "trigger": "mean"})", "unknown trigger 'mean'"},
+      {R"({"thresholds": {"c_low": 0.1, "c_high": 0.4}, "mode": "local", "window": 0})", "window: expected an integer from 1 to 1000"},
+      {R"({"thresholds": {"c_low": 0.1, "c_high": 0.4}, "mode": "local", "window": 2.5})", "window: expected an integer from 1 to 1000"},
+      {R"({"thresholds": {"c_low": 0.1, "c_high": 0.4}, "mode": "local", "window_thresholds": {"c_low": 0.1}})", "window: thresholds: c_low and c_high are required"},
   };
   for (const auto& [body, message] : bad) {
     auto r = ParseConfigBody("exp", body);

@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <random>
 #include <map>
 #include <optional>
 #include <set>
@@ -186,6 +187,57 @@ TEST(MetricsTest, LatestGaugesAndCosineOnlyOnceReported) {
   EXPECT_EQ(Value(s, "gac_staleness_steps", RR("r1", "0")), 3.0);
   EXPECT_EQ(Value(s, "gac_step", RR("r1", "0")), 9.0);
   EXPECT_EQ(Value(s, "gac_alpha", RR("r1", "0")), 1.0);
+}
+
+// gac_window_mean is the mean of the rank's last W stored cosines, from every
+// stored step whatever is scraped in between; steps without a cosine do not
+// enter; W follows the run's settings.
+TEST(MetricsTest, WindowMeanIsTheMeanOfTheLastWStoredCosines) {
+  Metrics m;
+  v1::RunConfig config;
+  config.mutable_thresholds()->set_c_low(0.05);
+  config.mutable_thresholds()->set_c_high(0.3);
+  config.set_window(5);
+  config.mutable_window_thresholds()->set_c_low(0.2);
+  config.mutable_window_thresholds()->set_c_high(0.6);
+  m.ObserveConfig("r1", config, kT0);
+  auto s = Parse(m.Render());
+  EXPECT_EQ(Value(s, "gac_threshold_window_c_low", {{"run", "r1"}}), 0.2);
+  EXPECT_EQ(Value(s, "gac_threshold_window_c_high", {{"run", "r1"}}), 0.6);
+  EXPECT_EQ(Value(s, "gac_window_steps", {{"run", "r1"}}), 5.0);
+  std::mt19937_64 rng(3);
+  std::uniform_real_distribution<double> u(-1.0, 1.0);
+  std::vector<double> valid;  // the reference: every cosine that enters
+  for (int step = 0; step < 200; ++step) {
+    v1::StepRecord r = Step("r1", 0, step);
+    if (step % 17 == 5) {
+      r.set_regime(v1::REGIME_INVALID);  // no cosine
+    } else if (step % 13 != 0) {
+      r.set_cosine(u(rng));
+      valid.push_back(r.cosine());
+    }
+    m.ObserveStep(r, kT0);
+    if (step % 37 != 0 && step != 199) continue;  // a scrape now and then
+    s = Parse(m.Render());
+    if (valid.size() < 5) {
+      EXPECT_FALSE(Value(s, "gac_window_mean", RR("r1", "0")).has_value()) << step;
+      continue;
+    }
+    long double sum = 0;
+    for (std::size_t i = valid.size() - 5; i < valid.size(); ++i) sum += valid[i];
+    EXPECT_NEAR(*Value(s, "gac_window_mean", RR("r1", "0")), static_cast<double>(sum / 5), 1e-15) << step;
+  }
+  // A smaller window keeps the newest values.
+  config.set_window(3);
+  m.ObserveConfig("r1", config, kT0);
+  v1::StepRecord r = Step("r1", 0, 200);
+  r.set_cosine(0.5);
+  valid.push_back(0.5);
+  m.ObserveStep(r, kT0);
+  s = Parse(m.Render());
+  const double want = (valid[valid.size() - 3] + valid[valid.size() - 2] + valid[valid.size() - 1]) / 3;
+  EXPECT_NEAR(*Value(s, "gac_window_mean", RR("r1", "0")), want, 1e-15);
+  EXPECT_EQ(Value(s, "gac_window_steps", {{"run", "r1"}}), 3.0);
 }
 
 TEST(MetricsTest, LastReportTimestampPrefersWallTime) {

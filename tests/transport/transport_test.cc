@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "gac/transport/channel.h"
+#include "gac/controller/window.h"
 #include "gac/transport/remote_controller.h"
 #include "gac/transport/telemetry.h"
 #include "tests/common/test_util.h"
@@ -436,6 +437,59 @@ TEST(RemoteController, AnswersFromAnotherReplicaWithinOneCall) {
     if (!recovered) std::this_thread::sleep_for(50ms);
   }
   EXPECT_TRUE(recovered);
+}
+
+// The windowed trigger decided in gacd gives the decisions of the local
+// controller for the same c_t sequence, also when the replica that answers
+// changes mid-run: the window lives with the asker.
+TEST(RemoteController, WindowedTriggerDecidesAsTheLocalControllerOnEveryReplica) {
+  ScratchDir dir_a, dir_b;
+  Gacd a(dir_a), b(dir_b);
+  ASSERT_TRUE(a.Start());
+  ASSERT_TRUE(b.Start());
+  const controller::Thresholds per_step{0.05, 0.3};
+  const controller::TriggerSettings trigger{controller::Trigger::kWindow, 5, {0.2, 0.6}};
+  for (Gacd* g : {&a, &b}) {
+    RemoteControllerOptions admin = RemoteOptions(g->address(), "exp-window", 10s);
+    admin.token = testing::kAdminToken;
+    auto r = RemoteController::Create(admin);
+    ASSERT_TRUE(r.ok());
+    ASSERT_TRUE((*r)->SetThresholds(per_step, controller::AlphaMode::kPaper, "test", controller::Mode::kRemote).ok());
+    const base::Status st = (*r)->SetTrigger(trigger, controller::AlphaMode::kPaper, "test");
+    ASSERT_TRUE(st.ok()) << st.ToString();
+  }
+  auto remote = RemoteController::Create(RemoteOptions(a.address() + "," + b.address(), "exp-window", 2s));
+  ASSERT_TRUE(remote.ok());
+  auto local = controller::TriggeredController::Create(per_step, controller::AlphaMode::kPaper, trigger);
+  ASSERT_TRUE(local.ok());
+  // c_t: a sign change, a persistent alignment, an invalid step and a step
+  // without a reference in the middle (neither enters the window).
+  std::vector<controller::AlignmentStats> steps;
+  for (int i = 0; i < 60; ++i) {
+    const double c = i < 10 ? (i % 2 ? 0.5 : -0.5) : i < 30 ? 0.45 : i < 40 ? 0.9 : 0.1 * (i % 3);
+    steps.push_back({c * 2.0, 4.0, 1.0, true});
+  }
+  steps[33] = {std::nan(""), 1.0, 1.0, true};
+  steps[36] = {0.0, 1.0, 0.0, false};
+  int windowed_regimes = 0;
+  for (int i = 0; i < static_cast<int>(steps.size()); ++i) {
+    if (i == 25) a.Kill();  // the other replica answers from here on
+    auto got = (*remote)->Decide(i, steps[static_cast<std::size_t>(i)]);
+    ASSERT_TRUE(got.ok()) << "step " << i << ": " << got.status().ToString();
+    const controller::Decision want = local->Decide(steps[static_cast<std::size_t>(i)]);
+    EXPECT_EQ(got->regime, want.regime) << "step " << i;
+    EXPECT_EQ(got->apply_update, want.apply_update) << "step " << i;
+    EXPECT_DOUBLE_EQ(got->alpha, want.alpha) << "step " << i;
+    EXPECT_DOUBLE_EQ(got->projection_coeff, want.projection_coeff) << "step " << i;
+    ASSERT_EQ(got->window_mean.has_value(), want.window_mean.has_value()) << "step " << i;
+    if (want.window_mean) EXPECT_DOUBLE_EQ(*got->window_mean, *want.window_mean) << "step " << i;
+    // Where the per-step rule would decide otherwise, the window decided.
+    if (want.regime != controller::Regime::kInvalid && want.cosine) {
+      const auto per = controller::Controller::Create(per_step)->Decide(steps[static_cast<std::size_t>(i)]);
+      windowed_regimes += per.regime != want.regime ? 1 : 0;
+    }
+  }
+  EXPECT_GT(windowed_regimes, 10) << "the sequence must tell the two rules apart";
 }
 
 // One DNS name that resolves to several replicas: "localhost" names

@@ -222,8 +222,12 @@ TEST(TsanRegistry, DecisionsMatchTheSettingsTheyReport) {
   std::thread admin([&] {
     for (int i = 0; i < 300; ++i) {
       v1::RunConfig before;
-      auto next = registry.Change("exp-r", i % 2 ? wide : defaults, v1::CONTROL_MODE_REMOTE, 0, "admin", i,
-                                  &before);
+      v1::SetRunConfigRequest change;
+      change.set_run("exp-r");
+      *change.mutable_thresholds() = i % 2 ? wide : defaults;
+      change.set_mode(v1::CONTROL_MODE_REMOTE);
+      if (i % 3 == 0) change.set_trigger(i % 2 ? v1::TRIGGER_WINDOW : v1::TRIGGER_PER_STEP);
+      auto next = registry.Change(change, "admin", i, &before);
       ASSERT_TRUE(next.ok()) << next.status().ToString();
       if (i % 7 == 0) registry.Revert("exp-r", *next, before);
     }
@@ -231,12 +235,25 @@ TEST(TsanRegistry, DecisionsMatchTheSettingsTheyReport) {
   });
   RunThreads(3, [&](int t) {
     const controller::AlignmentStats stats{0.25 + 0.1 * t, 1.0, 1.0, true};  // decided differently by the two
+    google::protobuf::RepeatedField<double> recent;
+    for (int k = 0; k < 19; ++k) recent.Add(stats.dot);  // cosine = dot here; W = 20
     do {
       v1::RunConfig used;
-      const controller::Decision d = registry.Decide("exp-r", stats, &used);
+      const controller::Decision d = registry.Decide("exp-r", stats, recent, &used);
       auto controller = proto::ControllerFromProto(used.thresholds());
       ASSERT_TRUE(controller.ok());
-      const controller::Decision expected = controller->Decide(stats);
+      auto trigger = proto::TriggerFromProto(used, defaults);
+      ASSERT_TRUE(trigger.ok());
+      auto windowed = proto::ControllerFromProto(used.window_thresholds());
+      ASSERT_TRUE(windowed.ok());
+      // The window: recent's W - 1 cosines and this step's.
+      controller::AlignmentWindow window(trigger->window);
+      for (double c : recent) window.Add(c);
+      window.Add(*controller->Decide(stats).cosine);
+      const controller::Decision expected = trigger->trigger == controller::Trigger::kWindow
+                                                ? controller::DecideOnMean(*windowed, stats, window.mean())
+                                                : controller->Decide(stats);
+      ASSERT_EQ(d.window_mean, window.mean());
       ASSERT_EQ(d.regime, expected.regime);
       ASSERT_EQ(d.alpha, expected.alpha);
       (void)registry.Get("exp-r");

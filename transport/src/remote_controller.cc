@@ -2,8 +2,12 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <algorithm>
 #include <atomic>
+#include <deque>
 #include <vector>
+
+#include "gac/base/mutex.h"
 
 #include "gac/proto/convert.h"
 #include "gac/transport/channel.h"
@@ -21,6 +25,14 @@ struct RemoteController::Impl {
   };
   std::vector<Replica> replicas;
   std::atomic<std::size_t> preferred{0};  // the replica that answered last
+
+  // The run's previous valid cosines, newest last (at most kMaxWindow), and
+  // the run's window as gacd last said.
+  base::Mutex window_mu;
+  std::deque<double> recent GAC_GUARDED_BY(window_mu);
+  int window GAC_GUARDED_BY(window_mu) = controller::TriggerSettings{}.window;
+  // Computes cosines exactly as gacd's controller does (thresholds unused).
+  const controller::Controller cosine = *controller::Controller::Create(controller::Thresholds{});
 
   // Calls `call(replica, ctx)` on the replicas in turn, connected ones
   // first from the preferred one on, while the answer is UNAVAILABLE (down,
@@ -87,11 +99,26 @@ base::StatusOr<std::unique_ptr<RemoteController>> RemoteController::Create(const
 
 base::StatusOr<controller::Decision> RemoteController::Decide(std::int64_t step, const controller::AlignmentStats& stats) {
   const RemoteControllerOptions& o = impl_->options;
-  const v1::DecideRequest req = proto::ToDecideRequest(o.run, o.rank, step, stats);
+  std::vector<double> recent;
+  {
+    base::MutexLock lock(&impl_->window_mu);
+    const std::size_t keep = std::min(impl_->recent.size(), static_cast<std::size_t>(impl_->window));
+    recent.assign(impl_->recent.end() - static_cast<std::ptrdiff_t>(keep), impl_->recent.end());
+  }
+  const v1::DecideRequest req = proto::ToDecideRequest(o.run, o.rank, step, stats, recent);
   v1::DecideResponse resp;
   const grpc::Status st = impl_->WithFailover(
       std::chrono::system_clock::now() + o.deadline,
       [&](Impl::Replica& r, grpc::ClientContext* ctx) { return r.stub->Decide(ctx, req, &resp); });
+  {
+    const controller::Decision local = impl_->cosine.Decide(stats);
+    base::MutexLock lock(&impl_->window_mu);
+    if (local.cosine && local.regime != controller::Regime::kInvalid) {
+      impl_->recent.push_back(*local.cosine);
+      if (impl_->recent.size() > static_cast<std::size_t>(controller::kMaxWindow)) impl_->recent.pop_front();
+    }
+    if (st.ok()) impl_->window = std::clamp(proto::WindowFromProto(resp.config().window()), 1, controller::kMaxWindow);
+  }
   if (!st.ok()) return proto::FromGrpcStatus(st, "gacd Decide");
   base::StatusOr<controller::Decision> decision = proto::DecodeDecideResponse(req, resp);
   if (!decision.ok()) return decision.status().WithPrefix("gacd Decide answered nonsense");
@@ -105,6 +132,23 @@ base::Status RemoteController::SetThresholds(const controller::Thresholds& thres
   req.set_run(o.run);
   *req.mutable_thresholds() = proto::ToProto(thresholds, alpha_mode);
   if (mode) req.set_mode(proto::ToProto(*mode));  // UNSPECIFIED: gacd keeps the run's mode
+  req.set_reason(reason);
+  v1::RunConfig cfg;
+  const grpc::Status st = impl_->WithFailover(
+      std::chrono::system_clock::now() + std::chrono::seconds(10),
+      [&](Impl::Replica& r, grpc::ClientContext* ctx) { return r.admin->SetRunConfig(ctx, req, &cfg); });
+  return proto::FromGrpcStatus(st, "gacd SetRunConfig");
+}
+
+base::Status RemoteController::SetTrigger(const controller::TriggerSettings& trigger, controller::AlphaMode alpha_mode,
+                                          const std::string& reason) {
+  GAC_RETURN_IF_ERROR(controller::ValidateTriggerSettings(trigger));
+  const RemoteControllerOptions& o = impl_->options;
+  v1::SetRunConfigRequest req;
+  req.set_run(o.run);
+  req.set_trigger(proto::ToProto(trigger.trigger));
+  req.set_window(static_cast<std::uint32_t>(trigger.window));
+  *req.mutable_window_thresholds() = proto::ToProto(trigger.window_thresholds, alpha_mode);
   req.set_reason(reason);
   v1::RunConfig cfg;
   const grpc::Status st = impl_->WithFailover(

@@ -37,15 +37,20 @@ import torch
 from gac._attach import Attachment, attach, resolve_mode
 
 _GAC_OPTIONS = ("gac_control", "gac_mode", "gac_warmup", "gac_c_low", "gac_c_high", "gac_alpha_mode",
-                "gac_snapshot_dtype", "gac_address", "gac_run", "gac_token", "gac_tls", "gac_deadline", "gac_spool_dir",
-                "gac_all_ranks", "gac_skip_window")
+                "gac_snapshot_dtype", "gac_trigger", "gac_window", "gac_window_c_low", "gac_window_c_high",
+                "gac_address", "gac_run", "gac_token", "gac_tls", "gac_deadline", "gac_spool_dir", "gac_all_ranks",
+                "gac_skip_window")
+# gac.Agent's options passed on as they are (gac_<name> -> name).
+_AGENT_OPTIONS = ("c_low", "c_high", "alpha_mode", "snapshot_dtype", "trigger", "window", "window_c_low",
+                  "window_c_high")
 
 
 class AdamW(torch.optim.AdamW):  # type: ignore[misc, unused-ignore]  # (torch unanalysed: Any)
     """``torch.optim.AdamW`` whose ``step`` GAC gates (see the module's text).
 
     gac_control, gac_mode, gac_warmup, gac_c_low, gac_c_high,
-    gac_alpha_mode, gac_snapshot_dtype, gac_skip_window: as
+    gac_alpha_mode, gac_snapshot_dtype, gac_trigger, gac_window,
+    gac_window_c_low, gac_window_c_high, gac_skip_window: as
     :func:`gac.attach`'s control, mode, warmup, c_low, ... (observing unless
     control is asked for).
     gac_address, gac_run: stream every step to gacd (rank 0 only unless
@@ -88,7 +93,7 @@ def _attach_options(o: Dict[str, Any]) -> Dict[str, Any]:
     """gac.attach's arguments from the gac_* options (checked by attach and the classes it makes)."""
     out: Dict[str, Any] = {"control": o.get("gac_control", False), "mode": o.get("gac_mode"),
                            "warmup": o.get("gac_warmup", 0), "skip_window": o.get("gac_skip_window", 20)}
-    for name in ("c_low", "c_high", "alpha_mode", "snapshot_dtype"):
+    for name in _AGENT_OPTIONS:
         if "gac_" + name in o:
             out[name] = o["gac_" + name]
     # Checked before any client to gacd is made; attach checks the rest.

@@ -160,6 +160,12 @@ void WriteRunConfig(JsonWriter& w, const v1::RunConfig& c) {
   WriteThresholds(w, c.thresholds());
   w.Key("mode");
   w.String(proto::EnumName(c.mode()));
+  w.Key("trigger");
+  w.String(proto::EnumName(c.trigger()));
+  w.Key("window");
+  w.Uint(static_cast<std::uint64_t>(proto::WindowFromProto(c.window())));
+  w.Key("window_thresholds");
+  WriteThresholds(w, c.has_window_thresholds() ? c.window_thresholds() : c.thresholds());
   w.Key("version");
   w.Uint(c.version());
   w.Key("updated_ns");
@@ -507,6 +513,20 @@ base::StatusOr<v1::SetRunConfigRequest> ParseConfigBody(const std::string& run, 
       if (!mode.ok()) return mode.status().WithPrefix("mode");
       req.set_mode(*mode);
       have_mode = true;
+    } else if (key == "window_thresholds") {
+      GAC_RETURN_IF_ERROR(ParseThresholdsObject(v, req.mutable_window_thresholds()).WithPrefix("window"));
+    } else if (key == "trigger") {
+      GAC_ASSIGN_OR_RETURN(std::string name, StringField("trigger", v));
+      base::StatusOr<v1::Trigger> trigger = proto::ParseTriggerName(name);
+      if (!trigger.ok()) return trigger.status().WithPrefix("trigger");
+      req.set_trigger(*trigger);
+    } else if (key == "window") {
+      GAC_ASSIGN_OR_RETURN(double x, NumberField("window", v));
+      if (!(x >= 1 && x <= controller::kMaxWindow) || std::floor(x) != x) {
+        return base::Status::InvalidArgument("window: expected an integer from 1 to " +
+                                             std::to_string(controller::kMaxWindow));
+      }
+      req.set_window(static_cast<std::uint32_t>(x));
     } else if (key == "reason") {
       GAC_ASSIGN_OR_RETURN(std::string reason, StringField("reason", v));
       req.set_reason(std::move(reason));
@@ -519,7 +539,7 @@ base::StatusOr<v1::SetRunConfigRequest> ParseConfigBody(const std::string& run, 
       req.set_expected_version(static_cast<std::uint64_t>(x));
     } else {
       return base::Status::InvalidArgument("unknown member '" + key +
-                                     "' (expected thresholds, mode, reason, expected_version)");
+                                     "' (expected thresholds, mode, trigger, window, window_thresholds, reason, expected_version)");
     }
   }
   if (!have_thresholds) return base::Status::InvalidArgument("thresholds are required");

@@ -94,9 +94,13 @@ base::StatusOr<v1::GetStepsRequest> ParseStepsParams(const std::string& run, std
 
 // The SetRunConfigRequest of a PUT body:
 //   {"thresholds": {"c_low": 0.1, "c_high": 0.4, "alpha_mode": "paper"},
-//    "mode": "remote", "reason": "...", "expected_version": 3}
-// thresholds (c_low, c_high) and mode are required, alpha_mode ("paper" by
-// default), reason and expected_version optional. InvalidArgument for text
+//    "mode": "remote", "trigger": "window", "window": 20,
+//    "window_thresholds": {"c_low": 0.29, "c_high": 0.95},
+//    "reason": "...", "expected_version": 3}
+// thresholds (c_low, c_high) and mode are required (the page's form sends
+// every setting), alpha_mode ("paper" by default), trigger, window (1-1000)
+// and window_thresholds (kept when absent), reason and expected_version
+// optional. InvalidArgument for text
 // that is not JSON, a member of the wrong type, an unknown member or an
 // unknown enum name. Thresholds themselves are checked by the registry, as
 // for SetRunConfig.

@@ -9,9 +9,11 @@
 //   else if (report->step_optimizer) optimizer.step();
 //
 // Step() reads every gradient once for the statistics (no flattening, no
-// copy), decides through gac::Controller, and in `local` mode projects the
-// gradients in place in a second pass that also refreshes the snapshot of the
-// previous gradient; otherwise that pass only writes the snapshot. In
+// copy), decides through gac::Controller (on c_t, or with the windowed
+// trigger on the mean of the last W cosines: options.trigger), and in
+// `local` mode projects the gradients in place in a second pass that also
+// refreshes the snapshot of the previous gradient; otherwise that pass only
+// writes the snapshot. In
 // `monitor` mode on the CPU (without layers) the statistics pass writes the
 // snapshot as it reads, cache-sized piece by piece, so the gradients are
 // read once; a non-finite gradient (invalid) then leaves no reference for
@@ -67,7 +69,8 @@ using ::gac::controller::StepReport;
 
 class Agent {
  public:
-  // Validates the options (thresholds, chunk size); InvalidArgument on error.
+  // Validates the options (thresholds, trigger, chunk size); InvalidArgument
+  // on error.
   static base::StatusOr<std::unique_ptr<Agent>> Create(AgentOptions options);
   ~Agent();
   Agent(const Agent&) = delete;
@@ -82,8 +85,8 @@ class Agent {
   // error nothing is modified.
   base::StatusOr<controller::StepReport> Step(std::int64_t step, const std::vector<at::Tensor>& parameters);
 
-  // Forgets the parameter set and the snapshot: the next Step() has no
-  // reference and may use a new parameter list.
+  // Forgets the parameter set, the snapshot and the trigger's window: the
+  // next Step() has no reference and may use a new parameter list.
   void Reset();
   // Switches mode between steps (e.g. from an operator's command).
   // InvalidArgument for kRemote without a decision source.
@@ -91,7 +94,11 @@ class Agent {
   // Remote decisions replaced by the local one since creation.
   std::uint64_t fallbacks() const { return core_->fallbacks(); }
   const AgentOptions& options() const { return core_->options(); }
+  // The per-step rule (options().thresholds).
   const controller::Controller& controller() const { return core_->controller(); }
+  // The rule the local decision comes from (options().trigger), with the
+  // window of recent cosines.
+  const controller::TriggeredController& triggered() const { return core_->triggered(); }
   // Bytes held by the snapshot (0 before the first step).
   std::int64_t snapshot_bytes() const { return core_->snapshot_bytes(); }
   // Name of the CPU kernels in use ("avx512", "avx2", "baseline").

@@ -12,12 +12,14 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "gac/agent/options.h"
 #include "gac/base/status.h"
 #include "gac/controller/controller.h"
 #include "gac/controller/step_report.h"
+#include "gac/controller/window.h"
 
 namespace gac::agent {
 
@@ -85,7 +87,8 @@ class GradientSource {
 
 class AgentCore {
  public:
-  // Validates the options (thresholds, chunk size, layers); InvalidArgument on error.
+  // Validates the options (thresholds, trigger, chunk size, layers);
+  // InvalidArgument on error.
   static base::StatusOr<std::unique_ptr<AgentCore>> Create(AgentOptions options);
   ~AgentCore();
   AgentCore(const AgentCore&) = delete;
@@ -95,16 +98,20 @@ class AgentCore {
   // for the contract and the errors; the parameter list is the source's).
   base::StatusOr<controller::StepReport> Step(std::int64_t step, GradientSource& source);
 
+  // Forgets the parameter set, the snapshot and the trigger's window.
   void Reset();
   base::Status set_mode(controller::Mode mode);
   std::uint64_t fallbacks() const { return fallbacks_; }
   const AgentOptions& options() const { return options_; }
-  const controller::Controller& controller() const { return controller_; }
+  // The per-step rule (options().thresholds).
+  const controller::Controller& controller() const { return triggered_.per_step(); }
+  // The rule the local decision comes from, with its window.
+  const controller::TriggeredController& triggered() const { return triggered_; }
   std::int64_t snapshot_bytes() const;
   const char* kernel_isa() const;
 
  private:
-  AgentCore(AgentOptions options, controller::Controller controller);
+  AgentCore(AgentOptions options, controller::TriggeredController triggered);
 
   base::Status PreparePlan(std::int64_t step, GradientSource& source);
   base::Status ComputeStatistics(GradientSource& source, controller::StepReport* report);
@@ -113,7 +120,10 @@ class AgentCore {
   base::Status ApplyDecision(controller::StepReport* report);
 
   AgentOptions options_;
-  controller::Controller controller_;
+  controller::TriggeredController triggered_;
+  // triggered_ before this step's Decide: restored when the step fails
+  // after it, so a failed step leaves the window as it was.
+  std::optional<controller::TriggeredController> before_step_;
   std::unique_ptr<Plan> plan_;
   std::unique_ptr<ThreadPool> pool_;
   std::uint64_t fallbacks_ = 0;

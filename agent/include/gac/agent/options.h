@@ -12,6 +12,7 @@
 #include "gac/agent/reducer.h"
 #include "gac/controller/controller.h"
 #include "gac/controller/decision_source.h"
+#include "gac/controller/window.h"
 
 namespace gac::agent {
 
@@ -30,6 +31,13 @@ struct AgentOptions {
   controller::Thresholds thresholds;
   controller::AlphaMode alpha_mode = controller::AlphaMode::kPaper;
   controller::Mode mode = controller::Mode::kLocal;
+  // What the regime is decided on: the step's |c_t| (per_step, the default:
+  // `thresholds`) or the signed mean of the last `trigger.window` cosines
+  // (window: `trigger.window_thresholds`). The window is kept in every mode,
+  // so StepReport::decision.window_mean is reported with either trigger;
+  // Reset() empties it. In remote mode the source's decision is used as it
+  // comes; a fallback uses this trigger's local decision.
+  controller::TriggerSettings trigger;
   SnapshotDtype snapshot_dtype = SnapshotDtype::kFloat32;
   ReferencePolicy reference = ReferencePolicy::kRawGradient;
   // Threads for the passes, the caller included; 0 = hardware threads, at most 8.

@@ -87,6 +87,10 @@ struct Decision {
   double ref_norm = 0.0;     // sqrt(ref_sq)
   // False for skip and invalid: the trainer must not call optimizer.step().
   bool apply_update = true;
+  // The signed mean of the last W cosines, this step's included (the
+  // windowed trigger, gac/controller/window.h); absent while fewer than W
+  // are held. Reported with the per-step trigger too, where it is not used.
+  std::optional<double> window_mean;
 };
 
 // Cosine after g' = g - (1-alpha)(dot/ref_sq) p, from the scalars alone.

@@ -16,8 +16,10 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "gac/controller/controller.h"
+#include "gac/controller/window.h"
 #include "gac/base/status.h"
 #include "gac/v1/control.pb.h"
 #include "gac/v1/telemetry.pb.h"
@@ -33,6 +35,16 @@ v1::AlphaMode ToProto(controller::AlphaMode mode);
 base::StatusOr<controller::AlphaMode> FromProto(v1::AlphaMode mode);
 v1::ControlMode ToProto(controller::Mode mode);
 base::StatusOr<controller::Mode> FromProto(v1::ControlMode mode);
+// UNSPECIFIED reads as PER_STEP.
+v1::Trigger ToProto(controller::Trigger trigger);
+base::StatusOr<controller::Trigger> FromProto(v1::Trigger trigger);
+
+// The window W of a run's settings: 0 on the wire reads as the default 20.
+int WindowFromProto(std::uint32_t window);
+// A run's trigger settings; absent window thresholds are `default_window`.
+// INVALID_ARGUMENT when they are not valid.
+base::StatusOr<controller::TriggerSettings> TriggerFromProto(const v1::RunConfig& config,
+                                                             const v1::Thresholds& default_window);
 
 // Thresholds with their alpha mode.
 v1::Thresholds ToProto(const controller::Thresholds& thresholds, controller::AlphaMode mode);
@@ -42,8 +54,10 @@ base::StatusOr<controller::Thresholds> ThresholdsFromProto(const v1::Thresholds&
 base::StatusOr<controller::Controller> ControllerFromProto(const v1::Thresholds& thresholds);
 
 // Decide's request: who asks, and the step's three sums.
+// `recent` are the asker's previous valid cosines, oldest first (the window
+// of the windowed trigger; the newest kMaxWindow are sent).
 v1::DecideRequest ToDecideRequest(const std::string& run, std::uint32_t rank, std::int64_t step,
-                                  const controller::AlignmentStats& stats);
+                                  const controller::AlignmentStats& stats, const std::vector<double>& recent = {});
 controller::AlignmentStats StatsFromProto(const v1::DecideRequest& request);
 
 // Decide's answer. EncodeDecision fills every decision field of `response`
@@ -56,7 +70,8 @@ void EncodeDecision(const controller::Decision& decision, v1::DecideResponse* re
 // or one that is not (1 - alpha) * dot / ref_sq for these statistics (so a
 // valid alpha cannot smuggle in a larger change); PROJECT without a
 // reference; apply_update that disagrees with the regime; a cosine outside
-// [-1, 1]. The norms come from `stats`, not from the answer.
+// [-1, 1] (the window mean too). The norms come from `stats`, not from the
+// answer.
 base::StatusOr<controller::Decision> DecodeDecision(const v1::DecideResponse& response, const controller::AlignmentStats& stats);
 
 // gacd's whole answer to `request`: EncodeDecision, plus the run and step it

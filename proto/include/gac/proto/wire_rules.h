@@ -40,10 +40,11 @@ base::Status CheckName(std::string_view what, std::string_view name);
 // The text of the enums, as HTTP, gacctl and the page show them. A value
 // outside the enum is "unknown". UNSPECIFIED reads as the wire contract
 // says: a regime "unknown", a mode "monitor" (telemetry.proto), an alpha
-// mode "paper" (control.proto).
+// mode "paper" and a trigger "per_step" (control.proto).
 const char* EnumName(v1::Regime regime);          // "safe", "project", "skip", "invalid"
 const char* EnumName(v1::ControlMode mode);       // "monitor", "local", "remote"
 const char* EnumName(v1::AlphaMode mode);         // "paper", "exact"
+const char* EnumName(v1::Trigger trigger);        // "per_step", "window"
 inline constexpr const char kUnknownName[] = "unknown";
 
 // The regimes a step can be recorded with, in the order views list them.
@@ -63,6 +64,7 @@ bool ModeApplies(v1::ControlMode mode);
 base::StatusOr<v1::Regime> ParseRegimeName(std::string_view name);
 base::StatusOr<v1::ControlMode> ParseControlModeName(std::string_view name);
 base::StatusOr<v1::AlphaMode> ParseAlphaModeName(std::string_view name);
+base::StatusOr<v1::Trigger> ParseTriggerName(std::string_view name);
 
 }  // namespace gac::proto
 

@@ -15,6 +15,14 @@
 // asked first from then on. A DNS name that resolves to several replicas
 // works as well (channel.h).
 //
+// The windowed trigger's window lives here, not in gacd: each call sends the
+// run's previous valid cosines (the newest W, W the run's window as the
+// last answer gave it, 20 until then), and the cosine of every step with
+// finite statistics and a reference enters it, answered or not. gacd keeps
+// nothing about a run's steps, so every replica gives the same answer to the
+// same request, and the ranks of a sharded run (whose statistics are
+// all-reduced) send the same window.
+//
 // Thread safety: Decide may be called from any thread.
 
 #ifndef GAC_TRANSPORT_REMOTE_CONTROLLER_H_
@@ -26,6 +34,7 @@
 #include <string>
 
 #include "gac/controller/decision_source.h"
+#include "gac/controller/window.h"
 
 namespace gac::transport {
 
@@ -51,6 +60,10 @@ class RemoteController final : public controller::DecisionSource {
   // keeps its mode unless `mode` is given. Waits up to 10 s.
   base::Status SetThresholds(const controller::Thresholds& thresholds, controller::AlphaMode alpha_mode, const std::string& reason,
                        std::optional<controller::Mode> mode = std::nullopt);
+  // Sets the run's trigger, window and window thresholds on gacd (admin
+  // rights; the rest of the run's settings are kept). Waits up to 10 s.
+  base::Status SetTrigger(const controller::TriggerSettings& trigger, controller::AlphaMode alpha_mode,
+                          const std::string& reason);
   // The former name, which also switched the run to remote mode: the same as
   // SetThresholds(thresholds, alpha_mode, reason, Mode::kRemote).
   [[deprecated("use SetThresholds (which keeps the run's mode unless asked)")]]

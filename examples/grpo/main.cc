@@ -235,10 +235,6 @@ Flags Parse(int argc, char** argv) {
     Usage("--heads must divide --width");
   }
   if (f.mode == gac::agent::Mode::kRemote && f.gacd.empty()) Usage("--agent remote needs --gacd");
-  if (f.window_trigger && f.mode == gac::agent::Mode::kRemote) {
-    Usage("--trigger window decides in-process (gacd decides remote runs with its own settings): use --agent local "
-          "or monitor (telemetry still goes to --gacd)");
-  }
 #ifndef GAC_GRPO_WITH_GACD
   if (!f.gacd.empty()) Usage("--gacd: this build has no gRPC parts (configure with GAC_WITH_SERVER=ON)");
 #endif
@@ -353,6 +349,14 @@ int main(int argc, char** argv) {
                                                     gac::controller::Mode::kRemote);
     if (!st.ok()) {
       std::fprintf(stderr, "%s\n", st.ToString().c_str());
+      return 1;
+    }
+    // The trigger too: with --trigger window gacd decides on m_t, with the
+    // same thresholds applied to |m_t| (and per step otherwise).
+    const gac::base::Status tr = (*remote)->SetTrigger(options.trigger, flags.alpha_mode,
+                                                       "gac_grpo: the trigger of this run");
+    if (!tr.ok()) {
+      std::fprintf(stderr, "%s\n", tr.ToString().c_str());
       return 1;
     }
     options.decision_source = std::move(*remote);

@@ -493,6 +493,39 @@ TEST(Telemetry, OneNameForSeveralReplicas) {
 }
 
 
+// A replica that goes silent (SIGSTOP: its connection stays open, nothing
+// answers, as behind a partition that drops packets) is left after
+// ack_timeout: the sender moves to the other replica and resends there.
+TEST(Telemetry, SilentReplicaIsLeftAfterTheAckTimeout) {
+  ScratchDir dir_a, dir_b;
+  Gacd a(dir_a), b(dir_b);
+  ASSERT_TRUE(a.Start());
+  ASSERT_TRUE(b.Start());
+  TelemetryOptions o = Options(a.address() + "," + b.address(), dir_a);
+  o.ack_timeout = 300ms;
+  auto t = Telemetry::Start(o);
+  ASSERT_TRUE(t.ok());
+  for (int s = 0; s < 100; ++s) ASSERT_TRUE((*t)->Enqueue(MakeStep("exp-silent", s)));
+  ASSERT_TRUE((*t)->Flush(30s)) << (*t)->last_error();
+  ASSERT_EQ((*t)->address(), a.address());
+  ASSERT_EQ(kill(a.process().pid(), SIGSTOP), 0);
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int s = 100; s < 200; ++s) ASSERT_TRUE((*t)->Enqueue(MakeStep("exp-silent", s)));
+  const bool flushed = (*t)->Flush(30s);
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const std::string error = (*t)->last_error();
+  ASSERT_EQ(kill(a.process().pid(), SIGCONT), 0);
+  ASSERT_TRUE(flushed) << error;
+  std::printf("moved to the other replica and delivered %.2f s after the first went silent\n", took);
+  EXPECT_LT(took, 10.0);
+  EXPECT_EQ((*t)->address(), b.address());
+  EXPECT_NE(error.find("no acknowledgement from " + a.address()), std::string::npos) << error;
+  std::set<std::int64_t> all;
+  for (std::int64_t s : a.Steps("exp-silent")) all.insert(s);
+  for (std::int64_t s : b.Steps("exp-silent")) all.insert(s);
+  EXPECT_EQ(all.size(), 200u);
+}
+
 // The spool's directory on a tmpfs of `bytes`, unmounted (lazily) when it goes
 // out of scope. Mounting needs root (CAP_SYS_ADMIN); ok() says whether it
 // worked and why not.

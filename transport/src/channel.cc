@@ -13,8 +13,9 @@ std::shared_ptr<grpc::Channel> MakeGacdChannel(const std::string& address, const
 }
 
 std::shared_ptr<grpc::Channel> MakeGacdChannel(const std::string& address, const ChannelTls& tls,
-                                               std::chrono::milliseconds max_backoff) {
+                                               std::chrono::milliseconds max_backoff, bool own_connection) {
   grpc::ChannelArguments args;
+  if (own_connection) args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, static_cast<int>(std::max<std::int64_t>(max_backoff.count(), 100)));

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <deque>
+#include <optional>
 #include <random>
 #include <string>
 #include <thread>
@@ -58,6 +59,12 @@ struct Telemetry::Impl {
   std::string last_error GAC_GUARDED_BY(mu);
   std::unique_ptr<grpc::ClientContext> ctx GAC_GUARDED_BY(mu);  // for TryCancel from Close
   std::string connected_address GAC_GUARDED_BY(mu);  // of the open stream; "" = none
+  // Since when written batches have waited for an acknowledgement on the
+  // open stream (reset by every acknowledgement); nullopt when none waits.
+  std::optional<Clock::time_point> waiting_since GAC_GUARDED_BY(mu);
+  bool stalled GAC_GUARDED_BY(mu) = false;  // the watchdog cancelled the open stream
+  base::CondVar watch;                      // the watchdog waits here
+  std::thread watchdog;
 
   std::thread sender;
   std::uint64_t next_seq = 1;          // sender thread only
@@ -78,6 +85,13 @@ struct Telemetry::Impl {
   void Disconnect(std::unique_ptr<grpc::ClientReaderWriter<v1::IngestRequest, v1::IngestAck>>& stream,
                   std::thread& reader);
   void ReadAcks(grpc::ClientReaderWriter<v1::IngestRequest, v1::IngestAck>* stream);
+  // Cancels the open stream when its batches wait longer than ack_timeout.
+  void Watch();
+  // Marks written batches as waiting (from now, unless they already were).
+  void Written() {
+    base::MutexLock lock(&mu);
+    if (!waiting_since) waiting_since = Clock::now();
+  }
   void Acknowledge(std::uint64_t seq);
   // Numbers a batch (next_seq) and stamps the sender's counters on it.
   std::shared_ptr<v1::IngestRequest> MakeBatch(std::vector<v1::StepRecord>&& records);
@@ -102,6 +116,23 @@ void Telemetry::Impl::ReadAcks(grpc::ClientReaderWriter<v1::IngestRequest, v1::I
   wake.SignalAll();
 }
 
+void Telemetry::Impl::Watch() {
+  base::MutexLock lock(&mu);
+  const auto period = std::max(std::chrono::milliseconds(10), options.ack_timeout / 4);
+  while (!stopping) {
+    watch.WaitUntil(&mu, Clock::now() + period);
+    if (stopping || !ctx || reader_done || stalled || !waiting_since) continue;
+    const auto waited = Clock::now() - *waiting_since;
+    if (waited < options.ack_timeout) continue;
+    stalled = true;
+    broken = true;
+    last_error = "DEADLINE_EXCEEDED: no acknowledgement from " + connected_address + " for " +
+                 std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(waited).count()) + " ms";
+    ctx->TryCancel();  // also ends a Write blocked on the silent connection
+    wake.SignalAll();
+  }
+}
+
 void Telemetry::Impl::Acknowledge(std::uint64_t seq) {
   {
     base::MutexLock lock(&mu);
@@ -110,6 +141,11 @@ void Telemetry::Impl::Acknowledge(std::uint64_t seq) {
       counters.records_acknowledged += n;
       pending_records -= n;
       pending.pop_front();
+    }
+    if (pending.empty()) {
+      waiting_since.reset();
+    } else {
+      waiting_since = Clock::now();  // progress: the rest wait from now
     }
   }
   progress.SignalAll();
@@ -144,6 +180,8 @@ bool Telemetry::Impl::Connect(std::unique_ptr<grpc::ClientReaderWriter<v1::Inges
     ctx = std::move(context);
     broken = false;
     reader_done = false;
+    stalled = false;
+    waiting_since.reset();
     connected_address = addresses[current];
   }
   stream = stubs[current]->Ingest(raw);
@@ -155,6 +193,7 @@ bool Telemetry::Impl::Connect(std::unique_ptr<grpc::ClientReaderWriter<v1::Inges
     resend.assign(pending.begin(), pending.end());
   }
   for (const Pending& p : resend) {
+    Written();
     if (!stream->Write(*p.batch)) return false;
     base::MutexLock lock(&mu);
     if (p.sent) {
@@ -182,6 +221,21 @@ void Telemetry::Impl::Disconnect(
   if (reader.joinable()) reader.join();
   const grpc::Status st = stream->Finish();
   stream.reset();
+  bool was_stalled = false;
+  {
+    base::MutexLock lock(&mu);
+    was_stalled = stalled;
+    stalled = false;
+    waiting_since.reset();
+  }
+  if (was_stalled) {
+    // The connection went silent; TCP may hold on to it for minutes. The
+    // next stream to this address goes over a new one.
+    channels[current] = MakeGacdChannel(
+        addresses[current], ChannelTls{options.tls_root_certs, options.tls_cert_chain, options.tls_private_key},
+        options.backoff_max, /*own_connection=*/true);
+    stubs[current] = v1::IngestService::NewStub(channels[current]);
+  }
   base::MutexLock lock(&mu);
   ctx.reset();
   connected_address.clear();
@@ -302,6 +356,7 @@ void Telemetry::Impl::Run() {
         counters.records_sent += static_cast<std::uint64_t>(batch->records_size());
         pending.back().sent = true;
       }
+      Written();
       if (stream->Write(*batch)) {
         backoff = options.backoff_initial;
         failures_in_a_row = 0;
@@ -424,6 +479,7 @@ base::StatusOr<std::unique_ptr<Telemetry>> Telemetry::Start(const TelemetryOptio
   if (options.queue_capacity == 0 || options.max_batch_records == 0 || options.max_unacknowledged_batches == 0) {
     return base::Status::InvalidArgument("telemetry queue_capacity, max_batch_records and max_unacknowledged_batches must be > 0");
   }
+  if (options.ack_timeout.count() <= 0) return base::Status::InvalidArgument("telemetry ack_timeout must be > 0");
   if (options.max_batch_records > proto::kMaxRecordsPerBatch) {
     return base::Status::InvalidArgument("max_batch_records above gacd's limit of " + std::to_string(proto::kMaxRecordsPerBatch));
   }
@@ -458,11 +514,12 @@ base::StatusOr<std::unique_ptr<Telemetry>> Telemetry::Start(const TelemetryOptio
   for (const std::string& address : impl->addresses) {
     impl->channels.push_back(MakeGacdChannel(
         address, ChannelTls{options.tls_root_certs, options.tls_cert_chain, options.tls_private_key},
-        options.backoff_max));
+        options.backoff_max, /*own_connection=*/true));
     impl->stubs.push_back(v1::IngestService::NewStub(impl->channels.back()));
   }
   Impl* raw = impl.get();
   impl->sender = std::thread([raw] { raw->Run(); });
+  impl->watchdog = std::thread([raw] { raw->Watch(); });
   return std::unique_ptr<Telemetry>(new Telemetry(std::move(impl)));
 }
 
@@ -504,7 +561,9 @@ void Telemetry::Close(std::chrono::milliseconds timeout) {
     if (s.ctx) s.ctx->TryCancel();  // unblocks a Write stuck on a stalled gacd
   }
   s.wake.SignalAll();
+  s.watch.SignalAll();
   s.sender.join();
+  s.watchdog.join();
 }
 
 TelemetryCounters Telemetry::counters() const {

@@ -41,6 +41,10 @@
 // discards cannot be exported (no batch is sent after it); it is in
 // counters() and last_error().
 //
+// Silent faults: a stream whose batches wait longer than ack_timeout for an
+// acknowledgement is cancelled by a watchdog thread (also when the sender
+// is blocked writing to it) and the sender moves on, as after a failure.
+//
 // Several gacd replicas sharing one store: `address` lists them
 // ("gacd-0:7070,gacd-1:7070") or names one DNS name that resolves to them.
 // The sender streams to one replica; when its stream or connection fails it
@@ -84,6 +88,13 @@ struct TelemetryOptions {
   std::size_t max_unacknowledged_batches = 4096;  // in memory, per connection window
   std::chrono::milliseconds backoff_initial{100};
   std::chrono::milliseconds backoff_max{5000};
+  // A stream with batches written and no acknowledgement for this long is
+  // taken as broken: a silent partition (packets dropped, no reset), lost
+  // acknowledgements, or a gacd that cannot store (e.g. cut from its
+  // PostgreSQL). It is cancelled, the sender moves to the next address, and
+  // that address's next stream goes over a new connection. A gacd that is
+  // only slow gets its batches again (it stores each step once).
+  std::chrono::milliseconds ack_timeout{15000};
 };
 
 struct TelemetryCounters {

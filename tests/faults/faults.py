@@ -343,6 +343,7 @@ class Runner:
                  rate: float, ack_timeout_ms: Optional[int]) -> None:
         self.lab, self.pg, self.gacd, self.trainer = lab, pg, gacd, trainer
         self.ack_timeout_ms = ack_timeout_ms
+        self.enqueue_bounds = True
         self.pre, self.fault, self.post, self.rate = pre, fault, post, rate
         self.tokens = os.path.join(lab.work, "tokens")
         with open(self.tokens, "w") as f:
@@ -478,9 +479,9 @@ class Runner:
         r.p99_no_decide_us = quantile([ns for i, (t, ns) in enumerate(zip(d["enqueue_t"], d["enqueue_ns"]))
                                        if fault_ns <= t <= heal_ns and i % DECIDE_EVERY], 0.99) / 1e3
         r.max_us = max(during, default=0) / 1e3
-        if r.p99_us > ENQUEUE_P99_BOUND_US:
+        if self.enqueue_bounds and r.p99_us > ENQUEUE_P99_BOUND_US:
             fail(f"Enqueue p99 {r.p99_us:.1f} us during the fault")
-        if r.max_us > ENQUEUE_MAX_BOUND_MS * 1e3:
+        if self.enqueue_bounds and r.max_us > ENQUEUE_MAX_BOUND_MS * 1e3:
             fail(f"an Enqueue took {r.max_us / 1e3:.1f} ms during the fault")
         decides = [(ns, ok) for t, ns, ok in zip(d["decide_t"], d["decide_ns"], d["decide_ok"])
                    if fault_ns <= t <= heal_ns]
@@ -537,6 +538,8 @@ def main() -> int:
     ap.add_argument("--fault-seconds", type=float, help="how long each fault lasts")
     ap.add_argument("--ack-timeout-ms", type=int, help="the agent's ack_timeout (short form: 1000; else its default)")
     ap.add_argument("--report", help="write the table here (Markdown)")
+    ap.add_argument("--no-enqueue-bounds", action="store_true",
+                    help="report Enqueue's figures without checking them (sanitizer builds)")
     ap.add_argument("--keep", action="store_true", help="keep the work directory (logs, trainer output)")
     args = ap.parse_args()
     reason = why_not()
@@ -572,6 +575,7 @@ def main() -> int:
         pg = Postgres(lab)
         pg.start()
         runner = Runner(lab, pg, args.gacd, args.trainer, pre, fault, post, rate, ack_timeout_ms)
+        runner.enqueue_bounds = not args.no_enqueue_bounds
         for case in cases:
             log(f"faults: {case.name}: {case.title}, {fault:.0f} s")
             try:

@@ -21,6 +21,16 @@
 #include "gac/transport/telemetry.h"
 #include "tests/common/test_util.h"
 
+// clang spells "built with AddressSanitizer" as a feature, GCC as a macro.
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define GAC_TEST_HAS_ASAN 1
+#endif
+#endif
+#ifndef GAC_TEST_HAS_ASAN
+#define GAC_TEST_HAS_ASAN 0
+#endif
+
 namespace gac::transport {
 namespace {
 
@@ -681,7 +691,10 @@ TEST(SpoolDiskFull, RefusalsAreCountedExportedAndEnqueueStaysFast) {
               static_cast<double>(p50) / 1e3, static_cast<double>(p99) / 1e3, static_cast<double>(worst) / 1e3,
               kTimed);
   // The target is 5 µs; the bound here leaves room for a loaded CI machine.
+  // Under AddressSanitizer the time says nothing about Release.
+#if !defined(__SANITIZE_ADDRESS__) && !GAC_TEST_HAS_ASAN
   EXPECT_LT(p99, 50000) << "Enqueue slowed down with the spool full";
+#endif
   const TelemetryCounters c = (*t)->counters();
   EXPECT_EQ(c.dropped_queue_full, refused.size());
   EXPECT_GT(c.dropped_queue_full, 0u);

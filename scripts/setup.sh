@@ -16,6 +16,9 @@ packages=(
   # The PostgreSQL store (libpq) and the PostgreSQL 15 server its tests start.
   libpq-dev postgresql
   libgtest-dev libgmock-dev
+  # The network fault suite (tests/faults): nft for DROP rules, tc for
+  # shaping the links of its namespaces.
+  nftables iproute2
   # The checking builds (scripts/sanitize.sh, scripts/fuzz.sh): clang with its
   # sanitizer and libFuzzer runtimes, llvm-symbolizer for readable reports.
   clang-14 libclang-rt-14-dev llvm-14

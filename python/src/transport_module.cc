@@ -178,7 +178,8 @@ py::dict CountersDict(const TelemetryCounters& c) {
                   "records_sent"_a = c.records_sent, "records_acknowledged"_a = c.records_acknowledged,
                   "records_spooled"_a = c.records_spooled, "batches_replayed"_a = c.batches_replayed,
                   "records_replayed"_a = c.records_replayed, "records_rejected"_a = c.records_rejected,
-                  "spool_errors"_a = c.spool_errors, "reconnects"_a = c.reconnects, "failovers"_a = c.failovers,
+                  "spool_errors"_a = c.spool_errors, "dropped_at_close"_a = c.dropped_at_close,
+                  "reconnects"_a = c.reconnects, "failovers"_a = c.failovers,
                   "queue_depth"_a = c.queue_depth,
                   "unacknowledged"_a = c.unacknowledged);
 }
@@ -197,6 +198,9 @@ void BindTelemetry(py::module_& m) {
       .def_readonly("records_rejected", &TelemetryCounters::records_rejected,
                     "Records gacd refused as invalid (dropped; see last_error).")
       .def_readonly("spool_errors", &TelemetryCounters::spool_errors)
+      .def_readonly("dropped_at_close", &TelemetryCounters::dropped_at_close,
+                    "Records close() discarded: neither acknowledged nor spooled (the spool was full, or\n"
+                    "there was none). With dropped_queue_full, every record not kept; see last_error.")
       .def_readonly("reconnects", &TelemetryCounters::reconnects)
       .def_readonly("failovers", &TelemetryCounters::failovers,
                     "Moves to the next gacd of an address list after a failure.")
@@ -208,6 +212,7 @@ void BindTelemetry(py::module_& m) {
         return "TelemetryCounters(enqueued=" + std::to_string(c.enqueued) +
                ", acknowledged=" + std::to_string(c.records_acknowledged) +
                ", dropped=" + std::to_string(c.dropped_queue_full) + ", rejected=" + std::to_string(c.records_rejected) +
+               ", dropped_at_close=" + std::to_string(c.dropped_at_close) +
                ", reconnects=" + std::to_string(c.reconnects) + ")";
       });
 
@@ -243,11 +248,14 @@ void BindTelemetry(py::module_& m) {
            "Waits up to `timeout` seconds until everything sent so far is acknowledged; False on timeout.")
       .def("close", &PyTelemetry::Close, "timeout"_a = 10.0,
            "Flushes for up to `timeout` seconds and stops the sender; what is not acknowledged stays in the\n"
-           "spool for the next process. Idempotent.")
+           "spool for the next process, as far as the spool has room; the rest is discarded and counted in\n"
+           "counters.dropped_at_close (and said in last_error). Idempotent.")
       .def_property_readonly("counters", &PyTelemetry::counters)
       .def_property_readonly("recovery", &PyTelemetry::recovery, py::return_value_policy::copy)
       .def_property_readonly("last_error", &PyTelemetry::last_error,
-                             "The last stream error ('' if none), e.g. 'UNAVAILABLE: connection refused'.")
+                             "The last stream error ('' if none), e.g. 'UNAVAILABLE: connection refused', after\n"
+                             "what was lost so far if anything ('Enqueue refused N records (queue full ...; spool\n"
+                             "full: ...)', 'Close discarded M records ...').")
       .def_property_readonly("address", &PyTelemetry::address,
                              "The gacd address the open stream goes to ('' when none).")
       .def_property_readonly("closed", &PyTelemetry::closed)

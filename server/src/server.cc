@@ -145,6 +145,12 @@ struct GacServer::Impl {
     // without, under 1.5 MiB. 64 KiB per round trip still carries far more
     // than a trainer's telemetry on one stream.
     builder.AddChannelArgument(GRPC_ARG_HTTP2_BDP_PROBE, 0);
+    // Agents ping every 10 s (transport/src/channel.cc) to find a connection
+    // that went silent (a partition that drops packets); gRPC's server
+    // default would answer pings more often than every 5 minutes without
+    // data with GOAWAY. Allowed down to 5 s, also without calls.
+    builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 5000);
+    builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
     builder.RegisterService(ingest.get());
     builder.RegisterService(control.get());
     builder.RegisterService(admin.get());

@@ -7,7 +7,10 @@ and counted."""
 from __future__ import annotations
 
 import math
+import os
 import socket
+import subprocess
+import time
 from pathlib import Path
 from typing import Dict, List, Tuple
 
@@ -126,6 +129,44 @@ def test_gacd_killed_and_restarted_mid_run_loses_nothing(gacd: Gacd, tmp_path: P
     stored = by_step(gacd.steps("py-kill"))
     assert sorted(stored) == list(range(1, 351))
     assert all(trainer_scalars(r) == {"reward": float(s)} for s, r in stored.items() if s <= 300)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mounting the tiny filesystem for the spool needs root")
+def test_spool_disk_full_loses_nothing_uncounted(gacd: Gacd, tmp_path: Path) -> None:
+    """gacd down, the spool on a 256 KiB filesystem, 30,000 steps, close():
+    the spool keeps the oldest records, close() counts what it discards and
+    says why, and the next process stores exactly what was spooled."""
+    spool = tmp_path / "spool"
+    spool.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(spool)], check=True)
+    try:
+        trainer = Trainer(2)
+        agent = gac.Agent()
+        reports = []
+        for step in range(30000):
+            if step < 2:  # two steps of gradients; the records differ by their step
+                trainer.backward(step)
+            reports.append(agent.step(step, trainer.params))
+        gacd.kill()
+        t = gac.Telemetry(gacd.address, "py-diskfull", spool_dir=spool)
+        for r in reports:
+            assert t.send(r)
+        time.sleep(1.0)  # the sender fills the spool
+        t.close(0.2)
+        c = t.counters
+        assert c.enqueued == 30000 and c.dropped_queue_full == 0
+        assert 0 < c.records_spooled < 30000
+        assert c.records_spooled + c.dropped_at_close == 30000, c.to_dict()
+        assert c.queue_depth == 0
+        assert f"Close discarded {c.dropped_at_close} records" in t.last_error, t.last_error
+        assert "No space left on device" in t.last_error, t.last_error
+        assert c.to_dict()["dropped_at_close"] == c.dropped_at_close
+        gacd.start()
+        with gac.Telemetry(gacd.address, "py-diskfull", spool_dir=spool) as t2:
+            assert t2.flush(60), t2.last_error
+        assert sorted(by_step(gacd.steps("py-diskfull"))) == list(range(c.records_spooled))
+    finally:
+        subprocess.run(["umount", "-l", str(spool)], check=False)
 
 
 def remote_agent(gacd: Gacd, run: str, deadline: float = 5.0) -> Tuple[gac.Agent, gac.RemoteController]:

@@ -226,6 +226,13 @@ base::Status Spool::Append(std::uint64_t seq, std::string_view payload) {
       }
       close(fd_);
       fd_ = -1;
+      if (!segments_.back().has_entries) {
+        // A segment opened for this entry alone: no empty files pile up while
+        // the disk stays full, and none stands before acknowledged segments
+        // that DropAcknowledgedSegments must delete to free the disk.
+        unlink(segments_.back().path.c_str());
+        segments_.pop_back();
+      }
       return err;
     }
     off += static_cast<std::size_t>(n);
@@ -248,7 +255,7 @@ void Spool::DropAcknowledgedSegments() {
   while (!segments_.empty()) {
     Segment& seg = segments_.front();
     const bool open_for_append = fd_ >= 0 && segments_.size() == 1;
-    if (!seg.has_entries || seg.last_seq > acked_) break;
+    if (seg.has_entries ? seg.last_seq > acked_ : open_for_append) break;
     if (open_for_append) {
       close(fd_);
       fd_ = -1;
@@ -262,16 +269,26 @@ void Spool::DropAcknowledgedSegments() {
 base::Status Spool::Acknowledge(std::uint64_t seq) {
   if (seq <= acked_) return base::Status::Ok();
   acked_ = seq;
+  // Segments first: on a full disk, ACKED can be written only once they are
+  // gone. Deleting acknowledged entries before ACKED says so is safe: a
+  // crash in between leaves an older ACKED, which at worst replays entries
+  // gacd already stored (it ignores them as duplicates).
+  DropAcknowledgedSegments();
   const std::string tmp = options_.dir + "/ACKED.tmp";
   {
     std::ofstream out(tmp, std::ios::trunc);
     out << acked_ << "\n";
-    if (!out) return base::ErrnoToStatus(errno, "cannot write '" + tmp + "'");
+    out.flush();
+    if (!out) {
+      const int err = errno;
+      out.close();
+      unlink(tmp.c_str());
+      return base::ErrnoToStatus(err, "cannot write '" + tmp + "'");
+    }
   }
   if (std::rename(tmp.c_str(), (options_.dir + "/ACKED").c_str()) != 0) {
     return base::ErrnoToStatus(errno, "cannot replace '" + options_.dir + "/ACKED'");
   }
-  DropAcknowledgedSegments();
   return base::Status::Ok();
 }
 

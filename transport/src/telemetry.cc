@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <deque>
+#include <optional>
 #include <random>
 #include <string>
 #include <thread>
@@ -22,8 +23,13 @@ using Clock = std::chrono::steady_clock;
 struct Pending {
   std::uint64_t seq = 0;
   std::shared_ptr<v1::IngestRequest> batch;
-  bool sent = false;  // written to some stream before
+  bool sent = false;     // written to some stream before
+  bool spooled = false;  // on disk: survives Close and the process
 };
+
+// How often a batch the spool refused is tried again when no
+// acknowledgement frees room first (the disk may be freed by others).
+constexpr std::chrono::milliseconds kSpoolRetry{250};
 
 }  // namespace
 
@@ -53,10 +59,25 @@ struct Telemetry::Impl {
   std::string last_error GAC_GUARDED_BY(mu);
   std::unique_ptr<grpc::ClientContext> ctx GAC_GUARDED_BY(mu);  // for TryCancel from Close
   std::string connected_address GAC_GUARDED_BY(mu);  // of the open stream; "" = none
+  // Since when written batches have waited for an acknowledgement on the
+  // open stream (reset by every acknowledgement); nullopt when none waits.
+  std::optional<Clock::time_point> waiting_since GAC_GUARDED_BY(mu);
+  bool stalled GAC_GUARDED_BY(mu) = false;  // the watchdog cancelled the open stream
+  base::CondVar watch;                      // the watchdog waits here
+  std::thread watchdog;
 
   std::thread sender;
   std::uint64_t next_seq = 1;          // sender thread only
   std::uint64_t recovered_records = 0;  // left in the spool by a previous process
+  // A batch the spool refused (its bound or its disk full), numbered
+  // next_seq; retried before any other record is taken. Sender thread only.
+  std::shared_ptr<v1::IngestRequest> held;
+  Clock::time_point held_retry_at;      // sender thread only
+  bool spool_room GAC_GUARDED_BY(mu) = false;  // an acknowledgement may have freed room
+  std::string spool_full_reason GAC_GUARDED_BY(mu);  // why the spool refused `held`
+  // What Close discarded and why ("" = nothing). With the refusals, it
+  // leads last_error(), so a later stream error never hides a loss.
+  std::string discarded_note GAC_GUARDED_BY(mu);
 
   void Run();
   bool Connect(std::unique_ptr<grpc::ClientReaderWriter<v1::IngestRequest, v1::IngestAck>>& stream,
@@ -64,10 +85,24 @@ struct Telemetry::Impl {
   void Disconnect(std::unique_ptr<grpc::ClientReaderWriter<v1::IngestRequest, v1::IngestAck>>& stream,
                   std::thread& reader);
   void ReadAcks(grpc::ClientReaderWriter<v1::IngestRequest, v1::IngestAck>* stream);
+  // Cancels the open stream when its batches wait longer than ack_timeout.
+  void Watch();
+  // Marks written batches as waiting (from now, unless they already were).
+  void Written() {
+    base::MutexLock lock(&mu);
+    if (!waiting_since) waiting_since = Clock::now();
+  }
   void Acknowledge(std::uint64_t seq);
-  // Numbers, spools and queues a batch as pending; null when the spool is
-  // full (the records are back in the queue).
+  // Numbers a batch (next_seq) and stamps the sender's counters on it.
   std::shared_ptr<v1::IngestRequest> MakeBatch(std::vector<v1::StepRecord>&& records);
+  // Spools the batch and queues it as pending; false, with nothing changed,
+  // when the spool has no room for it (its bound or its disk full).
+  bool Keep(const std::shared_ptr<v1::IngestRequest>& batch);
+  // What was lost so far, and why ("" = nothing). REQUIRES: mu held.
+  std::string Losses() const GAC_REQUIRES(mu);
+  // Counts, and reports, what Close leaves neither acknowledged nor
+  // spooled: the queue, the held batch, pending batches not on disk.
+  void CountDiscardedAtClose();
 
   bool reader_done GAC_GUARDED_BY(mu) = false;  // the current stream's reader saw its end
 };
@@ -81,6 +116,23 @@ void Telemetry::Impl::ReadAcks(grpc::ClientReaderWriter<v1::IngestRequest, v1::I
   wake.SignalAll();
 }
 
+void Telemetry::Impl::Watch() {
+  base::MutexLock lock(&mu);
+  const auto period = std::max(std::chrono::milliseconds(10), options.ack_timeout / 4);
+  while (!stopping) {
+    watch.WaitUntil(&mu, Clock::now() + period);
+    if (stopping || !ctx || reader_done || stalled || !waiting_since) continue;
+    const auto waited = Clock::now() - *waiting_since;
+    if (waited < options.ack_timeout) continue;
+    stalled = true;
+    broken = true;
+    last_error = "DEADLINE_EXCEEDED: no acknowledgement from " + connected_address + " for " +
+                 std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(waited).count()) + " ms";
+    ctx->TryCancel();  // also ends a Write blocked on the silent connection
+    wake.SignalAll();
+  }
+}
+
 void Telemetry::Impl::Acknowledge(std::uint64_t seq) {
   {
     base::MutexLock lock(&mu);
@@ -90,9 +142,13 @@ void Telemetry::Impl::Acknowledge(std::uint64_t seq) {
       pending_records -= n;
       pending.pop_front();
     }
+    if (pending.empty()) {
+      waiting_since.reset();
+    } else {
+      waiting_since = Clock::now();  // progress: the rest wait from now
+    }
   }
   progress.SignalAll();
-  wake.SignalAll();  // room in the window
   if (spool) {
     base::MutexLock lock(&spool_mu);
     if (!spool->Acknowledge(seq).ok()) {
@@ -100,6 +156,11 @@ void Telemetry::Impl::Acknowledge(std::uint64_t seq) {
       // gacd ignores them as duplicates.
     }
   }
+  {
+    base::MutexLock lock(&mu);
+    spool_room = true;
+  }
+  wake.SignalAll();  // room in the window and perhaps in the spool
 }
 
 bool Telemetry::Impl::Connect(std::unique_ptr<grpc::ClientReaderWriter<v1::IngestRequest, v1::IngestAck>>& stream,
@@ -119,6 +180,8 @@ bool Telemetry::Impl::Connect(std::unique_ptr<grpc::ClientReaderWriter<v1::Inges
     ctx = std::move(context);
     broken = false;
     reader_done = false;
+    stalled = false;
+    waiting_since.reset();
     connected_address = addresses[current];
   }
   stream = stubs[current]->Ingest(raw);
@@ -130,6 +193,7 @@ bool Telemetry::Impl::Connect(std::unique_ptr<grpc::ClientReaderWriter<v1::Inges
     resend.assign(pending.begin(), pending.end());
   }
   for (const Pending& p : resend) {
+    Written();
     if (!stream->Write(*p.batch)) return false;
     base::MutexLock lock(&mu);
     if (p.sent) {
@@ -157,6 +221,21 @@ void Telemetry::Impl::Disconnect(
   if (reader.joinable()) reader.join();
   const grpc::Status st = stream->Finish();
   stream.reset();
+  bool was_stalled = false;
+  {
+    base::MutexLock lock(&mu);
+    was_stalled = stalled;
+    stalled = false;
+    waiting_since.reset();
+  }
+  if (was_stalled) {
+    // The connection went silent; TCP may hold on to it for minutes. The
+    // next stream to this address goes over a new one.
+    channels[current] = MakeGacdChannel(
+        addresses[current], ChannelTls{options.tls_root_certs, options.tls_cert_chain, options.tls_private_key},
+        options.backoff_max, /*own_connection=*/true);
+    stubs[current] = v1::IngestService::NewStub(channels[current]);
+  }
   base::MutexLock lock(&mu);
   ctx.reset();
   connected_address.clear();
@@ -216,6 +295,7 @@ void Telemetry::Impl::Run() {
     // the in-memory window) and are sent on the next connection.
     std::vector<v1::StepRecord> records;
     bool lost_stream = false;
+    bool retry_held = false;
     {
       base::MutexLock lock(&mu);
       auto timeout = options.flush_interval;
@@ -223,14 +303,22 @@ void Telemetry::Impl::Run() {
         timeout = std::min(timeout, std::chrono::duration_cast<std::chrono::milliseconds>(next_attempt - Clock::now()) +
                                         std::chrono::milliseconds(1));
       }
-      const auto deadline = Clock::now() + std::max(timeout, std::chrono::milliseconds(1));
-      while (!(stopping || (connected && broken) ||
-               (pending.size() < options.max_unacknowledged_batches && queue.size() >= options.max_batch_records)) &&
+      auto deadline = Clock::now() + std::max(timeout, std::chrono::milliseconds(1));
+      // While the spool refuses the held batch, nothing else is taken: the
+      // sender waits for an acknowledgement or the retry time, and the
+      // training threads' Enqueue never meets a sender spinning on the lock.
+      if (held != nullptr) deadline = std::min(deadline, held_retry_at);
+      while (!(stopping || (connected && broken) || (held != nullptr && spool_room) ||
+               (held == nullptr && pending.size() < options.max_unacknowledged_batches &&
+                queue.size() >= options.max_batch_records)) &&
              wake.WaitUntil(&mu, deadline)) {
       }
       if (stopping) break;
       lost_stream = connected && broken;
-      if (!lost_stream && pending.size() < options.max_unacknowledged_batches) {
+      if (!lost_stream && held != nullptr) {
+        retry_held = spool_room || Clock::now() >= held_retry_at;
+        spool_room = false;
+      } else if (!lost_stream && pending.size() < options.max_unacknowledged_batches) {
         const std::size_t n = std::min(queue.size(), options.max_batch_records);
         records.reserve(n);
         for (std::size_t i = 0; i < n; ++i) {
@@ -247,15 +335,28 @@ void Telemetry::Impl::Run() {
       ++counters.reconnects;
       continue;
     }
-    if (records.empty()) continue;
-    std::shared_ptr<v1::IngestRequest> batch = MakeBatch(std::move(records));
-    if (batch == nullptr) continue;  // spool full: records went back to the queue
+    std::shared_ptr<v1::IngestRequest> batch;
+    if (retry_held) {
+      batch = std::move(held);
+    } else if (!records.empty()) {
+      batch = MakeBatch(std::move(records));
+    } else {
+      continue;
+    }
+    if (!Keep(batch)) {
+      // Keep the oldest: the batch waits for room and the queue behind it
+      // fills; Enqueue then refuses new records and counts them.
+      held = std::move(batch);
+      held_retry_at = Clock::now() + kSpoolRetry;
+      continue;
+    }
     if (connected) {
       {
         base::MutexLock lock(&mu);
         counters.records_sent += static_cast<std::uint64_t>(batch->records_size());
         pending.back().sent = true;
       }
+      Written();
       if (stream->Write(*batch)) {
         backoff = options.backoff_initial;
         failures_in_a_row = 0;
@@ -265,8 +366,10 @@ void Telemetry::Impl::Run() {
       }
     }
   }
-  // Stopping: what is still queued goes to the spool for the next process.
-  for (;;) {
+  // Stopping: the held batch, then what is still queued, go to the spool
+  // for the next process, as far as it has room.
+  if (held != nullptr && Keep(held)) held.reset();
+  while (held == nullptr && spool != nullptr) {
     std::vector<v1::StepRecord> records;
     {
       base::MutexLock lock(&mu);
@@ -276,10 +379,41 @@ void Telemetry::Impl::Run() {
         queue.pop_front();
       }
     }
-    if (records.empty() || spool == nullptr) break;
-    if (MakeBatch(std::move(records)) == nullptr) break;
+    if (records.empty()) break;
+    std::shared_ptr<v1::IngestRequest> batch = MakeBatch(std::move(records));
+    if (!Keep(batch)) held = std::move(batch);
   }
   Disconnect(stream, reader);
+  CountDiscardedAtClose();
+}
+
+std::string Telemetry::Impl::Losses() const {
+  std::string out;
+  if (counters.dropped_queue_full > 0) {
+    out = "Enqueue refused " + std::to_string(counters.dropped_queue_full) + " records (queue full, capacity " +
+          std::to_string(options.queue_capacity) + " records)";
+    if (!spool_full_reason.empty()) out += "; spool full: " + spool_full_reason;
+  }
+  if (!discarded_note.empty()) out += (out.empty() ? "" : "; ") + discarded_note;
+  return out;
+}
+
+void Telemetry::Impl::CountDiscardedAtClose() {
+  base::MutexLock lock(&mu);
+  std::uint64_t queued = queue.size(), unspooled = 0;
+  queue.clear();
+  if (held != nullptr) queued += static_cast<std::uint64_t>(held->records_size());
+  held.reset();
+  for (const Pending& p : pending) {
+    if (!p.spooled) unspooled += static_cast<std::uint64_t>(p.batch->records_size());
+  }
+  if (queued + unspooled == 0) return;
+  counters.dropped_at_close += queued + unspooled;
+  discarded_note = "Close discarded " + std::to_string(queued + unspooled) +
+                   " records neither acknowledged nor spooled (" + std::to_string(queued) + " not yet spooled, " +
+                   std::to_string(unspooled) + " sent from memory only)";
+  if (!spool_full_reason.empty()) discarded_note += "; spool full: " + spool_full_reason;
+  if (spool == nullptr) discarded_note += "; no spool directory";
 }
 
 std::shared_ptr<v1::IngestRequest> Telemetry::Impl::MakeBatch(std::vector<v1::StepRecord>&& records) {
@@ -294,22 +428,35 @@ std::shared_ptr<v1::IngestRequest> Telemetry::Impl::MakeBatch(std::vector<v1::St
     sc["agent_records_sent"] = static_cast<double>(counters.records_sent);
     sc["agent_records_spooled"] = static_cast<double>(counters.records_spooled);
     sc["agent_records_replayed"] = static_cast<double>(counters.records_replayed);
-    sc["agent_records_dropped"] = static_cast<double>(counters.dropped_queue_full + counters.records_rejected);
+    sc["agent_records_dropped"] =
+        static_cast<double>(counters.dropped_queue_full + counters.records_rejected + counters.dropped_at_close);
     sc["agent_reconnects"] = static_cast<double>(counters.reconnects);
   }
+  return batch;
+}
+
+bool Telemetry::Impl::Keep(const std::shared_ptr<v1::IngestRequest>& batch) {
+  bool spooled = false;
   if (spool) {
     const std::string bytes = batch->SerializeAsString();
     base::MutexLock slock(&spool_mu);
-    base::Status st = spool->Append(next_seq, bytes);
+    base::Status st = spool->Append(batch->sequence(), bytes);
     if (st.code() == base::StatusCode::kResourceExhausted) {
-      // Spool full: give the records back and wait for acknowledgements.
+      // Its bound reached, or its disk full (ENOSPC, EDQUOT): the batch
+      // waits for room.
       base::MutexLock lock(&mu);
-      for (int i = batch->records_size(); i-- > 0;) queue.push_front(std::move(*batch->mutable_records(i)));
-      return nullptr;
+      if (spool_full_reason.empty()) {
+        last_error = "spool full: " + st.message() + "; records wait in the queue (capacity " +
+                     std::to_string(options.queue_capacity) + "), beyond it Enqueue refuses and counts them";
+      }
+      spool_full_reason = st.message();
+      return false;
     }
     base::MutexLock lock(&mu);
+    spool_full_reason.clear();
     if (st.ok()) {
       counters.records_spooled += static_cast<std::uint64_t>(batch->records_size());
+      spooled = true;
     } else {
       ++counters.spool_errors;  // kept in memory: sent, but lost if the process dies first
       last_error = "spool: " + st.ToString();
@@ -317,9 +464,9 @@ std::shared_ptr<v1::IngestRequest> Telemetry::Impl::MakeBatch(std::vector<v1::St
   }
   ++next_seq;
   base::MutexLock lock(&mu);
-  pending.push_back(Pending{batch->sequence(), batch, false});
+  pending.push_back(Pending{batch->sequence(), batch, false, spooled});
   pending_records += static_cast<std::uint64_t>(batch->records_size());
-  return batch;
+  return true;
 }
 
 Telemetry::Telemetry(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -332,6 +479,7 @@ base::StatusOr<std::unique_ptr<Telemetry>> Telemetry::Start(const TelemetryOptio
   if (options.queue_capacity == 0 || options.max_batch_records == 0 || options.max_unacknowledged_batches == 0) {
     return base::Status::InvalidArgument("telemetry queue_capacity, max_batch_records and max_unacknowledged_batches must be > 0");
   }
+  if (options.ack_timeout.count() <= 0) return base::Status::InvalidArgument("telemetry ack_timeout must be > 0");
   if (options.max_batch_records > proto::kMaxRecordsPerBatch) {
     return base::Status::InvalidArgument("max_batch_records above gacd's limit of " + std::to_string(proto::kMaxRecordsPerBatch));
   }
@@ -351,7 +499,7 @@ base::StatusOr<std::unique_ptr<Telemetry>> Telemetry::Start(const TelemetryOptio
       if (!batch->ParseFromString(payload)) return;  // checksummed, so not expected
       batch->set_sequence(seq);
       records += static_cast<std::uint64_t>(batch->records_size());
-      recovered.push_back(Pending{seq, batch, true});
+      recovered.push_back(Pending{seq, batch, true, true});
     }));
     impl->next_seq = spool->last_sequence() + 1;
     impl->recovered_records = records;
@@ -366,11 +514,12 @@ base::StatusOr<std::unique_ptr<Telemetry>> Telemetry::Start(const TelemetryOptio
   for (const std::string& address : impl->addresses) {
     impl->channels.push_back(MakeGacdChannel(
         address, ChannelTls{options.tls_root_certs, options.tls_cert_chain, options.tls_private_key},
-        options.backoff_max));
+        options.backoff_max, /*own_connection=*/true));
     impl->stubs.push_back(v1::IngestService::NewStub(impl->channels.back()));
   }
   Impl* raw = impl.get();
   impl->sender = std::thread([raw] { raw->Run(); });
+  impl->watchdog = std::thread([raw] { raw->Watch(); });
   return std::unique_ptr<Telemetry>(new Telemetry(std::move(impl)));
 }
 
@@ -412,7 +561,9 @@ void Telemetry::Close(std::chrono::milliseconds timeout) {
     if (s.ctx) s.ctx->TryCancel();  // unblocks a Write stuck on a stalled gacd
   }
   s.wake.SignalAll();
+  s.watch.SignalAll();
   s.sender.join();
+  s.watchdog.join();
 }
 
 TelemetryCounters Telemetry::counters() const {
@@ -427,7 +578,10 @@ const SpoolRecovery& Telemetry::recovery() const { return impl_->recovery; }
 
 std::string Telemetry::last_error() const {
   base::MutexLock lock(&impl_->mu);
-  return impl_->last_error;
+  const std::string losses = impl_->Losses();
+  if (losses.empty()) return impl_->last_error;
+  if (impl_->last_error.empty()) return losses;
+  return losses + "; last error: " + impl_->last_error;
 }
 
 std::string Telemetry::address() const {

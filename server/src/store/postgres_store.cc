@@ -547,11 +547,15 @@ class Session {
  private:
   base::Status Connect() {
     // Defaults that the URI may override: a bounded connection wait,
-    // keepalives that notice a vanished server within about a minute, and
-    // gacd's name in pg_stat_activity.
+    // keepalives that notice a vanished server within about a minute when
+    // idle, tcp_user_timeout that gives up on a statement whose packets go
+    // unanswered for 10 s (a partition that drops them: TCP alone would
+    // retransmit for about 15 minutes, and gacd would hold its writer, and
+    // its streams' acknowledgements, that long instead of failing with
+    // UNAVAILABLE), and gacd's name in pg_stat_activity.
     const char* keywords[] = {"connect_timeout", "keepalives_idle", "keepalives_interval", "keepalives_count",
-                              "fallback_application_name", "client_encoding", "dbname", nullptr};
-    const char* values[] = {"10", "30", "10", "3", "gacd", "UTF8", uri_->c_str(), nullptr};
+                              "tcp_user_timeout", "fallback_application_name", "client_encoding", "dbname", nullptr};
+    const char* values[] = {"10", "30", "10", "3", "10000", "gacd", "UTF8", uri_->c_str(), nullptr};
     conn_.reset(PQconnectdbParams(keywords, values, /*expand_dbname=*/1));
     if (conn_ == nullptr) return base::Status::ResourceExhausted(*description_ + ": cannot allocate a connection");
     if (PQstatus(conn_.get()) != CONNECTION_OK) {

@@ -37,9 +37,15 @@ struct ChannelTls {
   std::string cert_chain;
   std::string private_key;
 };
-// As above, with a client certificate when `tls` has one.
+// As above, with a client certificate when `tls` has one. `own_connection`:
+// the channel keeps its connections to itself (gRPC otherwise shares one
+// connection among channels to the same target with the same settings), so
+// a new channel means a new TCP connection: what replaces a connection whose
+// peer went silent (packets dropped), which TCP may take minutes to give up.
+// Such a channel also pings gacd every 10 s and closes a connection whose
+// ping goes unanswered for 5 s.
 std::shared_ptr<grpc::Channel> MakeGacdChannel(const std::string& address, const ChannelTls& tls,
-                                               std::chrono::milliseconds max_backoff);
+                                               std::chrono::milliseconds max_backoff, bool own_connection = false);
 
 // The gacd addresses of a TelemetryOptions or RemoteControllerOptions
 // address: one host:port, or several replicas sharing one store as a

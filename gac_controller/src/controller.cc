@@ -101,7 +101,13 @@ Regime Controller::RegimeForCosine(double cosine) const {
   return Regime::kProject;
 }
 
-Decision Controller::Decide(const AlignmentStats& s) const {
+Decision Controller::Decide(const AlignmentStats& s) const { return DecideWith(s, nullptr); }
+
+Decision Controller::DecideOn(const AlignmentStats& s, std::optional<double> statistic) const {
+  return DecideWith(s, &statistic);
+}
+
+Decision Controller::DecideWith(const AlignmentStats& s, const std::optional<double>* statistic) const {
   Decision d;
   d.grad_norm = std::sqrt(s.grad_sq);
   d.ref_norm = std::sqrt(s.ref_sq);
@@ -120,7 +126,9 @@ Decision Controller::Decide(const AlignmentStats& s) const {
   const double norms = d.grad_norm * d.ref_norm;
   const double c = s.dot / (norms + kCosineEpsilon);
   d.cosine = c;
-  d.regime = RegimeForCosine(c);
+  // What the regime and alpha are decided on: the cosine, or the statistic given.
+  const std::optional<double> on = statistic == nullptr ? std::optional<double>(c) : *statistic;
+  d.regime = on ? RegimeForCosine(*on) : Regime::kSafe;
   if (d.regime == Regime::kSafe) {
     d.cosine_after = c;
     return d;
@@ -129,7 +137,7 @@ Decision Controller::Decide(const AlignmentStats& s) const {
     d.apply_update = false;
     return d;
   }
-  d.alpha = Alpha(c);
+  d.alpha = Alpha(*on);
   d.projection_coeff = (1.0 - d.alpha) * s.dot / s.ref_sq;
   if (!std::isfinite(d.projection_coeff)) {
     // ref_sq is so small (subnormal) that dot / ref_sq overflows although

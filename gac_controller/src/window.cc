@@ -93,41 +93,8 @@ void AlignmentWindow::Recompute() {
 }
 
 Decision DecideOnMean(const Controller& controller, const AlignmentStats& s, std::optional<double> mean) {
-  Decision d;
+  Decision d = controller.DecideOn(s, mean);
   d.window_mean = mean;
-  d.grad_norm = std::sqrt(s.grad_sq);
-  d.ref_norm = std::sqrt(s.ref_sq);
-  if (StatsInvalid(s)) {
-    d.regime = Regime::kInvalid;
-    d.apply_update = false;
-    return d;
-  }
-  if (!s.has_reference || s.ref_sq == 0.0) return d;  // safe, no cosine
-  const double norms = d.grad_norm * d.ref_norm;
-  const double c = s.dot / (norms + kCosineEpsilon);
-  d.cosine = c;
-  d.regime = mean ? controller.RegimeForCosine(*mean) : Regime::kSafe;
-  if (d.regime == Regime::kSafe) {
-    d.cosine_after = c;
-    return d;
-  }
-  if (d.regime == Regime::kSkip) {
-    d.apply_update = false;
-    return d;
-  }
-  d.alpha = controller.Alpha(*mean);
-  d.projection_coeff = (1.0 - d.alpha) * s.dot / s.ref_sq;
-  if (!std::isfinite(d.projection_coeff)) {
-    // A numerically zero reference (subnormal ref_sq), as Controller::Decide treats it.
-    Decision none;
-    none.grad_norm = d.grad_norm;
-    none.ref_norm = d.ref_norm;
-    none.window_mean = mean;
-    return none;
-  }
-  // As Controller::Decide: the post-projection cosine from the exact cosine of g and p.
-  const double exact_c = norms > 0.0 ? s.dot / norms : 0.0;
-  d.cosine_after = CosineAfterProjection(exact_c, d.alpha);
   return d;
 }
 

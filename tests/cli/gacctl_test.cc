@@ -1060,6 +1060,23 @@ TEST_F(Gacctl, ReplayMatchesAnIndependentRecomputation) {
 
 // ---- calibration ----
 
+struct Suggestion {
+  double q90, max, c_low, c_high;
+};
+
+// The statistics of `abs` (values of |c| or |m|) and the thresholds gacctl
+// calibrate suggests from them, computed here by the documented rule.
+Suggestion Suggest(std::vector<double> abs) {
+  std::sort(abs.begin(), abs.end());
+  const double pos = 0.9 * static_cast<double>(abs.size() - 1);
+  const std::size_t k = static_cast<std::size_t>(pos);
+  const double q90 = abs[k] + (pos - static_cast<double>(k)) * (abs[k + 1] - abs[k]);
+  const double max = abs.back();
+  const double scale = std::pow(10.0, 2 - std::floor(std::log10(q90)));
+  const double c_low = std::ceil(q90 * scale - 1e-9) / scale;
+  return {q90, max, c_low, std::min(1.0, std::max(3 * max, 2 * c_low))};
+}
+
 TEST_F(Gacctl, CalibrateSuggestsFromTheStatisticsAndAppliesThem) {
   // The statistics of the last 150 steps of rank 0, computed here.
   std::vector<v1::StepRecord> rank0 = Rank0("exp-sync");
@@ -1068,14 +1085,7 @@ TEST_F(Gacctl, CalibrateSuggestsFromTheStatisticsAndAppliesThem) {
   for (std::size_t i = rank0.size() - 150; i < rank0.size(); ++i) {
     if (rank0[i].has_cosine()) abs.push_back(std::fabs(rank0[i].cosine()));
   }
-  std::sort(abs.begin(), abs.end());
-  const double pos = 0.9 * static_cast<double>(abs.size() - 1);
-  const std::size_t k = static_cast<std::size_t>(pos);
-  const double q90 = abs[k] + (pos - static_cast<double>(k)) * (abs[k + 1] - abs[k]);
-  const double max = abs.back();
-  const double scale = std::pow(10.0, 2 - std::floor(std::log10(q90)));
-  const double c_low = std::ceil(q90 * scale - 1e-9) / scale;
-  const double c_high = std::min(1.0, std::max(3 * max, 2 * c_low));
+  const auto [q90, max, c_low, c_high] = Suggest(abs);
 
   Result r = Ctl({"calibrate", "exp-sync", "--window", "150"});
   ASSERT_EQ(r.rc, 0) << r.err;
@@ -1133,14 +1143,7 @@ TEST_F(Gacctl, CalibrateWindowedSuggestsFromTheWindowedMeanAndSetsTheTrigger) {
     }
   }
   ASSERT_GE(abs.size(), 20u);
-  std::sort(abs.begin(), abs.end());
-  const double pos = 0.9 * static_cast<double>(abs.size() - 1);
-  const std::size_t k = static_cast<std::size_t>(pos);
-  const double q90 = abs[k] + (pos - static_cast<double>(k)) * (abs[k + 1] - abs[k]);
-  const double max = abs.back();
-  const double scale = std::pow(10.0, 2 - std::floor(std::log10(q90)));
-  const double c_low = std::ceil(q90 * scale - 1e-9) / scale;
-  const double c_high = std::min(1.0, std::max(3 * max, 2 * c_low));
+  const auto [q90, max, c_low, c_high] = Suggest(abs);
 
   Result r = Ctl({"calibrate", "exp-sync", "--windowed", "--window-steps", "8"});
   ASSERT_EQ(r.rc, 0) << r.err;

@@ -663,7 +663,7 @@ TEST(Prometheus, DashboardQueriesAndAlertsOnLiveData) {
         EXPECT_EQ(Str(Field(rule, "health")), "ok") << Str(Field(rule, "name")) << ": " << Str(Field(rule, "lastError"));
       }
     }
-    EXPECT_EQ(count, 17);
+    EXPECT_EQ(count, 18);
   }
   for (const std::string& record : RecordingRuleNames(rules_text)) {
     EXPECT_FALSE(prom.Query(record).empty()) << "recording rule " << record << " has no data";

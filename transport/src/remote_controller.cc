@@ -31,6 +31,18 @@ struct RemoteController::Impl {
   base::Mutex window_mu;
   std::deque<double> recent GAC_GUARDED_BY(window_mu);
   int window GAC_GUARDED_BY(window_mu) = controller::TriggerSettings{}.window;
+  // Sends a settings change of this run (the settings `req` gives) with its
+  // reason, waiting up to 10 s.
+  base::Status SetRunConfig(v1::SetRunConfigRequest req, const std::string& reason) {
+    req.set_run(options.run);
+    req.set_reason(reason);
+    v1::RunConfig cfg;
+    const grpc::Status st = WithFailover(
+        std::chrono::system_clock::now() + std::chrono::seconds(10),
+        [&](Replica& r, grpc::ClientContext* ctx) { return r.admin->SetRunConfig(ctx, req, &cfg); });
+    return proto::FromGrpcStatus(st, "gacd SetRunConfig");
+  }
+
   // Computes cosines exactly as gacd's controller does (thresholds unused).
   const controller::Controller cosine = *controller::Controller::Create(controller::Thresholds{});
 
@@ -127,34 +139,20 @@ base::StatusOr<controller::Decision> RemoteController::Decide(std::int64_t step,
 
 base::Status RemoteController::SetThresholds(const controller::Thresholds& thresholds, controller::AlphaMode alpha_mode, const std::string& reason,
                                        std::optional<controller::Mode> mode) {
-  const RemoteControllerOptions& o = impl_->options;
   v1::SetRunConfigRequest req;
-  req.set_run(o.run);
   *req.mutable_thresholds() = proto::ToProto(thresholds, alpha_mode);
   if (mode) req.set_mode(proto::ToProto(*mode));  // UNSPECIFIED: gacd keeps the run's mode
-  req.set_reason(reason);
-  v1::RunConfig cfg;
-  const grpc::Status st = impl_->WithFailover(
-      std::chrono::system_clock::now() + std::chrono::seconds(10),
-      [&](Impl::Replica& r, grpc::ClientContext* ctx) { return r.admin->SetRunConfig(ctx, req, &cfg); });
-  return proto::FromGrpcStatus(st, "gacd SetRunConfig");
+  return impl_->SetRunConfig(req, reason);
 }
 
 base::Status RemoteController::SetTrigger(const controller::TriggerSettings& trigger, controller::AlphaMode alpha_mode,
                                           const std::string& reason) {
   GAC_RETURN_IF_ERROR(controller::ValidateTriggerSettings(trigger));
-  const RemoteControllerOptions& o = impl_->options;
   v1::SetRunConfigRequest req;
-  req.set_run(o.run);
   req.set_trigger(proto::ToProto(trigger.trigger));
   req.set_window(static_cast<std::uint32_t>(trigger.window));
   *req.mutable_window_thresholds() = proto::ToProto(trigger.window_thresholds, alpha_mode);
-  req.set_reason(reason);
-  v1::RunConfig cfg;
-  const grpc::Status st = impl_->WithFailover(
-      std::chrono::system_clock::now() + std::chrono::seconds(10),
-      [&](Impl::Replica& r, grpc::ClientContext* ctx) { return r.admin->SetRunConfig(ctx, req, &cfg); });
-  return proto::FromGrpcStatus(st, "gacd SetRunConfig");
+  return impl_->SetRunConfig(req, reason);
 }
 
 base::Status RemoteController::SetRunThresholds(const controller::Thresholds& thresholds, controller::AlphaMode alpha_mode,

@@ -102,6 +102,11 @@ class Controller {
   static base::StatusOr<Controller> Create(Thresholds thresholds, AlphaMode mode = AlphaMode::kPaper);
 
   Decision Decide(const AlignmentStats& stats) const;
+  // Decide with the regime and alpha taken from `statistic` instead of the
+  // step's own cosine (absent: safe); the cosine, the projection coefficient
+  // and the rest as Decide. The windowed trigger decides on the window's mean
+  // this way (gac/controller/window.h: DecideOnMean).
+  Decision DecideOn(const AlignmentStats& stats, std::optional<double> statistic) const;
   // The regime Decide chooses for a step with a reference and finite
   // statistics whose cosine is `cosine`: it depends on |cosine| and the
   // thresholds alone (safe, project or skip). Replaying a recorded c_t
@@ -115,6 +120,8 @@ class Controller {
 
  private:
   Controller(Thresholds t, AlphaMode m) : thresholds_(t), mode_(m) {}
+  // Decide (statistic null) and DecideOn.
+  Decision DecideWith(const AlignmentStats& stats, const std::optional<double>* statistic) const;
 
   Thresholds thresholds_;
   AlphaMode mode_;

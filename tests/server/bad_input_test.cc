@@ -206,6 +206,14 @@ const std::vector<Case>& Catalogue() {
        [](GacServer& s) { return Decide(s, [](auto& r) { r.set_ref_sq(1e-300); }); }},
       {"decide with a negative step", Code::INVALID_ARGUMENT,
        [](GacServer& s) { return Decide(s, [](auto& r) { r.set_step(-5); }); }},
+      {"recent cosine above 1", Code::INVALID_ARGUMENT,
+       [](GacServer& s) { return Decide(s, [](auto& r) { r.add_recent_cosines(0.5); r.add_recent_cosines(1.5); }); }},
+      {"more recent cosines than a window holds", Code::INVALID_ARGUMENT,
+       [](GacServer& s) {
+         return Decide(s, [](auto& r) {
+           for (int i = 0; i < 1001; ++i) r.add_recent_cosines(0.1);
+         });
+       }},
       {"decide with a bad run id", Code::INVALID_ARGUMENT,
        [](GacServer& s) { return Decide(s, [](auto& r) { r.set_run("exp/\x01"); }); }},
       {"decide with a read-only token", Code::PERMISSION_DENIED,
@@ -227,8 +235,19 @@ const std::vector<Case>& Catalogue() {
        }},
       {"unknown mode", Code::INVALID_ARGUMENT,
        [](GacServer& s) { return Set(s, [](auto& r) { r.set_mode(static_cast<v1::ControlMode>(9)); }); }},
-      {"thresholds missing", Code::INVALID_ARGUMENT,
-       [](GacServer& s) { return Set(s, [](auto& r) { r.clear_thresholds(); }); }},
+      {"nothing to change", Code::INVALID_ARGUMENT,
+       [](GacServer& s) { return Set(s, [](auto& r) { r.clear_thresholds(); r.clear_mode(); }); }},
+      {"window out of range", Code::INVALID_ARGUMENT,
+       [](GacServer& s) { return Set(s, [](auto& r) { r.set_window(1001); }); }},
+      {"unknown trigger", Code::INVALID_ARGUMENT,
+       [](GacServer& s) { return Set(s, [](auto& r) { r.set_trigger(static_cast<v1::Trigger>(9)); }); }},
+      {"window thresholds inverted", Code::INVALID_ARGUMENT,
+       [](GacServer& s) {
+         return Set(s, [](auto& r) {
+           r.mutable_window_thresholds()->set_c_low(0.6);
+           r.mutable_window_thresholds()->set_c_high(0.2);
+         });
+       }},
       {"reason too long", Code::INVALID_ARGUMENT,
        [](GacServer& s) { return Set(s, [](auto& r) { r.set_reason(std::string(2000, 'r')); }); }},
       {"stale expected version", Code::ABORTED,

@@ -11,6 +11,7 @@
 #include "gac/controller/controller.h"
 #include "gac/controller/decision_source.h"
 #include "gac/controller/step_report.h"
+#include "gac/controller/window.h"
 #include "gac/base/duration.h"
 #include "gac/base/file_util.h"
 #include "gac/base/mutex.h"
@@ -113,6 +114,16 @@ int main(int argc, char** argv) {
   Check(ctl.ok(), "Controller::Create");
   const gac::controller::Decision d = ctl->Decide({0.5, 1.0, 1.0, true});  // cosine 0.5: skip
   Check(d.regime == gac::controller::Regime::kSkip, "a cosine of 0.5 skips");
+  // The windowed trigger: two steps of cosine 0.5 in a window of 2 project
+  // with the window's thresholds (0.2, 0.6).
+  auto windowed = gac::controller::TriggeredController::Create(
+      {0.05, 0.3}, gac::controller::AlphaMode::kPaper,
+      {gac::controller::Trigger::kWindow, 2, {0.2, 0.6}});
+  Check(windowed.ok(), "TriggeredController::Create");
+  windowed->Decide({0.5, 1.0, 1.0, true});
+  const gac::controller::Decision w = windowed->Decide({0.5, 1.0, 1.0, true});
+  Check(w.regime == gac::controller::Regime::kProject && w.window_mean && std::fabs(*w.window_mean - 0.5) < 1e-6,
+        "the windowed trigger projects on the mean");
   gac::controller::CalibrationWindow window(100);
   for (int i = 0; i < 50; ++i) window.Add(0.01 * (i % 10));
   Check(gac::controller::SuggestThresholds(window.Stats(0.05)).ok(), "SuggestThresholds");

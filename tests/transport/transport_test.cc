@@ -12,6 +12,7 @@
 #include <cerrno>
 #include <cstring>
 #include <cstdlib>
+#include <fstream>
 #include <random>
 #include <set>
 #include <thread>
@@ -259,6 +260,25 @@ TEST(Telemetry, FullQueueRefusesWithoutBlocking) {
   EXPECT_LE(accepted, 100 + 2 * 32);
 }
 
+// The state letter of /proc/PID/stat ('R', 'S', 'T' stopped, 'Z' zombie), or
+// '?' when the process is gone.
+char ProcessState(int pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string stat;
+  if (!std::getline(in, stat)) return '?';
+  const std::size_t paren = stat.rfind(')');
+  return paren != std::string::npos && paren + 2 < stat.size() ? stat[paren + 2] : '?';
+}
+
+bool WaitForProcessState(int pid, char state, std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (ProcessState(pid) != state) {
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(1ms);
+  }
+  return true;
+}
+
 TEST(StalledGacd, TrainerDoesNotWaitAndRemoteDecisionFallsBackOnTime) {
   ScratchDir dir;
   Gacd gacd(dir);
@@ -276,6 +296,11 @@ TEST(StalledGacd, TrainerDoesNotWaitAndRemoteDecisionFallsBackOnTime) {
   EXPECT_EQ(d->regime, controller::Regime::kProject);  // |c| = 0.1 between the defaults 0.05 and 0.3
 
   ASSERT_EQ(kill(gacd.process().pid(), SIGSTOP), 0);
+  // The stop is asynchronous: wait until the kernel reports gacd stopped, so
+  // that a failure below cannot come from a gacd that still runs (or from
+  // another process that took its port after it died).
+  ASSERT_TRUE(WaitForProcessState(gacd.process().pid(), 'T', 5s))
+      << "gacd (pid " << gacd.process().pid() << ") is not stopped: state " << ProcessState(gacd.process().pid());
   // The training thread only enqueues: no call may wait on the stalled server.
   std::chrono::nanoseconds worst{0};
   for (int s = 0; s < 3000; ++s) {

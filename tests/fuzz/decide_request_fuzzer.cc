@@ -33,11 +33,17 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     exact.mutable_thresholds()->set_alpha_mode(v1::ALPHA_MODE_EXACT);
     exact.set_mode(v1::CONTROL_MODE_REMOTE);
     exact.set_version(1);
-    r->Load({{"exp-exact", exact}});
+    v1::RunConfig window = exact;  // the windowed trigger, on the request's recent cosines
+    window.set_trigger(v1::TRIGGER_WINDOW);
+    window.set_window(4);
+    window.mutable_window_thresholds()->set_c_low(0.2);
+    window.mutable_window_thresholds()->set_c_high(0.6);
+    r->Load({{"exp-exact", exact}, {"exp-window", window}});
     return r;
   }();
   v1::DecideResponse response;
-  const controller::Decision d = registry->Decide(request.run(), proto::StatsFromProto(request), response.mutable_config());
+  const controller::Decision d =
+      registry->Decide(request.run(), proto::StatsFromProto(request), request.recent_cosines(), response.mutable_config());
   proto::EncodeDecideResponse(request, d, &response);
 
   // Across the wire and back, as the agent reads it.

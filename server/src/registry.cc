@@ -67,11 +67,12 @@ controller::Decision RunRegistry::Decide(const std::string& run, const controlle
   if (used != nullptr) *used = e.config;
   controller::Decision d = e.controller.Decide(stats);
   // The newest W of the asker's cosines, and this step's when it has one (a
-  // step without a cosine leaves the window as it was).
+  // step without a cosine leaves the window as it was), by the library's
+  // definition of a step's cosine, as the agent's window has it.
   controller::AlignmentWindow window(e.trigger.window);
   const int n = recent.size();
   for (int i = std::max(0, n - e.trigger.window); i < n; ++i) window.Add(recent.Get(i));
-  if (d.cosine && d.regime != controller::Regime::kInvalid) window.Add(*d.cosine);
+  if (const std::optional<double> c = controller::StepCosine(stats)) window.Add(*c);
   const std::optional<double> mean = window.mean();
   if (e.trigger.trigger == controller::Trigger::kWindow) d = controller::DecideOnMean(e.window_controller, stats, mean);
   d.window_mean = mean;

@@ -43,8 +43,6 @@ struct RemoteController::Impl {
     return proto::FromGrpcStatus(st, "gacd SetRunConfig");
   }
 
-  // Computes cosines exactly as gacd's controller does (thresholds unused).
-  const controller::Controller cosine = *controller::Controller::Create(controller::Thresholds{});
 
   // Calls `call(replica, ctx)` on the replicas in turn, connected ones
   // first from the preferred one on, while the answer is UNAVAILABLE (down,
@@ -123,10 +121,10 @@ base::StatusOr<controller::Decision> RemoteController::Decide(std::int64_t step,
       std::chrono::system_clock::now() + o.deadline,
       [&](Impl::Replica& r, grpc::ClientContext* ctx) { return r.stub->Decide(ctx, req, &resp); });
   {
-    const controller::Decision local = impl_->cosine.Decide(stats);
+    const std::optional<double> cosine = controller::StepCosine(stats);
     base::MutexLock lock(&impl_->window_mu);
-    if (local.cosine && local.regime != controller::Regime::kInvalid) {
-      impl_->recent.push_back(*local.cosine);
+    if (cosine) {
+      impl_->recent.push_back(*cosine);
       if (impl_->recent.size() > static_cast<std::size_t>(controller::kMaxWindow)) impl_->recent.pop_front();
     }
     if (st.ok()) impl_->window = std::clamp(proto::WindowFromProto(resp.config().window()), 1, controller::kMaxWindow);

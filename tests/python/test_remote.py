@@ -236,13 +236,21 @@ def test_decide_deadline_miss_falls_back_and_is_counted(gacd: Gacd) -> None:
     assert r.regime == local.decide(r.cosine * r.grad_norm * r.ref_norm, r.grad_norm**2, r.ref_norm**2).regime
     with pytest.raises(gac.DeadlineExceededError):
         _decide_while_paused(gacd, rc)
+    # Two misses in a row: for max(1 s, 20 deadlines) the controller asks no
+    # one and answers UNAVAILABLE at once, a fallback too.
     trainer.backward(3)
-    assert not agent.step(3, trainer.params).fallback
-    gacd.kill()  # down: fails fast as UNAVAILABLE, also a fallback
-    trainer.backward(4)
-    r = agent.step(4, trainer.params)
-    assert r.fallback and r.remote_error is not None and "UNAVAILABLE" in r.remote_error
+    r = agent.step(3, trainer.params)
+    assert r.fallback and r.remote_error is not None and "not asked" in r.remote_error, r.remote_error
+    assert r.decide_seconds < 0.05
     assert agent.fallbacks == 2
+    time.sleep(1.1)
+    trainer.backward(4)
+    assert not agent.step(4, trainer.params).fallback
+    gacd.kill()  # down: fails fast as UNAVAILABLE, also a fallback
+    trainer.backward(5)
+    r = agent.step(5, trainer.params)
+    assert r.fallback and r.remote_error is not None and "UNAVAILABLE" in r.remote_error
+    assert agent.fallbacks == 3
 
 
 def _decide_while_paused(gacd: Gacd, rc: gac.RemoteController) -> gac.Decision:

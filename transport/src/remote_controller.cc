@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <atomic>
 #include <deque>
+#include <string>
 #include <vector>
 
 #include "gac/base/mutex.h"
@@ -31,6 +32,63 @@ struct RemoteController::Impl {
   base::Mutex window_mu;
   std::deque<double> recent GAC_GUARDED_BY(window_mu);
   int window GAC_GUARDED_BY(window_mu) = controller::TriggerSettings{}.window;
+
+  // Consecutive calls that reached no replica in time (UNAVAILABLE,
+  // DEADLINE_EXCEEDED), and until when Decide asks no one after two of them.
+  base::Mutex miss_mu;
+  int misses GAC_GUARDED_BY(miss_mu) = 0;
+  bool last_miss_deadline GAC_GUARDED_BY(miss_mu) = false;
+  std::chrono::steady_clock::time_point hold_until GAC_GUARDED_BY(miss_mu);
+
+  // How long Decide answers UNAVAILABLE without asking after two misses: the
+  // training thread then waits at most one deadline in 20 on gacd.
+  std::chrono::milliseconds HoldOff() const { return std::max<std::chrono::milliseconds>(std::chrono::seconds(1), 20 * options.deadline); }
+
+  // Why Decide should not ask now, or "" when it should: two misses in a
+  // row, the hold-off not over, and no replica connected since a refused
+  // connection (a replica that came back is asked at once; one that let the
+  // deadline pass, stalled or cut off behind a live connection, is not).
+  std::string HeldOff() {
+    int n;
+    bool deadline;
+    std::chrono::steady_clock::time_point until;
+    {
+      base::MutexLock lock(&miss_mu);
+      n = misses;
+      deadline = last_miss_deadline;
+      until = hold_until;
+    }
+    if (n < 2 || std::chrono::steady_clock::now() >= until) return "";
+    if (!deadline) {
+      const auto connected = [this] {
+        return std::any_of(replicas.begin(), replicas.end(),
+                           [](Replica& r) { return r.channel->GetState(true) == GRPC_CHANNEL_READY; });
+      };
+      if (connected()) return "";
+      // No thread polls a channel whose calls are not made, and its
+      // reconnection cannot complete: poll for a moment (as WithFailover).
+      replicas[preferred.load(std::memory_order_relaxed)].channel->WaitForConnected(
+          std::chrono::system_clock::now() + std::chrono::milliseconds(1));
+      if (connected()) return "";
+    }
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - std::chrono::steady_clock::now());
+    return "gacd Decide not asked: " + std::to_string(n) + " calls in a row reached no gacd replica (" +
+           (deadline ? "deadline exceeded" : "unavailable") + "); asking again in " +
+           std::to_string(std::max<std::int64_t>(left.count(), 0)) + " ms";
+  }
+
+  void CountCall(const grpc::Status& st) {
+    base::MutexLock lock(&miss_mu);
+    const bool deadline = st.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED;
+    if (!deadline && st.error_code() != grpc::StatusCode::UNAVAILABLE) {
+      misses = 0;
+      return;
+    }
+    ++misses;
+    last_miss_deadline = deadline;
+    if (misses >= 2) hold_until = std::chrono::steady_clock::now() + HoldOff();
+  }
+
   // Sends a settings change of this run (the settings `req` gives) with its
   // reason, waiting up to 10 s.
   base::Status SetRunConfig(v1::SetRunConfigRequest req, const std::string& reason) {
@@ -117,9 +175,13 @@ base::StatusOr<controller::Decision> RemoteController::Decide(std::int64_t step,
   }
   const v1::DecideRequest req = proto::ToDecideRequest(o.run, o.rank, step, stats, recent);
   v1::DecideResponse resp;
-  const grpc::Status st = impl_->WithFailover(
-      std::chrono::system_clock::now() + o.deadline,
-      [&](Impl::Replica& r, grpc::ClientContext* ctx) { return r.stub->Decide(ctx, req, &resp); });
+  const std::string held_off = impl_->HeldOff();
+  grpc::Status st;
+  if (held_off.empty()) {
+    st = impl_->WithFailover(std::chrono::system_clock::now() + o.deadline,
+                             [&](Impl::Replica& r, grpc::ClientContext* ctx) { return r.stub->Decide(ctx, req, &resp); });
+    impl_->CountCall(st);
+  }
   {
     const std::optional<double> cosine = controller::StepCosine(stats);
     base::MutexLock lock(&impl_->window_mu);
@@ -129,6 +191,7 @@ base::StatusOr<controller::Decision> RemoteController::Decide(std::int64_t step,
     }
     if (st.ok()) impl_->window = std::clamp(proto::WindowFromProto(resp.config().window()), 1, controller::kMaxWindow);
   }
+  if (!held_off.empty()) return base::Status::Unavailable(held_off);
   if (!st.ok()) return proto::FromGrpcStatus(st, "gacd Decide");
   base::StatusOr<controller::Decision> decision = proto::DecodeDecideResponse(req, resp);
   if (!decision.ok()) return decision.status().WithPrefix("gacd Decide answered nonsense");

@@ -4,7 +4,12 @@
 // waits at most `deadline` for the answer; a miss, an outage or a rejection
 // is an error, on which the agent falls back to its local decision and
 // counts the fallback. gRPC's fail-fast default applies: while gacd is
-// unreachable, calls fail at once instead of waiting for the deadline. An
+// unreachable, calls fail at once instead of waiting for the deadline. Where
+// a call cannot fail fast (packets dropped: a connection that hangs, a stalled
+// gacd), two misses in a row (UNAVAILABLE or DEADLINE_EXCEEDED) make Decide
+// answer UNAVAILABLE without asking for max(1 s, 20 deadlines), so that the
+// training thread waits on an unreachable gacd at most one deadline in 20;
+// a replica that reconnects after refusing ends that hold-off at once. An
 // answer that no controller would give, or one for another run or step
 // (gac/proto/convert.h: DecodeDecideResponse), is an error too: a broken or
 // hostile gacd cannot change the update.

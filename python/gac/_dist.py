@@ -9,7 +9,7 @@ rank's GPU for NCCL, the CPU for Gloo).
 
 from __future__ import annotations
 
-from typing import Any, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 
 class AllReduce:
@@ -43,10 +43,24 @@ class AllReduce:
                             + type(group).__name__)
         self._device = torch.device("cuda", torch.cuda.current_device()) if "nccl" in name else torch.device("cpu")
 
+        # One buffer per length, held here for the agent's life. The c10d work
+        # object keeps the tensor it reduced, and a Gloo worker thread drops
+        # that reference after the call returns; were Python's reference gone
+        # by then, the worker would free the tensor's Python object and need
+        # the GIL for it, while a thread destroying the process group holds
+        # the GIL and joins that worker: a deadlock seen at exit with torch 2.6.
+        # (Set after _group, they are also released after it.)
+        self._buffers: Dict[int, Any] = {}
+
     def __call__(self, values: Sequence[float]) -> List[float]:
         import torch.distributed as dist
 
-        t = self._torch.tensor(list(values), dtype=self._torch.float64, device=self._device)
+        torch = self._torch
+        n = len(values)
+        t = self._buffers.get(n)
+        if t is None:
+            t = self._buffers[n] = torch.zeros(n, dtype=torch.float64, device=self._device)
+        t.copy_(torch.tensor(list(values), dtype=torch.float64))
         if self._group is not None:
             dist.all_reduce(t, op=dist.ReduceOp.SUM, group=self._group)
         else:

@@ -149,11 +149,12 @@ bool LoadDashboard(Dashboard* d, std::string* error) {
       }
     }
   }
+  // A Prometheus annotation's query is its target, as in a panel (Grafana's
+  // model; the built-in annotation has none).
   if (const ListValue* annotations = List(At(&d->json, {"annotations", "list"}))) {
     for (const Value& a : annotations->values()) {
-      if (!Str(Field(a, "expr")).empty()) {
-        d->queries.push_back({"annotation " + Str(Field(a, "name")), Str(Field(a, "expr")), false});
-      }
+      const std::string expr = Str(At(&a, {"target", "expr"}));
+      if (!expr.empty()) d->queries.push_back({"annotation " + Str(Field(a, "name")), expr, false});
     }
   }
   if (const Value* templating = Field(d->json, "templating")) {
@@ -279,6 +280,11 @@ TEST(Dashboard, IsStructurallyValid) {
           << "undefined variable $" << name << " at " << path;
     }
   });
+
+  // The firing gac alerts are an annotation.
+  EXPECT_TRUE(std::any_of(d.queries.begin(), d.queries.end(), [](const Query& q) {
+    return q.where.rfind("annotation ", 0) == 0 && q.expr.find("ALERTS{") != std::string::npos;
+  })) << "no annotation queries ALERTS";
 
   // The panels the dashboard exists for: each of these series is queried.
   std::string all;

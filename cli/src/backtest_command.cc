@@ -148,8 +148,8 @@ void WriteHeading(std::ostream& out, const BacktestOptions& o, const std::vector
   for (const RunBacktest& r : results) ++counts[static_cast<int>(r.outcome.outcome)];
   out << "backtest of " << results.size() << " runs: " << counts[0] << " collapsed, " << counts[1]
       << " never learned, " << counts[2] << " learned; alarms from step " << s.warmup + 1 << "\n";
-  out << "GacAlignmentSpike:    |c_t| >= c_high " << FormatExact(s.c_high) << "\n";
-  out << "GacAlignmentElevated: |m_t| > window c_low " << FormatExact(s.window_c_low) << " (W " << s.window
+  out << "GacAlignmentSpike:    |c_t| >= c_high " << FormatDisplay(s.c_high) << "\n";
+  out << "GacAlignmentElevated: |m_t| > window c_low " << FormatDisplay(s.window_c_low) << " (W " << s.window
       << "), held " << s.for_steps << " more steps\n";
   if (cal) {
     out << "thresholds calibrated on " << cal->runs << " synchronous runs (steps > " << s.warmup << "): q0.9 |c_t| "
@@ -217,7 +217,8 @@ CommandSpec BacktestCommand() {
       "collapse. Columns read: step, cosine, heldout_acc (and regime: an invalid step has no\n"
       "c_t); RUN.log beside RUN.csv gives the held-out accuracy after the warm-up, and a log\n"
       "without a \"summary:\" line marks an unfinished run, left out with a note.\n\n"
-      "  GacAlignmentSpike     fires at a step with |c_t| >= c_high.\n"
+      "  GacAlignmentSpike     fires at a step with |c_t| >= c_high (its other clause, a step\n"
+      "                        in the skip regime, is the same test with the run's c_high).\n"
       "  GacAlignmentElevated  |m_t| > window c_low, m_t the signed mean of the last W c_t\n"
       "                        (gac::controller::AlignmentWindow on the cosine column; a step\n"
       "                        without c_t leaves m_t as it was; none until W are held), held\n"
@@ -235,12 +236,12 @@ CommandSpec BacktestCommand() {
       "running peak P_i = max(e_0..e_i); the run collapsed at the step of the first i >= 1\n"
       "with e_i < 0.7 P_i and every later e_j < 0.7 P_i (the last evaluation can be it).\n"
       "Otherwise it never learned when max(e_1..e_n) < e_0 + 0.05, else it learned.\n\n"
-      "Scoring: an alarm at or before the collapse is a true positive (lead = collapse step\n"
-      "- alarm step); a collapsed run without an alarm, or with a later one, is missed; any\n"
-      "alarm in a run that did not collapse is false (FP_NEVER_LEARNED: of them, in runs that\n"
-      "never learned). *_LATER: the same when an alarm at the first eligible step counts as\n"
-      "none (recall_later = tp_later / collapsed). Leads: median and quartiles interpolated\n"
-      "linearly, min and max.\n\n"
+      "Scoring: an alarm at or before the collapse is a true positive (lead: the collapse\n"
+      "step minus the alarm step); a collapsed run without an alarm, or with a later one, is\n"
+      "missed; any alarm in a run that did not collapse is false (FP_NEVER_LEARNED: of them,\n"
+      "in runs that never learned). *_LATER: the same when an alarm at the first eligible\n"
+      "step counts as none (recall_later = tp_later / collapsed). Leads: median and quartiles\n"
+      "interpolated linearly, min and max.\n\n"
       "Output, one row per alert:\n"
       "  alert, threshold, for_steps, runs, collapsed, never_learned, alarmed,\n"
       "  at_first_eligible, at_first_eligible_collapsed, tp, fp, fp_never_learned, fn, tn,\n"

@@ -205,7 +205,7 @@ def errors(binary, runs_dir, cal_dir):
             ([run, "--calibrate-on", run], 2, "both calibrated on and tested"),
             ([os.path.join(tmp, "absent.csv"), "--c-high", "0.9", "--window-c-low", "0.3"], 2,
              "absent.csv: no such file"),
-            ([tmp + "/empty-dir-absent", "--calibrate-on", cal_dir], 2, "no such file"),
+            ([tmp + "/absent-dir", "--calibrate-on", cal_dir], 2, "no such file"),
             ([run, "--c-high", "0.9", "--window-c-low", "0.3", "--for-steps", "-1"], 2, "--for-steps"),
             ([bad_col, "--c-high", "0.9", "--window-c-low", "0.3"], 1, "nocos.csv:1: no column 'cosine'"),
             ([bad_num, "--c-high", "0.9", "--window-c-low", "0.3"], 1, "badnum.csv:4: column cosine: 'zero' is not a number"),

@@ -1,4 +1,4 @@
-# bash completion of gacctl: commands, flags, flag values, and run ids asked
+# bash completion of gacctl: commands, flags, flag values, files (backtest), and run ids asked
 # from gacd (with the --address, token and TLS flags already on the line, or
 # GAC_ADDRESS / GAC_TOKEN). `cmake --install` puts it where bash-completion
 # finds it (share/bash-completion/completions/gacctl); or source it.
@@ -19,6 +19,7 @@ _gacctl_command_flags() {
     "config history") echo "--format" ;;
     calibrate) echo "--window --windowed --apply --apply-to --to --alpha-mode --mode --trigger --window-steps --reason --expected-version" ;;
     replay) echo "--c-low --c-high --alpha-mode --grid --start-step --end-step --from --to --steps --max-diffs --format" ;;
+    backtest) echo "--c-high --window-c-low --calibrate-on --window --for-steps --warmup --per-run --format" ;;
   esac
 }
 
@@ -49,7 +50,8 @@ _gacctl() {
       --address | --token | --token-file | --tls-ca | --tls-server-name | --timeout | --format | --from | --to | \
         --start-step | --end-step | --page-size | --apply-to | \
         --rank | --scalars | --lines | -n | --interval | --window | --service | --c-low | --c-high | --alpha-mode | \
-        --mode | --reason | --expected-version | --max-diffs)
+        --mode | --reason | --expected-version | --max-diffs | --window-c-low | --window-c-high | --calibrate-on | \
+        --for-steps | --warmup | --trigger | --window-steps)
         ((i++))
         continue
         ;;
@@ -67,14 +69,15 @@ _gacctl() {
     --mode) COMPREPLY=($(compgen -W "monitor local remote" -- "$cur")); return ;;
     --alpha-mode) COMPREPLY=($(compgen -W "paper exact" -- "$cur")); return ;;
     --trigger) COMPREPLY=($(compgen -W "per_step window" -- "$cur")); return ;;
-    --token-file | --tls-ca) COMPREPLY=($(compgen -f -- "$cur")); return ;;
+    --token-file | --tls-ca | --calibrate-on) COMPREPLY=($(compgen -f -- "$cur")); return ;;
     --apply-to | --to)
       [[ $cmd == calibrate ]] && COMPREPLY=($(compgen -W "$(_gacctl_runs)" -- "$cur"))
       return
       ;;
     --address | --token | --tls-server-name | --timeout | --from | --start-step | --end-step | --page-size | \
       --rank | --scalars | --lines | -n | \
-      --interval | --window | --service | --c-low | --c-high | --reason | --expected-version | --max-diffs)
+      --interval | --window | --service | --c-low | --c-high | --reason | --expected-version | --max-diffs | \
+      --window-c-low | --window-c-high | --for-steps | --warmup | --window-steps)
       return
       ;;
   esac
@@ -83,7 +86,7 @@ _gacctl() {
     if [[ $cur == -* ]]; then
       COMPREPLY=($(compgen -W "$_gacctl_global_flags --version" -- "$cur"))
     else
-      COMPREPLY=($(compgen -W "runs show steps tail config calibrate replay health help" -- "$cur"))
+      COMPREPLY=($(compgen -W "runs show steps tail config calibrate replay backtest health help" -- "$cur"))
     fi
     return
   fi
@@ -92,7 +95,7 @@ _gacctl() {
     return
   fi
   if [[ $cmd == help ]]; then
-    COMPREPLY=($(compgen -W "runs show steps tail config calibrate replay health" -- "$cur"))
+    COMPREPLY=($(compgen -W "runs show steps tail config calibrate replay backtest health" -- "$cur"))
     return
   fi
   if [[ $cur == -* ]]; then
@@ -101,6 +104,7 @@ _gacctl() {
   fi
   case "$cmd" in
     show | steps | tail | config | calibrate | replay) COMPREPLY=($(compgen -W "$(_gacctl_runs)" -- "$cur")) ;;
+    backtest) COMPREPLY=($(compgen -f -- "$cur")) ;;
   esac
 }
 

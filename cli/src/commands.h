@@ -63,7 +63,8 @@ struct CommandSpec {
   std::string summary;      // one line, in `gacctl --help`
   std::string description;  // paragraphs after the usage line of `gacctl NAME --help`
   std::vector<FlagSpec> flags;
-  std::size_t positionals = 0;  // exact number of arguments
+  std::size_t positionals = 0;  // exact number of arguments (the least, with more_positionals)
+  bool more_positionals = false;  // "FILE..." takes any number above positionals
   std::function<base::StatusOr<Action>(const ParsedFlags& flags, const std::vector<std::string>& args)> prepare;
 };
 
@@ -75,6 +76,7 @@ std::vector<CommandSpec> RunCommands();     // runs, show, health       (run_com
 std::vector<CommandSpec> StepCommands();    // steps, tail              (step_commands.cc)
 std::vector<CommandSpec> ConfigCommands();  // config *, calibrate      (config_commands.cc)
 std::vector<CommandSpec> ReplayCommands();  // replay                   (replay_command.cc)
+std::vector<CommandSpec> BacktestCommands();  // backtest               (backtest_command.cc)
 
 // Shared pieces of the commands.
 

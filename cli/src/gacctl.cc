@@ -34,7 +34,7 @@ std::vector<FlagSpec> GlobalFlags() {
 
 std::vector<CommandSpec> AllCommands() {
   std::vector<CommandSpec> all;
-  for (auto group : {RunCommands, StepCommands, ConfigCommands, ReplayCommands}) {
+  for (auto group : {RunCommands, StepCommands, ConfigCommands, ReplayCommands, BacktestCommands}) {
     for (CommandSpec& c : group()) all.push_back(std::move(c));
   }
   return all;
@@ -300,7 +300,7 @@ int RunGacctl(const std::vector<std::string>& args, const Environment& env, std:
   }
   const std::vector<std::string>& positional = flags->positional();
   if (positional.size() < spec.positionals) return UsageError(err, spec.name, "expected " + spec.args);
-  if (positional.size() > spec.positionals) {
+  if (positional.size() > spec.positionals && !spec.more_positionals) {
     return UsageError(err, spec.name, "unexpected argument '" + positional[spec.positionals] + "'");
   }
   base::StatusOr<ConnectionOptions> connection = ConnectionFromFlags(*flags, env);

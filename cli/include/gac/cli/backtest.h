@@ -1,0 +1,205 @@
+// Offline backtest of gac's alignment alerts on recorded runs: when would
+// GacAlignmentSpike and GacAlignmentElevated (dashboards/gac.rules.yml) have
+// fired on a run, did the run collapse, and how far ahead was the alarm.
+//
+// A run is one CSV of the example trainer (examples/grpo, one row per step;
+// the columns step, cosine and heldout_acc are read, and regime when
+// present) with its log beside it (RUN.log: the held-out accuracy after the
+// warm-up, and the "summary:" line of a finished run).
+//
+// The alerts, evaluated once per step (a step is one evaluation of the rule):
+//   spike     fires at a step with |c_t| >= c_high (a step decided in the skip
+//             regime with these thresholds is exactly such a step).
+//   elevated  |m_t| > window_c_low, m_t the signed mean of the last W cosines
+//             (controller::AlignmentWindow: steps without a cosine leave m_t
+//             as it was, as gacd's gauge does; absent until W are held),
+//             held for `for_steps` further steps: pending at the first step
+//             of a stretch where the condition holds, firing from the
+//             for_steps-th step after it (0: at once). Prometheus' `for: D`
+//             at r steps per second is for_steps = ceil(D r).
+// Alarms count from the first step > warmup (the first eligible step); an
+// alert that is firing there alarms there. An alarm at the first eligible
+// step of a run that is stale from its start says only that it is stale.
+//
+// Outcome of a run (the experiment's pre-registered rule, examples/grpo/
+// analyze.py): held-out evaluations e_0 (from the log; e_1 without one) and
+// e_1..e_n (the non-empty heldout_acc cells), running peak
+// P_i = max(e_0..e_i). The run collapsed at the first i >= 1 with
+// e_i < 0.7 P_i and e_j < 0.7 P_i for every later j (the last evaluation can
+// be it). Otherwise it never learned when max(e_1..e_n) < e_0 + 0.05, else
+// it learned.
+//
+// Scoring (per alert, over the runs): an alarm at or before the collapse step
+// is a true positive with lead = collapse step - alarm step; a collapsed run
+// with no alarm or a later one is missed (false negative); any alarm in a
+// run that did not collapse is false.
+//
+// Thresholds calibrated on synchronous runs (the experiment's rule), pooled
+// over those runs' steps > warmup: c_low = q0.9 |c_t|, c_high =
+// min(3 max |c_t|, 0.95), and the same of |m_t| for window_c_low and
+// window_c_high; quantiles interpolate linearly between order statistics.
+//
+// Everything here is a value or a pure function; nothing is synchronised.
+#ifndef GAC_CLI_BACKTEST_H_
+#define GAC_CLI_BACKTEST_H_
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "gac/base/status.h"
+
+namespace gac::cli {
+
+inline constexpr double kCollapseFraction = 0.7;  // below this fraction of the running peak, for good
+inline constexpr double kLearnMargin = 0.05;      // never learned: no evaluation reaches e_0 + this
+inline constexpr double kHighRatio = 3.0;         // c_high = min(kHighRatio x calibration max, kHighCap)
+inline constexpr double kHighCap = 0.95;
+
+struct Evaluation {
+  std::int64_t step = 0;
+  double accuracy = 0.0;
+};
+
+// One run, as the backtest needs it.
+struct RecordedRun {
+  std::string name;  // the file name without ".csv"
+  std::string path;
+  std::vector<std::int64_t> steps;             // strictly increasing
+  std::vector<std::optional<double>> cosines;  // c_t per step; absent: empty cell, not finite, or regime invalid
+  std::vector<Evaluation> evaluations;         // e_1..e_n
+  std::optional<double> start_accuracy;        // e_0, from the log
+  bool has_log = false;
+  bool finished = true;  // false when the log has no "summary:" line
+};
+
+// Parses the text of a trainer's CSV. Errors (InvalidArgument) name `path`
+// and the line: a missing column (step, cosine, heldout_acc), a row with
+// another number of fields than the header, a value that is not a number
+// (an empty cell is absent; "nan" and "inf" are absent cosines), steps that
+// do not increase, no rows.
+base::StatusOr<RecordedRun> ParseRunCsv(const std::string& text, const std::string& path);
+
+// The facts of a trainer's log: whether it finished ("summary:"), and e_0
+// (the held-out accuracy of the "supervised warm-up: ..." or "start:" line).
+struct RunLog {
+  bool finished = false;
+  std::optional<double> start_accuracy;
+};
+RunLog ParseRunLog(const std::string& text);
+
+// Reads `csv_path` and, when it exists, the log beside it (the path with
+// ".csv" replaced by ".log"). NotFound / InvalidArgument naming the file.
+base::StatusOr<RecordedRun> ReadRun(const std::string& csv_path);
+
+enum class Outcome { kCollapsed, kNeverLearned, kLearned };
+// "collapsed", "never learned", "learned".
+const char* OutcomeName(Outcome outcome);
+
+struct RunOutcome {
+  Outcome outcome = Outcome::kLearned;
+  std::optional<std::int64_t> collapse_step;  // set iff collapsed
+};
+
+// The outcome of a run (see the file comment). No evaluation: never learned.
+RunOutcome ClassifyOutcome(std::optional<double> start_accuracy, const std::vector<Evaluation>& evaluations);
+
+enum class Alert : std::size_t { kSpike = 0, kElevated = 1 };
+inline constexpr std::array<Alert, 2> kAllAlerts = {Alert::kSpike, Alert::kElevated};
+// "GacAlignmentSpike", "GacAlignmentElevated".
+const char* AlertName(Alert alert);
+
+struct AlertSettings {
+  double c_high = 0.95;       // spike: |c_t| >= c_high
+  double window_c_low = 0.3;  // elevated: |m_t| > window_c_low
+  int window = 20;            // W
+  int for_steps = 5;          // the elevated alert's hold, in steps
+  std::int64_t warmup = 50;   // alarms count from the first step > warmup
+};
+
+// OK iff 0 < c_high <= 1, 0 < window_c_low <= 1, the window is valid
+// (controller::ValidateWindow), for_steps >= 0 and warmup >= 0;
+// InvalidArgument naming the setting otherwise.
+base::Status ValidateAlertSettings(const AlertSettings& s);
+
+// The alerts' state at one step.
+struct AlertStep {
+  std::int64_t step = 0;
+  std::optional<double> window_mean;  // m_t (absent until W cosines are held)
+  bool spike = false;                 // |c_t| >= c_high
+  bool elevated_condition = false;    // |m_t| > window_c_low
+  bool elevated = false;              // the condition, held for for_steps further steps
+};
+
+// Every step of `run` through both alerts. REQUIRES: ValidateAlertSettings(s).ok()
+std::vector<AlertStep> ReplayAlerts(const RecordedRun& run, const AlertSettings& s);
+
+struct Alarm {
+  std::optional<std::int64_t> step;  // the first step > warmup at which the alert fires
+  bool at_first_eligible = false;    // that step is the run's first step > warmup
+  std::int64_t firing_steps = 0;     // steps > warmup at which it fires
+};
+
+struct RunBacktest {
+  std::string name;
+  std::int64_t steps = 0;
+  RunOutcome outcome;
+  std::optional<std::int64_t> first_eligible;  // the first step > warmup (absent: none)
+  std::array<Alarm, 2> alarms;                 // by Alert
+};
+
+// One run through both alerts. REQUIRES: ValidateAlertSettings(s).ok()
+RunBacktest BacktestRun(const RecordedRun& run, const AlertSettings& s);
+
+// How one alarm of a run scores.
+enum class Verdict { kWarned, kLate, kMissed, kFalseAlarm, kQuiet };
+// "warned" (alarm at or before the collapse), "late" (after it: missed),
+// "missed" (collapsed, no alarm), "false alarm" (no collapse), "quiet"
+// (neither).
+const char* VerdictName(Verdict v);
+Verdict Judge(const RunOutcome& outcome, const Alarm& alarm);
+
+// The scores of one alert over many runs.
+struct AlertScore {
+  std::int64_t runs = 0, collapsed = 0, never_learned = 0;
+  std::int64_t alarmed = 0;
+  std::int64_t at_first_eligible = 0, at_first_eligible_collapsed = 0;
+  std::int64_t tp = 0, fp = 0, fn = 0, tn = 0;
+  std::int64_t fp_never_learned = 0;  // of fp, in runs that never learned
+  std::vector<std::int64_t> leads;    // of the true positives, sorted
+  // The same when an alarm at the first eligible step counts as none.
+  std::int64_t tp_later = 0, fp_later = 0;
+
+  std::optional<double> precision() const;  // tp / (tp + fp)
+  std::optional<double> recall() const;     // tp / (tp + fn)
+  std::optional<double> precision_later() const;
+  std::optional<double> recall_later() const;  // tp_later / collapsed
+};
+
+AlertScore ScoreAlert(const std::vector<RunBacktest>& runs, Alert alert);
+
+// The q-quantile of sorted values, interpolated linearly between order
+// statistics (numpy's default); absent for no values.
+std::optional<double> SortedQuantile(const std::vector<double>& sorted, double q);
+
+// Thresholds from synchronous runs (the rule in the file comment).
+struct AlertCalibration {
+  double c_low = 0.0, c_high = 0.0, window_c_low = 0.0, window_c_high = 0.0;
+  double c_q90 = 0.0, c_max = 0.0, window_q90 = 0.0, window_max = 0.0;
+  std::int64_t runs = 0;
+  std::int64_t cosines = 0;       // |c_t| values pooled
+  std::int64_t window_means = 0;  // |m_t| values pooled
+};
+
+// FailedPrecondition when no run has a c_t or an m_t after the warm-up, or
+// when a cap leaves c_low >= c_high (or the same of the window).
+// REQUIRES: controller::ValidateWindow(window).ok(), warmup >= 0
+base::StatusOr<AlertCalibration> CalibrateAlerts(const std::vector<RecordedRun>& runs, int window,
+                                                 std::int64_t warmup);
+
+}  // namespace gac::cli
+
+#endif  // GAC_CLI_BACKTEST_H_

@@ -1,0 +1,362 @@
+#include "gac/cli/backtest.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+#include <regex>
+
+#include "gac/base/file_util.h"
+#include "gac/cli/format.h"
+#include "gac/controller/window.h"
+
+namespace gac::cli {
+namespace {
+
+// The fields of one CSV line (RFC 4180 quoting; the trainer writes none).
+std::vector<std::string> SplitCsvLine(const std::string& line) {
+  std::vector<std::string> fields(1);
+  bool quoted = false;
+  for (std::size_t i = 0; i < line.size(); ++i) {
+    const char ch = line[i];
+    if (quoted) {
+      if (ch == '"' && i + 1 < line.size() && line[i + 1] == '"') {
+        fields.back() += '"';
+        ++i;
+      } else if (ch == '"') {
+        quoted = false;
+      } else {
+        fields.back() += ch;
+      }
+    } else if (ch == '"') {
+      quoted = true;
+    } else if (ch == ',') {
+      fields.emplace_back();
+    } else {
+      fields.back() += ch;
+    }
+  }
+  return fields;
+}
+
+std::string Where(const std::string& path, std::size_t line) { return path + ":" + std::to_string(line); }
+
+// A number, or absent for an empty cell; InvalidArgument for anything else.
+base::StatusOr<std::optional<double>> ParseCell(const std::string& text, const std::string& column,
+                                                const std::string& where) {
+  if (text.empty()) return std::optional<double>();
+  errno = 0;
+  char* end = nullptr;
+  const double v = std::strtod(text.c_str(), &end);
+  if (end == text.c_str() || *end != '\0' || errno == ERANGE) {
+    return base::Status::InvalidArgument(where + ": column " + column + ": '" + text + "' is not a number");
+  }
+  return std::optional<double>(v);
+}
+
+std::optional<std::size_t> ColumnIndex(const std::vector<std::string>& header, const std::string& name) {
+  const auto it = std::find(header.begin(), header.end(), name);
+  if (it == header.end()) return std::nullopt;
+  return static_cast<std::size_t>(it - header.begin());
+}
+
+std::string BaseName(const std::string& path) {
+  const auto slash = path.find_last_of('/');
+  std::string name = slash == std::string::npos ? path : path.substr(slash + 1);
+  if (name.size() > 4 && name.compare(name.size() - 4, 4, ".csv") == 0) name.resize(name.size() - 4);
+  return name;
+}
+
+}  // namespace
+
+base::StatusOr<RecordedRun> ParseRunCsv(const std::string& text, const std::string& path) {
+  RecordedRun run;
+  run.path = path;
+  run.name = BaseName(path);
+  std::vector<std::string> header;
+  std::optional<std::size_t> step_col, cosine_col, acc_col, regime_col;
+  std::size_t line_no = 0, start = 0;
+  while (start < text.size()) {
+    std::size_t end = text.find('\n', start);
+    if (end == std::string::npos) end = text.size();
+    std::string line = text.substr(start, end - start);
+    start = end + 1;
+    ++line_no;
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (line.empty()) continue;
+    std::vector<std::string> fields = SplitCsvLine(line);
+    if (header.empty()) {
+      header = std::move(fields);
+      step_col = ColumnIndex(header, "step");
+      cosine_col = ColumnIndex(header, "cosine");
+      acc_col = ColumnIndex(header, "heldout_acc");
+      regime_col = ColumnIndex(header, "regime");
+      for (const auto& [col, name] : {std::pair{step_col, "step"}, {cosine_col, "cosine"}, {acc_col, "heldout_acc"}}) {
+        if (!col) return base::Status::InvalidArgument(Where(path, line_no) + ": no column '" + name + "' in the header");
+      }
+      continue;
+    }
+    const std::string where = Where(path, line_no);
+    if (fields.size() != header.size()) {
+      return base::Status::InvalidArgument(where + ": " + std::to_string(fields.size()) + " fields, the header has " +
+                                           std::to_string(header.size()));
+    }
+    GAC_ASSIGN_OR_RETURN(std::optional<double> step, ParseCell(fields[*step_col], "step", where));
+    if (!step || *step != std::floor(*step) || std::fabs(*step) > 1e15) {
+      return base::Status::InvalidArgument(where + ": column step: '" + fields[*step_col] + "' is not a step number");
+    }
+    const auto s = static_cast<std::int64_t>(*step);
+    if (!run.steps.empty() && s <= run.steps.back()) {
+      return base::Status::InvalidArgument(where + ": step " + std::to_string(s) + " does not follow step " +
+                                           std::to_string(run.steps.back()));
+    }
+    GAC_ASSIGN_OR_RETURN(std::optional<double> cosine, ParseCell(fields[*cosine_col], "cosine", where));
+    if (cosine && !std::isfinite(*cosine)) cosine.reset();
+    if (regime_col && fields[*regime_col] == "invalid") cosine.reset();
+    GAC_ASSIGN_OR_RETURN(std::optional<double> acc, ParseCell(fields[*acc_col], "heldout_acc", where));
+    if (acc && !std::isfinite(*acc)) {
+      return base::Status::InvalidArgument(where + ": column heldout_acc: '" + fields[*acc_col] + "' is not finite");
+    }
+    run.steps.push_back(s);
+    run.cosines.push_back(cosine);
+    if (acc) run.evaluations.push_back({s, *acc});
+  }
+  if (header.empty()) return base::Status::InvalidArgument(path + ": empty (no header)");
+  if (run.steps.empty()) return base::Status::InvalidArgument(path + ": no steps after the header");
+  return run;
+}
+
+RunLog ParseRunLog(const std::string& text) {
+  RunLog log;
+  log.finished = text.find("summary:") != std::string::npos;
+  static const std::regex kStart(R"((?:supervised warm-up: .*|start:) held-out accuracy ([0-9.]+))");
+  std::smatch m;
+  if (std::regex_search(text, m, kStart)) log.start_accuracy = std::strtod(m[1].str().c_str(), nullptr);
+  return log;
+}
+
+base::StatusOr<RecordedRun> ReadRun(const std::string& csv_path) {
+  GAC_ASSIGN_OR_RETURN(std::string text, base::ReadFileToString(csv_path, "run CSV"));
+  GAC_ASSIGN_OR_RETURN(RecordedRun run, ParseRunCsv(text, csv_path));
+  std::string log_path = csv_path;
+  if (log_path.size() > 4 && log_path.compare(log_path.size() - 4, 4, ".csv") == 0) log_path.resize(log_path.size() - 4);
+  log_path += ".log";
+  base::StatusOr<std::string> log_text = base::ReadFileToString(log_path, "run log");
+  if (log_text.ok()) {
+    const RunLog log = ParseRunLog(*log_text);
+    run.has_log = true;
+    run.finished = log.finished;
+    run.start_accuracy = log.start_accuracy;
+  } else if (!log_text.status().IsNotFound()) {
+    return log_text.status();
+  }
+  return run;
+}
+
+const char* OutcomeName(Outcome outcome) {
+  switch (outcome) {
+    case Outcome::kCollapsed: return "collapsed";
+    case Outcome::kNeverLearned: return "never learned";
+    case Outcome::kLearned: return "learned";
+  }
+  return "learned";
+}
+
+RunOutcome ClassifyOutcome(std::optional<double> start_accuracy, const std::vector<Evaluation>& evaluations) {
+  RunOutcome out;
+  if (evaluations.empty()) {
+    out.outcome = Outcome::kNeverLearned;
+    return out;
+  }
+  const double e0 = start_accuracy.value_or(evaluations.front().accuracy);
+  double peak = e0;
+  for (std::size_t i = 0; i < evaluations.size(); ++i) {
+    peak = std::max(peak, evaluations[i].accuracy);
+    const double bar = kCollapseFraction * peak;
+    bool for_good = true;
+    for (std::size_t j = i; j < evaluations.size() && for_good; ++j) for_good = evaluations[j].accuracy < bar;
+    if (for_good) {
+      out.outcome = Outcome::kCollapsed;
+      out.collapse_step = evaluations[i].step;
+      return out;
+    }
+  }
+  double best = evaluations.front().accuracy;
+  for (const Evaluation& e : evaluations) best = std::max(best, e.accuracy);
+  out.outcome = best < e0 + kLearnMargin ? Outcome::kNeverLearned : Outcome::kLearned;
+  return out;
+}
+
+const char* AlertName(Alert alert) {
+  return alert == Alert::kSpike ? "GacAlignmentSpike" : "GacAlignmentElevated";
+}
+
+base::Status ValidateAlertSettings(const AlertSettings& s) {
+  if (!(s.c_high > 0.0 && s.c_high <= 1.0)) {
+    return base::Status::InvalidArgument("c_high " + FormatExact(s.c_high) + " is outside (0, 1]");
+  }
+  if (!(s.window_c_low > 0.0 && s.window_c_low <= 1.0)) {
+    return base::Status::InvalidArgument("window c_low " + FormatExact(s.window_c_low) + " is outside (0, 1]");
+  }
+  GAC_RETURN_IF_ERROR(controller::ValidateWindow(s.window));
+  if (s.for_steps < 0) return base::Status::InvalidArgument("for_steps " + std::to_string(s.for_steps) + " is negative");
+  if (s.warmup < 0) return base::Status::InvalidArgument("warmup " + std::to_string(s.warmup) + " is negative");
+  return base::Status::Ok();
+}
+
+std::vector<AlertStep> ReplayAlerts(const RecordedRun& run, const AlertSettings& s) {
+  std::vector<AlertStep> out;
+  out.reserve(run.steps.size());
+  controller::AlignmentWindow window(s.window);
+  std::int64_t held = 0;  // consecutive steps with the elevated condition, this one included
+  for (std::size_t i = 0; i < run.steps.size(); ++i) {
+    AlertStep a;
+    a.step = run.steps[i];
+    const std::optional<double>& c = run.cosines[i];
+    if (c) window.Add(*c);
+    a.window_mean = window.mean();
+    a.spike = c && std::fabs(*c) >= s.c_high;
+    a.elevated_condition = a.window_mean && std::fabs(*a.window_mean) > s.window_c_low;
+    held = a.elevated_condition ? held + 1 : 0;
+    a.elevated = held > s.for_steps;
+    out.push_back(a);
+  }
+  return out;
+}
+
+RunBacktest BacktestRun(const RecordedRun& run, const AlertSettings& s) {
+  RunBacktest b;
+  b.name = run.name;
+  b.steps = static_cast<std::int64_t>(run.steps.size());
+  b.outcome = ClassifyOutcome(run.start_accuracy, run.evaluations);
+  for (const AlertStep& a : ReplayAlerts(run, s)) {
+    if (a.step <= s.warmup) continue;
+    if (!b.first_eligible) b.first_eligible = a.step;
+    for (Alert alert : kAllAlerts) {
+      if (!(alert == Alert::kSpike ? a.spike : a.elevated)) continue;
+      Alarm& alarm = b.alarms[static_cast<std::size_t>(alert)];
+      ++alarm.firing_steps;
+      if (!alarm.step) {
+        alarm.step = a.step;
+        alarm.at_first_eligible = a.step == *b.first_eligible;
+      }
+    }
+  }
+  return b;
+}
+
+const char* VerdictName(Verdict v) {
+  switch (v) {
+    case Verdict::kWarned: return "warned";
+    case Verdict::kLate: return "late";
+    case Verdict::kMissed: return "missed";
+    case Verdict::kFalseAlarm: return "false alarm";
+    case Verdict::kQuiet: return "quiet";
+  }
+  return "quiet";
+}
+
+Verdict Judge(const RunOutcome& outcome, const Alarm& alarm) {
+  if (outcome.collapse_step) {
+    if (!alarm.step) return Verdict::kMissed;
+    return *alarm.step <= *outcome.collapse_step ? Verdict::kWarned : Verdict::kLate;
+  }
+  return alarm.step ? Verdict::kFalseAlarm : Verdict::kQuiet;
+}
+
+namespace {
+
+std::optional<double> Ratio(std::int64_t num, std::int64_t den) {
+  if (den == 0) return std::nullopt;
+  return static_cast<double>(num) / static_cast<double>(den);
+}
+
+}  // namespace
+
+std::optional<double> AlertScore::precision() const { return Ratio(tp, tp + fp); }
+std::optional<double> AlertScore::recall() const { return Ratio(tp, tp + fn); }
+std::optional<double> AlertScore::precision_later() const { return Ratio(tp_later, tp_later + fp_later); }
+std::optional<double> AlertScore::recall_later() const { return Ratio(tp_later, collapsed); }
+
+AlertScore ScoreAlert(const std::vector<RunBacktest>& runs, Alert alert) {
+  AlertScore s;
+  for (const RunBacktest& r : runs) {
+    const Alarm& alarm = r.alarms[static_cast<std::size_t>(alert)];
+    ++s.runs;
+    if (r.outcome.outcome == Outcome::kCollapsed) ++s.collapsed;
+    if (r.outcome.outcome == Outcome::kNeverLearned) ++s.never_learned;
+    if (alarm.step) ++s.alarmed;
+    if (alarm.step && alarm.at_first_eligible) {
+      ++s.at_first_eligible;
+      if (r.outcome.collapse_step) ++s.at_first_eligible_collapsed;
+    }
+    switch (Judge(r.outcome, alarm)) {
+      case Verdict::kWarned:
+        ++s.tp;
+        s.leads.push_back(*r.outcome.collapse_step - *alarm.step);
+        if (!alarm.at_first_eligible) ++s.tp_later;
+        break;
+      case Verdict::kLate:
+      case Verdict::kMissed: ++s.fn; break;
+      case Verdict::kFalseAlarm:
+        ++s.fp;
+        if (r.outcome.outcome == Outcome::kNeverLearned) ++s.fp_never_learned;
+        if (!alarm.at_first_eligible) ++s.fp_later;
+        break;
+      case Verdict::kQuiet: ++s.tn; break;
+    }
+  }
+  std::sort(s.leads.begin(), s.leads.end());
+  return s;
+}
+
+std::optional<double> SortedQuantile(const std::vector<double>& sorted, double q) {
+  if (sorted.empty()) return std::nullopt;
+  const double pos = q * static_cast<double>(sorted.size() - 1);
+  const auto lo = static_cast<std::size_t>(std::floor(pos));
+  const std::size_t hi = std::min(lo + 1, sorted.size() - 1);
+  return sorted[lo] + (sorted[hi] - sorted[lo]) * (pos - static_cast<double>(lo));
+}
+
+base::StatusOr<AlertCalibration> CalibrateAlerts(const std::vector<RecordedRun>& runs, int window,
+                                                 std::int64_t warmup) {
+  std::vector<double> c, m;
+  AlertSettings s;
+  s.window = window;
+  for (const RecordedRun& run : runs) {
+    const std::vector<AlertStep> steps = ReplayAlerts(run, s);
+    for (std::size_t i = 0; i < steps.size(); ++i) {
+      if (steps[i].step <= warmup) continue;
+      if (run.cosines[i]) c.push_back(std::fabs(*run.cosines[i]));
+      if (steps[i].window_mean) m.push_back(std::fabs(*steps[i].window_mean));
+    }
+  }
+  if (c.empty() || m.empty()) {
+    return base::Status::FailedPrecondition("the calibration runs have no " + std::string(c.empty() ? "c_t" : "m_t") +
+                                            " after step " + std::to_string(warmup));
+  }
+  std::sort(c.begin(), c.end());
+  std::sort(m.begin(), m.end());
+  AlertCalibration cal;
+  cal.runs = static_cast<std::int64_t>(runs.size());
+  cal.cosines = static_cast<std::int64_t>(c.size());
+  cal.window_means = static_cast<std::int64_t>(m.size());
+  cal.c_q90 = *SortedQuantile(c, 0.9);
+  cal.c_max = c.back();
+  cal.window_q90 = *SortedQuantile(m, 0.9);
+  cal.window_max = m.back();
+  cal.c_low = cal.c_q90;
+  cal.c_high = std::min(kHighRatio * cal.c_max, kHighCap);
+  cal.window_c_low = cal.window_q90;
+  cal.window_c_high = std::min(kHighRatio * cal.window_max, kHighCap);
+  if (!(cal.c_low < cal.c_high) || !(cal.window_c_low < cal.window_c_high) || cal.c_low <= 0.0 ||
+      cal.window_c_low <= 0.0) {
+    return base::Status::FailedPrecondition("the calibration gives no usable thresholds (c_low " +
+                                            FormatExact(cal.c_low) + ", c_high " + FormatExact(cal.c_high) +
+                                            ", window c_low " + FormatExact(cal.window_c_low) + ", window c_high " +
+                                            FormatExact(cal.window_c_high) + ")");
+  }
+  return cal;
+}
+
+}  // namespace gac::cli

@@ -1,0 +1,314 @@
+// gacctl backtest: the alignment alerts replayed on recorded runs (offline).
+#include <filesystem>
+#include <set>
+
+#include "cli/src/commands.h"
+#include "gac/cli/backtest.h"
+#include "gac/controller/window.h"
+
+namespace gac::cli {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct BacktestOptions {
+  std::vector<std::string> files;      // the runs tested
+  std::vector<std::string> calibrate;  // the synchronous runs to calibrate on; empty: thresholds given
+  AlertSettings settings;
+  bool per_run = false;
+  Format format = Format::kTable;
+};
+
+// The CSV files a command-line path names: the file, or a directory's *.csv
+// in name order. InvalidArgument naming the path.
+base::Status ExpandPath(const std::string& flag, const std::string& path, std::vector<std::string>* out) {
+  std::error_code ec;
+  const fs::file_status st = fs::status(path, ec);
+  if (ec || !fs::exists(st)) return base::Status::InvalidArgument(flag + path + ": no such file or directory");
+  if (!fs::is_directory(st)) {
+    out->push_back(path);
+    return base::Status::Ok();
+  }
+  std::vector<std::string> found;
+  for (fs::directory_iterator it(path, ec), end; !ec && it != end; it.increment(ec)) {
+    if (it->path().extension() == ".csv" && it->is_regular_file(ec)) found.push_back(it->path().string());
+  }
+  if (ec) return base::Status::InvalidArgument(flag + path + ": cannot list the directory: " + ec.message());
+  if (found.empty()) return base::Status::InvalidArgument(flag + path + ": no .csv file in the directory");
+  std::sort(found.begin(), found.end());
+  out->insert(out->end(), found.begin(), found.end());
+  return base::Status::Ok();
+}
+
+std::string Canonical(const std::string& path) {
+  std::error_code ec;
+  const fs::path p = fs::weakly_canonical(path, ec);
+  return ec ? path : p.string();
+}
+
+// The finished runs of `paths`; a run whose log has no "summary:" line is
+// left out with a note on stderr, as the experiment's analysis does.
+base::StatusOr<std::vector<RecordedRun>> ReadRuns(Context& ctx, const std::vector<std::string>& paths) {
+  std::vector<RecordedRun> runs;
+  for (const std::string& path : paths) {
+    GAC_ASSIGN_OR_RETURN(RecordedRun run, ReadRun(path));
+    if (!run.finished) {
+      ctx.err() << "gacctl: note: " << path << " left out: its log has no \"summary:\" line (unfinished run)\n";
+      continue;
+    }
+    runs.push_back(std::move(run));
+  }
+  return runs;
+}
+
+std::vector<Column> SummaryColumns() {
+  return {{"alert", "ALERT"},
+          {"threshold", "THRESHOLD", true},
+          {"for_steps", "FOR_STEPS", true},
+          {"runs", "RUNS", true},
+          {"collapsed", "COLLAPSED", true},
+          {"never_learned", "NEVER_LEARNED", true},
+          {"alarmed", "ALARMED", true},
+          {"at_first_eligible", "AT_FIRST", true},
+          {"at_first_eligible_collapsed", "OF_THEM_COLLAPSED", true},
+          {"tp", "TP", true},
+          {"fp", "FP", true},
+          {"fp_never_learned", "FP_NEVER_LEARNED", true},
+          {"fn", "FN", true},
+          {"tn", "TN", true},
+          {"precision", "PRECISION", true},
+          {"recall", "RECALL", true},
+          {"lead_median", "LEAD_MEDIAN", true},
+          {"lead_q25", "LEAD_Q25", true},
+          {"lead_q75", "LEAD_Q75", true},
+          {"lead_min", "LEAD_MIN", true},
+          {"lead_max", "LEAD_MAX", true},
+          {"tp_later", "TP_LATER", true},
+          {"fp_later", "FP_LATER", true},
+          {"precision_later", "PRECISION_LATER", true},
+          {"recall_later", "RECALL_LATER", true}};
+}
+
+std::vector<Column> PerRunColumns() {
+  return {{"run", "RUN"},
+          {"steps", "STEPS", true},
+          {"outcome", "OUTCOME"},
+          {"collapse_step", "COLLAPSE", true},
+          {"alert", "ALERT"},
+          {"first_alarm", "FIRST_ALARM", true},
+          {"at_first_eligible", "AT_FIRST"},
+          {"firing_steps", "FIRING_STEPS", true},
+          {"lead", "LEAD", true},
+          {"verdict", "VERDICT"}};
+}
+
+Cell OptionalStep(const std::optional<std::int64_t>& step) { return step ? Cell::Int(*step) : Cell(); }
+
+double Threshold(const AlertSettings& s, Alert alert) {
+  return alert == Alert::kSpike ? s.c_high : s.window_c_low;
+}
+
+void WriteSummaryRows(RowWriter& w, const std::vector<RunBacktest>& results, const AlertSettings& s) {
+  for (Alert alert : kAllAlerts) {
+    const AlertScore score = ScoreAlert(results, alert);
+    const std::vector<double> leads(score.leads.begin(), score.leads.end());
+    w.Add({Cell::Text(AlertName(alert)), Cell::Real(Threshold(s, alert)),
+           alert == Alert::kSpike ? Cell::Int(0) : Cell::Int(s.for_steps), Cell::Int(score.runs),
+           Cell::Int(score.collapsed), Cell::Int(score.never_learned), Cell::Int(score.alarmed),
+           Cell::Int(score.at_first_eligible), Cell::Int(score.at_first_eligible_collapsed), Cell::Int(score.tp),
+           Cell::Int(score.fp), Cell::Int(score.fp_never_learned), Cell::Int(score.fn), Cell::Int(score.tn),
+           Cell::Optional(score.precision()), Cell::Optional(score.recall()), Cell::Optional(SortedQuantile(leads, 0.5)),
+           Cell::Optional(SortedQuantile(leads, 0.25)), Cell::Optional(SortedQuantile(leads, 0.75)),
+           leads.empty() ? Cell() : Cell::Int(score.leads.front()), leads.empty() ? Cell() : Cell::Int(score.leads.back()),
+           Cell::Int(score.tp_later), Cell::Int(score.fp_later), Cell::Optional(score.precision_later()),
+           Cell::Optional(score.recall_later())});
+  }
+  w.Flush();
+}
+
+void WritePerRunRows(RowWriter& w, const std::vector<RunBacktest>& results) {
+  for (const RunBacktest& r : results) {
+    for (Alert alert : kAllAlerts) {
+      const Alarm& a = r.alarms[static_cast<std::size_t>(alert)];
+      const Verdict v = Judge(r.outcome, a);
+      w.Add({Cell::Text(r.name), Cell::Int(r.steps), Cell::Text(OutcomeName(r.outcome.outcome)),
+             OptionalStep(r.outcome.collapse_step), Cell::Text(AlertName(alert)), OptionalStep(a.step),
+             a.step ? Cell::Bool(a.at_first_eligible) : Cell(), Cell::Int(a.firing_steps),
+             v == Verdict::kWarned ? Cell::Int(*r.outcome.collapse_step - *a.step) : Cell(),
+             Cell::Text(VerdictName(v))});
+    }
+  }
+  w.Flush();
+}
+
+void WriteHeading(std::ostream& out, const BacktestOptions& o, const std::vector<RunBacktest>& results,
+                  const std::optional<AlertCalibration>& cal) {
+  const AlertSettings& s = o.settings;
+  std::int64_t counts[3] = {0, 0, 0};
+  for (const RunBacktest& r : results) ++counts[static_cast<int>(r.outcome.outcome)];
+  out << "backtest of " << results.size() << " runs: " << counts[0] << " collapsed, " << counts[1]
+      << " never learned, " << counts[2] << " learned; alarms from step " << s.warmup + 1 << "\n";
+  out << "GacAlignmentSpike:    |c_t| >= c_high " << FormatDisplay(s.c_high) << "\n";
+  out << "GacAlignmentElevated: |m_t| > window c_low " << FormatDisplay(s.window_c_low) << " (W " << s.window
+      << "), held " << s.for_steps << " more steps\n";
+  if (cal) {
+    out << "thresholds calibrated on " << cal->runs << " synchronous runs (steps > " << s.warmup << "): q0.9 |c_t| "
+        << FormatDisplay(cal->c_q90) << ", max |c_t| " << FormatDisplay(cal->c_max) << " over " << cal->cosines
+        << " steps; q0.9 |m_t| " << FormatDisplay(cal->window_q90) << ", max |m_t| " << FormatDisplay(cal->window_max)
+        << " over " << cal->window_means << " steps\n";
+  }
+  out << "\n";
+}
+
+base::Status Backtest(Context& ctx, BacktestOptions o) {
+  std::optional<AlertCalibration> cal;
+  if (!o.calibrate.empty()) {
+    GAC_ASSIGN_OR_RETURN(std::vector<RecordedRun> sync, ReadRuns(ctx, o.calibrate));
+    base::StatusOr<AlertCalibration> c = CalibrateAlerts(sync, o.settings.window, o.settings.warmup);
+    if (!c.ok()) return c.status().WithPrefix("--calibrate-on");
+    cal = *c;
+    o.settings.c_high = cal->c_high;
+    o.settings.window_c_low = cal->window_c_low;
+  }
+  GAC_ASSIGN_OR_RETURN(std::vector<RecordedRun> runs, ReadRuns(ctx, o.files));
+  if (runs.empty()) return base::Status::FailedPrecondition("no finished run to backtest");
+  std::vector<RunBacktest> results;
+  results.reserve(runs.size());
+  for (const RecordedRun& run : runs) results.push_back(BacktestRun(run, o.settings));
+
+  std::ostream& out = ctx.out();
+  if (o.format == Format::kTable) WriteHeading(out, o, results, cal);
+  std::unique_ptr<RowWriter> w = RowWriter::Create(o.format, &out, o.per_run ? PerRunColumns() : SummaryColumns());
+  if (o.per_run) {
+    WritePerRunRows(*w, results);
+  } else {
+    WriteSummaryRows(*w, results, o.settings);
+  }
+  return base::Status::Ok();
+}
+
+base::StatusOr<std::vector<std::string>> ExpandPaths(const std::string& flag, const std::vector<std::string>& paths) {
+  std::vector<std::string> files;
+  for (const std::string& p : paths) GAC_RETURN_IF_ERROR(ExpandPath(flag, p, &files));
+  return files;
+}
+
+std::vector<std::string> SplitCommas(const std::string& text) {
+  std::vector<std::string> parts;
+  std::size_t start = 0;
+  for (;;) {
+    const auto comma = text.find(',', start);
+    parts.push_back(text.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  return parts;
+}
+
+CommandSpec BacktestCommand() {
+  CommandSpec c;
+  c.name = "backtest";
+  c.args = "FILE_OR_DIR...";
+  c.summary = "when the alignment alerts would have fired on recorded runs, against their collapses (offline)";
+  c.description =
+      "Replays the c_t of recorded runs (CSV files of the example trainer, gac_grpo, or every\n"
+      "*.csv of a directory; needs no gacd) through the alerts of dashboards/gac.rules.yml,\n"
+      "one evaluation per step, and scores each alert's first alarm against the run's\n"
+      "collapse. Columns read: step, cosine, heldout_acc (and regime: an invalid step has no\n"
+      "c_t); RUN.log beside RUN.csv gives the held-out accuracy after the warm-up, and a log\n"
+      "without a \"summary:\" line marks an unfinished run, left out with a note.\n\n"
+      "  GacAlignmentSpike     fires at a step with |c_t| >= c_high (its other clause, a step\n"
+      "                        in the skip regime, is the same test with the run's c_high).\n"
+      "  GacAlignmentElevated  |m_t| > window c_low, m_t the signed mean of the last W c_t\n"
+      "                        (gac::controller::AlignmentWindow on the cosine column; a step\n"
+      "                        without c_t leaves m_t as it was; none until W are held), held\n"
+      "                        --for-steps further steps: the rule's `for: 5m` at r steps per\n"
+      "                        second is ceil(300 r) steps (a step a minute: 5, the default).\n"
+      "Alarms count from the first step after --warmup (the first eligible step); an alert\n"
+      "already firing there alarms there, which in a run stale from its start says only\n"
+      "that it is stale: those alarms are counted apart (AT_FIRST, and *_LATER below).\n\n"
+      "Thresholds: --c-high and --window-c-low, or --calibrate-on synchronous runs with the\n"
+      "experiment's rule, pooled over their steps after --warmup: window c_low = q0.9 |m_t|,\n"
+      "c_high = min(3 max |c_t|, 0.95) (linear-interpolated quantile). Never calibrate on\n"
+      "the runs tested: a file given to both is refused.\n\n"
+      "Collapse (examples/grpo/analyze.py's rule): held-out evaluations e_0 (the log's\n"
+      "accuracy after the warm-up; without it e_1) and e_1..e_n (the heldout_acc cells),\n"
+      "running peak P_i = max(e_0..e_i); the run collapsed at the step of the first i >= 1\n"
+      "with e_i < 0.7 P_i and every later e_j < 0.7 P_i (the last evaluation can be it).\n"
+      "Otherwise it never learned when max(e_1..e_n) < e_0 + 0.05, else it learned.\n\n"
+      "Scoring: an alarm at or before the collapse is a true positive (lead: the collapse\n"
+      "step minus the alarm step); a collapsed run without an alarm, or with a later one, is\n"
+      "missed; any alarm in a run that did not collapse is false (FP_NEVER_LEARNED: of them,\n"
+      "in runs that never learned). *_LATER: the same when an alarm at the first eligible\n"
+      "step counts as none (recall_later = tp_later / collapsed). Leads: median and quartiles\n"
+      "interpolated linearly, min and max.\n\n"
+      "Output, one row per alert:\n"
+      "  alert, threshold, for_steps, runs, collapsed, never_learned, alarmed,\n"
+      "  at_first_eligible, at_first_eligible_collapsed, tp, fp, fp_never_learned, fn, tn,\n"
+      "  precision, recall, lead_median, lead_q25, lead_q75, lead_min, lead_max, tp_later,\n"
+      "  fp_later, precision_later, recall_later\n"
+      "--per-run, one row per run and alert instead:\n"
+      "  run, steps, outcome, collapse_step, alert, first_alarm, at_first_eligible,\n"
+      "  firing_steps, lead, verdict (warned, late, missed, false alarm, quiet)\n\n"
+      "Unreadable files and bad rows (missing columns, a value that is not a number, steps\n"
+      "out of order) are errors naming the file and line (exit 1); bad flags exit 2.\n";
+  c.flags = {
+      {"c-high", "X", "GacAlignmentSpike's c_high (with --window-c-low; or --calibrate-on)"},
+      {"window-c-low", "X", "GacAlignmentElevated's window c_low"},
+      {"calibrate-on", "PATHS", "calibrate both on these synchronous runs (comma-separated files or directories)"},
+      {"window", "W", "m_t's window, in steps with a c_t (default 20, the example trainer's)"},
+      {"for-steps", "N", "GacAlignmentElevated's hold in steps (default 5; 0 = at once)"},
+      {"warmup", "N", "alarms and calibration start after step N (default 50)"},
+      {"per-run", "", "one row per run and alert instead of the summary"},
+      FormatFlagSpec(),
+  };
+  c.positionals = 1;
+  c.more_positionals = true;
+  c.prepare = [](const ParsedFlags& flags, const std::vector<std::string>& args) -> base::StatusOr<Action> {
+    BacktestOptions o;
+    GAC_ASSIGN_OR_RETURN(o.files, ExpandPaths("", args));
+    GAC_ASSIGN_OR_RETURN(auto c_high, OptionalReal(flags, "c-high"));
+    GAC_ASSIGN_OR_RETURN(auto window_c_low, OptionalReal(flags, "window-c-low"));
+    if (const std::string* cal = flags.Get("calibrate-on")) {
+      if (c_high || window_c_low) {
+        return base::Status::InvalidArgument("--calibrate-on sets the thresholds: give it or --c-high and "
+                                             "--window-c-low, not both");
+      }
+      GAC_ASSIGN_OR_RETURN(o.calibrate, ExpandPaths("--calibrate-on: ", SplitCommas(*cal)));
+      std::set<std::string> tested;
+      for (const std::string& f : o.files) tested.insert(Canonical(f));
+      for (const std::string& f : o.calibrate) {
+        if (tested.count(Canonical(f)) > 0) {
+          return base::Status::InvalidArgument(f + " is both calibrated on and tested: thresholds are never set on "
+                                               "the runs they are tested on");
+        }
+      }
+    } else {
+      if (!c_high || !window_c_low) {
+        return base::Status::InvalidArgument("give --c-high and --window-c-low, or --calibrate-on");
+      }
+      o.settings.c_high = *c_high;
+      o.settings.window_c_low = *window_c_low;
+    }
+    GAC_ASSIGN_OR_RETURN(auto window, OptionalInt(flags, "window", 1, controller::kMaxWindow));
+    GAC_ASSIGN_OR_RETURN(auto for_steps, OptionalInt(flags, "for-steps", 0, 1000000));
+    GAC_ASSIGN_OR_RETURN(auto warmup, OptionalInt(flags, "warmup", 0, INT64_MAX / 2));
+    if (window) o.settings.window = static_cast<int>(*window);
+    if (for_steps) o.settings.for_steps = static_cast<int>(*for_steps);
+    if (warmup) o.settings.warmup = *warmup;
+    if (o.calibrate.empty()) {
+      const base::Status st = ValidateAlertSettings(o.settings);
+      if (!st.ok()) return base::Status::InvalidArgument(st.message());
+    }
+    o.per_run = flags.Has("per-run");
+    GAC_ASSIGN_OR_RETURN(o.format, FormatFlag(flags));
+    return Action([o](Context& ctx) { return Backtest(ctx, o); });
+  };
+  return c;
+}
+
+}  // namespace
+
+std::vector<CommandSpec> BacktestCommands() { return {BacktestCommand()}; }
+
+}  // namespace gac::cli

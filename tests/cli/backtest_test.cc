@@ -1,0 +1,313 @@
+// gacctl backtest's library (gac/cli/backtest.h) on small synthetic runs
+// whose firing steps, outcomes and scores follow by construction. The
+// program on recorded runs is checked against an independent computation by
+// check_backtest.py.
+#include "gac/cli/backtest.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace gac::cli {
+namespace {
+
+using Cosines = std::vector<std::optional<double>>;
+
+// A run of steps 1..n with these cosines (nullopt: no c_t).
+RecordedRun SyntheticRun(const Cosines& cosines, std::vector<Evaluation> evaluations = {},
+                std::optional<double> start = std::nullopt) {
+  RecordedRun run;
+  run.name = "synthetic";
+  for (std::size_t i = 0; i < cosines.size(); ++i) run.steps.push_back(static_cast<std::int64_t>(i) + 1);
+  run.cosines = cosines;
+  run.evaluations = std::move(evaluations);
+  run.start_accuracy = start;
+  return run;
+}
+
+AlertSettings Settings(int window, int for_steps, std::int64_t warmup, double c_high = 0.9,
+                       double window_c_low = 0.3) {
+  AlertSettings s;
+  s.c_high = c_high;
+  s.window_c_low = window_c_low;
+  s.window = window;
+  s.for_steps = for_steps;
+  s.warmup = warmup;
+  EXPECT_TRUE(ValidateAlertSettings(s).ok());
+  return s;
+}
+
+std::vector<std::int64_t> ElevatedSteps(const std::vector<AlertStep>& steps) {
+  std::vector<std::int64_t> out;
+  for (const AlertStep& a : steps) {
+    if (a.elevated) out.push_back(a.step);
+  }
+  return out;
+}
+
+TEST(BacktestReplay, TheHoldSurvivesASignChangeOfTheMean) {
+  // W 1: m_t = c_t. |m| > 0.3 at steps 3..7 although m flips sign each step;
+  // held 3 further steps, the alert fires at steps 6 and 7 and not at 9,
+  // where the condition holds again for one step only.
+  const RecordedRun run = SyntheticRun({0.0, 0.1, 0.5, -0.5, 0.5, -0.5, 0.5, 0.0, -0.6, 0.0});
+  const std::vector<AlertStep> steps = ReplayAlerts(run, Settings(1, 3, 0));
+  EXPECT_EQ(ElevatedSteps(steps), (std::vector<std::int64_t>{6, 7}));
+  ASSERT_TRUE(steps[3].window_mean.has_value());
+  EXPECT_DOUBLE_EQ(*steps[3].window_mean, -0.5);
+  EXPECT_TRUE(steps[8].elevated_condition);
+  const RunBacktest b = BacktestRun(run, Settings(1, 3, 0));
+  EXPECT_EQ(b.alarms[static_cast<std::size_t>(Alert::kElevated)].step, 6);
+  EXPECT_EQ(b.alarms[static_cast<std::size_t>(Alert::kElevated)].firing_steps, 2);
+}
+
+TEST(BacktestReplay, NoMeanUntilTheWindowIsFull) {
+  // W 4, every c_t 0.9: m_t exists from the 4th cosine; with no hold the
+  // alert fires from step 4, with a hold of 2 from step 6.
+  const RecordedRun run = SyntheticRun(Cosines(8, 0.9));
+  const std::vector<AlertStep> steps = ReplayAlerts(run, Settings(4, 0, 0));
+  for (int i = 0; i < 3; ++i) EXPECT_FALSE(steps[i].window_mean.has_value()) << i;
+  ASSERT_TRUE(steps[3].window_mean.has_value());
+  EXPECT_NEAR(*steps[3].window_mean, 0.9, 1e-15);
+  EXPECT_EQ(ElevatedSteps(steps), (std::vector<std::int64_t>{4, 5, 6, 7, 8}));
+  EXPECT_EQ(ElevatedSteps(ReplayAlerts(run, Settings(4, 2, 0))), (std::vector<std::int64_t>{6, 7, 8}));
+}
+
+TEST(BacktestReplay, StepsWithoutACosineKeepTheMeanAndTheHold) {
+  // W 3. Step 2 has no c_t: the window is full at step 4 (the third c_t),
+  // and step 6 (no c_t) keeps m_t and continues the hold.
+  const RecordedRun run = SyntheticRun({0.6, std::nullopt, 0.6, 0.6, 0.6, std::nullopt, 0.6, 0.0});
+  const std::vector<AlertStep> steps = ReplayAlerts(run, Settings(3, 2, 0));
+  EXPECT_FALSE(steps[2].window_mean.has_value());
+  ASSERT_TRUE(steps[3].window_mean.has_value());
+  ASSERT_TRUE(steps[5].window_mean.has_value());
+  EXPECT_NEAR(*steps[5].window_mean, 0.6, 1e-15);
+  // Condition at 4, 5, 6, 7 (m at step 8 is 0.4 > 0.3 too): fires from 6.
+  EXPECT_EQ(ElevatedSteps(steps), (std::vector<std::int64_t>{6, 7, 8}));
+  EXPECT_NEAR(*steps[7].window_mean, 0.4, 1e-15);
+  // A step without c_t is never a spike.
+  for (const AlertStep& a : steps) EXPECT_FALSE(a.spike);
+}
+
+TEST(BacktestReplay, SpikeAtOrAboveCHighInMagnitude) {
+  const RecordedRun run = SyntheticRun({0.5, 0.9, -0.95, 0.89999, -0.2});
+  const std::vector<AlertStep> steps = ReplayAlerts(run, Settings(20, 5, 0, 0.9));
+  EXPECT_FALSE(steps[0].spike);
+  EXPECT_TRUE(steps[1].spike);  // |c_t| == c_high fires
+  EXPECT_TRUE(steps[2].spike);
+  EXPECT_FALSE(steps[3].spike);
+  EXPECT_FALSE(steps[4].spike);
+}
+
+TEST(BacktestReplay, AlarmsCountFromTheFirstStepAfterTheWarmup) {
+  // Elevated from step 2 on (W 1, held 1): already firing at step 6, the
+  // first eligible step with warm-up 5. The spike at step 4 is in the
+  // warm-up; the next one, step 8, is the spike's alarm.
+  const RecordedRun run = SyntheticRun({0.1, 0.5, 0.5, 0.95, 0.5, 0.5, 0.5, 0.95, 0.5});
+  const RunBacktest b = BacktestRun(run, Settings(1, 1, 5));
+  ASSERT_TRUE(b.first_eligible.has_value());
+  EXPECT_EQ(*b.first_eligible, 6);
+  const Alarm& elevated = b.alarms[static_cast<std::size_t>(Alert::kElevated)];
+  EXPECT_EQ(elevated.step, 6);
+  EXPECT_TRUE(elevated.at_first_eligible);
+  EXPECT_EQ(elevated.firing_steps, 4);
+  const Alarm& spike = b.alarms[static_cast<std::size_t>(Alert::kSpike)];
+  EXPECT_EQ(spike.step, 8);
+  EXPECT_FALSE(spike.at_first_eligible);
+  EXPECT_EQ(spike.firing_steps, 1);
+}
+
+TEST(BacktestOutcome, CollapseAtTheLastEvaluation) {
+  // Peak 0.6: 0.41 < 0.42 at the last evaluation only.
+  const RunOutcome o = ClassifyOutcome(0.5, {{20, 0.55}, {40, 0.6}, {60, 0.5}, {80, 0.41}});
+  EXPECT_EQ(o.outcome, Outcome::kCollapsed);
+  EXPECT_EQ(o.collapse_step, 80);
+}
+
+TEST(BacktestOutcome, ADipThatRecoversIsNoCollapse) {
+  // 0.3 < 0.7 x 0.6 at step 40, but step 60 is back above the bar.
+  const RunOutcome o = ClassifyOutcome(0.5, {{20, 0.6}, {40, 0.3}, {60, 0.45}});
+  EXPECT_EQ(o.outcome, Outcome::kLearned);
+  EXPECT_FALSE(o.collapse_step.has_value());
+  // The collapse is the first evaluation below the bar for good.
+  const RunOutcome c = ClassifyOutcome(0.5, {{20, 0.6}, {40, 0.3}, {60, 0.45}, {80, 0.4}, {100, 0.2}});
+  EXPECT_EQ(c.outcome, Outcome::kCollapsed);
+  EXPECT_EQ(c.collapse_step, 80);
+}
+
+TEST(BacktestOutcome, NeverLearned) {
+  // No evaluation reaches e_0 + 0.05 = 0.55 and none falls below 0.35.
+  EXPECT_EQ(ClassifyOutcome(0.5, {{20, 0.54}, {40, 0.5}, {60, 0.52}}).outcome, Outcome::kNeverLearned);
+  EXPECT_EQ(ClassifyOutcome(0.5, {{20, 0.55}, {40, 0.5}}).outcome, Outcome::kLearned);
+  // Without e_0, e_1 stands for it.
+  EXPECT_EQ(ClassifyOutcome(std::nullopt, {{20, 0.3}, {40, 0.34}}).outcome, Outcome::kNeverLearned);
+  EXPECT_EQ(ClassifyOutcome(std::nullopt, {{20, 0.3}, {40, 0.36}}).outcome, Outcome::kLearned);
+  EXPECT_EQ(ClassifyOutcome(0.5, {}).outcome, Outcome::kNeverLearned);
+  // A collapse from e_0's peak: every evaluation below 0.7 x 0.5.
+  const RunOutcome o = ClassifyOutcome(0.5, {{20, 0.3}, {40, 0.2}});
+  EXPECT_EQ(o.outcome, Outcome::kCollapsed);
+  EXPECT_EQ(o.collapse_step, 20);
+}
+
+RunBacktest Scored(const std::string& name, RunOutcome outcome, std::optional<std::int64_t> alarm, bool at_first) {
+  RunBacktest b;
+  b.name = name;
+  b.outcome = outcome;
+  b.first_eligible = 51;
+  Alarm& a = b.alarms[static_cast<std::size_t>(Alert::kSpike)];
+  a.step = alarm;
+  a.at_first_eligible = at_first;
+  return b;
+}
+
+TEST(BacktestScore, CountsLeadsAndFirstEligibleAlarmsApart) {
+  const RunOutcome collapsed100{Outcome::kCollapsed, 100};
+  const RunOutcome collapsed200{Outcome::kCollapsed, 200};
+  const RunOutcome learned{Outcome::kLearned, std::nullopt};
+  const RunOutcome never{Outcome::kNeverLearned, std::nullopt};
+  const std::vector<RunBacktest> runs = {
+      Scored("a", collapsed100, 60, false),    // warned, lead 40
+      Scored("b", collapsed200, 51, true),     // warned at the first eligible step, lead 149
+      Scored("c", collapsed100, 100, false),   // warned at the collapse, lead 0
+      Scored("d", collapsed100, 120, false),   // late: missed
+      Scored("e", collapsed200, std::nullopt, false),  // missed
+      Scored("f", learned, 51, true),          // false, at the first eligible step
+      Scored("g", never, 300, false),          // false, never learned
+      Scored("h", learned, std::nullopt, false),  // quiet
+  };
+  EXPECT_EQ(Judge(runs[3].outcome, runs[3].alarms[0]), Verdict::kLate);
+  const AlertScore s = ScoreAlert(runs, Alert::kSpike);
+  EXPECT_EQ(s.runs, 8);
+  EXPECT_EQ(s.collapsed, 5);
+  EXPECT_EQ(s.never_learned, 1);
+  EXPECT_EQ(s.alarmed, 6);
+  EXPECT_EQ(s.at_first_eligible, 2);
+  EXPECT_EQ(s.at_first_eligible_collapsed, 1);
+  EXPECT_EQ(s.tp, 3);
+  EXPECT_EQ(s.fp, 2);
+  EXPECT_EQ(s.fp_never_learned, 1);
+  EXPECT_EQ(s.fn, 2);
+  EXPECT_EQ(s.tn, 1);
+  EXPECT_EQ(s.leads, (std::vector<std::int64_t>{0, 40, 149}));
+  EXPECT_DOUBLE_EQ(*s.precision(), 3.0 / 5.0);
+  EXPECT_DOUBLE_EQ(*s.recall(), 3.0 / 5.0);
+  EXPECT_EQ(s.tp_later, 2);
+  EXPECT_EQ(s.fp_later, 1);
+  EXPECT_DOUBLE_EQ(*s.precision_later(), 2.0 / 3.0);
+  EXPECT_DOUBLE_EQ(*s.recall_later(), 2.0 / 5.0);
+  // The elevated alert never fired in these runs.
+  const AlertScore e = ScoreAlert(runs, Alert::kElevated);
+  EXPECT_EQ(e.tp + e.fp, 0);
+  EXPECT_FALSE(e.precision().has_value());
+  EXPECT_DOUBLE_EQ(*e.recall(), 0.0);
+}
+
+TEST(BacktestScore, QuantilesInterpolateLinearly) {
+  EXPECT_FALSE(SortedQuantile({}, 0.5).has_value());
+  EXPECT_DOUBLE_EQ(*SortedQuantile({7}, 0.25), 7.0);
+  // numpy.quantile([0, 40, 149], [0.25, 0.5, 0.75]) = 20, 40, 94.5
+  EXPECT_DOUBLE_EQ(*SortedQuantile({0, 40, 149}, 0.25), 20.0);
+  EXPECT_DOUBLE_EQ(*SortedQuantile({0, 40, 149}, 0.5), 40.0);
+  EXPECT_DOUBLE_EQ(*SortedQuantile({0, 40, 149}, 0.75), 94.5);
+  EXPECT_DOUBLE_EQ(*SortedQuantile({1, 2, 3, 4}, 0.5), 2.5);
+}
+
+TEST(BacktestCalibration, TheExperimentsRuleOnStepsAfterTheWarmup) {
+  // Warm-up 2: the 1.0 at step 1 is left out. |c_t| after it: 0.1..0.9 and
+  // 0.2 (run b): q0.9 of the ten values, max 0.9 -> c_high min(2.7, 0.95).
+  RecordedRun a = SyntheticRun({1.0, 0.5, 0.1, -0.2, 0.3, -0.4, 0.5, 0.6, -0.7, 0.8, 0.9});
+  RecordedRun b = SyntheticRun({0.0, 0.0, 0.2});
+  base::StatusOr<AlertCalibration> cal = CalibrateAlerts({a, b}, 1, 2);
+  ASSERT_TRUE(cal.ok()) << cal.status().ToString();
+  std::vector<double> c = {0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.2};
+  std::sort(c.begin(), c.end());
+  EXPECT_EQ(cal->cosines, 10);
+  EXPECT_EQ(cal->runs, 2);
+  EXPECT_DOUBLE_EQ(cal->c_q90, *SortedQuantile(c, 0.9));
+  EXPECT_NEAR(cal->c_q90, 0.81, 1e-12);
+  EXPECT_DOUBLE_EQ(cal->c_max, 0.9);
+  EXPECT_DOUBLE_EQ(cal->c_high, 0.95);
+  // W 1: m_t = c_t, the same statistics.
+  EXPECT_DOUBLE_EQ(cal->window_c_low, cal->c_low);
+  EXPECT_EQ(cal->window_means, 10);
+  // W 3 on run a alone: m_t from step 3 on, all after the warm-up (9
+  // values); the largest is step 3's (1.0 + 0.5 + 0.1) / 3, whose window
+  // reaches into the warm-up, then step 11's (-0.7 + 0.8 + 0.9) / 3.
+  cal = CalibrateAlerts({a}, 3, 2);
+  ASSERT_TRUE(cal.ok());
+  EXPECT_EQ(cal->window_means, 9);
+  EXPECT_NEAR(cal->window_max, 1.6 / 3.0, 1e-12);
+  EXPECT_DOUBLE_EQ(cal->window_c_high, std::min(3.0 * cal->window_max, 0.95));
+  // Nothing after the warm-up.
+  EXPECT_TRUE(CalibrateAlerts({b}, 1, 5).status().IsFailedPrecondition());
+}
+
+TEST(BacktestCsv, ReadsTheColumnsItNeedsInAnyOrder) {
+  const std::string text =
+      "heldout_acc,regime,step,cosine,other\n"
+      ",safe,1,,x\n"
+      "0.5,project,2,-0.25,y\n"
+      ",invalid,3,0.9,z\n"
+      "0.25,safe,4,nan,w\n";
+  base::StatusOr<RecordedRun> run = ParseRunCsv(text, "dir/grpo_s4_seed1.csv");
+  ASSERT_TRUE(run.ok()) << run.status().ToString();
+  EXPECT_EQ(run->name, "grpo_s4_seed1");
+  EXPECT_EQ(run->steps, (std::vector<std::int64_t>{1, 2, 3, 4}));
+  EXPECT_EQ(run->cosines, (Cosines{std::nullopt, -0.25, std::nullopt, std::nullopt}));
+  ASSERT_EQ(run->evaluations.size(), 2u);
+  EXPECT_EQ(run->evaluations[1].step, 4);
+  EXPECT_DOUBLE_EQ(run->evaluations[1].accuracy, 0.25);
+}
+
+TEST(BacktestCsv, ErrorsNameTheFileAndLine) {
+  struct Case {
+    std::string text, has;
+  };
+  const std::vector<Case> cases = {
+      {"step,heldout_acc\n1,\n", "f.csv:1: no column 'cosine'"},
+      {"step,cosine,heldout_acc\n1,0.1,\n2,abc,\n", "f.csv:3: column cosine: 'abc' is not a number"},
+      {"step,cosine,heldout_acc\n1,0.1,\n2,0.2\n", "f.csv:3: 2 fields, the header has 3"},
+      {"step,cosine,heldout_acc\n2,0.1,\n2,0.2,\n", "f.csv:3: step 2 does not follow step 2"},
+      {"step,cosine,heldout_acc\n1.5,0.1,\n", "f.csv:2: column step: '1.5' is not a step number"},
+      {"step,cosine,heldout_acc\n1,0.1,0.5x\n", "f.csv:2: column heldout_acc: '0.5x' is not a number"},
+      {"step,cosine,heldout_acc\n", "f.csv: no steps"},
+      {"", "f.csv: empty"},
+  };
+  for (const Case& c : cases) {
+    base::StatusOr<RecordedRun> run = ParseRunCsv(c.text, "f.csv");
+    ASSERT_FALSE(run.ok()) << c.text;
+    EXPECT_TRUE(run.status().IsInvalidArgument());
+    EXPECT_NE(run.status().message().find(c.has), std::string::npos) << run.status().message();
+  }
+}
+
+TEST(BacktestLog, StartAccuracyAndFinished) {
+  RunLog log = ParseRunLog(
+      "supervised warm-up: 600 steps, cross-entropy 0.4637, held-out accuracy 0.4400\nstep ...\nsummary: run=x\n");
+  EXPECT_TRUE(log.finished);
+  ASSERT_TRUE(log.start_accuracy.has_value());
+  EXPECT_DOUBLE_EQ(*log.start_accuracy, 0.44);
+  log = ParseRunLog("start: held-out accuracy 0.125\n");
+  EXPECT_FALSE(log.finished);
+  EXPECT_DOUBLE_EQ(*log.start_accuracy, 0.125);
+  EXPECT_FALSE(ParseRunLog("nothing\n").start_accuracy.has_value());
+}
+
+TEST(BacktestSettings, Validation) {
+  AlertSettings s;
+  EXPECT_TRUE(ValidateAlertSettings(s).ok());
+  s.c_high = 1.5;
+  EXPECT_TRUE(ValidateAlertSettings(s).IsInvalidArgument());
+  s = AlertSettings();
+  s.window = 0;
+  EXPECT_TRUE(ValidateAlertSettings(s).IsInvalidArgument());
+  s = AlertSettings();
+  s.for_steps = -1;
+  EXPECT_TRUE(ValidateAlertSettings(s).IsInvalidArgument());
+}
+
+}  // namespace
+}  // namespace gac::cli

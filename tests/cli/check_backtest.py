@@ -1,0 +1,228 @@
+"""gacctl backtest on the compact recording in backtest_data/ against an
+independent computation: m_t from a window written here (and checked against
+the trainer's own window_mean column), the alerts' firing steps and hold
+written here, the thresholds, outcomes, collapse steps and scores from the
+experiment's analysis (examples/grpo/analyze.py: calibration_values,
+outcome, level_alarm, score), where its definitions coincide with the
+alerts'. Then the program's errors on bad input. Standard library only.
+
+usage: check_backtest.py GACCTL DATA_DIR ANALYZE_PY
+
+backtest_data/ holds, of the experiment's results/grpo (scripts/experiment.sh),
+the columns step, cosine, window_mean, heldout_acc of seven runs and the two
+lines of their logs that are read (the warm-up's accuracy, "summary:"):
+calibration/: the synchronous calibration runs (seeds 101-103); runs/:
+grpo_s16_seed1 and grpo_s32_seed5 (stale, collapsed; seed 5 at the last
+evaluation), grpo_s8_seed1 (stale, learned), grpo_s0_seed4 (synchronous).
+"""
+import csv
+import glob
+import importlib.util
+import io
+import json
+import math
+import os
+import subprocess
+import sys
+import tempfile
+
+WINDOW = 20
+WARMUP = 50
+
+failures = []
+
+
+def check(cond, what):
+    if not cond:
+        failures.append(what)
+
+
+def close(a, b, tol=1e-9):
+    if a is None or b is None:
+        return a is None and b is None
+    return abs(a - b) <= tol * max(1.0, abs(a), abs(b))
+
+
+def gacctl(binary, args):
+    p = subprocess.run([binary, "backtest"] + args, capture_output=True, text=True)
+    return p.returncode, p.stdout, p.stderr
+
+
+def load_analyze(path):
+    spec = importlib.util.spec_from_file_location("analyze", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def window_means(cosines):
+    """m_t per step: the mean of the last WINDOW cosines seen, None until WINDOW are; a step
+    without a cosine keeps the previous m_t."""
+    held, out = [], []
+    for c in cosines:
+        if c is not None:
+            held.append(c)
+            held = held[-WINDOW:]
+        out.append(sum(held) / WINDOW if len(held) == WINDOW else None)
+    return out
+
+
+def first_alarm(steps, firing):
+    """(first step > WARMUP firing, whether it is the first step > WARMUP, firing steps > WARMUP)."""
+    eligible = [(s, f) for s, f in zip(steps, firing) if s > WARMUP]
+    fired = [s for s, f in eligible if f]
+    if not fired:
+        return None, None, 0
+    return fired[0], fired[0] == eligible[0][0], len(fired)
+
+
+def held(condition, n):
+    """The condition held for n further steps (Prometheus `for`, one evaluation per step)."""
+    out, run = [], 0
+    for c in condition:
+        run = run + 1 if c else 0
+        out.append(run > n)
+    return out
+
+
+def num(x):
+    return None if x in ("", None) else float(x)
+
+
+def main(binary, data, analyze_path):
+    a = load_analyze(analyze_path)
+    cal_dir, runs_dir = os.path.join(data, "calibration"), os.path.join(data, "runs")
+    cal_runs = [a.load_run(p) for p in sorted(glob.glob(os.path.join(cal_dir, "*.csv")))]
+    runs = {os.path.basename(p)[:-4]: a.load_run(p) for p in sorted(glob.glob(os.path.join(runs_dir, "*.csv")))}
+    check(all(r is not None for r in cal_runs + list(runs.values())), "every recorded run is finished")
+
+    # m_t written here against the trainer's window_mean column (6 significant digits in the CSV).
+    for r in cal_runs + list(runs.values()):
+        r["m_here"] = window_means(r["cosine"])
+        for s, mine, theirs in zip(r["step"], r["m_here"], r["window_mean"]):
+            if (mine is None) != (theirs is None) or (mine is not None and abs(mine - theirs) > 2e-6):
+                failures.append(f"step {s}: m_t {mine} here, window_mean {theirs} in the CSV")
+                break
+
+    # Thresholds: the experiment's calibration (window_mean column) and the same on m_t from here.
+    cal = a.calibration_values(cal_runs, [101, 102, 103])
+    c_high = cal["c_high"]
+    m_here = sorted(abs(m) for r in cal_runs for s, m in zip(r["step"], r["m_here"]) if s > WARMUP and m is not None)
+    window_c_low = a.quantile(m_here, 0.9)
+    check(abs(window_c_low - cal["window_c_low"]) < 2e-6, f"window c_low {window_c_low} vs {cal['window_c_low']}")
+
+    for for_steps in (0, 5, 30):
+        args = sorted(glob.glob(os.path.join(runs_dir, "*.csv"))) + [
+            "--calibrate-on", cal_dir, "--for-steps", str(for_steps)]
+        rc, out, err = gacctl(binary, args + ["--per-run", "--format", "csv"])
+        check(rc == 0 and err == "", f"--per-run --for-steps {for_steps}: rc {rc}, stderr {err!r}")
+        rows = list(csv.DictReader(io.StringIO(out)))
+        check(len(rows) == 2 * len(runs), f"{len(rows)} per-run rows for {len(runs)} runs")
+        rc, jout, _ = gacctl(binary, args + ["--per-run", "--format", "jsonl"])
+        jrows = [json.loads(line) for line in jout.splitlines()]
+        check(rc == 0 and len(jrows) == len(rows), "JSON Lines has the CSV's rows")
+        by_key = {(row["run"], row["alert"]): row for row in rows}
+        expected = {}
+        for name, r in runs.items():
+            result, col = a.outcome(r["start"], r["evals"])
+            spike = [c is not None and abs(c) >= c_high for c in r["cosine"]]
+            cond = [m is not None and abs(m) > window_c_low for m in r["m_here"]]
+            for alert, firing in (("GacAlignmentSpike", spike), ("GacAlignmentElevated", held(cond, for_steps))):
+                step, at_first, count = first_alarm(r["step"], firing)
+                expected[(name, alert)] = step
+                if col is not None:
+                    verdict = "missed" if step is None else ("warned" if step <= col else "late")
+                else:
+                    verdict = "quiet" if step is None else "false alarm"
+                row = by_key.get((name, alert), {})
+                got = (row.get("outcome"), num(row.get("collapse_step")), num(row.get("first_alarm")),
+                       row.get("at_first_eligible") or None, int(row.get("firing_steps", -1)), num(row.get("lead")),
+                       row.get("verdict"), int(row.get("steps", -1)))
+                want = (result, col, step, None if at_first is None else str(at_first).lower(), count,
+                        col - step if verdict == "warned" else None, verdict, len(r["step"]))
+                check(got == want, f"{name} {alert} --for-steps {for_steps}: gacctl {got}, here {want}")
+                j = next((x for x in jrows if x["run"] == name and x["alert"] == alert), {})
+                check(j.get("first_alarm") == (None if step is None else step), f"{name} {alert}: JSON first_alarm")
+            # Without a hold, the elevated alert is the analysis' level rule on |m_t| (window_mean column).
+            if for_steps == 0:
+                m_col = [abs(x) if x is not None else None for x in r["window_mean"]]
+                check(a.level_alarm(r["step"], m_col, cal["window_c_low"]) == expected[(name, "GacAlignmentElevated")],
+                      f"{name}: level rule on m differs from the elevated alert without a hold")
+
+        # The summary against the analysis' score (the level rule's first eligible step is 51).
+        rc, out, err = gacctl(binary, args + ["--format", "csv"])
+        check(rc == 0, f"summary: rc {rc} {err}")
+        summary = {row["alert"]: row for row in csv.DictReader(io.StringIO(out))}
+        for r in runs.values():
+            r["m"] = {"collapse": a.outcome(r["start"], r["evals"])[1]}
+        for alert in ("GacAlignmentSpike", "GacAlignmentElevated"):
+            s = a.score(runs, {k: expected[(k, alert)] for k in runs}, "level")
+            row = summary.get(alert, {})
+            threshold = c_high if alert == "GacAlignmentSpike" else window_c_low
+            check(close(float(row.get("threshold", "nan")), threshold, 1e-12), f"{alert}: threshold {row.get('threshold')}")
+            for key in ("alarmed", "tp", "fp", "fn", "tn"):
+                check(int(row.get(key, -1)) == s[key], f"{alert} --for-steps {for_steps}: {key} {row.get(key)} vs {s[key]}")
+            check(int(row.get("at_first_eligible", -1)) == s["at_first"], f"{alert}: at_first_eligible")
+            for key, want in (("precision", s["precision"]), ("recall", s["recall"]),
+                              ("lead_median", a.quantile(s["leads"], 0.5)), ("lead_q25", a.quantile(s["leads"], 0.25)),
+                              ("lead_q75", a.quantile(s["leads"], 0.75)),
+                              ("lead_min", min(s["leads"], default=None)), ("lead_max", max(s["leads"], default=None))):
+                check(close(num(row.get(key)), want), f"{alert} --for-steps {for_steps}: {key} {row.get(key)} vs {want}")
+
+    # The recording holds what it was chosen for.
+    outcomes = {k: a.outcome(r["start"], r["evals"]) for k, r in runs.items()}
+    check(outcomes["grpo_s32_seed5"] == ("collapsed", runs["grpo_s32_seed5"]["evals"][-1][0]),
+          "grpo_s32_seed5 collapses at its last evaluation")
+    check(outcomes["grpo_s16_seed1"][0] == "collapsed" and outcomes["grpo_s8_seed1"][0] == "learned",
+          "grpo_s16_seed1 collapsed, grpo_s8_seed1 learned")
+
+    errors(binary, runs_dir, cal_dir)
+    if failures:
+        print("\n".join(failures[:50]))
+        print(f"{len(failures)} failures")
+        sys.exit(1)
+    print("gacctl backtest agrees with the reference")
+
+
+def errors(binary, runs_dir, cal_dir):
+    run = os.path.join(runs_dir, "grpo_s8_seed1.csv")
+    with tempfile.TemporaryDirectory() as tmp:
+        def write(name, text):
+            path = os.path.join(tmp, name)
+            with open(path, "w") as f:
+                f.write(text)
+            return path
+
+        bad_col = write("nocos.csv", "step,heldout_acc\n1,\n")
+        bad_num = write("badnum.csv", "step,cosine,heldout_acc\n1,,\n2,0.5,\n3,zero,\n")
+        unfinished = write("unfinished.csv", "step,cosine,heldout_acc\n1,,0.5\n")
+        write("unfinished.log", "start: held-out accuracy 0.5\n")
+        cases = [
+            ([run], 2, "give --c-high and --window-c-low, or --calibrate-on"),
+            ([run, "--c-high", "0.9"], 2, "give --c-high and --window-c-low"),
+            ([run, "--c-high", "0.9", "--window-c-low", "0.3", "--calibrate-on", cal_dir], 2, "not both"),
+            ([run, "--c-high", "1.5", "--window-c-low", "0.3"], 2, "c_high 1.5 is outside (0, 1]"),
+            ([run, "--calibrate-on", run], 2, "both calibrated on and tested"),
+            ([os.path.join(tmp, "absent.csv"), "--c-high", "0.9", "--window-c-low", "0.3"], 2,
+             "absent.csv: no such file"),
+            ([tmp + "/absent-dir", "--calibrate-on", cal_dir], 2, "no such file"),
+            ([run, "--c-high", "0.9", "--window-c-low", "0.3", "--for-steps", "-1"], 2, "--for-steps"),
+            ([bad_col, "--c-high", "0.9", "--window-c-low", "0.3"], 1, "nocos.csv:1: no column 'cosine'"),
+            ([bad_num, "--c-high", "0.9", "--window-c-low", "0.3"], 1, "badnum.csv:4: column cosine: 'zero' is not a number"),
+            ([run, "--calibrate-on", bad_num], 1, "badnum.csv:4"),
+        ]
+        for args, want_rc, has in cases:
+            rc, out, err = gacctl(binary, args)
+            check(rc == want_rc and out == "" and has in err and err.count("\n") == 1,
+                  f"{args}: rc {rc} (want {want_rc}), stdout {out!r}, stderr {err!r} (want {has!r})")
+        # An unfinished run is left out with a note, and the rest is backtested.
+        rc, out, err = gacctl(binary, [run, unfinished, "--c-high", "0.9", "--window-c-low", "0.3", "--per-run",
+                                       "--format", "csv"])
+        check(rc == 0 and "unfinished.csv left out" in err and "unfinished" not in out and "grpo_s8_seed1" in out,
+              f"unfinished run: rc {rc}, stderr {err!r}")
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 4:
+        sys.exit(__doc__)
+    main(*sys.argv[1:])

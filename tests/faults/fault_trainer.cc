@@ -19,6 +19,7 @@
 //   --ready=FILE --out=FILE
 // Exit status: 0 when it ran (the checks are the suite's), 2 on bad usage.
 
+#include <sys/resource.h>
 #include <time.h>
 
 #include <algorithm>
@@ -42,6 +43,14 @@
 namespace {
 
 using namespace std::chrono_literals;
+
+// The calling thread's context switches so far: voluntary (it waited, e.g.
+// for a lock) and involuntary (the scheduler preempted it).
+std::pair<long, long> ThreadSwitches() {
+  rusage u{};
+  getrusage(RUSAGE_THREAD, &u);
+  return {u.ru_nvcsw, u.ru_nivcsw};
+}
 
 std::int64_t MonotonicNs() {
   timespec ts{};
@@ -172,10 +181,13 @@ int main(int argc, char** argv) {
   }
 
   // The training loop.
-  std::vector<std::int64_t> enqueue_t, enqueue_ns, decide_t, decide_ns, decide_ok, refused;
+  // enqueue_switched: whether the thread waited (1), was preempted (2) or
+  // both (3) during the Enqueue call, read outside the timed interval.
+  std::vector<std::int64_t> enqueue_t, enqueue_ns, enqueue_switched, decide_t, decide_ns, decide_ok, refused;
   const std::int64_t steps = static_cast<std::int64_t>(seconds * rate);
   enqueue_t.reserve(static_cast<std::size_t>(steps));
   enqueue_ns.reserve(static_cast<std::size_t>(steps));
+  enqueue_switched.reserve(static_cast<std::size_t>(steps));
   const auto local = gac::controller::Controller::Create(gac::controller::Thresholds{});
   if (!local.ok()) return 1;
   std::uint64_t fallbacks = 0;
@@ -195,9 +207,12 @@ int main(int argc, char** argv) {
       }
     }
     gac::v1::StepRecord r = gac::testing::MakeStep(run, step);
+    const auto [v0, i0] = ThreadSwitches();
     const std::int64_t t0 = MonotonicNs();
     const bool ok = t.Enqueue(std::move(r));
     enqueue_ns.push_back(MonotonicNs() - t0);
+    const auto [v1, i1] = ThreadSwitches();
+    enqueue_switched.push_back((v1 > v0 ? 1 : 0) | (i1 > i0 ? 2 : 0));
     enqueue_t.push_back(t0);
     if (!ok) refused.push_back(step);
   }
@@ -242,6 +257,7 @@ int main(int argc, char** argv) {
       << ",\"failovers\":" << c.failovers << ",\"spool_errors\":" << c.spool_errors << "}"
       << ",\"refused\":" << JsonArray(refused) << ",\"stored\":" << JsonArray(stored)
       << ",\"enqueue_t\":" << JsonArray(enqueue_t) << ",\"enqueue_ns\":" << JsonArray(enqueue_ns)
+      << ",\"enqueue_switched\":" << JsonArray(enqueue_switched)
       << ",\"decide_t\":" << JsonArray(decide_t) << ",\"decide_ns\":" << JsonArray(decide_ns)
       << ",\"decide_ok\":" << JsonArray(decide_ok) << ",\"progress\":[";
   for (std::size_t i = 0; i < progress.size(); ++i) {

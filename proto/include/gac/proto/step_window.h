@@ -1,8 +1,9 @@
 // m_t of stored step records: the signed mean of the last W window cosines
 // of a record's run and rank, up to and including the record, computed from
 // the stored c_t with the agent's controller::AlignmentWindow. gacd's
-// gac_window_mean gauge, the steps of its HTTP API and gacctl steps all read
-// m_t through this file, so they give the same numbers.
+// gac_window_mean gauge takes a record's cosine and W from here, and the
+// steps of gacd's HTTP API and of gacctl steps are computed by
+// StepWindowMeans, so all three give the same numbers.
 //
 // A step record carries no m_t: a listing that starts inside a run (a page
 // of steps, an export from --start-step) first reads, for each rank, the

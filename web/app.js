@@ -263,6 +263,7 @@
       this.step = [];
       this.cosine = [];
       this.after = [];
+      this.mean = [];
       this.gnorm = [];
       this.pnorm = [];
       this.regime = [];
@@ -280,6 +281,7 @@
         this.step.push(r.step);
         this.cosine.push(r.cosine);
         this.after.push(r.cosine_after);
+        this.mean.push(r.window_mean === undefined ? null : r.window_mean);
         this.gnorm.push(r.grad_norm);
         this.pnorm.push(r.ref_norm);
         // A monitor-mode step's regime is what GAC would have done (as gacd's
@@ -300,7 +302,7 @@
       const older = new Columns();
       older.append(records);
       const n = this.length;
-      for (const k of ['step', 'cosine', 'after', 'gnorm', 'pnorm', 'regime', 'staleness', 'regimeColor', 'one']) {
+      for (const k of ['step', 'cosine', 'after', 'mean', 'gnorm', 'pnorm', 'regime', 'staleness', 'regimeColor', 'one']) {
         this[k] = older[k].concat(this[k]);
       }
       for (const name of new Set([...older.scalars.keys(), ...this.scalars.keys()])) {
@@ -483,28 +485,13 @@
       return [this.cols.step, this.cols.cosine, this.cols.after, ...this.thresholdColumns()];
     }
 
-    // m_t: the signed mean of the last W valid c_t held (as gacd's
-    // gac_window_mean, over the steps loaded here), null until W are seen.
+    // m_t of each step as gacd lists it (window_mean: the number of
+    // gac_window_mean, with the run's current W), null until W cosines.
     windowData() {
-      const w = Math.max(1, this.config.window || 20);
       const t = this.config.window_thresholds || this.config.thresholds;
-      const c = this.cols.cosine;
-      const ring = new Float64Array(w);
-      let held = 0;
-      let next = 0;
-      let sum = 0;
-      const m = c.map((x) => {
-        if (x === null || x === undefined || !Number.isFinite(x)) return null;
-        if (held === w) sum -= ring[next];
-        else held++;
-        ring[next] = x;
-        sum += x;
-        next = (next + 1) % w;
-        return held === w ? sum / w : null;
-      });
-      const n = c.length;
+      const n = this.cols.length;
       const band = [t.c_high, t.c_low, -t.c_low, -t.c_high].map((v) => new Array(n).fill(v));
-      return [this.cols.step, m, ...band];
+      return [this.cols.step, this.cols.mean, ...band];
     }
 
     buildCharts() {
@@ -671,6 +658,7 @@
       if (i < 0) return;
       field('latest-step').textContent = fmtInt(c.step[i]);
       field('latest-cosine').textContent = fmtFixed(c.cosine[i], 4);
+      field('latest-window-mean').textContent = fmtFixed(c.mean[i], 4);
       field('latest-cosine-after').textContent = fmtFixed(c.after[i], 4);
       field('latest-regime').textContent = c.regime[i];
       field('latest-grad-norm').textContent = fmtNum(c.gnorm[i]);
@@ -705,6 +693,8 @@
 
     showConfig(config) {
       const first = this.config === null;
+      // The steps held were listed with the old W: list them again.
+      const windowChanged = !first && (this.config.window || 20) !== (config.window || 20);
       this.config = config;
       const t = config.thresholds;
       $('#cfg-c-low').value = String(t.c_low);
@@ -720,6 +710,10 @@
         ? `version ${config.version}, by ${config.updated_by}`
         : 'server defaults';
       this.configEdited = false;
+      if (windowChanged) {
+        route();
+        return;
+      }
       if (!first && this.cosineChart) this.cosineChart.setData(this.cosineData(), !this.zoomed);
       if (!first && this.windowChart) this.windowChart.setData(this.windowData(), !this.zoomed);
     }

@@ -1,10 +1,14 @@
 // gacctl steps and tail.
 #include <algorithm>
+#include <functional>
 #include <map>
+#include <optional>
 #include <set>
+#include <vector>
 
 #include "cli/src/commands.h"
 #include "gac/proto/record_schema.h"
+#include "gac/proto/step_window.h"
 #include "gac/proto/wire_rules.h"
 
 namespace gac::cli {
@@ -56,13 +60,15 @@ const std::vector<std::pair<const proto::StepField*, std::string>>& StepFieldCol
   return *columns;
 }
 
-// The columns of a step row, before the scalars.
+// The columns of a step row, before the scalars: run, the stored fields,
+// then m_t, which gacctl computes (gac/proto/step_window.h).
 std::vector<Column> StepColumns() {
   std::vector<Column> columns = {{"run", "RUN"}};
   for (const auto& [f, header] : StepFieldColumns()) {
     const bool numeric = f->type == proto::FieldType::kInteger || f->type == proto::FieldType::kReal;
     columns.push_back({f->name, header, numeric && f->unit != std::string("ns")});
   }
+  columns.push_back({"window_mean", "M_T", true});
   return columns;
 }
 
@@ -90,9 +96,10 @@ Cell FieldCell(const proto::StepField& f, const v1::StepRecord& r) {
   return Cell();
 }
 
-std::vector<Cell> StepCells(const v1::StepRecord& r) {
+std::vector<Cell> StepCells(const v1::StepRecord& r, std::optional<double> window_mean) {
   std::vector<Cell> cells = {Cell::Text(r.run())};
   for (const auto& [f, header] : StepFieldColumns()) cells.push_back(FieldCell(*f, r));
+  cells.push_back(window_mean ? Cell::Real(*window_mean) : Cell());
   return cells;
 }
 
@@ -103,7 +110,10 @@ std::string StepColumnsHelp() {
     text += ",\n  " + std::string(f->name) + " [" + header + "]: " + f->help;
     if (f->unit[0] != '\0') text += " (" + std::string(f->unit) + ")";
   }
-  return text + ",\n";
+  return text +
+         ",\n  window_mean [M_T]: m_t, the signed mean of the rank's last W cosines up to\n"
+         "  this step (W: the run's window setting now; steps without a cosine do not enter;\n"
+         "  empty until W cosines), as gac_window_mean,\n";
 }
 
 std::vector<Column> LayerColumns() {
@@ -129,9 +139,12 @@ class StepRows {
   StepRows(Context& ctx, Format format, bool layers, std::optional<std::vector<std::string>> scalars)
       : ctx_(ctx), format_(format), layers_(layers), scalars_(std::move(scalars)) {}
 
-  void AddPage(const v1::GetStepsResponse& page) {
+  // `window_means`: m_t of each record of the page, index for index (step
+  // rows only).
+  void AddPage(const v1::GetStepsResponse& page, const std::vector<std::optional<double>>& window_means) {
     if (!writer_) Start(&page);
-    for (const v1::StepRecord& r : page.steps()) {
+    for (int i = 0; i < page.steps_size(); ++i) {
+      const v1::StepRecord& r = page.steps(i);
       if (layers_) {
         for (const v1::LayerRecord& l : r.layers()) {
           writer_->Add({Cell::Text(r.run()), Cell::Int(r.step()), Cell::Int(r.rank()), Cell::Text(l.name()),
@@ -140,7 +153,7 @@ class StepRows {
         }
         continue;
       }
-      AddStep(r);
+      AddStep(r, window_means.at(static_cast<std::size_t>(i)));
     }
     writer_->Flush();
   }
@@ -174,8 +187,8 @@ class StepRows {
     writer_ = RowWriter::Create(format_, &ctx_.out(), std::move(columns));
   }
 
-  void AddStep(const v1::StepRecord& r) {
-    std::vector<Cell> row = StepCells(r);
+  void AddStep(const v1::StepRecord& r, std::optional<double> window_mean) {
+    std::vector<Cell> row = StepCells(r, window_mean);
     std::vector<std::pair<std::string, Cell>> extra;
     const std::map<std::string, double> scalars = SortedScalars(r);
     if (format_ == Format::kJsonl) {
@@ -222,7 +235,32 @@ struct StepsOptions {
   std::optional<std::uint32_t> page_size;
 };
 
+// m_t of the exported records, from the run's window setting and the
+// records of each rank before the export's first (fetched as needed).
+base::StatusOr<proto::StepWindowMeans> ExportWindowMeans(Context& ctx, const std::string& run) {
+  GAC_ASSIGN_OR_RETURN(v1::RunSummary summary, ctx.client().GetRunSummary(run, 1));
+  auto read = [&ctx, run](std::uint32_t rank, std::int64_t start, std::int64_t end,
+                          const std::function<void(const v1::StepRecord&)>& visit) -> base::Status {
+    v1::GetStepsRequest request;
+    request.set_run(run);
+    request.set_rank(rank);
+    request.set_start_step(start);
+    request.set_end_step(end);
+    request.set_page_size(kStepPage);
+    return ctx.client().ForEachStepPage(request, [&](const v1::GetStepsResponse& page) {
+      for (const v1::StepRecord& r : page.steps()) visit(r);
+      return base::Status::Ok();
+    });
+  };
+  return proto::StepWindowMeans(proto::ListingWindow(summary.info().config()), summary.info().first_step(), read);
+}
+
 base::Status ExportSteps(Context& ctx, const StepsOptions& o) {
+  std::optional<proto::StepWindowMeans> windows;
+  if (!o.layers) {
+    GAC_ASSIGN_OR_RETURN(proto::StepWindowMeans w, ExportWindowMeans(ctx, o.run));
+    windows.emplace(std::move(w));
+  }
   v1::GetStepsRequest request;
   request.set_run(o.run);
   request.set_start_step(o.start);
@@ -233,7 +271,14 @@ base::Status ExportSteps(Context& ctx, const StepsOptions& o) {
   StepRows rows(ctx, o.format, o.layers, o.scalars);
   std::uint64_t records = 0;
   GAC_RETURN_IF_ERROR(ctx.client().ForEachStepPage(request, [&](const v1::GetStepsResponse& page) -> base::Status {
-    rows.AddPage(page);
+    std::vector<std::optional<double>> means;
+    if (windows) {
+      for (const v1::StepRecord& r : page.steps()) {
+        GAC_ASSIGN_OR_RETURN(std::optional<double> m, windows->Next(r));
+        means.push_back(m);
+      }
+    }
+    rows.AddPage(page, means);
     records += static_cast<std::uint64_t>(page.steps_size());
     if (page.steps_size() > 0) {
       ctx.Progress("gacctl: " + std::to_string(records) + " records, at step " +

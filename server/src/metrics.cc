@@ -16,6 +16,7 @@
 #include "gac/base/mutex.h"
 #include "gac/controller/window.h"
 #include "gac/proto/convert.h"
+#include "gac/proto/step_window.h"
 #include "gac/proto/wire_rules.h"
 #include "prometheus/counter.h"
 #include "prometheus/family.h"
@@ -579,9 +580,10 @@ void Metrics::Impl::ApplyStep(const v1::StepRecord& record, std::chrono::system_
     }
     s.cosine->Set(record.cosine());
   }
-  // m_t from every stored step: a step without a cosine (no reference,
-  // invalid statistics) does not enter the window, as in the controller.
-  if (record.has_cosine() && std::isfinite(record.cosine()) && record.regime() != v1::REGIME_INVALID) {
+  // m_t from every stored step: a step without a window cosine (no
+  // reference, invalid statistics) does not enter the window, as in the
+  // controller and in the steps gacd lists (gac/proto/step_window.h).
+  if (const std::optional<double> c = proto::RecordWindowCosine(record)) {
     if (!s.window || s.window->size() != state.window) {
       if (s.window) {
         s.window->Resize(state.window);
@@ -589,7 +591,7 @@ void Metrics::Impl::ApplyStep(const v1::StepRecord& record, std::chrono::system_
         s.window.emplace(state.window);
       }
     }
-    s.window->Add(record.cosine());
+    s.window->Add(*c);
     if (const std::optional<double> m = s.window->mean()) {
       if (s.window_mean == nullptr) {
         s.window_mean = &window_mean_.Add({{"run", record.run()}, {"rank", std::to_string(record.rank())}});
@@ -679,7 +681,7 @@ void Metrics::ObserveConfig(const std::string& run, const v1::RunConfig& config,
     const v1::Thresholds& w = config.has_window_thresholds() ? config.window_thresholds() : config.thresholds();
     state.window_c_low->Set(w.c_low());
     state.window_c_high->Set(w.c_high());
-    state.window = std::clamp(proto::WindowFromProto(config.window()), 1, controller::kMaxWindow);
+    state.window = proto::ListingWindow(config);
     state.window_steps->Set(static_cast<double>(state.window));
   }
   m.Finish(evicted);

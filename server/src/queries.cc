@@ -5,9 +5,12 @@
 #include <charconv>
 #include <climits>
 #include <exception>
+#include <functional>
+#include <utility>
 
 #include "gac/controller/calibration.h"
 #include "gac/proto/convert.h"
+#include "gac/proto/step_window.h"
 #include "server/src/validate.h"
 
 namespace gac::server {
@@ -142,6 +145,36 @@ base::StatusOr<v1::GetStepsResponse> GetStepsPage(Store& store, const StepQuery&
     resp.set_next_page_token(EncodeStepToken(last.step(), last.rank()));
   }
   return resp;
+}
+
+base::StatusOr<std::vector<std::optional<double>>> PageWindowMeans(Store& store, const RunRegistry& registry,
+                                                                   const std::string& run,
+                                                                   const v1::GetStepsResponse& page) {
+  std::vector<std::optional<double>> means;
+  if (page.steps_size() == 0) return means;
+  GAC_ASSIGN_OR_RETURN(v1::RunInfo info, store.GetRun(run));
+  const auto read = [&store, &run](std::uint32_t rank, std::int64_t start, std::int64_t end,
+                                   const std::function<void(const v1::StepRecord&)>& visit) -> base::Status {
+    StepQuery q;
+    q.run = run;
+    q.start_step = start;
+    q.end_step = end;
+    q.rank = rank;
+    q.limit = kStepPages.max_size;
+    for (;;) {
+      GAC_ASSIGN_OR_RETURN(std::vector<v1::StepRecord> records, store.GetSteps(q));
+      for (const v1::StepRecord& r : records) visit(r);
+      if (records.size() < q.limit) return base::Status::Ok();
+      q.after = std::make_pair(records.back().step(), records.back().rank());
+    }
+  };
+  proto::StepWindowMeans windows(proto::ListingWindow(registry.Get(run)), info.first_step(), read);
+  means.reserve(static_cast<std::size_t>(page.steps_size()));
+  for (const v1::StepRecord& r : page.steps()) {
+    GAC_ASSIGN_OR_RETURN(std::optional<double> m, windows.Next(r));
+    means.push_back(m);
+  }
+  return means;
 }
 
 v1::RunSummary SummarizeRun(const v1::RunInfo& info, const v1::RunConfig& config,

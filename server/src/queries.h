@@ -12,6 +12,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -68,6 +69,16 @@ base::StatusOr<StepQuery> StepQueryFromRequest(const v1::GetStepsRequest& reques
 // kMaxStepsPageBytes). NotFound for an unknown run.
 base::StatusOr<v1::GetStepsResponse> GetStepsPage(Store& store, const StepQuery& query,
                                             std::size_t max_bytes = kMaxStepsPageBytes);
+
+// m_t of each record of `page` (of run `run`), index for index: the signed
+// mean of the last W window cosines of the record's rank up to the record,
+// W the run's current window setting, the records before the page read from
+// `store` (gac/proto/step_window.h). Absent while the rank holds fewer than
+// W. Costs one more read per rank of the page (records of the W steps
+// before it), more when the rank's steps before the page lack cosines.
+base::StatusOr<std::vector<std::optional<double>>> PageWindowMeans(Store& store, const RunRegistry& registry,
+                                                                   const std::string& run,
+                                                                   const v1::GetStepsResponse& page);
 
 // The summary of a run from its stored info, its settings and its last
 // steps of rank 0 (in step order): regime counts, the calibration

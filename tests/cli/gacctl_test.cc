@@ -686,6 +686,57 @@ TEST_F(Gacctl, RunsShowsAgeFromTheServersReceiveTime) {
   }
 }
 
+// ---- m_t ----
+
+// m_t recomputed here from the definition docs/GACD.md gives: per rank, the
+// mean of the last `w` c_t of its valid steps (regime not invalid, c_t
+// present) up to and including each record; absent before the rank has `w`.
+// `stored` in (step, rank) order. Keyed by (step, rank).
+std::map<std::pair<std::int64_t, std::uint32_t>, std::optional<double>> ReferenceWindowMeans(
+    const std::vector<v1::StepRecord>& stored, std::size_t w) {
+  std::map<std::uint32_t, std::vector<double>> cosines;
+  std::map<std::pair<std::int64_t, std::uint32_t>, std::optional<double>> out;
+  for (const v1::StepRecord& r : stored) {
+    std::vector<double>& c = cosines[r.rank()];
+    if (r.has_cosine() && r.regime() != v1::REGIME_INVALID) c.push_back(r.cosine());
+    std::optional<double> m;
+    if (c.size() >= w) {
+      long double sum = 0;
+      for (std::size_t i = c.size() - w; i < c.size(); ++i) sum += c[i];
+      m = static_cast<double>(sum / static_cast<long double>(w));
+    }
+    out[{r.step(), r.rank()}] = m;
+  }
+  return out;
+}
+
+// Each row's window_mean against the reference; returns how many were set.
+int ExpectWindowMeans(const std::vector<Row>& rows,
+                      const std::map<std::pair<std::int64_t, std::uint32_t>, std::optional<double>>& want,
+                      const std::string& what) {
+  int set = 0;
+  for (const Row& row : rows) {
+    const std::pair<std::int64_t, std::uint32_t> key{Int(row.at("step")), static_cast<std::uint32_t>(Int(row.at("rank")))};
+    const std::string where = what + " step " + std::to_string(key.first) + " rank " + std::to_string(key.second);
+    const auto it = want.find(key);
+    if (it == want.end()) {
+      ADD_FAILURE() << where << ": not a stored record";
+      continue;
+    }
+    const auto cell = row.find("window_mean");
+    if (cell == row.end()) {
+      ADD_FAILURE() << where << ": no window_mean";
+      continue;
+    }
+    EXPECT_EQ(cell->second.has_value(), it->second.has_value()) << where << ": " << cell->second.value_or("null");
+    if (cell->second && it->second) {
+      EXPECT_NEAR(std::strtod(cell->second->c_str(), nullptr), *it->second, 1e-15) << where;
+      ++set;
+    }
+  }
+  return set;
+}
+
 // ---- round trips ----
 
 TEST_F(Gacctl, CsvAndJsonlCarryEveryStoredFieldExactly) {
@@ -701,12 +752,16 @@ TEST_F(Gacctl, CsvAndJsonlCarryEveryStoredFieldExactly) {
   const std::vector<std::string> fixed = {"run",       "step",         "rank",  "world_size", "wall_time_ns",
                                           "mode",      "regime",       "cosine", "cosine_after", "alpha",
                                           "grad_norm", "ref_norm",     "staleness", "fallback",
-                                          "agent_overhead_seconds"};
+                                          "agent_overhead_seconds", "window_mean"};
   // The documented column order: the fixed columns, the scalars by name, other_scalars.
   EXPECT_EQ(std::vector<std::string>(header.begin(), header.begin() + static_cast<std::ptrdiff_t>(fixed.size())), fixed);
   EXPECT_EQ(std::vector<std::string>(header.begin() + static_cast<std::ptrdiff_t>(fixed.size()), header.end()),
             (std::vector<std::string>{"scalar.entropy", "scalar.kl", "scalar.loss", "scalar.reward", "other_scalars"}));
   for (std::size_t i = 0; i < rows.size(); ++i) ExpectStepRow(rows[i], stored[i], CsvScalars(rows[i]));
+  // m_t with the default window of 20: steps 0 and 150 have no cosine, so
+  // every row from step 20 on has one (step 160 is missing).
+  const auto means = ReferenceWindowMeans(stored, 20);
+  EXPECT_EQ(ExpectWindowMeans(rows, means, "csv"), 2 * (280 - 1));
 
   // Scalars outside the chosen columns arrive in other_scalars.
   r = Ctl({"steps", "exp-spike", "--format", "csv", "--scalars", "reward,eval"});
@@ -727,6 +782,7 @@ TEST_F(Gacctl, CsvAndJsonlCarryEveryStoredFieldExactly) {
   rows = JsonlRows(r.out);
   ASSERT_EQ(rows.size(), stored.size());
   for (std::size_t i = 0; i < rows.size(); ++i) ExpectStepRow(rows[i], stored[i], JsonScalars(rows[i]));
+  ExpectWindowMeans(rows, means, "jsonl");
 
   // Layers, in both formats.
   std::vector<std::tuple<std::int64_t, std::uint32_t, v1::LayerRecord>> layers;
@@ -763,6 +819,8 @@ TEST_F(Gacctl, CsvAndJsonlCarryEveryStoredFieldExactly) {
   ASSERT_EQ(rows.size(), want.size());
   ASSERT_EQ(rows.size(), 10u);  // step 160 is missing
   for (std::size_t i = 0; i < rows.size(); ++i) ExpectStepRow(rows[i], want[i], CsvScalars(rows[i]));
+  // Its m_t reads the rank's cosines before step 155.
+  EXPECT_EQ(ExpectWindowMeans(rows, means, "range"), 10);
 }
 
 TEST_F(Gacctl, CsvLoadsInPandasAsIs) {
@@ -779,6 +837,120 @@ TEST_F(Gacctl, CsvLoadsInPandasAsIs) {
   if (rc == 77) GTEST_SKIP() << out;
   EXPECT_EQ(rc, 0) << out;
   std::cout << out;
+}
+
+// m_t of gacctl steps and of gacd's HTTP steps against the reference and
+// against gac_window_mean, on a gacd of its own (the suite's has no HTTP
+// port): a run of W = 5 whose c_t change sign, with steps without a cosine,
+// invalid steps and a missing step; listed whole, from inside the run, and
+// in pages smaller than the window.
+TEST_F(Gacctl, StepsWindowMeanIsTheMeanOfTheLastWStoredCosines) {
+  ScratchDir own_dir;
+  GacdProcess gacd({"--listen=127.0.0.1:0", "--http-listen=127.0.0.1:0", "--store=memory",
+                    "--token-file=" + WriteTestTokens(own_dir)});
+  ASSERT_TRUE(gacd.Start(own_dir.File("ready"))) << gacd.error();
+  const std::string run = "exp-window";
+  Client admin(gacd.address(), kAdminToken);
+  v1::SetRunConfigRequest set;
+  set.set_run(run);
+  set.set_window(5);
+  v1::RunConfig config;
+  ASSERT_TRUE(admin.SetRunConfig(set, &config).ok());
+  std::vector<v1::StepRecord> stored;
+  for (int step = 0; step < 40; ++step) {
+    for (std::uint32_t rank = 0; rank < 2; ++rank) {
+      if (step == 17 && rank == 1) continue;  // never stored
+      // c_t in [-0.6, 0.6], changing sign from step to step.
+      const double c = static_cast<double>((step * 7 + static_cast<int>(rank) * 3) % 13 - 6) / 10.0;
+      v1::StepRecord r = MakeStep(run, step, step == 0 || (step % 6 == 2 && rank == 0) ? NAN : c, rank, 2);
+      if (step % 9 == 4) {
+        r.set_regime(v1::REGIME_INVALID);
+        r.clear_cosine();
+      }
+      stored.push_back(r);
+    }
+  }
+  ASSERT_TRUE(Feed(admin, stored).ok());
+  const auto w5 = ReferenceWindowMeans(stored, 5);
+  const std::map<std::string, std::string> env = {{"GAC_ADDRESS", gacd.address()}, {"GAC_TOKEN", kReaderToken}};
+  auto ctl = [&](const std::vector<std::string>& args) {
+    const Result r = RunCommand(*dir_, Argv(args), env);
+    EXPECT_EQ(r.rc, 0) << r.err;
+    return r;
+  };
+
+  // The whole run, in pages of 3 records: windows cross every page.
+  std::vector<Row> rows = CsvRows(ctl({"steps", run, "--format", "csv", "--page-size", "3"}).out);
+  ASSERT_EQ(rows.size(), stored.size());
+  const int all_set = ExpectWindowMeans(rows, w5, "csv");
+  // Rank 0 holds 5 cosines from step 7 on (none at steps 0, 2 and 4), rank 1
+  // from step 6 (none at 0 and 4); invalid steps later keep the window.
+  EXPECT_EQ(all_set, static_cast<int>(stored.size()) - 7 - 6);
+  // From inside the run: the windows start from the records before step 23.
+  rows = JsonlRows(ctl({"steps", run, "--format", "jsonl", "--start-step", "23", "--page-size", "4"}).out);
+  ASSERT_EQ(rows.size(), 2u * 17u);
+  EXPECT_EQ(ExpectWindowMeans(rows, w5, "jsonl from 23"), 34);
+  rows = CsvRows(ctl({"steps", run, "--format", "csv", "--start-step", "5", "--end-step", "12", "--rank", "1"}).out);
+  ASSERT_EQ(rows.size(), 7u);
+  ExpectWindowMeans(rows, w5, "rank 1 from 5");
+  // The table has the column.
+  const std::string table = ctl({"steps", run, "--end-step", "2"}).out;
+  EXPECT_NE(table.find(" M_T "), std::string::npos) << table;
+
+  // The HTTP API gives the same values, page by page.
+  auto http_rows = [&](const std::string& query) {
+    std::vector<Row> out;
+    std::string token;
+    int pages = 0;
+    do {
+      auto reply = HttpFetch(gacd.metrics_address(), "GET",
+                             "/api/v1/runs/" + run + "/steps?" + query + (token.empty() ? "" : "&page_token=" + token),
+                             {std::string("Authorization: Bearer ") + kReaderToken});
+      EXPECT_TRUE(reply.has_value());
+      if (!reply) break;
+      EXPECT_EQ(reply->status, 200) << reply->body;
+      const google::protobuf::Value v = ParseJson(reply->body);
+      for (const google::protobuf::Value& step : JsonMember(v, "steps").list_value().values()) {
+        Row row;
+        row["step"] = std::to_string(static_cast<std::int64_t>(JsonMember(step, "step").number_value()));
+        row["rank"] = std::to_string(static_cast<std::int64_t>(JsonMember(step, "rank").number_value()));
+        const google::protobuf::Value& m = JsonMember(step, "window_mean");
+        EXPECT_TRUE(m.kind_case() == google::protobuf::Value::kNumberValue ||
+                    m.kind_case() == google::protobuf::Value::kNullValue) << query;
+        if (m.kind_case() == google::protobuf::Value::kNumberValue) row["window_mean"] = cli::FormatExact(m.number_value());
+        if (m.kind_case() == google::protobuf::Value::kNullValue) row["window_mean"] = std::nullopt;
+        out.push_back(std::move(row));
+      }
+      token = JsonMember(v, "next_page_token").string_value();
+    } while (!token.empty() && ++pages < 100);
+    return out;
+  };
+  rows = http_rows("page_size=3");
+  ASSERT_EQ(rows.size(), stored.size());
+  EXPECT_EQ(ExpectWindowMeans(rows, w5, "http"), all_set);
+  rows = http_rows("start_step=23&rank=1&page_size=2");
+  ASSERT_EQ(rows.size(), 17u);
+  EXPECT_EQ(ExpectWindowMeans(rows, w5, "http rank 1 from 23"), 17);
+
+  // gac_window_mean is m_t of each rank's last step.
+  const std::optional<std::string> metrics = HttpGet(gacd.metrics_address(), "/metrics");
+  ASSERT_TRUE(metrics.has_value());
+  for (const std::uint32_t rank : {0u, 1u}) {
+    const std::regex line("\ngac_window_mean\\{rank=\"" + std::to_string(rank) + "\",run=\"" + run + "\"\\} (\\S+)\n");
+    std::smatch m;
+    ASSERT_TRUE(std::regex_search(*metrics, m, line)) << rank;
+    const std::optional<double> want = w5.at({39, rank});
+    ASSERT_TRUE(want.has_value());
+    EXPECT_NEAR(std::strtod(m[1].str().c_str(), nullptr), *want, 1e-15) << rank;
+  }
+
+  // A window changed later applies to every listed step, as now set.
+  set.set_window(3);
+  ASSERT_TRUE(admin.SetRunConfig(set, &config).ok());
+  rows = CsvRows(ctl({"steps", run, "--format", "csv", "--start-step", "10", "--page-size", "5"}).out);
+  ASSERT_EQ(rows.size(), 2u * 30u - 1u);
+  EXPECT_EQ(ExpectWindowMeans(rows, ReferenceWindowMeans(stored, 3), "csv, W = 3"),
+            ExpectWindowMeans(http_rows("start_step=10&page_size=5"), ReferenceWindowMeans(stored, 3), "http, W = 3"));
 }
 
 TEST_F(Gacctl, InProcessTheLibraryGivesTheProgramsOutput) {

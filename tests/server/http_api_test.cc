@@ -8,7 +8,9 @@
 #include <zlib.h>
 
 #include <atomic>
+#include <cstdlib>
 #include <map>
+#include <optional>
 #include <string>
 #include <thread>
 #include <tuple>
@@ -128,6 +130,32 @@ void ExpectStep(const Value& j, const v1::StepRecord& r, bool layers) {
   EXPECT_EQ(JsonMember(j, "agent_overhead_seconds").number_value(), r.agent_overhead_seconds()) << where;
   EXPECT_EQ(JsonMember(j, "mode").string_value(), controller::ModeName(*proto::FromProto(r.mode()))) << where;
   EXPECT_EQ(JsonMember(j, "fallback").bool_value(), r.fallback()) << where;
+}
+
+// m_t of each record of `records` ((step, rank) order, every stored record of
+// the run from its first): per rank, the mean of the last `w` c_t of valid
+// steps up to and including the record; absent before the rank has `w`.
+std::vector<std::optional<double>> ReferenceWindowMeans(const std::vector<v1::StepRecord>& records, std::size_t w) {
+  std::map<std::uint32_t, std::vector<double>> cosines;
+  std::vector<std::optional<double>> out;
+  for (const v1::StepRecord& r : records) {
+    std::vector<double>& c = cosines[r.rank()];
+    if (r.has_cosine() && r.regime() != v1::REGIME_INVALID) c.push_back(r.cosine());
+    long double sum = 0;
+    for (std::size_t i = c.size() >= w ? c.size() - w : 0; i < c.size(); ++i) sum += c[i];
+    out.push_back(c.size() >= w ? std::optional<double>(static_cast<double>(sum / w)) : std::nullopt);
+  }
+  return out;
+}
+
+void ExpectWindowMean(const Value& j, std::optional<double> want, const std::string& where) {
+  const Value& m = JsonMember(j, "window_mean");
+  if (!want) {
+    EXPECT_EQ(m.kind_case(), Value::kNullValue) << where;
+    return;
+  }
+  ASSERT_EQ(m.kind_case(), Value::kNumberValue) << where;
+  EXPECT_NEAR(m.number_value(), *want, 1e-15) << where;
 }
 
 void ExpectRunInfo(const Value& j, const v1::RunInfo& info) {
@@ -285,6 +313,8 @@ TEST_F(HttpApiTest, StepsMatchGrpcPageByPage) {
   std::vector<v1::StepRecord> grpc_steps;
   ASSERT_TRUE(Grpc(kReaderToken).AllSteps("exp-web/a", &grpc_steps, /*include_layers=*/true).ok());
   ASSERT_EQ(grpc_steps.size(), 600u);
+  // The run's window is the default 20; pages of 97 cut windows apart.
+  const std::vector<std::optional<double>> means = ReferenceWindowMeans(grpc_steps, 20);
   std::size_t seen = 0;
   std::string token;
   int pages = 0;
@@ -298,6 +328,7 @@ TEST_F(HttpApiTest, StepsMatchGrpcPageByPage) {
     ASSERT_LE(steps.values_size(), 97);
     for (const Value& s : steps.values()) {
       ASSERT_LT(seen, grpc_steps.size());
+      ExpectWindowMean(s, means[seen], "record " + std::to_string(seen));
       ExpectStep(s, grpc_steps[seen++], true);
     }
     token = JsonMember(v, "next_page_token").string_value();
@@ -322,6 +353,24 @@ TEST_F(HttpApiTest, StepsMatchGrpcPageByPage) {
   ASSERT_EQ(List(JsonMember(v, "steps")).values_size(), 45);
   for (int i = 0; i < 45; ++i) ExpectStep(List(JsonMember(v, "steps")).values(i), page.steps(i), false);
   EXPECT_EQ(JsonMember(v, "next_page_token").string_value(), "");
+  // Its m_t reads the rank's records before step 95.
+  for (int i = 0; i < 45; ++i) {
+    // Rank 1 of step s is record 2 s + 1 of the run.
+    const std::size_t at = 2 * static_cast<std::size_t>(page.steps(i).step()) + 1;
+    ASSERT_EQ(grpc_steps[at].step(), page.steps(i).step());
+    ASSERT_EQ(grpc_steps[at].rank(), 1u);
+    ExpectWindowMean(List(JsonMember(v, "steps")).values(i), means[at], "rank 1 record " + std::to_string(i));
+  }
+  // gac_window_mean is m_t of each rank's last step.
+  auto metrics = HttpGet(gacd_->metrics_address(), "/metrics");
+  ASSERT_TRUE(metrics.has_value());
+  for (const std::size_t at : {grpc_steps.size() - 2, grpc_steps.size() - 1}) {
+    ASSERT_TRUE(means[at].has_value());
+    const std::string series = "gac_window_mean{rank=\"" + std::to_string(grpc_steps[at].rank()) + "\",run=\"exp-web/a\"} ";
+    const std::size_t line = metrics->find("\n" + series);
+    ASSERT_NE(line, std::string::npos) << series;
+    EXPECT_NEAR(std::strtod(metrics->c_str() + line + 1 + series.size(), nullptr), *means[at], 1e-15) << series;
+  }
 }
 
 // The old query names answer as the new ones, with a Warning header each.

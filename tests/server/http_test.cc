@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <optional>
 #include <random>
 #include <string>
 
@@ -371,7 +372,7 @@ TEST(HttpApiEncoding, StepsPagesCarryEveryFieldOfTheRecord) {
   bare.set_regime(v1::REGIME_SAFE);
   *page.add_steps() = bare;
   page.set_next_page_token(EncodeStepToken(7, 0));
-  const Value v = ParseJson(EncodeStepsPage("team/exp", page, true));
+  const Value v = ParseJson(EncodeStepsPage("team/exp", page, true, {-0.125, std::nullopt}));
   EXPECT_EQ(JsonMember(v, "run").string_value(), "team/exp");
   EXPECT_EQ(JsonMember(v, "next_page_token").string_value(), "s7.0");
   const auto& steps = JsonMember(v, "steps").list_value();
@@ -401,15 +402,20 @@ TEST(HttpApiEncoding, StepsPagesCarryEveryFieldOfTheRecord) {
   EXPECT_EQ(JsonMember(s, "agent_overhead_seconds").number_value(), 2.5e-5);
   EXPECT_EQ(JsonMember(s, "mode").string_value(), "remote");
   EXPECT_TRUE(JsonMember(s, "fallback").bool_value());
+  EXPECT_EQ(JsonMember(s, "window_mean").number_value(), -0.125);
   const Value& b = steps.values(1);
+  EXPECT_EQ(JsonMember(b, "window_mean").kind_case(), Value::kNullValue);
   EXPECT_EQ(JsonMember(b, "cosine").kind_case(), Value::kNullValue);
   EXPECT_EQ(JsonMember(b, "cosine_after").kind_case(), Value::kNullValue);
   EXPECT_EQ(JsonMember(b, "staleness").kind_case(), Value::kNullValue);
   EXPECT_EQ(JsonMember(b, "mode").string_value(), "monitor");
   EXPECT_EQ(JsonMember(b, "layers").list_value().values_size(), 0);  // asked for: on every record
   // Not asked for: no record has a "layers" member.
-  const Value plain = ParseJson(EncodeStepsPage("team/exp", page, false));
+  const Value plain = ParseJson(EncodeStepsPage("team/exp", page, false, {}));
   EXPECT_EQ(JsonMember(JsonMember(plain, "steps").list_value().values(0), "layers").kind_case(), Value::KIND_NOT_SET);
+  // Without means: no record has a "window_mean" member.
+  EXPECT_EQ(JsonMember(JsonMember(plain, "steps").list_value().values(0), "window_mean").kind_case(),
+            Value::KIND_NOT_SET);
 }
 
 TEST(HttpApiEncoding, SummaryRunsConfigAndErrors) {

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <optional>
 #include <random>
 
 #include "gac/proto/convert.h"
@@ -141,6 +142,65 @@ TEST(QueriesTest, RunPagesCarryTheLatestStepWhenAsked) {
   EXPECT_EQ(page->runs(0).latest().step(), 4);
   EXPECT_EQ(page->runs(0).latest().mode(), v1::CONTROL_MODE_MONITOR);
   EXPECT_FALSE(page->runs(1).has_latest()) << "rank 0 has no step";
+}
+
+// A page's m_t reads each rank's records before it from the store: here
+// back through 10,000 steps of rank 0 without a cosine to the 4 cosines of
+// steps 20000-20003, in widening ranges; the last range, [0, 21904), holds
+// more records than one store read (kStepPages.max_size) and those
+// cosines come in its third read.
+TEST(QueriesTest, PageWindowMeansReadBackThroughStepsWithoutCosines) {
+  std::unique_ptr<Store> store = NewMemoryStore();
+  std::vector<v1::StepRecord> records;
+  std::vector<double> rank0;  // rank 0's cosines, oldest first
+  for (int step = 0; step < 30100; ++step) {
+    const bool with_cosine = (step >= 20000 && step < 20004) || step >= 30095;
+    const double c = with_cosine ? 0.1 * (step % 5) - 0.2 : NAN;
+    records.push_back(MakeStep("exp-w", step, c, 0, 2));
+    if (with_cosine) rank0.push_back(c);
+    records.push_back(MakeStep("exp-w", step, 0.3, 1, 2));
+  }
+  Put(*store, records);
+  RunRegistry registry(v1::Thresholds(), v1::CONTROL_MODE_LOCAL);
+  v1::SetRunConfigRequest set;
+  set.set_run("exp-w");
+  set.set_window(6);
+  ASSERT_TRUE(registry.Change(set, "test", 1, nullptr).ok());
+  // The page of rank 0's steps 30094-30099: step 30094 holds the 4 cosines
+  // of steps 20000-20003 only; each later step adds one.
+  v1::GetStepsRequest req;
+  req.set_run("exp-w");
+  req.set_rank(0);
+  req.set_start_step(30094);
+  base::StatusOr<StepQuery> query = StepQueryFromRequest(req);
+  ASSERT_TRUE(query.ok());
+  base::StatusOr<v1::GetStepsResponse> page = GetStepsPage(*store, *query);
+  ASSERT_TRUE(page.ok());
+  ASSERT_EQ(page->steps_size(), 6);
+  base::StatusOr<std::vector<std::optional<double>>> means = PageWindowMeans(*store, registry, "exp-w", *page);
+  ASSERT_TRUE(means.ok()) << means.status().ToString();
+  ASSERT_EQ(means->size(), 6u);
+  EXPECT_FALSE((*means)[0].has_value());
+  EXPECT_FALSE((*means)[1].has_value());  // 5 cosines
+  for (std::size_t i = 2; i < 6; ++i) {
+    const std::size_t last = 4 + i;  // rank 0's cosines up to the record, exclusive
+    double sum = 0;
+    for (std::size_t k = last - 6; k < last; ++k) sum += rank0[k];
+    ASSERT_TRUE((*means)[i].has_value()) << i;
+    EXPECT_NEAR(*(*means)[i], sum / 6, 1e-15) << i;
+  }
+  // Rank 1 has a cosine at every step: its window is full from the step before.
+  req.set_rank(1);
+  req.set_start_step(30000);
+  req.set_end_step(30002);
+  query = StepQueryFromRequest(req);
+  ASSERT_TRUE(query.ok());
+  page = GetStepsPage(*store, *query);
+  ASSERT_TRUE(page.ok());
+  means = PageWindowMeans(*store, registry, "exp-w", *page);
+  ASSERT_TRUE(means.ok());
+  ASSERT_EQ(means->size(), 2u);
+  for (const std::optional<double>& m : *means) EXPECT_NEAR(m.value_or(-1), 0.3, 1e-15);
 }
 
 TEST(QueriesTest, SummaryMatchesARecomputationFromTheRecords) {

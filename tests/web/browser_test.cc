@@ -332,6 +332,18 @@ TEST_F(WebPageTest, ShowsTheStoreLiveAndEditsThresholds) {
                   ShowsNumber(Field("cal-count"), s.calibration().count()));
     EXPECT_EQ(Shown(browser_.Text(Field("latest-step"))), last_step);
     EXPECT_NEAR(Shown(browser_.Text(Field("latest-cosine"))), s.latest().cosine(), 5.001e-5);
+    // m_t: the mean of rank 0's last W stored c_t of valid steps.
+    std::vector<v1::StepRecord> steps;
+    ASSERT_TRUE(reader.AllSteps("exp-spike", &steps).ok());
+    std::vector<double> cosines;
+    for (const v1::StepRecord& r : steps) {
+      if (r.rank() == 0 && r.has_cosine() && r.regime() != v1::REGIME_INVALID) cosines.push_back(r.cosine());
+    }
+    const std::size_t w = s.info().config().window() == 0 ? 20 : s.info().config().window();
+    ASSERT_GE(cosines.size(), w);
+    double sum = 0;
+    for (std::size_t i = cosines.size() - w; i < cosines.size(); ++i) sum += cosines[i];
+    EXPECT_NEAR(Shown(browser_.Text(Field("latest-window-mean"))), sum / static_cast<double>(w), 5.001e-5);
     EXPECT_EQ(browser_.Text(Field("latest-regime")), controller::RegimeName(*proto::FromProto(s.latest().regime())));
     EXPECT_EQ(Shown(browser_.Text(Field("latest-staleness"))), s.latest().staleness());
     for (const char* regime : {"safe", "project", "skip", "invalid"}) {

@@ -249,13 +249,16 @@ void WriteLayers(JsonWriter& w, const v1::StepRecord& r) {
   w.EndArray();
 }
 
-// A step: run, the schema's fields (record_schema.h) in order, scalars,
-// layers (when asked).
-void WriteStep(JsonWriter& w, const v1::StepRecord& r, bool with_layers) {
+// A step: run, the schema's fields (record_schema.h) in order, window_mean
+// (when `window_mean` is given: m_t, null while absent), scalars, layers
+// (when asked).
+void WriteStep(JsonWriter& w, const v1::StepRecord& r, bool with_layers,
+               const std::optional<double>* window_mean = nullptr) {
   w.BeginObject();
   w.Key("run");
   w.String(r.run());
   for (const proto::StepField& field : proto::kStepFields) WriteField(w, field, r);
+  if (window_mean != nullptr) WriteOptionalDouble(w, "window_mean", window_mean->has_value(), window_mean->value_or(0.0));
   w.Key("scalars");
   w.BeginObject();
   for (const auto& [name, value] : r.scalars()) {
@@ -617,7 +620,8 @@ std::string EncodeSummary(const v1::RunSummary& summary, std::int64_t now_ns) {
   return out;
 }
 
-std::string EncodeStepsPage(const std::string& run, const v1::GetStepsResponse& page, bool with_layers) {
+std::string EncodeStepsPage(const std::string& run, const v1::GetStepsResponse& page, bool with_layers,
+                            const std::vector<std::optional<double>>& window_means) {
   std::string out;
   // About 400 bytes a record without layers, 90 a layer.
   out.reserve(64 + static_cast<std::size_t>(page.steps_size()) * (with_layers ? 4096 : 448));
@@ -627,7 +631,10 @@ std::string EncodeStepsPage(const std::string& run, const v1::GetStepsResponse& 
   w.String(run);
   w.Key("steps");
   w.BeginArray();
-  for (const v1::StepRecord& r : page.steps()) WriteStep(w, r, with_layers);
+  for (int i = 0; i < page.steps_size(); ++i) {
+    const std::size_t at = static_cast<std::size_t>(i);
+    WriteStep(w, page.steps(i), with_layers, at < window_means.size() ? &window_means[at] : nullptr);
+  }
   w.EndArray();
   w.Key("next_page_token");
   w.String(page.next_page_token());
@@ -714,7 +721,8 @@ base::StatusOr<std::string> HttpApi::Serve(const HttpRequest& request, const Api
       GAC_ASSIGN_OR_RETURN(v1::GetStepsRequest req, ParseStepsParams(route.run, request.query, warnings));
       GAC_ASSIGN_OR_RETURN(StepQuery query, StepQueryFromRequest(req));
       GAC_ASSIGN_OR_RETURN(auto page, GetStepsPage(core_->store(), query));
-      return EncodeStepsPage(route.run, page, req.include_layers());
+      GAC_ASSIGN_OR_RETURN(auto means, PageWindowMeans(core_->store(), core_->registry(), route.run, page));
+      return EncodeStepsPage(route.run, page, req.include_layers(), means);
     }
     case ApiRoute::kConfig:
       if (request.method == "PUT") return SetConfig(p, route.run, request.body);

@@ -6,6 +6,7 @@
 //   GET /api/v1/runs/{run}             GetRunSummary   ?window=
 //   GET /api/v1/runs/{run}/summary     the same (for a run id ending in /steps or /config)
 //   GET /api/v1/runs/{run}/steps       GetSteps        ?from=&to=&rank=&layers=&limit=&page_token=
+//                                      (each record with its m_t, window_mean: PageWindowMeans)
 //   GET /api/v1/runs/{run}/config      GetRunConfig
 //   PUT /api/v1/runs/{run}/config      SetRunConfig    (admin; JSON body)
 //
@@ -31,6 +32,7 @@
 #define GAC_SERVER_SRC_HTTP_API_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -111,7 +113,10 @@ base::StatusOr<v1::SetRunConfigRequest> ParseConfigBody(const std::string& run, 
 std::string EncodeRunsPage(const v1::ListRunsResponse& page, std::int64_t now_ns);
 std::string EncodeSummary(const v1::RunSummary& summary, std::int64_t now_ns);
 // `with_layers`: each record has a "layers" array (layers=1 was asked).
-std::string EncodeStepsPage(const std::string& run, const v1::GetStepsResponse& page, bool with_layers);
+// `window_means`: m_t of each record, index for index (PageWindowMeans), as
+// its "window_mean"; a record past their end has no such member.
+std::string EncodeStepsPage(const std::string& run, const v1::GetStepsResponse& page, bool with_layers,
+                            const std::vector<std::optional<double>>& window_means);
 std::string EncodeRunConfig(const std::string& run, const v1::RunConfig& config);
 std::string EncodeError(const base::Status& status);
 

@@ -4,7 +4,9 @@
 // included here.
 #include <chrono>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
+#include <functional>
 #include <string>
 
 #include "gac/controller/calibration.h"
@@ -44,6 +46,7 @@
 #include "gac/cli/replay.h"
 #include "gac/proto/convert.h"
 #include "gac/proto/record_schema.h"
+#include "gac/proto/step_window.h"
 #include "gac/proto/wire_rules.h"
 #include "gac/transport/channel.h"
 #include "gac/transport/remote_controller.h"
@@ -217,6 +220,15 @@ int main(int argc, char** argv) {
     Check(gac::proto::FindStepField("step")->get(record).integer == record.step() &&
               gac::proto::CheckRunId("consumer").ok(),
           "record schema and wire rules");
+    gac::proto::StepWindowMeans means(1, 0, [](std::uint32_t, std::int64_t, std::int64_t,
+                                               const std::function<void(const gac::v1::StepRecord&)>&) {
+      return gac::base::Status::Ok();
+    });
+    gac::v1::StepRecord valid = record;
+    valid.set_regime(gac::v1::REGIME_SAFE);
+    valid.set_cosine(0.25);
+    const auto m = means.Next(valid);
+    Check(m.ok() && m->has_value() && **m == 0.25, "StepWindowMeans");
     gac::transport::SpoolRecovery recovery;
     gac::transport::SpoolOptions spool_options;
     spool_options.dir = scratch + "/consumer-spool";

@@ -39,6 +39,7 @@
 
 #include <sstream>
 
+#include "gac/cli/backtest.h"
 #include "gac/cli/client.h"
 #include "gac/cli/format.h"
 #include "gac/cli/gacctl.h"
@@ -241,6 +242,11 @@ int main(int argc, char** argv) {
     replayer.Add({1, 0.2, gac::controller::Regime::kSkip, 1.0});
     Check(replayer.replayed().count(gac::controller::Regime::kProject) == 1 && replayer.differing_count() == 1, "Replayer");
     Check(gac::cli::ThresholdGrid({0.05}, {0.3}).ok(), "ThresholdGrid");
+    // A run that learns and then falls below 0.7 of its peak for good.
+    const gac::cli::RunOutcome outcome =
+        gac::cli::ClassifyOutcome(0.2, {{20, 0.5}, {40, 0.8}, {60, 0.3}, {80, 0.2}});
+    Check(outcome.outcome == gac::cli::Outcome::kCollapsed && outcome.collapse_step == 60, "ClassifyOutcome");
+    Check(gac::cli::ValidateAlertSettings(gac::cli::AlertSettings{}).ok(), "ValidateAlertSettings");
     std::ostringstream csv;
     auto rows = gac::cli::RowWriter::Create(*gac::cli::ParseFormat("csv"), &csv, {{"step", "STEP", true, 0}});
     rows->Add({gac::cli::Cell::Int(7)});

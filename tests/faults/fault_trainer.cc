@@ -44,12 +44,16 @@ namespace {
 
 using namespace std::chrono_literals;
 
-// The calling thread's context switches so far: voluntary (it waited, e.g.
-// for a lock) and involuntary (the scheduler preempted it).
-std::pair<long, long> ThreadSwitches() {
+// The calling thread's context switches so far, voluntary (it waited, e.g.
+// for a lock) and involuntary (the scheduler preempted it), and its page
+// faults served without I/O (first touches of memory).
+struct ThreadEvents {
+  long waited, preempted, faults;
+};
+ThreadEvents ThreadEventsSoFar() {
   rusage u{};
   getrusage(RUSAGE_THREAD, &u);
-  return {u.ru_nvcsw, u.ru_nivcsw};
+  return {u.ru_nvcsw, u.ru_nivcsw, u.ru_minflt};
 }
 
 std::int64_t MonotonicNs() {
@@ -181,8 +185,9 @@ int main(int argc, char** argv) {
   }
 
   // The training loop.
-  // enqueue_switched: whether the thread waited (1), was preempted (2) or
-  // both (3) during the Enqueue call, read outside the timed interval.
+  // enqueue_switched: whether the thread waited (bit 0), was preempted (bit
+  // 1) or took a page fault (bit 2) during the Enqueue call, read outside the
+  // timed interval.
   std::vector<std::int64_t> enqueue_t, enqueue_ns, enqueue_switched, decide_t, decide_ns, decide_ok, refused;
   const std::int64_t steps = static_cast<std::int64_t>(seconds * rate);
   enqueue_t.reserve(static_cast<std::size_t>(steps));
@@ -207,12 +212,13 @@ int main(int argc, char** argv) {
       }
     }
     gac::v1::StepRecord r = gac::testing::MakeStep(run, step);
-    const auto [v0, i0] = ThreadSwitches();
+    const ThreadEvents e0 = ThreadEventsSoFar();
     const std::int64_t t0 = MonotonicNs();
     const bool ok = t.Enqueue(std::move(r));
     enqueue_ns.push_back(MonotonicNs() - t0);
-    const auto [v1, i1] = ThreadSwitches();
-    enqueue_switched.push_back((v1 > v0 ? 1 : 0) | (i1 > i0 ? 2 : 0));
+    const ThreadEvents e1 = ThreadEventsSoFar();
+    enqueue_switched.push_back((e1.waited > e0.waited ? 1 : 0) | (e1.preempted > e0.preempted ? 2 : 0) |
+                               (e1.faults > e0.faults ? 4 : 0));
     enqueue_t.push_back(t0);
     if (!ok) refused.push_back(step);
   }

@@ -322,8 +322,10 @@ class Result:
     duplicated: int = 0
     p99_us: float = 0.0
     p99_no_decide_us: float = 0.0  # steps that made no Decide call
-    p99_quiet_us: float = 0.0  # calls during which the thread neither waited nor was preempted
-    slow: Tuple[int, int, int] = (0, 0, 0)  # calls over the 5 us target: preempted, waited (not preempted), neither
+    p99_quiet_us: float = 0.0  # calls during which the thread neither waited, was preempted nor took a page fault
+    # Calls over the 5 us target: preempted; else waited; else took a page fault; none of those.
+    slow: Tuple[int, int, int, int] = (0, 0, 0, 0)
+    cpu: Tuple[float, float, float] = (0.0, 0.0, 0.0)  # the machine during the fault: busy, interrupts, stolen
     max_us: float = 0.0
     decide_max_ms: float = 0.0
     fallbacks: int = 0
@@ -332,6 +334,22 @@ class Result:
     failures: List[str] = field(default_factory=list)
     skipped: str = ""
     errors: List[str] = field(default_factory=list)  # the agent's last_error as it changed during the fault
+
+
+def cpu_times() -> List[int]:
+    """The machine's CPU time so far by kind (/proc/stat's "cpu" line: user,
+    nice, system, idle, iowait, irq, softirq, steal)."""
+    with open("/proc/stat") as f:
+        return [int(v) for v in f.readline().split()[1:9]]
+
+
+def cpu_shares(before: List[int], after: List[int]) -> Tuple[float, float, float]:
+    """Of the machine's CPU time between two cpu_times(): the share busy in
+    processes (user, nice, system), in interrupts (irq, softirq), and stolen
+    by the hypervisor (steal)."""
+    d = [b - a for a, b in zip(before, after)]
+    total = max(sum(d), 1)
+    return (sum(d[0:3]) / total, (d[5] + d[6]) / total, d[7] / total)
 
 
 def quantile(values: List[int], q: float) -> int:
@@ -416,6 +434,7 @@ class Runner:
                 time.sleep(0.02)
             time.sleep(self.pre)
             fault_ns = time.monotonic_ns()
+            cpu_at_fault = cpu_times()
             try:
                 self.inject(case.inject)
             except CannotTestHere as e:
@@ -424,6 +443,7 @@ class Runner:
             time.sleep(fault_s)
             self.lab.heal()
             heal_ns = time.monotonic_ns()
+            result.cpu = cpu_shares(cpu_at_fault, cpu_times())
             trainer.wait(timeout=seconds + 180)
         finally:
             self.lab.heal()
@@ -482,14 +502,16 @@ class Runner:
         r.p99_no_decide_us = quantile([ns for i, (t, ns) in enumerate(zip(d["enqueue_t"], d["enqueue_ns"]))
                                        if fault_ns <= t <= heal_ns and i % DECIDE_EVERY], 0.99) / 1e3
         r.max_us = max(during, default=0) / 1e3
-        # Whether the thread was preempted or waited during each call: on a
-        # 2-core host running every process of the lab, the scheduler's
-        # preemptions show in the wall time of any call.
+        # Whether the thread was preempted, waited or took a page fault
+        # during each call (fault_trainer's bits 2, 1, 4): on a 2-core host
+        # running every process of the lab, preemptions show in the wall time
+        # of any call, and a first touch of memory costs a fault.
         switched = [(ns, sw) for t, ns, sw in zip(d["enqueue_t"], d["enqueue_ns"], d["enqueue_switched"])
                     if fault_ns <= t <= heal_ns]
         r.p99_quiet_us = quantile([ns for ns, sw in switched if sw == 0], 0.99) / 1e3
         over = [sw for ns, sw in switched if ns > ENQUEUE_TARGET_US * 1e3]
-        r.slow = (sum(1 for sw in over if sw & 2), sum(1 for sw in over if sw == 1), sum(1 for sw in over if sw == 0))
+        r.slow = (sum(1 for sw in over if sw & 2), sum(1 for sw in over if (sw & 3) == 1),
+                  sum(1 for sw in over if sw == 4), sum(1 for sw in over if sw == 0))
         if self.enqueue_bounds and r.p99_us > ENQUEUE_P99_BOUND_US:
             fail(f"Enqueue p99 {r.p99_us:.1f} us during the fault")
         if self.enqueue_bounds and r.max_us > ENQUEUE_MAX_BOUND_MS * 1e3:
@@ -523,19 +545,21 @@ class Runner:
 def table(results: List[Result], header: str) -> str:
     lines = [header, "",
              "| fault | how long | steps produced | stored | lost (counted) | duplicated | "
-             "Enqueue during the fault: p99 (steps without a Decide; calls without a context switch) / max | "
-             "Enqueue calls over 5 µs: preempted, waited, neither | "
+             "Enqueue during the fault: p99 (steps without a Decide; calls without a context switch or page fault) / max | "
+             "Enqueue calls over 5 µs: preempted, waited, page fault, none of these | "
+             "CPU during the fault: busy, interrupts, stolen | "
              "Decide during the fault: calls, fallbacks, slowest | recovery after the heal | result |",
-             "|---|---:|---:|---:|---:|---:|---|---|---|---:|---|"]
+             "|---|---:|---:|---:|---:|---:|---|---|---|---|---:|---|"]
     for r in results:
         rec = "—" if r.recovery_s is None else f"{r.recovery_s:.2f} s"
         if r.skipped:
-            lines.append(f"| {r.case.title} | — | — | — | — | — | — | — | — | — | not run: {r.skipped} |")
+            lines.append(f"| {r.case.title} | — | — | — | — | — | — | — | — | — | — | not run: {r.skipped} |")
             continue
         lines.append(
             f"| {r.case.title} | {r.fault_s:.0f} s | {r.produced:,} | {r.stored:,} | {r.lost:,} ({r.counted:,}) | "
             f"{r.duplicated} | {r.p99_us:.1f} µs ({r.p99_no_decide_us:.1f} µs; {r.p99_quiet_us:.1f} µs) / {r.max_us:.0f} µs | "
-            f"{r.slow[0]:,}, {r.slow[1]:,}, {r.slow[2]:,} | "
+            f"{r.slow[0]:,}, {r.slow[1]:,}, {r.slow[2]:,}, {r.slow[3]:,} | "
+            f"{r.cpu[0]:.0%}, {r.cpu[1]:.1%}, {r.cpu[2]:.1%} | "
             f"{r.decides}, {r.fallbacks}, "
             f"{r.decide_max_ms:.0f} ms | {rec} | {'pass' if not r.failures else 'FAIL'} |")
     return "\n".join(lines) + "\n"
@@ -610,8 +634,9 @@ def main() -> int:
             log(f"faults: {case.name}: {'pass' if not r.failures else 'FAIL'}: produced {r.produced}, "
                 f"stored {r.stored}, lost {r.lost} (counted {r.counted}), duplicated {r.duplicated}, "
                 f"Enqueue p99 {r.p99_us:.1f} us ({r.p99_no_decide_us:.1f} us without a Decide, "
-                f"{r.p99_quiet_us:.1f} us without a context switch) max {r.max_us:.0f} us, "
-                f"over 5 us: {r.slow[0]} preempted {r.slow[1]} waited {r.slow[2]} neither, "
+                f"{r.p99_quiet_us:.1f} us without a context switch or page fault) max {r.max_us:.0f} us, "
+                f"over 5 us: {r.slow[0]} preempted {r.slow[1]} waited {r.slow[2]} page fault {r.slow[3]} none, "
+                f"CPU busy {r.cpu[0]:.0%} interrupts {r.cpu[1]:.1%} stolen {r.cpu[2]:.1%}, "
                 f"Decide {r.decides} calls "
                 f"{r.fallbacks} fallbacks slowest {r.decide_max_ms:.0f} ms, recovery "
                 f"{'-' if r.recovery_s is None else f'{r.recovery_s:.2f} s'}")

@@ -552,7 +552,9 @@ TEST(RemoteController, WindowedTriggerDecidesAsTheLocalControllerOnEveryReplica)
     EXPECT_DOUBLE_EQ(got->alpha, want.alpha) << "step " << i;
     EXPECT_DOUBLE_EQ(got->projection_coeff, want.projection_coeff) << "step " << i;
     ASSERT_EQ(got->window_mean.has_value(), want.window_mean.has_value()) << "step " << i;
-    if (want.window_mean) EXPECT_DOUBLE_EQ(*got->window_mean, *want.window_mean) << "step " << i;
+    if (want.window_mean) {
+      EXPECT_DOUBLE_EQ(*got->window_mean, *want.window_mean) << "step " << i;
+    }
     // Where the per-step rule would decide otherwise, the window decided.
     if (want.regime != controller::Regime::kInvalid && want.cosine) {
       const auto per = controller::Controller::Create(per_step)->Decide(steps[static_cast<std::size_t>(i)]);

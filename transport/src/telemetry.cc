@@ -14,6 +14,7 @@
 #include "gac/proto/wire_rules.h"
 #include "gac/transport/channel.h"
 #include "gac/v1/telemetry.grpc.pb.h"
+#include "transport/src/record_ring.h"
 
 namespace gac::transport {
 namespace {
@@ -50,7 +51,7 @@ struct Telemetry::Impl {
   mutable base::Mutex mu;
   base::CondVar wake;      // the sender waits here
   base::CondVar progress;  // Flush waits here
-  std::deque<v1::StepRecord> queue GAC_GUARDED_BY(mu);
+  Ring<v1::StepRecord> queue GAC_GUARDED_BY(mu);  // record_ring.h: Enqueue allocates nothing
   bool stopping GAC_GUARDED_BY(mu) = false;
   bool broken GAC_GUARDED_BY(mu) = false;  // the current stream failed
   std::deque<Pending> pending GAC_GUARDED_BY(mu);  // unacknowledged batches, in order

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The network fault suite in its full form (each fault 60 s unless
-# --fault-seconds says otherwise; about 15 minutes), on hosts made of network
+# --fault-seconds says otherwise; about 10 minutes), on hosts made of network
 # namespaces: see tests/faults/faults.py. ctest runs the short form
 # (faults_short). Needs root, nftables, iproute2 (tc) and PostgreSQL
 # (scripts/setup.sh installs them). Arguments go to faults.py, e.g.

@@ -193,13 +193,42 @@ TEST(HostileGacd, EveryAbsurdAnswerIsRefusedWithItsReason) {
   }
 }
 
+// Answers step 0 honestly (so that a test can wait until it is connected:
+// a call whose deadline passes while connecting never reaches the server)
+// and never answers any other step.
+Answer HangsAfterStepZero() {
+  return [honest = Honest()](const v1::DecideRequest& request, std::string* bytes) {
+    return request.step() == 0 && honest(request, bytes);
+  };
+}
+
+// Decides step 0 until the fake gacd's answer arrives.
+void WaitUntilConnected(RemoteController& remote) {
+  const auto give_up = std::chrono::steady_clock::now() + 20s;
+  base::StatusOr<controller::Decision> d = remote.Decide(0, kProjecting);
+  while (!d.ok() && std::chrono::steady_clock::now() < give_up) {
+    std::this_thread::sleep_for(50ms);
+    d = remote.Decide(0, kProjecting);
+  }
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+}
+
+// The number of requests the fake gacd left hanging, once it reaches
+// `want` (its handler may run after the client gave up) or after 5 s.
+int HungEventually(FakeGacd& gacd, int want) {
+  const auto give_up = std::chrono::steady_clock::now() + 5s;
+  while (gacd.hung() < want && std::chrono::steady_clock::now() < give_up) std::this_thread::sleep_for(10ms);
+  return gacd.hung();
+}
+
 TEST(HostileGacd, AnAnswerThatNeverComesEndsAtTheDeadline) {
-  FakeGacd gacd([](const v1::DecideRequest&, std::string*) { return false; });
+  FakeGacd gacd(HangsAfterStepZero());
   auto remote = RemoteController::Create(Options(gacd.address(), 100ms));
   ASSERT_TRUE(remote.ok());
+  WaitUntilConnected(**remote);
   for (int i = 0; i < 3; ++i) {
     const auto t0 = std::chrono::steady_clock::now();
-    base::StatusOr<controller::Decision> d = (*remote)->Decide(i, kProjecting);
+    base::StatusOr<controller::Decision> d = (*remote)->Decide(1 + i, kProjecting);
     const auto waited = std::chrono::steady_clock::now() - t0;
     ASSERT_FALSE(d.ok());
     if (i < 2) {
@@ -214,7 +243,7 @@ TEST(HostileGacd, AnAnswerThatNeverComesEndsAtTheDeadline) {
       EXPECT_LT(waited, 100ms);
     }
   }
-  EXPECT_EQ(gacd.hung(), 2);
+  EXPECT_EQ(HungEventually(gacd, 2), 2);
 }
 
 #ifdef GAC_TEST_AGENT
@@ -300,8 +329,9 @@ TEST(HostileGacdAgent, FallsBackToTheLocalDecisionCountsAndSaysWhy) {
 
 TEST(HostileGacdAgent, AnswerThatNeverComesFallsBackAtTheDeadline) {
   const std::vector<at::Tensor> grads = ProjectingGradients(3);
-  FakeGacd gacd([](const v1::DecideRequest&, std::string*) { return false; });
+  FakeGacd gacd(HangsAfterStepZero());
   AgentPair pair(gacd.address(), 100ms);
+  WaitUntilConnected(*pair.remote);
   for (int step = 1; step <= 3; ++step) {
     const controller::StepReport r = pair.Step(step, grads[static_cast<std::size_t>(step - 1)]);
     EXPECT_TRUE(r.fallback);
@@ -310,7 +340,7 @@ TEST(HostileGacdAgent, AnswerThatNeverComesFallsBackAtTheDeadline) {
     EXPECT_LT(r.decide_seconds, step < 3 ? 5.0 : 0.1);
   }
   EXPECT_EQ(pair.agent->fallbacks(), 3u);
-  EXPECT_EQ(gacd.hung(), 2);
+  EXPECT_EQ(HungEventually(gacd, 2), 2);
 }
 
 TEST(HostileGacdAgent, HonestGacdIsFollowed) {

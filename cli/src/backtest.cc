@@ -8,6 +8,7 @@
 
 #include "gac/base/file_util.h"
 #include "gac/cli/format.h"
+#include "gac/controller/calibration.h"
 #include "gac/controller/window.h"
 
 namespace gac::cli {
@@ -312,10 +313,7 @@ AlertScore ScoreAlert(const std::vector<RunBacktest>& runs, Alert alert) {
 
 std::optional<double> SortedQuantile(const std::vector<double>& sorted, double q) {
   if (sorted.empty()) return std::nullopt;
-  const double pos = q * static_cast<double>(sorted.size() - 1);
-  const auto lo = static_cast<std::size_t>(std::floor(pos));
-  const std::size_t hi = std::min(lo + 1, sorted.size() - 1);
-  return sorted[lo] + (sorted[hi] - sorted[lo]) * (pos - static_cast<double>(lo));
+  return controller::SortedQuantile(sorted, q);
 }
 
 base::StatusOr<AlertCalibration> CalibrateAlerts(const std::vector<RecordedRun>& runs, int window,

@@ -193,18 +193,6 @@ base::StatusOr<std::vector<std::string>> ExpandPaths(const std::string& flag, co
   return files;
 }
 
-std::vector<std::string> SplitCommas(const std::string& text) {
-  std::vector<std::string> parts;
-  std::size_t start = 0;
-  for (;;) {
-    const auto comma = text.find(',', start);
-    parts.push_back(text.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
-    if (comma == std::string::npos) break;
-    start = comma + 1;
-  }
-  return parts;
-}
-
 CommandSpec BacktestCommand() {
   CommandSpec c;
   c.name = "backtest";

@@ -98,17 +98,23 @@ base::StatusOr<double> ParseRealFlag(const std::string& flag, const std::string&
   return v;
 }
 
-base::StatusOr<std::vector<double>> ParseRealListFlag(const std::string& flag, const std::string& text) {
-  std::vector<double> values;
+std::vector<std::string> SplitCommas(const std::string& text) {
+  std::vector<std::string> parts;
   std::size_t start = 0;
   for (;;) {
     const auto comma = text.find(',', start);
-    base::StatusOr<double> v = ParseRealFlag(flag, text.substr(start, comma == std::string::npos ? std::string::npos
-                                                                                            : comma - start));
-    if (!v.ok()) return v.status();
-    values.push_back(*v);
+    parts.push_back(text.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
     if (comma == std::string::npos) break;
     start = comma + 1;
+  }
+  return parts;
+}
+
+base::StatusOr<std::vector<double>> ParseRealListFlag(const std::string& flag, const std::string& text) {
+  std::vector<double> values;
+  for (const std::string& part : SplitCommas(text)) {
+    GAC_ASSIGN_OR_RETURN(double v, ParseRealFlag(flag, part));
+    values.push_back(v);
   }
   return values;
 }

@@ -56,6 +56,9 @@ base::StatusOr<std::int64_t> ParseIntFlag(const std::string& flag, const std::st
                                     std::int64_t max);
 // A finite number.
 base::StatusOr<double> ParseRealFlag(const std::string& flag, const std::string& text);
+// The parts of a comma-separated list ("a,b,,c": "a", "b", "", "c"); one
+// part, "" for "".
+std::vector<std::string> SplitCommas(const std::string& text);
 // Comma-separated finite numbers ("0.03,0.05,0.07").
 base::StatusOr<std::vector<double>> ParseRealListFlag(const std::string& flag, const std::string& text);
 // A duration as gac::base::ParseDuration reads it ("500ms", "10s", "2m", "1h",

@@ -273,10 +273,7 @@ base::Status ExportSteps(Context& ctx, const StepsOptions& o) {
   GAC_RETURN_IF_ERROR(ctx.client().ForEachStepPage(request, [&](const v1::GetStepsResponse& page) -> base::Status {
     std::vector<std::optional<double>> means;
     if (windows) {
-      for (const v1::StepRecord& r : page.steps()) {
-        GAC_ASSIGN_OR_RETURN(std::optional<double> m, windows->Next(r));
-        means.push_back(m);
-      }
+      GAC_ASSIGN_OR_RETURN(means, windows->Next(page.steps()));
     }
     rows.AddPage(page, means);
     records += static_cast<std::uint64_t>(page.steps_size());
@@ -292,15 +289,9 @@ base::Status ExportSteps(Context& ctx, const StepsOptions& o) {
 }
 
 base::StatusOr<std::vector<std::string>> ParseNames(const std::string& text) {
-  std::vector<std::string> names;
-  std::size_t start = 0;
-  for (;;) {
-    const auto comma = text.find(',', start);
-    std::string name = text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+  std::vector<std::string> names = SplitCommas(text);
+  for (const std::string& name : names) {
     if (name.empty()) return base::Status::InvalidArgument("--scalars: empty name in '" + text + "'");
-    names.push_back(std::move(name));
-    if (comma == std::string::npos) break;
-    start = comma + 1;
   }
   return names;
 }

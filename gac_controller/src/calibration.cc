@@ -8,15 +8,6 @@ namespace gac::controller {
 
 namespace {
 
-// Linear interpolation between order statistics (numpy "linear").
-double Quantile(std::vector<double>& sorted, double q) {
-  const double pos = q * static_cast<double>(sorted.size() - 1);
-  const std::size_t lo = static_cast<std::size_t>(std::floor(pos));
-  const std::size_t hi = std::min(lo + 1, sorted.size() - 1);
-  const double frac = pos - static_cast<double>(lo);
-  return sorted[lo] + frac * (sorted[hi] - sorted[lo]);
-}
-
 double RoundUpSignificant(double x, int digits) {
   if (x <= 0.0) return x;
   const double scale = std::pow(10.0, digits - 1 - static_cast<int>(std::floor(std::log10(x))));
@@ -25,6 +16,14 @@ double RoundUpSignificant(double x, int digits) {
 }
 
 }  // namespace
+
+double SortedQuantile(const std::vector<double>& sorted, double q) {
+  const double pos = q * static_cast<double>(sorted.size() - 1);
+  const std::size_t lo = static_cast<std::size_t>(std::floor(pos));
+  const std::size_t hi = std::min(lo + 1, sorted.size() - 1);
+  const double frac = pos - static_cast<double>(lo);
+  return sorted[lo] + frac * (sorted[hi] - sorted[lo]);
+}
 
 CalibrationStats ComputeCalibration(const std::vector<double>& values, double c_low) {
   std::vector<double> abs_values;
@@ -36,7 +35,7 @@ CalibrationStats ComputeCalibration(const std::vector<double>& values, double c_
   st.count = abs_values.size();
   if (abs_values.empty()) return st;
   std::sort(abs_values.begin(), abs_values.end());
-  st.q90 = Quantile(abs_values, 0.9);
+  st.q90 = SortedQuantile(abs_values, 0.9);
   st.max = abs_values.back();
   double sum = 0.0;
   std::size_t low = 0;

@@ -35,6 +35,17 @@ base::StatusOr<std::optional<double>> StepWindowMeans::Next(const v1::StepRecord
   return it->second.mean();
 }
 
+base::StatusOr<std::vector<std::optional<double>>> StepWindowMeans::Next(
+    const google::protobuf::RepeatedPtrField<v1::StepRecord>& records) {
+  std::vector<std::optional<double>> means;
+  means.reserve(static_cast<std::size_t>(records.size()));
+  for (const v1::StepRecord& r : records) {
+    GAC_ASSIGN_OR_RETURN(std::optional<double> m, Next(r));
+    means.push_back(m);
+  }
+  return means;
+}
+
 base::StatusOr<controller::AlignmentWindow> StepWindowMeans::LookBack(std::uint32_t rank, std::int64_t before) const {
   // The newest W window cosines before `before` (W, not W-1: the listed
   // record may have none), oldest first, gathered from the newest range

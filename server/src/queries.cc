@@ -169,12 +169,7 @@ base::StatusOr<std::vector<std::optional<double>>> PageWindowMeans(Store& store,
     }
   };
   proto::StepWindowMeans windows(proto::ListingWindow(registry.Get(run)), info.first_step(), read);
-  means.reserve(static_cast<std::size_t>(page.steps_size()));
-  for (const v1::StepRecord& r : page.steps()) {
-    GAC_ASSIGN_OR_RETURN(std::optional<double> m, windows.Next(r));
-    means.push_back(m);
-  }
-  return means;
+  return windows.Next(page.steps());
 }
 
 v1::RunSummary SummarizeRun(const v1::RunInfo& info, const v1::RunConfig& config,

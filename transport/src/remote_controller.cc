@@ -11,6 +11,7 @@
 #include "gac/base/mutex.h"
 
 #include "gac/proto/convert.h"
+#include "gac/proto/step_window.h"
 #include "gac/transport/channel.h"
 #include "gac/v1/control.grpc.pb.h"
 
@@ -65,16 +66,20 @@ struct RemoteController::Impl {
                            [](Replica& r) { return r.channel->GetState(true) == GRPC_CHANNEL_READY; });
       };
       if (connected()) return "";
-      // No thread polls a channel whose calls are not made, and its
-      // reconnection cannot complete: poll for a moment (as WithFailover).
-      replicas[preferred.load(std::memory_order_relaxed)].channel->WaitForConnected(
-          std::chrono::system_clock::now() + std::chrono::milliseconds(1));
+      PollForAMoment(preferred.load(std::memory_order_relaxed));
       if (connected()) return "";
     }
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - std::chrono::steady_clock::now());
     return "gacd Decide not asked: " + std::to_string(n) + " calls in a row reached no gacd replica (" +
            (deadline ? "deadline exceeded" : "unavailable") + "); asking again in " +
            std::to_string(std::max<std::int64_t>(left.count(), 0)) + " ms";
+  }
+
+  // A channel whose calls fail fast, or are not made, is polled by no
+  // thread, and its reconnection attempts cannot complete: poll replica k's
+  // for a moment, so that a replica that came back is found.
+  void PollForAMoment(std::size_t k) {
+    replicas[k].channel->WaitForConnected(std::chrono::system_clock::now() + std::chrono::milliseconds(1));
   }
 
   void CountCall(const grpc::Status& st) {
@@ -117,13 +122,7 @@ struct RemoteController::Impl {
     }
     const bool none_connected = order.empty();
     order.insert(order.end(), later.begin(), later.end());
-    if (none_connected) {
-      // None is connected. A channel whose calls only fail fast is polled by
-      // no thread, and its reconnection attempts cannot complete: poll for a
-      // moment, so that a replica that came back is found.
-      replicas[order.front()].channel->WaitForConnected(std::chrono::system_clock::now() +
-                                                        std::chrono::milliseconds(1));
-    }
+    if (none_connected) PollForAMoment(order.front());
     grpc::Status st;
     for (std::size_t k : order) {
       grpc::ClientContext ctx;
@@ -189,7 +188,7 @@ base::StatusOr<controller::Decision> RemoteController::Decide(std::int64_t step,
       impl_->recent.push_back(*cosine);
       if (impl_->recent.size() > static_cast<std::size_t>(controller::kMaxWindow)) impl_->recent.pop_front();
     }
-    if (st.ok()) impl_->window = std::clamp(proto::WindowFromProto(resp.config().window()), 1, controller::kMaxWindow);
+    if (st.ok()) impl_->window = proto::ListingWindow(resp.config());
   }
   if (!held_off.empty()) return base::Status::Unavailable(held_off);
   if (!st.ok()) return proto::FromGrpcStatus(st, "gacd Decide");

@@ -181,8 +181,8 @@ struct AlertScore {
 
 AlertScore ScoreAlert(const std::vector<RunBacktest>& runs, Alert alert);
 
-// The q-quantile of sorted values, interpolated linearly between order
-// statistics (numpy's default); absent for no values.
+// controller::SortedQuantile (linear between order statistics, numpy's
+// default), absent for no values.
 std::optional<double> SortedQuantile(const std::vector<double>& sorted, double q);
 
 // Thresholds from synchronous runs (the rule in the file comment).

@@ -25,6 +25,10 @@ struct CalibrationStats {
   double frac_le_c_low = 0.0;  // fraction of values with |c| <= c_low
 };
 
+// The q-quantile of ascending `sorted`, interpolating linearly between order
+// statistics (numpy's default). REQUIRES: !sorted.empty(), 0 <= q <= 1.
+double SortedQuantile(const std::vector<double>& sorted, double q);
+
 // Statistics of |values| (the sign of each value is ignored; NaN and Inf are
 // not counted). The quantile interpolates linearly between order statistics
 // (numpy's default). An empty input gives count == 0 and zeros elsewhere.

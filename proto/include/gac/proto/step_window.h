@@ -24,6 +24,7 @@
 #include <functional>
 #include <map>
 #include <optional>
+#include <vector>
 
 #include "gac/base/status.h"
 #include "gac/controller/window.h"
@@ -68,6 +69,9 @@ class StepWindowMeans {
   // stored records in between left out (a listing's pages in order).
   // Errors: the reader's; the rank's window is then not started.
   base::StatusOr<std::optional<double>> Next(const v1::StepRecord& record);
+  // Next of each of `records` (a listing's page), in order.
+  base::StatusOr<std::vector<std::optional<double>>> Next(
+      const google::protobuf::RepeatedPtrField<v1::StepRecord>& records);
 
  private:
   base::StatusOr<controller::AlignmentWindow> LookBack(std::uint32_t rank, std::int64_t before) const;

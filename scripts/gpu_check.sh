@@ -5,12 +5,15 @@
 #   scripts/gpu_check.sh [OUT_DIR] [STEPS...]
 #
 # OUT_DIR (default ./gpu-out) receives env.txt, configure.log, build.log,
-# resources.txt, one log (and gtest XML) per test binary, cuda_bench.txt,
-# sanitizer logs, the GRPO runs (grpo_*.log/csv) and summary.txt. STEPS
-# (default: build test bench grpo sanitize)
-# selects what runs, e.g. `scripts/gpu_check.sh out bench` after a build.
+# resources.txt, one log (and gtest XML) per test binary, python.log (the
+# Python package's CUDA tests), cuda_bench.txt, sanitizer logs, the GRPO
+# runs (grpo_*.log/csv) and summary.txt. STEPS (default: build test python
+# bench grpo sanitize) selects what runs, e.g. `scripts/gpu_check.sh out
+# bench` after a build.
 # Environment: GAC_GPU_BUILD_DIR (default build-gpu), JOBS (default nproc),
-# GAC_BENCH_ARGS (extra cuda_bench arguments, e.g. --quick).
+# GAC_BENCH_ARGS (extra cuda_bench arguments, e.g. --quick), GAC_GPU_PYDEPS
+# (default ./gpu-pydeps: pytest and pybind11 made by scripts/gpu_pydeps.sh,
+# put on PYTHONPATH when present; carry it when the image lacks them).
 #
 # The build uses the installed PyTorch's CMake config
 # (torch.utils.cmake_prefix_path) with -DGAC_WITH_GRPC=OFF -DGAC_WITH_SERVER=OFF; it fails early
@@ -19,7 +22,7 @@ set -u -o pipefail
 
 out=${1:-./gpu-out}
 shift || true
-steps=${*:-build test bench grpo sanitize}
+steps=${*:-build test python bench grpo sanitize}
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
 repo=$(cd "$(dirname "$0")/.." && pwd)
@@ -31,6 +34,10 @@ log() { echo "[gpu_check] $*" | tee -a "$summary"; }
 want() { [[ " $steps " == *" $1 "* ]]; }
 status=0
 
+pydeps=${GAC_GPU_PYDEPS:-$repo/gpu-pydeps}
+if [ -d "$pydeps" ]; then
+  export PYTHONPATH=$pydeps${PYTHONPATH:+:$PYTHONPATH}
+fi
 if ! command -v nvcc > /dev/null && [ -x /usr/local/cuda/bin/nvcc ]; then
   export PATH=/usr/local/cuda/bin:$PATH
 fi
@@ -117,6 +124,26 @@ if want test; then
   run_gtest cuda_test "$build/tests/cuda/cuda_test"
   run_gtest agent_cuda_test "$build/tests/cuda/agent_cuda_test"
   run_gtest agent_test "$build/tests/agent/agent_test"
+fi
+
+if want python; then
+  # The package staged by the build (gac._agent with the CUDA passes) under
+  # this machine's torch: test_cuda (parity on CUDA tensors, the current
+  # stream, gac.attach on a CUDA model) and test_agent (the CPU parity).
+  if ! compgen -G "$build/python/gac/_agent*.so" > /dev/null; then
+    log "python: the package was not built (python=OFF above: pybind11 or the Python headers are missing; scripts/gpu_pydeps.sh)"
+    status=1
+  elif ! python3 -c 'import pytest' 2> /dev/null; then
+    log "python: pytest is missing (scripts/gpu_pydeps.sh makes a folder to carry)"
+    status=1
+  else
+    PYTHONPATH=$build/python:${PYTHONPATH:-} GAC_SOURCE_DIR=$repo timeout 900 python3 -m pytest -q -rs \
+      -p no:cacheprovider --junitxml="$out/python.xml" "$repo/tests/python/test_cuda.py" \
+      "$repo/tests/python/test_agent.py" > "$out/python.log" 2>&1
+    rc=$?
+    log "python: exit $rc; $(tail -1 "$out/python.log")"
+    [ $rc -ne 0 ] && status=1
+  fi
 fi
 
 if want bench; then

@@ -58,9 +58,11 @@ class Model:
     NO_GRAD = 9
     ZERO_GRAD = 10
 
-    def __init__(self, seed: int = 0) -> None:
-        self.gen = torch.Generator().manual_seed(seed)
-        self.params = [torch.nn.Parameter(torch.zeros(shape, dtype=dtype)) for shape, dtype, _ in self.SPECS]
+    def __init__(self, seed: int = 0, device: str = "cpu") -> None:
+        self.gen = torch.Generator().manual_seed(seed)  # values are drawn on the CPU, then moved
+        self.device = torch.device(device)
+        self.params = [torch.nn.Parameter(torch.zeros(shape, dtype=dtype, device=self.device))
+                       for shape, dtype, _ in self.SPECS]
         self.raw: List[torch.Tensor] = [torch.randn(s, dtype=torch.float64, generator=self.gen) for s, _, _ in self.SPECS]
 
     def next_gradients(self, rho: float, step: int, poison: bool = False) -> List[Optional[torch.Tensor]]:
@@ -80,23 +82,21 @@ class Model:
                 p.grad = None
                 seen.append(None)
                 continue
-            p.grad = self._in_layout(g, layout)
+            p.grad = self._in_layout(g, layout, self.device)
             seen.append(g.to(torch.float64))
         return seen
 
     @staticmethod
-    def _in_layout(g: torch.Tensor, layout: str) -> torch.Tensor:
+    def _in_layout(g: torch.Tensor, layout: str, device: torch.device) -> torch.Tensor:
         if layout == "transposed":
-            t = torch.empty(tuple(reversed(g.shape)), dtype=g.dtype).t()
-            t.copy_(g)
-            assert not t.is_contiguous()
-            return t
-        if layout == "strided":
-            t = torch.empty((g.numel() * 2,), dtype=g.dtype)[::2].view(g.shape)
-            t.copy_(g)
-            assert not t.is_contiguous()
-            return t
-        return g.clone()
+            t = torch.empty(tuple(reversed(g.shape)), dtype=g.dtype, device=device).t()
+        elif layout == "strided":
+            t = torch.empty((g.numel() * 2,), dtype=g.dtype, device=device)[::2].view(g.shape)
+        else:
+            t = torch.empty(g.shape, dtype=g.dtype, device=device)
+        t.copy_(g)
+        assert t.is_contiguous() == (layout == "contiguous")
+        return t
 
 
 def assert_close_rel(actual: Optional[float], expected: Optional[float], rel: float = 1e-6, what: str = "",
@@ -125,7 +125,7 @@ def assert_gradients(model: Model, ref_grads: Sequence[Optional[torch.Tensor]], 
             assert p.grad is None
             continue
         assert g is not None
-        actual = p.grad.to(torch.float64)
+        actual = p.grad.to(device="cpu", dtype=torch.float64)
         p_ref = snapshot_before[i]
         scale = g.abs() + r.abs() + (abs(coeff) * p_ref.abs() if p_ref is not None else 0.0)
         tol = ulp_tolerance(p.dtype) * scale + subnormal_spacing(p.dtype)
@@ -137,10 +137,12 @@ def assert_gradients(model: Model, ref_grads: Sequence[Optional[torch.Tensor]], 
 
 def run_parity(mode: str, alpha_mode: str, reference: str = "raw_gradient",
                snapshot_dtype: torch.dtype = torch.float32, poison_at: Tuple[int, ...] = (),
-               rhos: Sequence[float] = RHOS, **trigger: Any) -> List[str]:
-    """Steps gac.Agent and the reference over `rhos`; `trigger`: the
-    trigger's options for both (trigger, window, window_c_low, ...)."""
-    model = Model(seed=zlib.crc32(f"{mode} {alpha_mode} {reference} {snapshot_dtype}".encode()) % 1000)
+               rhos: Sequence[float] = RHOS, device: str = "cpu", **trigger: Any) -> List[str]:
+    """Steps gac.Agent and the reference over `rhos`, with the parameters
+    and gradients on `device`; `trigger`: the trigger's options for both
+    (trigger, window, window_c_low, ...)."""
+    model = Model(seed=zlib.crc32(f"{mode} {alpha_mode} {reference} {snapshot_dtype}".encode()) % 1000,
+                  device=device)
     agent = gac.Agent(0.05, 0.3, mode=mode, alpha_mode=alpha_mode, reference=reference,
                       snapshot_dtype=snapshot_dtype, num_threads=2, chunk_elements=4096, **trigger)
     ref = ReferenceGac(0.05, 0.3, alpha_mode, mode, reference, snapshot_dtype, **trigger)
@@ -173,7 +175,7 @@ def run_parity(mode: str, alpha_mode: str, reference: str = "raw_gradient",
             assert_close_rel(d.cosine_after, gac.cosine_after_projection(expected.cosine, expected.alpha), 1e-6)
         assert_gradients(model, expected.grads, seen, expected.coeff, snapshot_before)
         if reference == "applied_update":
-            ref.adopt_applied([p.grad for p in model.params])
+            ref.adopt_applied([p.grad.cpu() if p.grad is not None else None for p in model.params])
     return regimes
 
 

@@ -102,7 +102,7 @@ v1::Thresholds ToProto(const controller::Thresholds& thresholds, controller::Alp
 }
 
 base::StatusOr<controller::Thresholds> ThresholdsFromProto(const v1::Thresholds& thresholds) {
-  GAC_ASSIGN_OR_RETURN(controller::AlphaMode mode, FromProto(thresholds.alpha_mode()));
+  GAC_RETURN_IF_ERROR(FromProto(thresholds.alpha_mode()).status());  // a known alpha mode
   const controller::Thresholds t{thresholds.c_low(), thresholds.c_high()};
   GAC_RETURN_IF_ERROR(controller::ValidateThresholds(t));
   return t;

@@ -111,9 +111,13 @@ TEST(ConvertTest, ControllerDecisionsSurviveTheWireBitForBit) {
       ASSERT_TRUE(back.ok()) << i << ": " << back.status().ToString();
       EXPECT_EQ(back->regime, d.regime);
       EXPECT_EQ(back->cosine.has_value(), d.cosine.has_value());
-      if (d.cosine) EXPECT_EQ(*back->cosine, *d.cosine);
+      if (d.cosine) {
+        EXPECT_EQ(*back->cosine, *d.cosine);
+      }
       EXPECT_EQ(back->cosine_after.has_value(), d.cosine_after.has_value());
-      if (d.cosine_after) EXPECT_EQ(*back->cosine_after, *d.cosine_after);
+      if (d.cosine_after) {
+        EXPECT_EQ(*back->cosine_after, *d.cosine_after);
+      }
       EXPECT_EQ(back->alpha, d.alpha);
       EXPECT_EQ(back->projection_coeff, d.projection_coeff);
       EXPECT_EQ(back->apply_update, d.apply_update);
@@ -258,7 +262,9 @@ TEST(ConvertTest, EveryCodeHasAnHttpStatus) {
   ASSERT_EQ(std::size(expected), 17u);
   for (const auto& [code, http] : expected) {
     EXPECT_EQ(ToHttpStatus(code), http) << base::StatusCodeName(code);
-    if (code != base::StatusCode::kOk) EXPECT_GE(ToHttpStatus(code), 400) << base::StatusCodeName(code);
+    if (code != base::StatusCode::kOk) {
+      EXPECT_GE(ToHttpStatus(code), 400) << base::StatusCodeName(code);
+    }
   }
 }
 

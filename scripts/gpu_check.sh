@@ -15,6 +15,11 @@
 # (default ./gpu-pydeps: pytest and pybind11 made by scripts/gpu_pydeps.sh,
 # put on PYTHONPATH when present; carry it when the image lacks them).
 #
+# With a short device budget (one command at most 10 minutes), split it:
+#   scripts/gpu_check.sh gpu-out build test python   then
+#   scripts/gpu_check.sh gpu-out bench sanitize      (and grpo if time is left)
+# on the same warm machine, which keeps the build directory between calls.
+#
 # The build uses the installed PyTorch's CMake config
 # (torch.utils.cmake_prefix_path) with -DGAC_WITH_GRPC=OFF -DGAC_WITH_SERVER=OFF; it fails early
 # when that PyTorch has no CUDA (the agent would not dispatch to the GPU).

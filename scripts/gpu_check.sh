@@ -10,7 +10,9 @@
 # (default: build test bench grpo sanitize)
 # selects what runs, e.g. `scripts/gpu_check.sh out bench` after a build.
 # Environment: GAC_GPU_BUILD_DIR (default build-gpu), JOBS (default nproc),
-# GAC_BENCH_ARGS (extra cuda_bench arguments, e.g. --quick).
+# GAC_BENCH_ARGS (extra cuda_bench arguments, e.g. --quick, or --model none
+# to leave out its Llama-3-8B-shaped workload: 48 GB of device memory, whose
+# baselines that do not fit are skipped).
 #
 # The build uses the installed PyTorch's CMake config
 # (torch.utils.cmake_prefix_path) with -DGAC_WITH_GRPC=OFF -DGAC_WITH_SERVER=OFF; it fails early
@@ -121,6 +123,8 @@ fi
 
 if want bench; then
   if [ -x "$build/bench/cuda_bench" ]; then
+    # A full run includes workload (c), Llama-3-8B's parameter shapes in bf16
+    # (8.03 B parameters): seconds of GPU time, not minutes.
     # shellcheck disable=SC2086
     timeout 1200 "$build/bench/cuda_bench" ${GAC_BENCH_ARGS:-} > "$out/cuda_bench.txt" 2>&1
     rc=$?

@@ -2,12 +2,14 @@
 // same process on the same GPU, reported as ratios (docs/BENCHMARKS.md,
 // "CUDA passes"; targets in docs/BENCHMARKS.md). Needs a CUDA build of LibTorch.
 //
-//   cuda_bench [--quick] [--reps N]
+//   cuda_bench [--quick] [--reps N] [--model llama3-8b|none]
 //
 // Workloads: (a) 50 M elements in 200 tensors, fp32 gradients with an fp32
 // snapshot, bf16 gradients with an fp32 and with a bf16 snapshot; (b) 2,000
-// tensors of 1,024 elements, fp32 and bf16 gradients (fp32 snapshot); and
-// 2,000 tensors of 16 elements for the host overhead.
+// tensors of 1,024 elements, fp32 and bf16 gradients (fp32 snapshot); (c) the
+// parameter shapes of Llama-3-8B (291 tensors, 8,030,261,248 elements, as
+// flat tensors), bf16 gradients with a bf16 snapshot (--model; on by default,
+// off with --quick); and 2,000 tensors of 16 elements for the host overhead.
 //
 // Measured per workload (GPU times from CUDA events on the current stream,
 // medians over --reps; the L2 cache is flushed by a 256 MiB memset before
@@ -29,9 +31,16 @@
 // step (SetTensors on an unchanged list + statistics + snapshot, no wait) and
 // the wall time of Agent::Step, for 2,000 tensors.
 //
+// Device memory: a workload holds gradient sets A and B and a snapshot (3 x
+// 16 GB for (c) in bf16); a workload, a baseline or the agent step whose peak
+// (see the *Bytes functions) does not fit the free device memory is skipped,
+// with a line that says so. On an 80 GB GPU that skips cat+3dot and foreach
+// for (c).
+//
 // A benchmark, not a test: it asserts nothing about timing and exits
 // non-zero only when a pass fails.
 #include <ATen/ATen.h>
+#include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAStream.h>
 #include <cuda_runtime_api.h>
 
@@ -43,7 +52,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <initializer_list>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -54,6 +65,7 @@
 namespace {
 
 using Clock = std::chrono::steady_clock;
+using gac::bench::FlagValue;
 using gac::bench::Median;
 using gac::bench::Seconds;
 using gac::agent::Agent;
@@ -63,7 +75,6 @@ using gac::agent::SnapshotDtype;
 namespace cuda = gac::agent::cuda;
 
 constexpr double kGB = 1e9;
-
 
 [[noreturn]] void Fail(const std::string& what) {
   std::fprintf(stderr, "cuda_bench: %s\n", what.c_str());
@@ -79,14 +90,17 @@ void Check(const gac::base::Status& st, const char* what) {
 
 struct Args {
   bool quick = false;
-  int reps = 0;  // 0: 15, or 3 with --quick
+  int reps = 0;       // 0: 15, or 3 with --quick
+  std::string model;  // workload (c): "llama3-8b" or "none"; "": llama3-8b, or none with --quick
 };
 
 [[noreturn]] void Usage(const char* argv0, int code) {
   std::fprintf(code == 0 ? stdout : stderr,
-               "usage: %s [--quick] [--reps N]\n"
+               "usage: %s [--quick] [--reps N] [--model llama3-8b|none]\n"
                "  --quick   small sizes (smoke run; figures are not meaningful)\n"
-               "  --reps N  timed repetitions per measurement, median reported (default 15; 3 with --quick)\n",
+               "  --reps N  timed repetitions per measurement, median reported (default 15; 3 with --quick)\n"
+               "  --model   the model-shaped workload (c): Llama-3-8B's parameter shapes in bf16 (48 GB of\n"
+               "            device memory), or none (default llama3-8b; none with --quick)\n",
                argv0);
   std::exit(code);
 }
@@ -95,7 +109,14 @@ Args ParseArgs(int argc, char** argv) {
   Args args;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    if (a == "--quick") {
+    const char* value = nullptr;
+    if (FlagValue(argc, argv, &i, "--model", &value)) {
+      if (value == nullptr || (std::strcmp(value, "llama3-8b") != 0 && std::strcmp(value, "none") != 0)) {
+        std::fprintf(stderr, "%s: --model takes llama3-8b or none\n", argv[0]);
+        Usage(argv[0], 2);
+      }
+      args.model = value;
+    } else if (a == "--quick") {
       args.quick = true;
     } else if (a == "--reps" && i + 1 < argc) {
       args.reps = std::atoi(argv[++i]);
@@ -108,6 +129,7 @@ Args ParseArgs(int argc, char** argv) {
     }
   }
   if (args.reps == 0) args.reps = args.quick ? 3 : 15;
+  if (args.model.empty()) args.model = args.quick ? "none" : "llama3-8b";
   return args;
 }
 
@@ -170,36 +192,85 @@ double WallSeconds(const L2Flush& flush, int reps, const std::function<void()>& 
 // ---------------------------------------------------------------------------
 // Workloads.
 
+// The tensors of a workload: one flat tensor per entry of `sizes`.
 struct Spec {
   std::string name;
-  int tensors;
-  std::int64_t elements;  // per tensor
+  std::vector<std::int64_t> sizes;  // elements of each tensor, in order
   at::ScalarType grad;
   at::ScalarType snap;
+
+  std::int64_t elements() const {
+    std::int64_t n = 0;
+    for (const std::int64_t e : sizes) n += e;
+    return n;
+  }
+  std::int64_t largest() const { return sizes.empty() ? 0 : *std::max_element(sizes.begin(), sizes.end()); }
 };
 
 const char* DtypeName(at::ScalarType t) { return t == at::kFloat ? "f32" : t == at::kBFloat16 ? "bf16" : "f16"; }
+
+// "<label> <grad>/<snap>", e.g. "(a) 200 x 250000 bf16/f32".
+std::string WorkloadName(const std::string& label, at::ScalarType grad, at::ScalarType snap) {
+  return label + " " + DtypeName(grad) + "/" + DtypeName(snap);
+}
+
+// `tensors` tensors of `elements` elements each.
+Spec Uniform(const std::string& label, int tensors, std::int64_t elements, at::ScalarType grad, at::ScalarType snap) {
+  return {WorkloadName(label + " " + std::to_string(tensors) + " x " + std::to_string(elements), grad, snap),
+          std::vector<std::int64_t>(static_cast<std::size_t>(tensors), elements), grad, snap};
+}
+
+// The parameters of Llama-3-8B in the order of its state dict: vocabulary
+// 128,256, hidden size 4,096, 32 layers, MLP size 14,336, 8 key/value heads
+// of 128 (32 query heads), RMSNorm weights, an lm_head not tied to the
+// embedding. 291 tensors, 8,030,261,248 elements.
+std::vector<std::int64_t> Llama3_8BSizes() {
+  constexpr std::int64_t kVocab = 128256, kHidden = 4096, kMlp = 14336, kKv = 8 * 128;
+  constexpr int kLayers = 32;
+  std::vector<std::int64_t> sizes = {kVocab * kHidden};  // embed_tokens
+  for (int layer = 0; layer < kLayers; ++layer) {
+    sizes.insert(sizes.end(), {
+        kHidden * kHidden,  // q_proj
+        kKv * kHidden,      // k_proj
+        kKv * kHidden,      // v_proj
+        kHidden * kHidden,  // o_proj
+        kMlp * kHidden,     // gate_proj
+        kMlp * kHidden,     // up_proj
+        kHidden * kMlp,     // down_proj
+        kHidden,            // input_layernorm
+        kHidden,            // post_attention_layernorm
+    });
+  }
+  sizes.push_back(kHidden);           // norm
+  sizes.push_back(kVocab * kHidden);  // lm_head
+  return sizes;
+}
 
 cuda::ElemType ToElem(at::ScalarType t) {
   return t == at::kFloat ? cuda::ElemType::kF32 : t == at::kBFloat16 ? cuda::ElemType::kBF16 : cuda::ElemType::kF16;
 }
 
-// Gradient sets A and B (cosine ~0.29) and a snapshot per tensor, separate
-// allocations as a trainer's gradients are.
+// Gradient sets A and B (cosine ~0.61: a shared N(0, 1) part plus N(0, 0.8^2)
+// noise each) and a snapshot (a copy of B) per tensor, separate allocations as
+// a trainer's gradients are. Generated tensor by tensor: the fp32
+// temporaries are those of one tensor.
 struct Data {
   std::vector<at::Tensor> a, b, p;
   double bytes_g = 0.0, bytes_p = 0.0;
 
   static Data Make(const Spec& s) {
     Data d;
-    const auto opts = at::TensorOptions().device(at::kCUDA);
-    for (int i = 0; i < s.tensors; ++i) {
-      const at::Tensor base = at::randn({s.elements}, opts);
-      d.a.push_back((base + 0.8 * at::randn({s.elements}, opts)).to(s.grad));
-      d.b.push_back((base + 0.8 * at::randn({s.elements}, opts)).to(s.grad));
-      d.p.push_back(d.b.back().to(s.snap));
+    const auto f32 = at::TensorOptions().dtype(at::kFloat).device(at::kCUDA);
+    for (const std::int64_t n : s.sizes) {
+      const at::Tensor base = at::randn({n}, f32);
+      at::Tensor noisy = at::empty({n}, f32);
+      for (std::vector<at::Tensor>* set : {&d.a, &d.b}) {
+        noisy.normal_(0.0, 0.8).add_(base);
+        set->push_back(noisy.to(s.grad, /*non_blocking=*/false, /*copy=*/true));
+      }
+      d.p.push_back(d.b.back().to(s.snap, /*non_blocking=*/false, /*copy=*/true));
     }
-    const double n = static_cast<double>(s.tensors) * static_cast<double>(s.elements);
+    const double n = static_cast<double>(s.elements());
     d.bytes_g = n * static_cast<double>(c10::elementSize(s.grad));
     d.bytes_p = n * static_cast<double>(c10::elementSize(s.snap));
     return d;
@@ -216,6 +287,100 @@ struct Data {
     return refs;
   }
 };
+
+// Parameters for Agent::Step with the shapes of `grads`: zero-stride views of
+// one zero element. The agent reads a parameter's sizes and its .grad, never
+// its values, so the parameters cost no device memory.
+std::vector<at::Tensor> ParamsFor(const std::vector<at::Tensor>& grads) {
+  std::vector<at::Tensor> params;
+  if (grads.empty()) return params;
+  const at::Tensor zero = at::zeros({}, grads.front().options());
+  for (const at::Tensor& g : grads) params.push_back(zero.expand(g.sizes()).set_requires_grad(true));
+  return params;
+}
+
+// ---------------------------------------------------------------------------
+// Device memory.
+//
+// What each step allocates at its peak beyond what is held already, from the
+// code below (n elements in all, m in the largest tensor, T tensors, G and P
+// bytes per gradient and snapshot element), plus a margin: per allocation,
+// the caching allocator's rounding (under 2 MiB, and under the allocation's
+// own size, at most 4m), and 1 GiB of headroom (cuBLAS workspace, the passes'
+// chunk tables and partials, fragmentation).
+
+constexpr double kHeadroom = 1.0 * (1 << 30);
+
+struct Counts {
+  double n, m, tensors, g, p;
+  explicit Counts(const Spec& s)
+      : n(static_cast<double>(s.elements())),
+        m(static_cast<double>(s.largest())),
+        tensors(static_cast<double>(s.sizes.size())),
+        g(static_cast<double>(c10::elementSize(s.grad))),
+        p(static_cast<double>(c10::elementSize(s.snap))) {}
+
+  double Margin(double allocations) const { return allocations * std::min(2.0 * (1 << 20), 4.0 * m) + kHeadroom; }
+};
+
+// Data::Make: A, B and the snapshot, (2G + P) n, and the two fp32
+// temporaries of the largest tensor, 8m.
+double DataBytes(const Spec& s) {
+  const Counts c(s);
+  return (2.0 * c.g + c.p) * c.n + 8.0 * c.m + c.Margin(3.0 * c.tensors + 2.0);
+}
+
+// cat+3dot: the concatenated gradients and their fp32 copy, G n + 4n (no
+// copy of an fp32 concatenation); then that copy, the concatenated snapshot
+// and its fp32 copy, 4n + P n + 4n (again none for fp32).
+double CatBytes(const Spec& s) {
+  const Counts c(s);
+  const double first = c.g * c.n + (c.g != 4.0 ? 4.0 * c.n : 0.0);
+  const double second = 4.0 * c.n + c.p * c.n + (c.p != 4.0 ? 4.0 * c.n : 0.0);
+  return std::max(first, second) + c.Margin(3.0);
+}
+
+// foreach: the fp32 copies of the gradients and of the snapshot unless they
+// are fp32, 4n each, and the products of _foreach_mul, 4n, all alive at once
+// (the per-tensor sums and norms are scalars).
+double ForeachBytes(const Spec& s) {
+  const Counts c(s);
+  const double copies = (c.g != 4.0 ? 4.0 * c.n : 0.0) + (c.p != 4.0 ? 4.0 * c.n : 0.0);
+  return copies + 4.0 * c.n + c.Margin(4.0 * c.tensors);
+}
+
+// The agent step, once the workload's snapshot is released: the restored
+// gradients, G n, plus one tensor while its clone replaces it, G m; the
+// agent's snapshot (bf16 or fp32), P n; the parameters cost nothing
+// (ParamsFor).
+double AgentBytes(const Spec& s) {
+  const Counts c(s);
+  const double snap = s.snap == at::kBFloat16 ? 2.0 : 4.0;
+  return c.g * (c.n + c.m) + snap * c.n + c.Margin(c.tensors + 2.0);
+}
+
+// Device memory free for new allocations, once the caching allocator has
+// handed back its unused blocks (the agent's snapshot is a cudaMalloc of its
+// own, outside that allocator).
+double FreeDeviceBytes() {
+  c10::cuda::CUDACachingAllocator::emptyCache();
+  std::size_t free = 0, total = 0;
+  Check(cudaMemGetInfo(&free, &total), "cudaMemGetInfo");
+  return static_cast<double>(free);
+}
+
+// Whether `bytes` fit the free device memory; if not, says that `what` is
+// skipped and why.
+bool Fits(const char* what, double bytes) {
+  const double free = FreeDeviceBytes();
+  if (bytes <= free) return true;
+  std::printf("  %s skipped: needs %.1f GB of device memory, %.1f GB free\n", what, bytes / kGB, free / kGB);
+  std::fflush(stdout);
+  return false;
+}
+
+// ---------------------------------------------------------------------------
+// Measurements.
 
 double CopyBandwidth(const L2Flush& flush, int reps, std::size_t bytes) {
   const auto opts = at::TensorOptions().dtype(at::kByte).device(at::kCUDA);
@@ -252,11 +417,14 @@ void Print(const std::vector<Row>& rows, double copy_gbs) {
   }
 }
 
-// One workload: the fused passes, the LibTorch baselines and an agent step.
-void RunWorkload(const Spec& s, const L2Flush& flush, int reps, std::vector<Row>* rows) {
-  std::printf("workload %s...\n", s.name.c_str());
-  std::fflush(stdout);
-  Data d = Data::Make(s);
+struct PassTimes {
+  double stats = 0.0, read = 0.0, project = 0.0, snapshot = 0.0;
+};
+
+// The fused passes over A and the snapshot. They rewrite A and the snapshot:
+// the data stays finite (coefficient 0.5 on a snapshot that is the previous
+// gradient) and sizes do not change.
+PassTimes TimePasses(const Spec& s, const Data& d, const L2Flush& flush, int reps) {
   const cudaStream_t stream = CurrentStream();
   auto created = cuda::MultiTensorPasses::Create(ToElem(s.snap));
   if (!created.ok()) Fail("MultiTensorPasses::Create: " + created.status().ToString());
@@ -269,25 +437,32 @@ void RunWorkload(const Spec& s, const L2Flush& flush, int reps, std::vector<Row>
   Check(passes.EnqueueProjectSnapshot(0.5f, false, stream), "project");
   const std::uint64_t step_launches = passes.launches() - launches_before;
 
-  const double t_stats = GpuSeconds(flush, reps, [&] { Check(passes.EnqueueStatistics(true, stream), "stats"); });
-  const double t_read = WallSeconds(flush, reps, [&] {
+  PassTimes t;
+  t.stats = GpuSeconds(flush, reps, [&] { Check(passes.EnqueueStatistics(true, stream), "stats"); });
+  t.read = WallSeconds(flush, reps, [&] {
     Check(passes.SetTensors(refs.data(), refs.size(), stream), "SetTensors");
     Check(passes.EnqueueStatistics(true, stream), "stats");
     if (!passes.ReadResult(stream).ok()) Fail("ReadResult");
   });
-  // The apply passes rewrite a and p: the data stays finite (coefficient 0.5
-  // on a snapshot that is the previous gradient) and sizes do not change.
-  const double t_project =
-      GpuSeconds(flush, reps, [&] { Check(passes.EnqueueProjectSnapshot(0.5f, false, stream), "project"); });
-  const double t_snapshot = GpuSeconds(flush, reps, [&] { Check(passes.EnqueueSnapshot(stream), "snapshot"); });
+  t.project = GpuSeconds(flush, reps, [&] { Check(passes.EnqueueProjectSnapshot(0.5f, false, stream), "project"); });
+  t.snapshot = GpuSeconds(flush, reps, [&] { Check(passes.EnqueueSnapshot(stream), "snapshot"); });
+  std::printf("  kernel launches per step: %llu; chunk table %s, %lld chunks\n",
+              static_cast<unsigned long long>(step_launches), passes.inline_table() ? "inline" : "in device memory",
+              static_cast<long long>(passes.num_chunks()));
+  return t;
+}
 
-  const double t_cat = WallSeconds(flush, reps, [&] {
+double TimeCat(const Data& d, const L2Flush& flush, int reps) {
+  return WallSeconds(flush, reps, [&] {
     const at::Tensor g = at::cat(d.a).to(at::kFloat);
     const at::Tensor p = at::cat(d.p).to(at::kFloat);
     volatile double sink = at::dot(g, p).item<double>() + at::dot(g, g).item<double>() + at::dot(p, p).item<double>();
     (void)sink;
   });
-  const double t_foreach = WallSeconds(flush, reps, [&] {
+}
+
+double TimeForeach(const Spec& s, const Data& d, const L2Flush& flush, int reps) {
+  return WallSeconds(flush, reps, [&] {
     std::vector<at::Tensor> g32, p32;
     if (s.grad != at::kFloat || s.snap != at::kFloat) {
       for (std::size_t i = 0; i < d.a.size(); ++i) {
@@ -304,17 +479,24 @@ void RunWorkload(const Spec& s, const L2Flush& flush, int reps, std::vector<Row>
     const at::Tensor all = at::stack({at::stack(dots).sum(), gg, pp}).cpu();
     (void)all;
   });
+}
 
-  // Agent::Step end to end: gradients restored from A or B before each step
-  // (untimed), thresholds such that every step projects.
+struct AgentTimes {
+  double step = 0.0;   // wall time of Agent::Step and its apply pass
+  double stats = 0.0;  // the step's stats_seconds
+};
+
+// Agent::Step end to end: gradients restored from A or B before each step
+// (untimed), thresholds such that every step projects.
+AgentTimes TimeAgentStep(const Spec& s, const Data& d, const L2Flush& flush, int reps) {
+  const cudaStream_t stream = CurrentStream();
   AgentOptions o;
   o.thresholds.c_low = 1e-3;
   o.thresholds.c_high = 1.0;
   o.snapshot_dtype = s.snap == at::kBFloat16 ? SnapshotDtype::kBFloat16 : SnapshotDtype::kFloat32;
   auto agent = Agent::Create(o);
   if (!agent.ok()) Fail("Agent::Create: " + agent.status().ToString());
-  std::vector<at::Tensor> params;
-  for (const at::Tensor& g : d.a) params.push_back(at::zeros_like(g).set_requires_grad(true));
+  std::vector<at::Tensor> params = ParamsFor(d.a);
   std::vector<double> step_t, stats_t;
   for (int step = 1; step <= reps + 2; ++step) {
     const std::vector<at::Tensor>& src = step % 2 != 0 ? d.a : d.b;
@@ -331,19 +513,36 @@ void RunWorkload(const Spec& s, const L2Flush& flush, int reps, std::vector<Row>
       stats_t.push_back(r->stats_seconds);
     }
   }
+  return {Median(step_t), Median(stats_t)};
+}
 
+// One workload: the fused passes, the LibTorch baselines and an agent step,
+// each skipped when its memory does not fit (rows only for what ran).
+void RunWorkload(const Spec& s, const L2Flush& flush, int reps, std::vector<Row>* rows) {
+  std::printf("workload %s...\n", s.name.c_str());
+  std::fflush(stdout);
+  if (!Fits("workload", DataBytes(s))) return;
+  Data d = Data::Make(s);
+  const PassTimes t = TimePasses(s, d, flush, reps);
+  std::optional<double> t_cat, t_foreach;
+  if (Fits("cat+3dot", CatBytes(s))) t_cat = TimeCat(d, flush, reps);
+  if (Fits("foreach", ForeachBytes(s))) t_foreach = TimeForeach(s, d, flush, reps);
+  d.p.clear();  // the agent keeps a snapshot of its own
+  std::optional<AgentTimes> agent;
+  if (Fits("agent step", AgentBytes(s))) agent = TimeAgentStep(s, d, flush, reps);
+
+  const auto ratio = [](const std::optional<double>& baseline, double seconds) {
+    return baseline ? *baseline / seconds : 0.0;
+  };
   const double bytes_stats = d.bytes_g + d.bytes_p;
-  const std::string w = s.name;
-  rows->push_back({w, "stats", t_stats, bytes_stats, t_cat / t_stats, t_foreach / t_stats});
-  rows->push_back({w, "stats+read", t_read, bytes_stats, t_cat / t_read, t_foreach / t_read});
-  rows->push_back({w, "project", t_project, 2.0 * bytes_stats, 0.0, 0.0});
-  rows->push_back({w, "snapshot", t_snapshot, bytes_stats, 0.0, 0.0});
-  rows->push_back({w, "cat+3dot", t_cat, bytes_stats, 0.0, 0.0});
-  rows->push_back({w, "foreach", t_foreach, bytes_stats, 0.0, 0.0});
-  rows->push_back({w, "agent step", Median(step_t), 3.0 * bytes_stats, t_cat / Median(stats_t), 0.0});
-  std::printf("  kernel launches per step: %llu; chunk table %s, %lld chunks\n",
-              static_cast<unsigned long long>(step_launches), passes.inline_table() ? "inline" : "in device memory",
-              static_cast<long long>(passes.num_chunks()));
+  const std::string& w = s.name;
+  rows->push_back({w, "stats", t.stats, bytes_stats, ratio(t_cat, t.stats), ratio(t_foreach, t.stats)});
+  rows->push_back({w, "stats+read", t.read, bytes_stats, ratio(t_cat, t.read), ratio(t_foreach, t.read)});
+  rows->push_back({w, "project", t.project, 2.0 * bytes_stats, 0.0, 0.0});
+  rows->push_back({w, "snapshot", t.snapshot, bytes_stats, 0.0, 0.0});
+  if (t_cat) rows->push_back({w, "cat+3dot", *t_cat, bytes_stats, 0.0, 0.0});
+  if (t_foreach) rows->push_back({w, "foreach", *t_foreach, bytes_stats, 0.0, 0.0});
+  if (agent) rows->push_back({w, "agent step", agent->step, 3.0 * bytes_stats, ratio(t_cat, agent->stats), 0.0});
 }
 
 // CPU time to enqueue a step (no wait), and Agent::Step wall time, 2,000 x 16.
@@ -352,7 +551,7 @@ void HostOverhead(int reps) {
   const std::int64_t elements = 16;
   std::printf("\nHost overhead, %d tensors x %lld fp32 elements (warm, no L2 flush)\n", tensors,
               static_cast<long long>(elements));
-  const Spec s{"overhead", tensors, elements, at::kFloat, at::kFloat};
+  const Spec s = Uniform("overhead", tensors, elements, at::kFloat, at::kFloat);
   Data d = Data::Make(s);
   const cudaStream_t stream = CurrentStream();
   auto created = cuda::MultiTensorPasses::Create(cuda::ElemType::kF32);
@@ -383,11 +582,8 @@ void HostOverhead(int reps) {
   o.mode = gac::controller::Mode::kMonitor;
   auto agent = Agent::Create(o);
   if (!agent.ok()) Fail("Agent::Create: " + agent.status().ToString());
-  std::vector<at::Tensor> params;
-  for (const at::Tensor& g : d.a) {
-    params.push_back(at::zeros_like(g).set_requires_grad(true));
-    params.back().mutable_grad() = g;
-  }
+  std::vector<at::Tensor> params = ParamsFor(d.a);
+  for (std::size_t i = 0; i < params.size(); ++i) params[i].mutable_grad() = d.a[i];
   std::vector<double> step_t;
   for (int step = 1; step <= reps + 5; ++step) {
     Check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
@@ -432,16 +628,23 @@ int main(int argc, char** argv) {
   std::printf("device-to-device copy (cudaMemcpyAsync, %d MiB): %.0f GB/s (read + written)\n\n", args.quick ? 16 : 256,
               copy_gbs);
 
-  const int big_tensors = 200;
   const std::int64_t big = args.quick ? 2500 : 250000;
   const int small_tensors = args.quick ? 200 : 2000;
   std::vector<Spec> specs = {
-      {"(a) 200 x " + std::to_string(big) + " f32/f32", big_tensors, big, at::kFloat, at::kFloat},
-      {"(a) 200 x " + std::to_string(big) + " bf16/f32", big_tensors, big, at::kBFloat16, at::kFloat},
-      {"(a) 200 x " + std::to_string(big) + " bf16/bf16", big_tensors, big, at::kBFloat16, at::kBFloat16},
-      {"(b) " + std::to_string(small_tensors) + " x 1024 f32/f32", small_tensors, 1024, at::kFloat, at::kFloat},
-      {"(b) " + std::to_string(small_tensors) + " x 1024 bf16/f32", small_tensors, 1024, at::kBFloat16, at::kFloat},
+      Uniform("(a)", 200, big, at::kFloat, at::kFloat),
+      Uniform("(a)", 200, big, at::kBFloat16, at::kFloat),
+      Uniform("(a)", 200, big, at::kBFloat16, at::kBFloat16),
+      Uniform("(b)", small_tensors, 1024, at::kFloat, at::kFloat),
+      Uniform("(b)", small_tensors, 1024, at::kBFloat16, at::kFloat),
   };
+  if (args.model == "llama3-8b") {
+    specs.push_back({WorkloadName("(c) llama3-8b", at::kBFloat16, at::kBFloat16), Llama3_8BSizes(), at::kBFloat16,
+                     at::kBFloat16});
+    const Spec& m = specs.back();
+    std::printf("(c) llama3-8b: %zu tensors, %lld parameters (%.2f B), largest %lld elements\n\n", m.sizes.size(),
+                static_cast<long long>(m.elements()), static_cast<double>(m.elements()) / 1e9,
+                static_cast<long long>(m.largest()));
+  }
   std::vector<Row> rows;
   for (const Spec& s : specs) RunWorkload(s, flush, args.reps, &rows);
   std::printf("\n");

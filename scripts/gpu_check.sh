@@ -11,9 +11,11 @@
 # bench grpo sanitize) selects what runs, e.g. `scripts/gpu_check.sh out
 # bench` after a build.
 # Environment: GAC_GPU_BUILD_DIR (default build-gpu), JOBS (default nproc),
-# GAC_BENCH_ARGS (extra cuda_bench arguments, e.g. --quick), GAC_GPU_PYDEPS
-# (default ./gpu-pydeps: pytest and pybind11 made by scripts/gpu_pydeps.sh,
-# put on PYTHONPATH when present; carry it when the image lacks them).
+# GAC_BENCH_ARGS (extra cuda_bench arguments, e.g. --quick, or --model none
+# to leave out its Llama-3-8B-shaped workload: 48 GB of device memory, whose
+# baselines that do not fit are skipped), GAC_GPU_PYDEPS (default
+# ./gpu-pydeps: pytest and pybind11 made by scripts/gpu_pydeps.sh, put on
+# PYTHONPATH when present; carry it when the image lacks them).
 #
 # With a short device budget (one command at most 10 minutes), split it:
 #   scripts/gpu_check.sh gpu-out build test python   then
@@ -153,6 +155,8 @@ fi
 
 if want bench; then
   if [ -x "$build/bench/cuda_bench" ]; then
+    # A full run includes workload (c), Llama-3-8B's parameter shapes in bf16
+    # (8.03 B parameters): seconds of GPU time, not minutes.
     # shellcheck disable=SC2086
     timeout 1200 "$build/bench/cuda_bench" ${GAC_BENCH_ARGS:-} > "$out/cuda_bench.txt" 2>&1
     rc=$?

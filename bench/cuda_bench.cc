@@ -24,6 +24,8 @@
 //               at::dot x3 and .item() each: what the passes replace
 //   foreach     at::_foreach_mul(g, p) summed per tensor, at::_foreach_norm of
 //               g and of p, stacked and summed, one copy to the host
+//   clip        torch.nn.utils.clip_grad_norm_ as torch 2.x runs it with
+//               foreach (TimeClip), the cost every trainer already pays
 //   agent step  Agent::Step on the CUDA parameters (local mode, every step in
 //               the project regime, gradients restored untimed), wall time
 // against the device-to-device copy bandwidth of the GPU (cudaMemcpyAsync of
@@ -398,22 +400,24 @@ struct Row {
   double seconds = 0.0;
   double bytes = 0.0;                     // moved by the op (0: not a bandwidth figure)
   double vs_cat = 0.0, vs_foreach = 0.0;  // speedups (0: n/a)
+  double vs_clip = 0.0;                   // speedup over clip_grad_norm_ (0: n/a)
 };
 
 void Print(const std::vector<Row>& rows, double copy_gbs) {
-  std::printf("%-30s %-12s | %10s %9s %8s | %9s %9s\n", "workload", "op", "time", "GB/s", "of copy", "vs cat",
-              "vs foreach");
+  std::printf("%-30s %-12s | %10s %9s %8s | %9s %10s %9s\n", "workload", "op", "time", "GB/s", "of copy", "vs cat",
+              "vs foreach", "vs clip");
   for (const Row& r : rows) {
     const double gbs = r.bytes > 0.0 ? r.bytes / r.seconds / kGB : 0.0;
-    char gb[16] = "-", of[16] = "-", cat[16] = "-", fe[16] = "-";
+    char gb[16] = "-", of[16] = "-", cat[16] = "-", fe[16] = "-", clip[16] = "-";
     if (gbs > 0.0) {
       std::snprintf(gb, sizeof gb, "%.0f", gbs);
       std::snprintf(of, sizeof of, "%.0f %%", 100.0 * gbs / copy_gbs);
     }
     if (r.vs_cat > 0.0) std::snprintf(cat, sizeof cat, "%.1fx", r.vs_cat);
     if (r.vs_foreach > 0.0) std::snprintf(fe, sizeof fe, "%.1fx", r.vs_foreach);
-    std::printf("%-30s %-12s | %7.1f us %9s %8s | %9s %9s\n", r.workload.c_str(), r.op.c_str(), r.seconds * 1e6, gb, of,
-                cat, fe);
+    if (r.vs_clip > 0.0) std::snprintf(clip, sizeof clip, "%.2fx", r.vs_clip);
+    std::printf("%-30s %-12s | %7.1f us %9s %8s | %9s %10s %9s\n", r.workload.c_str(), r.op.c_str(), r.seconds * 1e6,
+                gb, of, cat, fe, clip);
   }
 }
 
@@ -481,6 +485,21 @@ double TimeForeach(const Spec& s, const Data& d, const L2Flush& flush, int reps)
   });
 }
 
+// torch.nn.utils.clip_grad_norm_(grads, max_norm) as torch 2.x runs it on
+// the gradients of one device with foreach (its default there): the norm of
+// each tensor, the norm of those norms, the clip coefficient clamped at 1,
+// and every gradient scaled by it in place, with no wait for the host. The
+// limit is far above the norm, so the scale is 1 and the values stay as they
+// are, but the pass runs, as in a trainer whose norm is under its limit.
+double TimeClip(const Data& d, const L2Flush& flush, int reps) {
+  return GpuSeconds(flush, reps, [&] {
+    const std::vector<at::Tensor> norms = at::_foreach_norm(d.a, 2);
+    const at::Tensor total = at::linalg_vector_norm(at::stack(norms), 2);
+    const at::Tensor coef = at::clamp_max(1e30 / (total + 1e-6), 1.0);
+    at::_foreach_mul_(d.a, coef);
+  });
+}
+
 struct AgentTimes {
   double step = 0.0;   // wall time of Agent::Step and its apply pass
   double stats = 0.0;  // the step's stats_seconds
@@ -527,6 +546,7 @@ void RunWorkload(const Spec& s, const L2Flush& flush, int reps, std::vector<Row>
   std::optional<double> t_cat, t_foreach;
   if (Fits("cat+3dot", CatBytes(s))) t_cat = TimeCat(d, flush, reps);
   if (Fits("foreach", ForeachBytes(s))) t_foreach = TimeForeach(s, d, flush, reps);
+  const double t_clip = TimeClip(d, flush, reps);  // scalars only: no memory check
   d.p.clear();  // the agent keeps a snapshot of its own
   std::optional<AgentTimes> agent;
   if (Fits("agent step", AgentBytes(s))) agent = TimeAgentStep(s, d, flush, reps);
@@ -536,13 +556,18 @@ void RunWorkload(const Spec& s, const L2Flush& flush, int reps, std::vector<Row>
   };
   const double bytes_stats = d.bytes_g + d.bytes_p;
   const std::string& w = s.name;
-  rows->push_back({w, "stats", t.stats, bytes_stats, ratio(t_cat, t.stats), ratio(t_foreach, t.stats)});
-  rows->push_back({w, "stats+read", t.read, bytes_stats, ratio(t_cat, t.read), ratio(t_foreach, t.read)});
-  rows->push_back({w, "project", t.project, 2.0 * bytes_stats, 0.0, 0.0});
-  rows->push_back({w, "snapshot", t.snapshot, bytes_stats, 0.0, 0.0});
-  if (t_cat) rows->push_back({w, "cat+3dot", *t_cat, bytes_stats, 0.0, 0.0});
-  if (t_foreach) rows->push_back({w, "foreach", *t_foreach, bytes_stats, 0.0, 0.0});
-  if (agent) rows->push_back({w, "agent step", agent->step, 3.0 * bytes_stats, ratio(t_cat, agent->stats), 0.0});
+  rows->push_back(
+      {w, "stats", t.stats, bytes_stats, ratio(t_cat, t.stats), ratio(t_foreach, t.stats), t_clip / t.stats});
+  rows->push_back(
+      {w, "stats+read", t.read, bytes_stats, ratio(t_cat, t.read), ratio(t_foreach, t.read), t_clip / t.read});
+  rows->push_back({w, "project", t.project, 2.0 * bytes_stats, 0.0, 0.0, 0.0});
+  rows->push_back({w, "snapshot", t.snapshot, bytes_stats, 0.0, 0.0, 0.0});
+  if (t_cat) rows->push_back({w, "cat+3dot", *t_cat, bytes_stats, 0.0, 0.0, 0.0});
+  if (t_foreach) rows->push_back({w, "foreach", *t_foreach, bytes_stats, 0.0, 0.0, 0.0});
+  rows->push_back({w, "clip", t_clip, 3.0 * d.bytes_g, 0.0, 0.0, 0.0});
+  if (agent) {
+    rows->push_back({w, "agent step", agent->step, 3.0 * bytes_stats, ratio(t_cat, agent->stats), 0.0, 0.0});
+  }
 }
 
 // CPU time to enqueue a step (no wait), and Agent::Step wall time, 2,000 x 16.

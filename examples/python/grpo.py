@@ -122,7 +122,7 @@ def grpo_loss(policy: nn.Module, reference: nn.Module, batch: Rollouts, clip_eps
     kl = ((ref_logp - logp).exp() - (ref_logp - logp) - 1).mean()
     entropy = -(logp_all.exp() * logp_all).sum(dim=1).mean()
     loss = pg + kl_coef * kl - entropy_coef * entropy
-    return loss, {"loss": float(pg), "kl": float(kl), "entropy": float(entropy)}
+    return loss, {"loss": pg.item(), "kl": kl.item(), "entropy": entropy.item()}
 
 
 def accuracy(policy: nn.Module, pairs: torch.Tensor) -> float:

@@ -360,17 +360,18 @@ struct TailOptions {
 
 std::vector<Column> TailColumns() {
   return {
-      {"step", "STEP", true, 6},        {"cosine", "C_T", true, 11},      {"regime", "REGIME", false, 7},
-      {"alpha", "ALPHA", true, 9},      {"grad_norm", "|G|", true, 9},    {"staleness", "STALENESS", true, 9},
-      {"reward", "REWARD", true, 10},
+      {"step", "STEP", true, 6},      {"cosine", "C_T", true, 11},         {"window_mean", "M_T", true, 11},
+      {"regime", "REGIME", false, 7}, {"alpha", "ALPHA", true, 9},         {"grad_norm", "|G|", true, 9},
+      {"staleness", "STALENESS", true, 9}, {"reward", "REWARD", true, 10},
   };
 }
 
-std::vector<Cell> TailCells(const v1::StepRecord& r) {
+std::vector<Cell> TailCells(const v1::StepRecord& r, std::optional<double> window_mean) {
   auto reward = r.scalars().find("reward");
   return {
       Cell::Int(r.step()),
       r.has_cosine() ? Cell::Real(r.cosine()) : Cell(),
+      window_mean ? Cell::Real(*window_mean) : Cell(),
       Cell::Text(proto::EnumName(r.regime())),
       Cell::Real(r.alpha()),
       Cell::Real(r.grad_norm()),
@@ -421,8 +422,35 @@ base::Status LastSteps(Context& ctx, const TailOptions& o, std::vector<v1::StepR
 
 bool IsConnectionError(const base::Status& st) { return st.IsUnavailable() || st.IsDeadlineExceeded(); }
 
+// m_t beside each printed record, as gacctl steps computes it; the run's
+// window setting is read with its first record (a followed run may not exist
+// when tail starts).
+class TailWindows {
+ public:
+  TailWindows(Context& ctx, std::string run) : ctx_(ctx), run_(std::move(run)) {}
+
+  base::StatusOr<std::optional<double>> Next(const v1::StepRecord& r) {
+    if (!means_) {
+      GAC_ASSIGN_OR_RETURN(proto::StepWindowMeans m, ExportWindowMeans(ctx_, run_));
+      means_.emplace(std::move(m));
+    }
+    return means_->Next(r);
+  }
+
+ private:
+  Context& ctx_;
+  const std::string run_;
+  std::optional<proto::StepWindowMeans> means_;
+};
+
 base::Status Tail(Context& ctx, const TailOptions& o) {
   std::unique_ptr<RowWriter> writer = RowWriter::Create(o.format, &ctx.out(), TailColumns());
+  TailWindows windows(ctx, o.run);
+  auto add = [&](const v1::StepRecord& r) -> base::Status {
+    GAC_ASSIGN_OR_RETURN(std::optional<double> mean, windows.Next(r));
+    writer->Add(TailCells(r, mean));
+    return base::Status::Ok();
+  };
   std::vector<v1::StepRecord> records;
   std::int64_t next = 0;
   base::Status st = LastSteps(ctx, o, &records, &next);
@@ -432,7 +460,7 @@ base::Status Tail(Context& ctx, const TailOptions& o) {
     ctx.err() << "gacctl: waiting for run '" << o.run << "' (" << st.ToString() << ")\n" << std::flush;
     next = 0;
   }
-  for (const v1::StepRecord& r : records) writer->Add(TailCells(r));
+  for (const v1::StepRecord& r : records) GAC_RETURN_IF_ERROR(add(r));
   writer->Flush();
   if (!o.follow) return base::Status::Ok();
 
@@ -445,9 +473,9 @@ base::Status Tail(Context& ctx, const TailOptions& o) {
     request.set_rank(o.rank);
     request.set_start_step(next);
     request.set_page_size(kStepPage);
-    st = ctx.client().ForEachStepPage(request, [&](const v1::GetStepsResponse& page) {
+    st = ctx.client().ForEachStepPage(request, [&](const v1::GetStepsResponse& page) -> base::Status {
       for (const v1::StepRecord& r : page.steps()) {
-        writer->Add(TailCells(r));
+        GAC_RETURN_IF_ERROR(add(r));
         next = r.step() + 1;
       }
       writer->Flush();
@@ -476,8 +504,9 @@ CommandSpec TailCommand() {
   c.summary = "a run's last steps; with -f, new steps as they arrive, until interrupted";
   c.description =
       "One line per step of one rank (rank 0 by default):\n"
-      "  step [STEP], cosine [C_T], regime [REGIME], alpha [ALPHA], grad_norm [|G|],\n"
-      "  staleness [STALENESS], reward [REWARD] (the trainer scalar \"reward\").\n"
+      "  step [STEP], cosine [C_T], window_mean [M_T] (m_t, as gacctl steps gives it), regime\n"
+      "  [REGIME], alpha [ALPHA], grad_norm [|G|], staleness [STALENESS], reward [REWARD] (the\n"
+      "  trainer scalar \"reward\").\n"
       "With -f gacctl asks gacd for newer steps every --interval and prints them as they\n"
       "come, until SIGINT or SIGTERM (exit 0). A run that does not exist yet is waited for;\n"
       "while gacd cannot be reached gacctl says so once and keeps trying.\n";

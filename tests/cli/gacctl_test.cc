@@ -932,6 +932,21 @@ TEST_F(Gacctl, StepsWindowMeanIsTheMeanOfTheLastWStoredCosines) {
   ASSERT_EQ(rows.size(), 17u);
   EXPECT_EQ(ExpectWindowMeans(rows, w5, "http rank 1 from 23"), 17);
 
+  // gacctl tail gives the same m_t: rank 0's whole run, and rank 1's last 12
+  // records (whose windows start from the records before them).
+  auto tail_rows = [&](const std::vector<std::string>& args, const char* rank) {
+    std::vector<Row> out = CsvRows(ctl(args).out);
+    for (Row& row : out) row["rank"] = rank;
+    return out;
+  };
+  rows = tail_rows({"tail", run, "-n", "40", "--format", "csv"}, "0");
+  ASSERT_EQ(rows.size(), 40u);
+  EXPECT_EQ(ExpectWindowMeans(rows, w5, "tail rank 0"), 40 - 7);
+  rows = tail_rows({"tail", run, "--rank", "1", "-n", "12", "--format", "csv"}, "1");
+  ASSERT_EQ(rows.size(), 12u);
+  EXPECT_EQ(ExpectWindowMeans(rows, w5, "tail rank 1"), 12);
+  EXPECT_NE(ctl({"tail", run, "-n", "1"}).out.find(" M_T "), std::string::npos);
+
   // gac_window_mean is m_t of each rank's last step.
   const std::optional<std::string> metrics = HttpGet(gacd.metrics_address(), "/metrics");
   ASSERT_TRUE(metrics.has_value());
@@ -986,6 +1001,13 @@ TEST_F(Gacctl, TailFollowsStepsSentAfterItStarted) {
   o.world = 1;
   o.layers = 0;
   const std::vector<v1::StepRecord> records = SyntheticRecords(o, 10);
+  // A window of 3, so that m_t is set on most printed steps.
+  Client admin(gacd_->address(), kAdminToken);
+  v1::SetRunConfigRequest set;
+  set.set_run(o.run);
+  set.set_window(3);
+  v1::RunConfig config;
+  ASSERT_TRUE(admin.SetRunConfig(set, &config).ok());
   ASSERT_TRUE(Feed(writer, {records.begin(), records.begin() + 5}).ok());
 
   const std::string out = dir_->File("tail.out"), err = dir_->File("tail.err");
@@ -1011,8 +1033,17 @@ TEST_F(Gacctl, TailFollowsStepsSentAfterItStarted) {
   EXPECT_EQ(WaitExit(pid), 0) << Slurp(err);
   EXPECT_EQ(Slurp(err), "");
   // Each step once, in order: the last 3 before it started, then the new ones.
-  const auto rows = CsvRows(Slurp(out));
+  auto rows = CsvRows(Slurp(out));
   ASSERT_EQ(rows.size(), 8u) << Slurp(out);
+  // m_t of the steps printed before and while following.
+  const auto means = ReferenceWindowMeans(records, 3);
+  int want_set = 0;
+  for (Row& row : rows) {
+    row["rank"] = "0";
+    want_set += means.at({Int(row.at("step")), 0u}).has_value() ? 1 : 0;
+  }
+  EXPECT_GE(want_set, 6);
+  EXPECT_EQ(ExpectWindowMeans(rows, means, "tail -f"), want_set);
   for (std::size_t i = 0; i < rows.size(); ++i) {
     const v1::StepRecord& want = records[i + 2];
     EXPECT_EQ(Int(rows[i].at("step")), want.step());

@@ -138,7 +138,7 @@ if want python; then
   # this machine's torch: test_cuda (parity on CUDA tensors, the current
   # stream, gac.attach on a CUDA model) and test_agent (the CPU parity).
   if ! compgen -G "$build/python/gac/_agent*.so" > /dev/null; then
-    log "python: the package was not built (python=OFF above: pybind11 or the Python headers are missing; scripts/gpu_pydeps.sh)"
+    log "python: the package was not built (python=OFF in configure.log: pybind11 or the Python headers are missing; scripts/gpu_pydeps.sh)"
     status=1
   elif ! python3 -c 'import pytest' 2> /dev/null; then
     log "python: pytest is missing (scripts/gpu_pydeps.sh makes a folder to carry)"
@@ -156,7 +156,8 @@ fi
 if want bench; then
   if [ -x "$build/bench/cuda_bench" ]; then
     # A full run includes workload (c), Llama-3-8B's parameter shapes in bf16
-    # (8.03 B parameters): seconds of GPU time, not minutes.
+    # (8.03 B parameters; --model none leaves it out); its time is not yet
+    # measured.
     # shellcheck disable=SC2086
     timeout 1200 "$build/bench/cuda_bench" ${GAC_BENCH_ARGS:-} > "$out/cuda_bench.txt" 2>&1
     rc=$?

@@ -36,7 +36,7 @@
 // Device memory: a workload holds gradient sets A and B and a snapshot (3 x
 // 16 GB for (c) in bf16); a workload, a baseline or the agent step whose peak
 // (see the *Bytes functions) does not fit the free device memory is skipped,
-// with a line that says so. On an 80 GB GPU that skips cat+3dot and foreach
+// with a line that says so. On an 80 GB GPU that should skip cat+3dot and foreach
 // for (c).
 //
 // A benchmark, not a test: it asserts nothing about timing and exits

@@ -9,6 +9,8 @@ launcher=()
 # sources instant (GAC_CCACHE=0 turns it off).
 if [ "${GAC_CCACHE:-1}" != 0 ] && command -v ccache >/dev/null; then
   launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache)
+  # Paths relative to the checkout: another clone of it hits the same entries.
+  export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$PWD} CCACHE_NOHASHDIR=${CCACHE_NOHASHDIR:-1}
 fi
 # Configure quietly, but say what is built (torch's version, the CUDA parts).
 mkdir -p "$build_dir"

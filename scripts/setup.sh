@@ -11,11 +11,17 @@ cd "$(dirname "$0")/.."
 
 packages=(
   build-essential cmake ninja-build git
+  # The compiler cache of scripts/build.sh: the test command builds the tree
+  # several times (Release, sanitizers, a wheel per CPython).
+  ccache
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   prometheus-cpp-dev libsqlite3-dev prometheus openssl
   # The PostgreSQL store (libpq) and the PostgreSQL 15 server its tests start.
   libpq-dev postgresql
   libgtest-dev libgmock-dev
+  # Gloo's headers: torch's ProcessGroupGloo.hpp includes them and the torch
+  # wheel ships none (tests/agent/sharded_test.cc builds Gloo groups).
+  libgloo-dev
   # The network fault suite (tests/faults): nft for DROP rules, tc for
   # shaping the links of its namespaces.
   nftables iproute2

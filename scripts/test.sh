@@ -11,10 +11,13 @@ cd "$(dirname "$0")/.."
 start=$(date +%s)
 bash scripts/setup.sh
 bash scripts/build.sh -DGAC_BUILD_TESTS=ON -DGAC_BUILD_BENCHMARKS=ON -DGAC_BUILD_EXAMPLES=ON
+# Every Debian package the build used is one setup.sh installs: a fresh machine has it too.
+bash scripts/check_deps.sh "${GAC_BUILD_DIR:-build}"
 ctest --test-dir "${GAC_BUILD_DIR:-build}" --output-on-failure -j "$(nproc)" --timeout 900
 bash scripts/wheel_check.sh
 if [ "${GAC_CHECKS:-1}" != 0 ]; then
   bash scripts/sanitize.sh all
   GAC_FUZZ_JOBS=$(nproc) bash scripts/fuzz.sh "${GAC_FUZZ_SECONDS:-15}"
+  bash scripts/check_deps.sh "${GAC_ASAN_DIR:-build-asan}" "${GAC_TSAN_DIR:-build-tsan}"
 fi
 echo "test: everything passed in $(( ($(date +%s) - start) / 60 )) min"

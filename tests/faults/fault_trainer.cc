@@ -188,11 +188,22 @@ int main(int argc, char** argv) {
   // enqueue_switched: whether the thread waited (bit 0), was preempted (bit
   // 1) or took a page fault (bit 2) during the Enqueue call, read outside the
   // timed interval.
-  std::vector<std::int64_t> enqueue_t, enqueue_ns, enqueue_switched, decide_t, decide_ns, decide_ok, refused;
+  // baseline_ns: the same thread's time in a call that does no more than
+  // lock a mutex and append one number to a reserved vector, timed after a
+  // pause of the same length as the one before each Enqueue (half a step:
+  // the loop sleeps until the step's time, enqueues, sleeps until the half
+  // step, runs the baseline). Whatever a thread pays for waking up on this
+  // machine (a vCPU that went idle, caches and TLBs that went cold) shows in
+  // both; what is Enqueue's own shows as their difference.
+  std::vector<std::int64_t> enqueue_t, enqueue_ns, enqueue_switched, baseline_t, baseline_ns, decide_t, decide_ns,
+      decide_ok, refused;
   const std::int64_t steps = static_cast<std::int64_t>(seconds * rate);
-  enqueue_t.reserve(static_cast<std::size_t>(steps));
-  enqueue_ns.reserve(static_cast<std::size_t>(steps));
-  enqueue_switched.reserve(static_cast<std::size_t>(steps));
+  for (auto* v : {&enqueue_t, &enqueue_ns, &enqueue_switched, &baseline_t, &baseline_ns}) {
+    v->reserve(static_cast<std::size_t>(steps));
+  }
+  gac::base::Mutex baseline_mu;
+  std::vector<std::int64_t> baseline_sink;
+  baseline_sink.reserve(static_cast<std::size_t>(steps));
   const auto local = gac::controller::Controller::Create(gac::controller::Thresholds{});
   if (!local.ok()) return 1;
   std::uint64_t fallbacks = 0;
@@ -221,6 +232,15 @@ int main(int argc, char** argv) {
                                (e1.faults > e0.faults ? 4 : 0));
     enqueue_t.push_back(t0);
     if (!ok) refused.push_back(step);
+
+    std::this_thread::sleep_until(start + std::chrono::nanoseconds(static_cast<std::int64_t>(1e9 * (step + 0.5) / rate)));
+    const std::int64_t b0 = MonotonicNs();
+    {
+      gac::base::MutexLock lock(&baseline_mu);
+      baseline_sink.push_back(step);
+    }
+    baseline_ns.push_back(MonotonicNs() - b0);
+    baseline_t.push_back(b0);
   }
   const std::int64_t trained_ns = MonotonicNs();
 
@@ -263,7 +283,8 @@ int main(int argc, char** argv) {
       << ",\"failovers\":" << c.failovers << ",\"spool_errors\":" << c.spool_errors << "}"
       << ",\"refused\":" << JsonArray(refused) << ",\"stored\":" << JsonArray(stored)
       << ",\"enqueue_t\":" << JsonArray(enqueue_t) << ",\"enqueue_ns\":" << JsonArray(enqueue_ns)
-      << ",\"enqueue_switched\":" << JsonArray(enqueue_switched)
+      << ",\"enqueue_switched\":" << JsonArray(enqueue_switched) << ",\"baseline_t\":" << JsonArray(baseline_t)
+      << ",\"baseline_ns\":" << JsonArray(baseline_ns)
       << ",\"decide_t\":" << JsonArray(decide_t) << ",\"decide_ns\":" << JsonArray(decide_ns)
       << ",\"decide_ok\":" << JsonArray(decide_ok) << ",\"progress\":[";
   for (std::size_t i = 0; i < progress.size(); ++i) {

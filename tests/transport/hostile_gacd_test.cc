@@ -337,7 +337,10 @@ TEST(HostileGacdAgent, AnswerThatNeverComesFallsBackAtTheDeadline) {
     EXPECT_TRUE(r.fallback);
     // The third follows two misses in a row: gacd is not asked.
     EXPECT_NE(r.remote_error.find(step < 3 ? "DEADLINE_EXCEEDED" : "not asked"), std::string::npos) << r.remote_error;
-    EXPECT_LT(r.decide_seconds, step < 3 ? 5.0 : 0.1);
+    // A deadline that is not applied shows as a call that hangs: bounded
+    // loosely, since any machine can be slow (the third is not asked at all,
+    // as the message says).
+    if (step < 3) EXPECT_LT(r.decide_seconds, 5.0);
   }
   EXPECT_EQ(pair.agent->fallbacks(), 3u);
   EXPECT_EQ(HungEventually(gacd, 2), 2);

@@ -1,6 +1,6 @@
 """The in-process GAC agent, over torch's Python API (no LibTorch)."""
 
-from typing import Dict, Iterable, Literal, Optional, Tuple, Union
+from typing import Dict, Iterable, List, Literal, Optional, Tuple, TypedDict, Union
 
 import torch
 import torch.distributed
@@ -65,3 +65,25 @@ class Agent:
     @property
     def kernel_isa(self) -> str: ...
     def _time_cpp_step(self, step: int) -> Tuple[float, StepReport]: ...
+
+class BuildInfo(TypedDict):
+    cuda_runtime: Optional[str]
+    cuda_runtime_static: Optional[bool]
+    cuda_archs: List[str]
+    cuda_compiler: Optional[str]
+    compiler: str
+    glibc_built_against: Optional[str]
+
+class CudaDevice(TypedDict):
+    index: int
+    name: str
+    compute_capability: str
+    kernels: Optional[str]
+
+class CudaDevices(TypedDict):
+    driver: Optional[str]
+    error: Optional[str]
+    devices: List[CudaDevice]
+
+def build_info() -> BuildInfo: ...
+def cuda_devices() -> CudaDevices: ...

@@ -118,4 +118,6 @@ class RemoteController(DecisionSource):
         reason: str = "",
         mode: Optional[Mode] = None,
     ) -> None: ...
-    def set_run_thresholds(self, c_low: float, c_high: float, alpha_mode: AlphaMode = "paper", reason: str = "") -> None: ...  # deprecated
+    def set_run_thresholds(self, c_low: float, c_high: float, alpha_mode: AlphaMode = "paper", reason: str = "") -> None: ...  # deprecated: set_thresholds (removed in 0.3.0)
+
+def check_gacd(address: str, *, token: Optional[str] = None, tls: _Tls = None, timeout: float = 2.0) -> str: ...

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "gac/agent/core.h"
+#include "gac/agent/cuda_info.h"
 #include "python/src/parameter_list.h"
 #include "python/src/support.h"
 #include "python/src/tensor_reader.h"
@@ -399,6 +400,51 @@ void BindAgent(py::module_& m) {
       });
 }
 
+// "12.9" for 12090 (CUDA's version numbers); None for 0.
+py::object CudaVersion(int version) {
+  if (version <= 0) return py::none();
+  return py::str(std::to_string(version / 1000) + "." + std::to_string(version % 1000 / 10));
+}
+
+// What this module was built with: the CUDA runtime and kernel images it
+// carries (gac/agent/cuda_info.h), and the C++ compiler and C library it
+// was compiled with.
+py::dict BuildInfo() {
+  const agent::CudaBuildInfo cuda = agent::GetCudaBuildInfo();
+#if defined(__clang__)
+  const std::string compiler = "clang " __clang_version__;
+#elif defined(__GNUC__)
+  const std::string compiler = "GCC " __VERSION__;
+#else
+  const std::string compiler = "unknown";
+#endif
+  py::object glibc = py::none();
+#ifdef __GLIBC__
+  glibc = py::str(std::to_string(__GLIBC__) + "." + std::to_string(__GLIBC_MINOR__));
+#endif
+  return py::dict("cuda_runtime"_a = CudaVersion(cuda.runtime_version),
+                  "cuda_runtime_static"_a = cuda.kernels ? py::object(py::bool_(cuda.static_runtime)) : py::none(),
+                  "cuda_archs"_a = cuda.archs,
+                  "cuda_compiler"_a = cuda.kernels ? py::object(py::str(cuda.compiler)) : py::none(),
+                  "compiler"_a = compiler, "glibc_built_against"_a = glibc);
+}
+
+py::dict CudaDevices() {
+  const agent::CudaEnvironment env = [] {
+    py::gil_scoped_release release;
+    return agent::QueryCudaEnvironment();
+  }();
+  py::list devices;
+  for (const agent::CudaDeviceInfo& d : env.devices) {
+    devices.append(py::dict("index"_a = d.index, "name"_a = d.name,
+                            "compute_capability"_a = std::to_string(d.major) + "." + std::to_string(d.minor),
+                            "kernels"_a = d.image.empty() ? py::object(py::none()) : py::object(py::str(d.image))));
+  }
+  return py::dict("driver"_a = CudaVersion(env.driver_version),
+                  "error"_a = env.error.empty() ? py::object(py::none()) : py::object(py::str(env.error)),
+                  "devices"_a = devices);
+}
+
 }  // namespace
 }  // namespace gac::python
 
@@ -406,4 +452,13 @@ PYBIND11_MODULE(_agent, m) {
   m.doc() = "The in-process GAC agent, over torch's Python API (no LibTorch).";
   py::module_::import("gac._controller");
   gac::python::BindAgent(m);
+  m.def("build_info", &gac::python::BuildInfo,
+        "What this build carries: {'cuda_runtime': '12.9' or None (no CUDA kernels), 'cuda_runtime_static',\n"
+        "'cuda_archs': ['sm_80', ..., 'compute_120'] (cubins, PTX), 'cuda_compiler': 'NVRTC 12.9' or None,\n"
+        "'compiler': the C++ compiler, 'glibc_built_against': '2.36' or None}.");
+  m.def("cuda_devices", &gac::python::CudaDevices,
+        "The CUDA driver and GPUs this process sees, asked of the CUDA runtime gac carries (no context is\n"
+        "created): {'driver': '12.8' or None, 'error': why no GPU was listed or None, 'devices': [{'index',\n"
+        "'name', 'compute_capability': '9.0', 'kernels': the image of gac's kernels that runs on it ('sm_90',\n"
+        "'compute_120' compiled by the driver) or None}]}. Never raises for a missing driver or GPU.");
 }

@@ -19,6 +19,7 @@
 #include "gac/controller/decision_source.h"
 #include "gac/proto/wire_rules.h"
 #include "gac/transport/channel.h"
+#include "gac/transport/health.h"
 #include "gac/transport/remote_controller.h"
 #include "gac/transport/step_record.h"
 #include "gac/transport/telemetry.h"
@@ -325,6 +326,20 @@ void BindRemoteController(py::module_& m) {
           "Deprecated: set_thresholds(c_low, c_high, alpha_mode, reason, mode='remote').");
 }
 
+std::string CheckGacd(const std::string& address, const std::optional<std::string>& token, const py::object& tls,
+                      double timeout) {
+  if (!transport::SplitGacdAddresses(address).ok() || address.find(',') != std::string::npos) {
+    RaiseInvalidArgument("address must be one host:port, got '" + address + "'");
+  }
+  const transport::ChannelTls roots{TlsRoots(tls), "", ""};
+  const std::chrono::milliseconds deadline = Milliseconds(timeout, "timeout");
+  base::StatusOr<std::string> status = [&] {
+    py::gil_scoped_release release;
+    return transport::CheckGacdHealth(address, roots, token.value_or(""), deadline);
+  }();
+  return ValueOrRaise(std::move(status));
+}
+
 }  // namespace
 }  // namespace gac::python
 
@@ -333,4 +348,11 @@ PYBIND11_MODULE(_transport, m) {
   py::module_::import("gac._controller");
   gac::python::BindTelemetry(m);
   gac::python::BindRemoteController(m);
+  m.def("check_gacd", &gac::python::CheckGacd, "address"_a, py::kw_only(), "token"_a = py::none(),
+        "tls"_a = py::none(), "timeout"_a = 2.0,
+        "Asks gacd at `address` (host:port) whether it serves, through the standard gRPC health service, within\n"
+        "`timeout` seconds, and returns its answer: 'SERVING', or 'NOT_SERVING' while it drains. token: sent as\n"
+        "the bearer token (gacd's health service needs none); tls: PEM roots (text, bytes or a file path), None =\n"
+        "plaintext. Raises UnavailableError when nothing answers there (at once for a refused connection),\n"
+        "DeadlineExceededError when no answer came in time.");
 }

@@ -2,9 +2,12 @@
 // old or the new g), and snapshot only (p <- g). Element by element, with
 // the CPU kernels' semantics: fp32 arithmetic on the loaded values, stores
 // rounded to nearest even, the snapshot of the projected gradient taken from
-// the value as stored in the gradient's type.
+// the value as stored in the gradient's type. Entry points by name, as in
+// stats_kernels.cu.
 #include "agent/src/cuda/device_util.cuh"
+#ifndef __CUDACC_RTC__
 #include "agent/src/cuda/kernels.h"
+#endif
 
 namespace gac::agent::cuda::kernels {
 namespace {
@@ -61,8 +64,7 @@ struct SnapshotVisitor {
 };
 
 template <typename P, typename Table>
-__global__ void __launch_bounds__(kBlockThreads)
-    ProjectKernel(const __grid_constant__ Table table, const __grid_constant__ PassArgs args) {
+__device__ __forceinline__ void Project(const Table& table, const PassArgs& args) {
   const ChunkDesc c = table.chunks[blockIdx.x];
   const TensorDesc t = table.tensors[c.tensor];
   const std::int64_t offset = ChunkOffset(c);
@@ -84,8 +86,7 @@ __global__ void __launch_bounds__(kBlockThreads)
 }
 
 template <typename P, typename Table>
-__global__ void __launch_bounds__(kBlockThreads)
-    SnapshotKernel(const __grid_constant__ Table table, const __grid_constant__ PassArgs args) {
+__device__ __forceinline__ void Snapshot(const Table& table, const PassArgs& args) {
   const ChunkDesc c = table.chunks[blockIdx.x];
   const TensorDesc t = table.tensors[c.tensor];
   const std::int64_t offset = ChunkOffset(c);
@@ -99,47 +100,54 @@ __global__ void __launch_bounds__(kBlockThreads)
   });
 }
 
-template <typename P, template <typename, typename> class Launch>
-cudaError_t Dispatch(const InlineTable* table, const DeviceTable& device_table, const PassArgs& args, int num_chunks,
-                     cudaStream_t stream) {
-  if (table != nullptr) {
-    Launch<P, InlineTable>::Run(*table, args, num_chunks, stream);
+}  // namespace
+
+#define GAC_APPLY_KERNEL(name, pass, P, Table)                                                           \
+  extern "C" __global__ void __launch_bounds__(kBlockThreads)                                            \
+      name(const __grid_constant__ Table table, const __grid_constant__ PassArgs args) {                 \
+    pass<P>(table, args);                                                                                \
+  }
+GAC_APPLY_KERNEL(gac_project_f32_inline, Project, float, InlineTable)
+GAC_APPLY_KERNEL(gac_project_f32_device, Project, float, DeviceTable)
+GAC_APPLY_KERNEL(gac_project_bf16_inline, Project, device::Bf16, InlineTable)
+GAC_APPLY_KERNEL(gac_project_bf16_device, Project, device::Bf16, DeviceTable)
+GAC_APPLY_KERNEL(gac_snapshot_f32_inline, Snapshot, float, InlineTable)
+GAC_APPLY_KERNEL(gac_snapshot_f32_device, Snapshot, float, DeviceTable)
+GAC_APPLY_KERNEL(gac_snapshot_bf16_inline, Snapshot, device::Bf16, InlineTable)
+GAC_APPLY_KERNEL(gac_snapshot_bf16_device, Snapshot, device::Bf16, DeviceTable)
+#undef GAC_APPLY_KERNEL
+
+#ifndef __CUDACC_RTC__
+
+cudaError_t LaunchProjectSnapshot(ElemType pt, const InlineTable* table, const DeviceTable& device_table,
+                                  const PassArgs& args, int num_chunks, cudaStream_t stream) {
+  const bool bf16 = pt == ElemType::kBF16;
+  if (table != nullptr && bf16) {
+    gac_project_bf16_inline<<<num_chunks, kBlockThreads, 0, stream>>>(*table, args);
+  } else if (table != nullptr) {
+    gac_project_f32_inline<<<num_chunks, kBlockThreads, 0, stream>>>(*table, args);
+  } else if (bf16) {
+    gac_project_bf16_device<<<num_chunks, kBlockThreads, 0, stream>>>(device_table, args);
   } else {
-    Launch<P, DeviceTable>::Run(device_table, args, num_chunks, stream);
+    gac_project_f32_device<<<num_chunks, kBlockThreads, 0, stream>>>(device_table, args);
   }
   return cudaGetLastError();
 }
 
-template <typename P, typename Table>
-struct ProjectLaunch {
-  static void Run(const Table& table, const PassArgs& args, int num_chunks, cudaStream_t stream) {
-    ProjectKernel<P, Table><<<num_chunks, kBlockThreads, 0, stream>>>(table, args);
-  }
-};
-
-template <typename P, typename Table>
-struct SnapshotLaunch {
-  static void Run(const Table& table, const PassArgs& args, int num_chunks, cudaStream_t stream) {
-    SnapshotKernel<P, Table><<<num_chunks, kBlockThreads, 0, stream>>>(table, args);
-  }
-};
-
-}  // namespace
-
-cudaError_t LaunchProjectSnapshot(ElemType pt, const InlineTable* table, const DeviceTable& device_table,
-                                  const PassArgs& args, int num_chunks, cudaStream_t stream) {
-  if (pt == ElemType::kBF16) {
-    return Dispatch<device::Bf16, ProjectLaunch>(table, device_table, args, num_chunks, stream);
-  }
-  return Dispatch<float, ProjectLaunch>(table, device_table, args, num_chunks, stream);
-}
-
 cudaError_t LaunchSnapshot(ElemType pt, const InlineTable* table, const DeviceTable& device_table, const PassArgs& args,
                            int num_chunks, cudaStream_t stream) {
-  if (pt == ElemType::kBF16) {
-    return Dispatch<device::Bf16, SnapshotLaunch>(table, device_table, args, num_chunks, stream);
+  const bool bf16 = pt == ElemType::kBF16;
+  if (table != nullptr && bf16) {
+    gac_snapshot_bf16_inline<<<num_chunks, kBlockThreads, 0, stream>>>(*table, args);
+  } else if (table != nullptr) {
+    gac_snapshot_f32_inline<<<num_chunks, kBlockThreads, 0, stream>>>(*table, args);
+  } else if (bf16) {
+    gac_snapshot_bf16_device<<<num_chunks, kBlockThreads, 0, stream>>>(device_table, args);
+  } else {
+    gac_snapshot_f32_device<<<num_chunks, kBlockThreads, 0, stream>>>(device_table, args);
   }
-  return Dispatch<float, SnapshotLaunch>(table, device_table, args, num_chunks, stream);
+  return cudaGetLastError();
 }
+#endif  // __CUDACC_RTC__
 
 }  // namespace gac::agent::cuda::kernels

@@ -27,6 +27,10 @@ base::Status CudaStatus(const std::string& what, cudaError_t e) {
     case cudaErrorInsufficientDriver:
     case cudaErrorInitializationError:
     case cudaErrorDevicesUnavailable: return base::Status::Unavailable(std::move(msg));
+    // A GPU the kernels carry no image for, or PTX newer than the driver.
+    case cudaErrorNoKernelImageForDevice:
+    case cudaErrorUnsupportedPtxVersion:
+      return base::Status::Unimplemented(msg + ": gac's kernels do not run on this GPU (python -m gac)");
     default: return base::Status::Internal(std::move(msg));
   }
 }

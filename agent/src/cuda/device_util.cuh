@@ -5,10 +5,14 @@
 #define GAC_AGENT_SRC_CUDA_DEVICE_UTIL_CUH_
 
 #include <cuda_fp16.h>
+#ifdef __CUDACC_RTC__
+#include "agent/src/cuda/rtc_std.h"
+#else
 #include <cuda_runtime.h>
 
 #include <cstdint>
 #include <type_traits>
+#endif
 
 #include "agent/src/cuda/multi_tensor.h"
 

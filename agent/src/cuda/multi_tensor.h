@@ -17,8 +17,12 @@
 #ifndef GAC_AGENT_SRC_CUDA_MULTI_TENSOR_H_
 #define GAC_AGENT_SRC_CUDA_MULTI_TENSOR_H_
 
+#if defined(__CUDACC_RTC__)
+#include "agent/src/cuda/rtc_std.h"
+#else
 #include <cstddef>
 #include <cstdint>
+#endif
 
 #if defined(__CUDACC__)
 #define GAC_HOST_DEVICE __host__ __device__ __forceinline__
@@ -52,8 +56,10 @@ struct TensorRef {
 // element type, so each chunk starts with its tensor's alignment, and the
 // chunk index within a tensor fits 32 bits up to 2^45 elements.
 constexpr int kChunkElements = 16384;
-// Threads per block of the chunk kernels.
+// Threads per block of the chunk kernels, and of the kernel that sums their
+// partials.
 constexpr int kBlockThreads = 256;
+constexpr int kFinalizeThreads = 512;
 // Elements a thread handles per vector step: 16 bytes of a 2-byte type,
 // 32 bytes of fp32.
 constexpr int kVecElements = 8;

@@ -2,13 +2,19 @@
 // small kernel that sums them in fp64, per segment too, and counts the
 // chunks whose partials are not finite.
 //
+// The kernels are extern "C" entry points, found by name: nvcc's build
+// launches them below; the NVRTC build of the wheel compiles this file as
+// device code only (__CUDACC_RTC__) and kernel_library.cc launches them.
+//
 // Numerics: a thread accumulates its elements of a chunk in 4 fp32 lanes per
 // sum (element j of a vector step goes to lane j % 4: at most 16 terms per
 // lane and chunk), the lanes are added pairwise, then the block's threads in
 // a fixed tree; chunks are summed in fp64. Same order at every run: the
 // result depends only on the data and the chunk layout.
 #include "agent/src/cuda/device_util.cuh"
+#ifndef __CUDACC_RTC__
 #include "agent/src/cuda/kernels.h"
+#endif
 
 namespace gac::agent::cuda::kernels {
 namespace {
@@ -16,7 +22,6 @@ namespace {
 using device::BlockSum;
 
 constexpr int kLanes = 4;
-constexpr int kFinalizeThreads = 512;
 
 template <typename G, typename P, bool kWithP>
 struct StatsVisitor {
@@ -61,8 +66,7 @@ __device__ __forceinline__ void ChunkStats(const G* g, const P* p, int len, floa
 }
 
 template <typename P, typename Table>
-__global__ void __launch_bounds__(kBlockThreads)
-    StatsKernel(const __grid_constant__ Table table, const __grid_constant__ PassArgs args) {
+__device__ __forceinline__ void Stats(const Table& table, const PassArgs& args) {
   const ChunkDesc c = table.chunks[blockIdx.x];
   const TensorDesc t = table.tensors[c.tensor];
   const std::int64_t offset = ChunkOffset(c);
@@ -82,11 +86,24 @@ __global__ void __launch_bounds__(kBlockThreads)
   if (threadIdx.x == 0) args.partials[blockIdx.x] = ChunkPartial{sums[0], sums[1], sums[2], t.segment};
 }
 
+}  // namespace
+
+#define GAC_STATS_KERNEL(name, P, Table)                                                                 \
+  extern "C" __global__ void __launch_bounds__(kBlockThreads)                                            \
+      name(const __grid_constant__ Table table, const __grid_constant__ PassArgs args) {                 \
+    Stats<P>(table, args);                                                                               \
+  }
+GAC_STATS_KERNEL(gac_stats_f32_inline, float, InlineTable)
+GAC_STATS_KERNEL(gac_stats_f32_device, float, DeviceTable)
+GAC_STATS_KERNEL(gac_stats_bf16_inline, device::Bf16, InlineTable)
+GAC_STATS_KERNEL(gac_stats_bf16_device, device::Bf16, DeviceTable)
+#undef GAC_STATS_KERNEL
+
 // Block b sums the chunks of segment b - 1 (block 0: all chunks) in fp64;
 // block 0 also counts the non-finite partials.
-__global__ void __launch_bounds__(kFinalizeThreads)
-    FinalizeKernel(const ChunkPartial* __restrict__ partials, int num_chunks, int num_segments,
-                   double* __restrict__ out) {
+extern "C" __global__ void __launch_bounds__(kFinalizeThreads)
+    gac_finalize(const ChunkPartial* __restrict__ partials, int num_chunks, int num_segments,
+                 double* __restrict__ out) {
   const int segment = static_cast<int>(blockIdx.x) - 1;
   double sums[4] = {0.0, 0.0, 0.0, 0.0};
   for (int c = static_cast<int>(threadIdx.x); c < num_chunks; c += kFinalizeThreads) {
@@ -106,29 +123,28 @@ __global__ void __launch_bounds__(kFinalizeThreads)
   if (segment < 0) out[ResultNonFinite(num_segments)] = sums[3];
 }
 
-template <typename P>
-cudaError_t LaunchStatsFor(const InlineTable* table, const DeviceTable& device_table, const PassArgs& args,
-                           int num_chunks, cudaStream_t stream) {
-  if (table != nullptr) {
-    StatsKernel<P, InlineTable><<<num_chunks, kBlockThreads, 0, stream>>>(*table, args);
+#ifndef __CUDACC_RTC__
+
+cudaError_t LaunchStats(ElemType pt, const InlineTable* table, const DeviceTable& device_table, const PassArgs& args,
+                        int num_chunks, cudaStream_t stream) {
+  const bool bf16 = pt == ElemType::kBF16;
+  if (table != nullptr && bf16) {
+    gac_stats_bf16_inline<<<num_chunks, kBlockThreads, 0, stream>>>(*table, args);
+  } else if (table != nullptr) {
+    gac_stats_f32_inline<<<num_chunks, kBlockThreads, 0, stream>>>(*table, args);
+  } else if (bf16) {
+    gac_stats_bf16_device<<<num_chunks, kBlockThreads, 0, stream>>>(device_table, args);
   } else {
-    StatsKernel<P, DeviceTable><<<num_chunks, kBlockThreads, 0, stream>>>(device_table, args);
+    gac_stats_f32_device<<<num_chunks, kBlockThreads, 0, stream>>>(device_table, args);
   }
   return cudaGetLastError();
 }
 
-}  // namespace
-
-cudaError_t LaunchStats(ElemType pt, const InlineTable* table, const DeviceTable& device_table, const PassArgs& args,
-                        int num_chunks, cudaStream_t stream) {
-  if (pt == ElemType::kBF16) return LaunchStatsFor<device::Bf16>(table, device_table, args, num_chunks, stream);
-  return LaunchStatsFor<float>(table, device_table, args, num_chunks, stream);
-}
-
 cudaError_t LaunchFinalize(const ChunkPartial* partials, int num_chunks, int num_segments, double* out,
                            cudaStream_t stream) {
-  FinalizeKernel<<<1 + num_segments, kFinalizeThreads, 0, stream>>>(partials, num_chunks, num_segments, out);
+  gac_finalize<<<1 + num_segments, kFinalizeThreads, 0, stream>>>(partials, num_chunks, num_segments, out);
   return cudaGetLastError();
 }
+#endif  // __CUDACC_RTC__
 
 }  // namespace gac::agent::cuda::kernels

@@ -20,6 +20,7 @@
 #include "gac/base/status.h"
 #include "gac/base/thread_annotations.h"
 #include "gac/agent/core.h"
+#include "gac/agent/cuda_info.h"
 #include "gac/agent/options.h"
 #ifdef CONSUMER_WITH_AGENT
 #include <ATen/ATen.h>
@@ -50,6 +51,7 @@
 #include "gac/proto/step_window.h"
 #include "gac/proto/wire_rules.h"
 #include "gac/transport/channel.h"
+#include "gac/transport/health.h"
 #include "gac/transport/remote_controller.h"
 #include "gac/transport/spool.h"
 #include "gac/transport/step_record.h"
@@ -118,6 +120,9 @@ int main(int argc, char** argv) {
   Check(ctl.ok(), "Controller::Create");
   const gac::controller::Decision d = ctl->Decide({0.5, 1.0, 1.0, true});  // cosine 0.5: skip
   Check(d.regime == gac::controller::Regime::kSkip, "a cosine of 0.5 skips");
+  // What the build carries: the CUDA passes' images when it has them.
+  const gac::agent::CudaBuildInfo cuda = gac::agent::GetCudaBuildInfo();
+  Check(cuda.kernels == !cuda.archs.empty(), "GetCudaBuildInfo");
   // The windowed trigger: two steps of cosine 0.5 in a window of 2 project
   // with the window's thresholds (0.2, 0.6).
   auto windowed = gac::controller::TriggeredController::Create(
@@ -280,6 +285,8 @@ int main(int argc, char** argv) {
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
     grpc::health::v1::HealthCheckResponse health;
     Check(stub->Check(&ctx, {}, &health).ok() && health.status() == health.SERVING, "health");
+    auto serving = gac::transport::CheckGacdHealth((*server)->address(), {}, "", std::chrono::seconds(10));
+    Check(serving.ok(), "CheckGacdHealth");
     gac::transport::TelemetryOptions topts;
     topts.address = (*server)->address();
     auto telemetry = gac::transport::Telemetry::Start(topts);

@@ -58,11 +58,11 @@ class CondVar {
   CondVar(const CondVar&) = delete;
   CondVar& operator=(const CondVar&) = delete;
 
-  void Wait(Mutex* mu) GAC_REQUIRES(mu) {
-    std::unique_lock<std::mutex> lock(mu->mu_, std::adopt_lock);
-    cv_.wait(lock);
-    lock.release();
-  }
+  // A wait with a deadline a day away, which ends like any early wakeup:
+  // libstdc++ 12's out-of-line condition_variable::wait is versioned
+  // GLIBCXX_3.4.30, newer than the libstdc++ (GCC 11) of the Python wheels'
+  // manylinux_2_34 floor; wait_until is inline, over pthread_cond_clockwait.
+  void Wait(Mutex* mu) GAC_REQUIRES(mu) { WaitFor(mu, std::chrono::hours(24)); }
   // False when `deadline` has passed (the condition may still hold).
   template <typename Clock, typename Duration>
   bool WaitUntil(Mutex* mu, std::chrono::time_point<Clock, Duration> deadline) GAC_REQUIRES(mu) {

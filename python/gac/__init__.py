@@ -21,9 +21,7 @@ imported only by its users.
 
 from __future__ import annotations
 
-import importlib
-import warnings
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from gac._controller import (
     AlignmentStats,
@@ -38,8 +36,11 @@ from gac._controller import (
     cosine_after_projection,
     suggest_thresholds,
 )
-from gac._attach import Attachment, attach
-from gac._report import MODES, REGIMES, _to_dict_method
+from gac._attach import attach
+from gac._attachment import Attachment
+from gac._deprecation import extend_step_report, warn_deprecated
+from gac._native import LAZY
+from gac._report import MODES, REGIMES, to_dict_method
 from gac._errors import (
     DeadlineExceededError,
     FailedPreconditionError,
@@ -58,41 +59,29 @@ if TYPE_CHECKING:
 
 __version__ = "0.1.0"
 
-# report.to_dict(): flat metric names ("gac/cosine", ...) for any logger (gac/_report.py).
-StepReport.to_dict = _to_dict_method  # type: ignore[method-assign]
+# report.to_dict(): flat metric names ("gac/cosine", ...) for any logger (gac/_report.py);
+# report.groups and report.seconds, former names, warn (gac/_deprecation.py).
+setattr(StepReport, "to_dict", to_dict_method)
+extend_step_report(StepReport)
 
-# Names loaded on first use, and the module (and what it needs) that has them.
-_LAZY = {
-    "Agent": ("gac._agent", "its native module gac._agent"),
-    "Telemetry": ("gac._transport", "a build with gRPC (GAC_WITH_GRPC)"),
-    "RemoteController": ("gac._transport", "a build with gRPC (GAC_WITH_GRPC)"),
-    "TelemetryCounters": ("gac._transport", "a build with gRPC (GAC_WITH_GRPC)"),
-    "SpoolRecovery": ("gac._transport", "a build with gRPC (GAC_WITH_GRPC)"),
-}
+# The package's former names (gac/_deprecation.py lists every alias).
+_FORMER_NAMES = {"GroupStats": LayerStats}
 
 
-# Former names, still served with a DeprecationWarning.
-_DEPRECATED = {"GroupStats": "LayerStats"}
-
-
-def __getattr__(name: str) -> Any:
-    if name in _DEPRECATED:
-        new = _DEPRECATED[name]
-        warnings.warn(f"gac.{name} is deprecated; use gac.{new}", DeprecationWarning, stacklevel=2)
-        return globals()[new]
-    if name not in _LAZY:
+def __getattr__(name: str) -> object:
+    # PEP 562: the names of the native modules loaded on first use (gac/_native.py), and the former names.
+    if name in _FORMER_NAMES:
+        warn_deprecated(f"gac.{name}", stacklevel=2)
+        return _FORMER_NAMES[name]
+    if name not in LAZY:
         raise AttributeError(f"module 'gac' has no attribute {name!r}")
-    module, needs = _LAZY[name]
-    try:
-        value = getattr(importlib.import_module(module), name)
-    except ImportError as e:
-        raise ImportError(f"gac.{name} needs {needs}: {e}") from e
+    value = LAZY[name]()
     globals()[name] = value
     return value
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
+    return sorted(set(globals()) | set(LAZY))
 
 
 __all__ = [

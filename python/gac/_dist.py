@@ -9,7 +9,32 @@ rank's GPU for NCCL, the CPU for Gloo).
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Dict, List, Optional, Protocol, Sequence, Tuple, cast
+
+if TYPE_CHECKING:
+    import torch
+    import torch.distributed
+    from torch.distributed.device_mesh import DeviceMesh
+    from torch.distributed.tensor.placement_types import Placement
+
+
+class _Work(Protocol):
+    def wait(self) -> object: ...
+
+
+class _Backend(Protocol):
+    """A bare c10d backend (``dist.ProcessGroupGloo(store, rank, size)``)."""
+
+    def allreduce(self, tensors: List[torch.Tensor]) -> _Work: ...
+    def size(self) -> int: ...
+    def rank(self) -> int: ...
+
+
+class _DTensor(Protocol):
+    """What is read of a DTensor parameter."""
+
+    device_mesh: DeviceMesh
+    placements: Sequence[Placement]
 
 
 class AllReduce:
@@ -20,22 +45,22 @@ class AllReduce:
     as ``dist.ProcessGroupGloo(store, rank, size)``.
     """
 
-    def __init__(self, group: Any) -> None:
+    def __init__(self, group: object) -> None:
         import torch
         import torch.distributed as dist
 
         self._torch = torch
+        self._group: Optional[torch.distributed.ProcessGroup] = None
+        self._backend: Optional[_Backend] = None
         if isinstance(group, dist.ProcessGroup):
             self._group = group
-            self._backend = None
             self.rank = dist.get_rank(group)
             self.world_size = dist.get_world_size(group)
             name = str(dist.get_backend(group)).lower()
         elif hasattr(group, "allreduce") and hasattr(group, "size") and hasattr(group, "rank"):
-            self._group = None
-            self._backend = group
-            self.rank = group.rank()
-            self.world_size = group.size()
+            self._backend = cast(_Backend, group)
+            self.rank = self._backend.rank()
+            self.world_size = self._backend.size()
             name = str(group.getBackendName() if hasattr(group, "getBackendName") else "").lower()
         else:
             raise TypeError("process_group must be a torch.distributed ProcessGroup (e.g. dist.group.WORLD or "
@@ -50,7 +75,7 @@ class AllReduce:
         # the GIL for it, while a thread destroying the process group holds
         # the GIL and joins that worker: a deadlock seen at exit with torch 2.6.
         # (Set after _group, they are also released after it.)
-        self._buffers: Dict[int, Any] = {}
+        self._buffers: Dict[int, torch.Tensor] = {}
 
     def __call__(self, values: Sequence[float]) -> List[float]:
         import torch.distributed as dist
@@ -61,14 +86,15 @@ class AllReduce:
         if t is None:
             t = self._buffers[n] = torch.zeros(n, dtype=torch.float64, device=self._device)
         t.copy_(torch.tensor(list(values), dtype=torch.float64))
-        if self._group is not None:
-            dist.all_reduce(t, op=dist.ReduceOp.SUM, group=self._group)
-        else:
+        if self._backend is not None:
             self._backend.allreduce([t]).wait()
-        return t.tolist()  # type: ignore[no-any-return]
+        else:
+            dist.all_reduce(t, op=dist.ReduceOp.SUM, group=self._group)
+        sums: List[float] = t.tolist()
+        return sums
 
 
-def dtensor_group(params: Sequence[Any]) -> Any:
+def dtensor_group(params: Sequence[object]) -> Optional[torch.distributed.ProcessGroup]:
     """The group over which the local shards of DTensor parameters (FSDP2's
     ``fully_shard``, HSDP) are summed so that every element counts once: the
     mesh dimension their placements shard (``Shard``), not the ones they
@@ -84,12 +110,13 @@ def dtensor_group(params: Sequence[Any]) -> Any:
     """
     import torch.distributed as dist
 
-    mesh = None
+    mesh: Optional[DeviceMesh] = None
     kinds: Optional[Tuple[str, ...]] = None
-    for i, p in enumerate(params):
-        if not hasattr(p, "device_mesh") or not hasattr(p, "placements"):
+    for i, param in enumerate(params):
+        if not hasattr(param, "device_mesh") or not hasattr(param, "placements"):
             raise ValueError(f"gac: parameter {i} is a plain tensor beside DTensor parameters; "
                              "pass process_group= to say over which group the statistics are summed")
+        p = cast(_DTensor, param)
         if mesh is None:
             mesh = p.device_mesh
         elif p.device_mesh != mesh:
@@ -115,7 +142,7 @@ def dtensor_group(params: Sequence[Any]) -> Any:
                      "pass process_group= with the group over those dimensions")
 
 
-def _kind(placement: Any, i: int) -> str:
+def _kind(placement: Placement, i: int) -> str:
     if placement.is_shard():
         return "shard"
     if placement.is_replicate():

@@ -18,7 +18,10 @@ None.
 
 from __future__ import annotations
 
-from typing import Any, Dict, Tuple
+from typing import TYPE_CHECKING, Dict, Tuple
+
+if TYPE_CHECKING:
+    from gac._controller import StepReport
 
 # The regime's number in numeric form: 0 safe, 1 project, 2 skip, 3 invalid.
 REGIMES: Tuple[str, ...] = ("safe", "project", "skip", "invalid")
@@ -32,7 +35,7 @@ _FIELDS = ("step", "mode", "regime", "cosine", "cosine_after", "window_mean", "a
            "agent_overhead_seconds")
 
 
-def report_to_dict(report: Any, prefix: str = "gac/", *, numeric: bool = True) -> Dict[str, Any]:
+def report_to_dict(report: StepReport, prefix: str = "gac/", *, numeric: bool = True) -> Dict[str, object]:
     """Returns ``report``'s fields under flat names ``prefix + field``.
 
     prefix: put before every name (a str; "" gives the bare field names).
@@ -44,9 +47,9 @@ def report_to_dict(report: Any, prefix: str = "gac/", *, numeric: bool = True) -
         raise TypeError(f"prefix must be a str, got {type(prefix).__name__}")
     if not isinstance(numeric, bool):
         raise TypeError(f"numeric must be a bool, got {type(numeric).__name__}")
-    out: Dict[str, Any] = {}
+    out: Dict[str, object] = {}
     for name in _FIELDS:
-        value = not report.step_optimizer if name == "skipped" else getattr(report, name)
+        value: object = not report.step_optimizer if name == "skipped" else getattr(report, name)
         if numeric:
             if value is None or name == "remote_error":
                 continue
@@ -64,10 +67,11 @@ def report_to_dict(report: Any, prefix: str = "gac/", *, numeric: bool = True) -
     return out
 
 
-def _to_dict_method(self: Any, prefix: str = "gac/", *, numeric: bool = True) -> Dict[str, Any]:
+def to_dict_method(self: StepReport, prefix: str = "gac/", *, numeric: bool = True) -> Dict[str, object]:
+    """``StepReport.to_dict``, which gac/__init__.py puts on the class."""
     return report_to_dict(self, prefix, numeric=numeric)
 
 
-_to_dict_method.__name__ = "to_dict"
-_to_dict_method.__qualname__ = "StepReport.to_dict"
-_to_dict_method.__doc__ = report_to_dict.__doc__
+to_dict_method.__name__ = "to_dict"
+to_dict_method.__qualname__ = "StepReport.to_dict"
+to_dict_method.__doc__ = report_to_dict.__doc__

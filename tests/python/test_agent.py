@@ -442,14 +442,16 @@ def test_a_layer_parameter_missing_from_step_raises() -> None:
 def test_groups_is_a_deprecated_alias_of_layers() -> None:
     a, b = torch.nn.Parameter(torch.zeros(4)), torch.nn.Parameter(torch.zeros(4))
     a.grad, b.grad = torch.ones(4), torch.ones(4)
-    with pytest.warns(DeprecationWarning, match=r"Agent\(groups=\.\.\.\) is deprecated; use Agent\(layers=\.\.\.\)"):
+    removed = r"\. It will be removed in gac 0\.3\.0\.$"
+    with pytest.warns(DeprecationWarning, match=r"Agent\(groups=\.\.\.\) is deprecated; use Agent\(layers=\.\.\.\)" + removed):
         agent = gac.Agent(groups={"g": [b]})
     report = agent.step(1, [a, b])
     assert report.layers["g"].grad_sq == pytest.approx(4.0)
-    with pytest.warns(DeprecationWarning, match="StepReport.groups is deprecated; use StepReport.layers"):
+    with pytest.warns(DeprecationWarning, match="StepReport.groups is deprecated; use StepReport.layers" + removed):
         assert report.groups["g"].grad_sq == pytest.approx(4.0)
-    with pytest.warns(DeprecationWarning, match="gac.GroupStats is deprecated; use gac.LayerStats"):
+    with pytest.warns(DeprecationWarning, match="gac.GroupStats is deprecated; use gac.LayerStats" + removed) as caught:
         assert gac.GroupStats is gac.LayerStats
+    assert caught[0].filename == __file__  # the warning names the line that used the alias
     assert isinstance(report.layers["g"], gac.LayerStats)
     with pytest.warns(DeprecationWarning), pytest.raises(ValueError, match="not both"):
         gac.Agent(layers={"g": [b]}, groups={"g": [b]})
@@ -462,7 +464,10 @@ def test_the_report_carries_the_agents_mode_and_time() -> None:
     r = agent.step(1, [p])
     assert r.mode == "monitor" and r.to_dict(numeric=False)["gac/mode"] == "monitor"
     assert r.agent_overhead_seconds == pytest.approx(r.stats_seconds + r.decide_seconds + r.apply_seconds)
-    assert r.seconds == r.agent_overhead_seconds
+    with pytest.warns(DeprecationWarning, match="StepReport.seconds is deprecated; use "
+                      r"StepReport.agent_overhead_seconds\. It will be removed in gac 0\.3\.0\.") as caught:
+        assert r.seconds == r.agent_overhead_seconds
+    assert caught[0].filename == __file__
     agent.mode = "local"
     p.grad = torch.ones(8)
     assert agent.step(2, [p]).mode == "local"
@@ -578,5 +583,5 @@ def test_report_fields_and_repr() -> None:
     assert "StepReport(step=1" in repr(r)
     d = r.to_dict(numeric=False)
     assert d["gac/regime"] == "safe" and d["gac/step_optimizer"] is True and d["gac/cosine"] is None
-    assert r.seconds == pytest.approx(r.stats_seconds + r.decide_seconds + r.apply_seconds)
+    assert r.agent_overhead_seconds == pytest.approx(r.stats_seconds + r.decide_seconds + r.apply_seconds)
     assert r.remote_error is None and r.decision.apply_update

@@ -253,6 +253,22 @@ def test_step_numbering_can_resume() -> None:
     assert att.step == 101
 
 
+def test_the_attachment_says_what_it_gates() -> None:
+    grads = Gradients()
+    opt = torch.optim.AdamW(grads.model.parameters(), lr=0.01)
+    att = gac.attach(opt, control=True, c_low=1e-9, c_high=2e-9)  # skips every step after the first
+    assert att.optimizer is opt
+    assert repr(att) == "<gac.Attachment optimizer=AdamW mode=local steps=0 skipped=0>"
+    for _ in range(3):
+        grads.backward(0.5)
+        opt.step()
+    assert repr(att) == "<gac.Attachment optimizer=AdamW mode=local steps=3 skipped=2>"
+    att.detach()
+    assert att.optimizer is None and repr(att) == "<gac.Attachment optimizer=None mode=local steps=3 skipped=2>"
+    watcher = gac.attach(torch.optim.SGD(grads.model.parameters(), lr=0.1))
+    assert repr(watcher) == "<gac.Attachment optimizer=SGD mode=monitor steps=0 skipped=0>"
+
+
 def _bad_calls(opt: torch.optim.Optimizer) -> List[Tuple[Any, Dict[str, Any], type, str]]:
     return [
         (object(), {}, TypeError, "gac.attach needs a torch.optim.Optimizer"),

@@ -213,7 +213,8 @@ def test_set_thresholds_and_its_deprecated_alias(gacd: Gacd) -> None:
         expected = local.decide(r.cosine * r.grad_norm * r.ref_norm if r.cosine is not None else 0.0,
                                 r.grad_norm**2, r.ref_norm**2, has_reference=step > 1)
         assert r.regime == expected.regime
-    with pytest.warns(DeprecationWarning, match="set_run_thresholds is deprecated; use set_thresholds"):
+    with pytest.warns(DeprecationWarning, match=r"set_run_thresholds is deprecated; use set_thresholds .*"
+                      r"It will be removed in gac 0\.3\.0\."):
         rc.set_run_thresholds(0.02, 0.2, reason="python test")
     rc.set_thresholds(0.03, 0.3, mode="monitor")
 

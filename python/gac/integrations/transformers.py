@@ -28,12 +28,25 @@ from __future__ import annotations
 import logging
 import math
 import os
-from typing import Any, Callable, Dict, Optional, Union
+from typing import TYPE_CHECKING, Dict, Optional, Union
 
 from transformers import TrainerCallback
 
-from gac._attach import Attachment, _is_trainer, make_attachment, resolve_mode
+from gac._attachment import Attachment, Scalars, make_attachment, resolve_mode
+from gac._deepspeed import zero_target
+from gac._native import remote_controller_class, telemetry_class
 from gac._report import REGIMES
+from gac._targets import is_trainer, step_target
+
+if TYPE_CHECKING:
+    from transformers import TrainerControl, TrainerState, TrainingArguments
+    from typing_extensions import Unpack
+
+    from gac._agent import Agent
+    from gac._attachment import AgentOptions
+    from gac._controller import Mode, StepReport
+    from gac._targets import StepTarget
+    from gac._transport import Telemetry
 
 logger = logging.getLogger("gac")
 
@@ -41,7 +54,7 @@ logger = logging.getLogger("gac")
 _MAX_SCALARS = 59
 
 
-class GacCallback(TrainerCallback):
+class GacCallback(TrainerCallback):  # type: ignore[misc, unused-ignore]  # (transformers unanalysed: Any)
     """GAC on a transformers/TRL Trainer's optimizer step, its values in the
     Trainer's logs, its reports streamed to gacd when asked.
 
@@ -61,13 +74,13 @@ class GacCallback(TrainerCallback):
     arguments, before anything is made.
     """
 
-    def __init__(self, *, control: bool = False, mode: Optional[str] = None, warmup: int = 0,
+    def __init__(self, *, control: bool = False, mode: Optional[Mode] = None, warmup: int = 0,
                  address: Optional[str] = None, run: Optional[str] = None, token: Optional[str] = None,
                  tls: Union[str, bytes, "os.PathLike[str]", None] = None,
                  spool_dir: Union[str, "os.PathLike[str]", None] = None, deadline: float = 0.05,
-                 all_ranks: bool = False, agent: Any = None, telemetry: Any = None,
-                 scalars: Optional[Callable[[], Dict[str, float]]] = None, skip_window: int = 20,
-                 **agent_options: Any) -> None:
+                 all_ranks: bool = False, agent: Optional[Agent] = None, telemetry: Optional[Telemetry] = None,
+                 scalars: Optional[Scalars] = None, skip_window: int = 20,
+                 **agent_options: Unpack[AgentOptions]) -> None:
         if address is not None and not isinstance(address, str):
             raise TypeError(f"address must be a str (host:port), got {type(address).__name__}")
         if address is not None and not isinstance(run, str):
@@ -83,21 +96,19 @@ class GacCallback(TrainerCallback):
         if first_mode == "remote" and agent is None and agent_options.get("decision_source") is None:
             if address is None:
                 raise ValueError("mode='remote' needs address= (gacd decides) or decision_source=")
-            from gac import RemoteController
-            agent_options["decision_source"] = RemoteController(address, run_id, rank=rank, token=token, tls=tls,
-                                                                deadline=deadline)
+            agent_options["decision_source"] = remote_controller_class()(address, run_id, rank=rank, token=token,
+                                                                         tls=tls, deadline=deadline)
         self.attachment: Attachment = make_attachment(control=control, mode=mode, warmup=warmup, agent=agent,
                                                       skip_window=skip_window, **agent_options)
         self.attachment.on_report = self._on_report
         self.scalars = scalars
         self._owns_telemetry = False
         if address is not None and (rank == 0 or all_ranks):
-            from gac import Telemetry
-            telemetry = Telemetry(address, run_id, rank=rank, world_size=world_size, spool_dir=spool_dir, token=token,
-                                  tls=tls)
+            telemetry = telemetry_class()(address, run_id, rank=rank, world_size=world_size, spool_dir=spool_dir,
+                                          token=token, tls=tls)
             self._owns_telemetry = True
         self.telemetry = telemetry
-        self._pending: Any = None
+        self._pending: Optional[StepReport] = None
         self._installed = False
         self._warned_order = False
         self._reports_at_log = 0
@@ -105,10 +116,10 @@ class GacCallback(TrainerCallback):
         self._projected_at_log = 0
         self._cosine_max: Optional[float] = None
 
-    def install(self, trainer: Any) -> "GacCallback":
+    def install(self, trainer: object) -> "GacCallback":
         """Adds this callback to ``trainer`` before every other one (so the
         ``report_to`` backends see its values in the logs); returns it."""
-        if not _is_trainer(trainer):
+        if not is_trainer(trainer):
             raise TypeError(f"install needs a transformers Trainer, got {type(trainer).__name__}")
         callbacks = trainer.callback_handler.callbacks
         if any(isinstance(cb, GacCallback) and cb is not self for cb in callbacks):
@@ -121,23 +132,30 @@ class GacCallback(TrainerCallback):
 
     # Trainer events.
 
-    def on_train_begin(self, args: Any, state: Any, control: Any, optimizer: Any = None, **kwargs: Any) -> None:
+    def on_train_begin(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
+                       optimizer: object = None, **kwargs: object) -> None:
         if optimizer is None:
             raise RuntimeError("GacCallback: the Trainer began training without an optimizer")
         if getattr(args, "deepspeed", None) or type(optimizer).__name__ == "DeepSpeedOptimizerWrapper":
             # DeepSpeed steps inside accelerator.backward() (engine.step(), before the Trainer's
             # global_step moves): GAC gates the engine's ZeRO optimizer instead.
-            from gac import _deepspeed
-            if _deepspeed.attach_target(optimizer) is None:
+            target: Optional[StepTarget] = zero_target(optimizer)
+            if target is None:
                 raise NotImplementedError("GacCallback: under DeepSpeed only ZeRO optimizers (stage 1, 2, 3) are "
                                           f"supported, got {type(optimizer).__name__}")
-        self.attachment._wrap(optimizer, step_of=lambda: int(state.global_step) + 1)
+        else:
+            target = step_target(optimizer)  # accelerate's AcceleratedOptimizer
+            if target is None:
+                raise TypeError(f"GacCallback: the Trainer's optimizer is a {type(optimizer).__name__}, which "
+                                "has no param_groups and step()")
+        self.attachment.hook(target, step_of=lambda: int(state.global_step) + 1)
 
-    def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+    def on_step_begin(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
+                      **kwargs: object) -> None:
         self._send_pending(None)
 
-    def on_log(self, args: Any, state: Any, control: Any, logs: Optional[Dict[str, Any]] = None,
-               **kwargs: Any) -> None:
+    def on_log(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
+               logs: Optional[Dict[str, object]] = None, **kwargs: object) -> None:
         if logs is None:
             return
         if not self._installed and not self._warned_order and getattr(args, "report_to", None):
@@ -145,8 +163,9 @@ class GacCallback(TrainerCallback):
             logger.warning("GacCallback was given in Trainer(callbacks=[...]): the report_to backends %s run "
                            "before it and miss its gac/* values; use GacCallback(...).install(trainer) or "
                            "gac.attach(trainer)", args.report_to)
-        if self.attachment.reports > self._reports_at_log:
-            metrics = self._log_metrics()
+        report = self.attachment.last_report
+        if report is not None and self.attachment.reports > self._reports_at_log:
+            metrics = self._log_metrics(report)
             logs.update(metrics)
             history = getattr(state, "log_history", None)
             if history and history[-1].get("step") == state.global_step:
@@ -154,7 +173,8 @@ class GacCallback(TrainerCallback):
         if self._pending is not None and self._pending.step == state.global_step:
             self._send_pending(logs)
 
-    def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+    def on_train_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
+                     **kwargs: object) -> None:
         self._send_pending(None)
         self.attachment.detach()
         if self.telemetry is not None and not self.telemetry.flush(10.0):
@@ -169,16 +189,15 @@ class GacCallback(TrainerCallback):
 
     # What goes to the logs and to gacd.
 
-    def _on_report(self, report: Any) -> None:
+    def _on_report(self, report: StepReport) -> None:
         self._send_pending(None)  # a step that no on_step_begin followed
         self._pending = report if self.telemetry is not None else None
         if report.cosine is not None:
             c = abs(report.cosine)
             self._cosine_max = c if self._cosine_max is None else max(self._cosine_max, c)
 
-    def _log_metrics(self) -> Dict[str, float]:
+    def _log_metrics(self, r: StepReport) -> Dict[str, float]:
         att = self.attachment
-        r = att.last_report
         out: Dict[str, float] = {}
         if r.cosine is not None:
             out["gac/cosine"] = r.cosine
@@ -194,7 +213,7 @@ class GacCallback(TrainerCallback):
         self._projected_at_log, self._cosine_max = att.projected, None
         return out
 
-    def _send_pending(self, logs: Optional[Dict[str, Any]]) -> None:
+    def _send_pending(self, logs: Optional[Dict[str, object]]) -> None:
         report, self._pending = self._pending, None
         if report is None or self.telemetry is None:
             return

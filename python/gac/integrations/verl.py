@@ -30,11 +30,17 @@ steps on.
 from __future__ import annotations
 
 import os
-from typing import Any, Dict, Iterable, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Any, Dict, Optional, Sequence, Union
 
 import torch
 
-from gac._attach import Attachment, attach, resolve_mode
+from gac._attachment import AgentOptions, Attachment, make_attachment, resolve_mode
+from gac._controller import Controller
+from gac._native import remote_controller_class, telemetry_class
+from gac._targets import OptimizerTarget
+
+if TYPE_CHECKING:
+    from torch.optim.optimizer import ParamsT
 
 _GAC_OPTIONS = ("gac_control", "gac_mode", "gac_warmup", "gac_c_low", "gac_c_high", "gac_alpha_mode",
                 "gac_snapshot_dtype", "gac_trigger", "gac_window", "gac_window_c_low", "gac_window_c_high",
@@ -65,7 +71,7 @@ class AdamW(torch.optim.AdamW):  # type: ignore[misc, unused-ignore]  # (torch u
     decision. The attachment is ``optimizer.gac``.
     """
 
-    def __init__(self, params: Iterable[Any], lr: float = 1e-3, betas: Sequence[float] = (0.9, 0.999),
+    def __init__(self, params: ParamsT, lr: float = 1e-3, betas: Sequence[float] = (0.9, 0.999),
                  eps: float = 1e-8, weight_decay: float = 1e-2, **options: Any) -> None:
         gac_options = {k: options.pop(k) for k in list(options) if k.startswith("gac_")}
         unknown = sorted(set(gac_options) - set(_GAC_OPTIONS))
@@ -74,7 +80,8 @@ class AdamW(torch.optim.AdamW):  # type: ignore[misc, unused-ignore]  # (torch u
                             f"GAC takes {', '.join(_GAC_OPTIONS)}")
         super().__init__(params, lr=lr, betas=(float(betas[0]), float(betas[1])), eps=eps,
                          weight_decay=weight_decay, **options)
-        self.gac: Attachment = attach(self, **_attach_options(gac_options))
+        self.gac: Attachment = make_attachment(**_attach_options(gac_options))
+        self.gac.hook(OptimizerTarget(self))
 
     def state_dict(self) -> Dict[str, Any]:
         state: Dict[str, Any] = super().state_dict()
@@ -90,18 +97,22 @@ class AdamW(torch.optim.AdamW):  # type: ignore[misc, unused-ignore]  # (torch u
 
 
 def _attach_options(o: Dict[str, Any]) -> Dict[str, Any]:
-    """gac.attach's arguments from the gac_* options (checked by attach and the classes it makes)."""
+    """gac.attach's arguments from the gac_* options (checked by make_attachment and the classes it makes).
+    The values are whatever verl's configuration holds: make_attachment checks them."""
     out: Dict[str, Any] = {"control": o.get("gac_control", False), "mode": o.get("gac_mode"),
                            "warmup": o.get("gac_warmup", 0), "skip_window": o.get("gac_skip_window", 20)}
     for name in _AGENT_OPTIONS:
         if "gac_" + name in o:
             out[name] = o["gac_" + name]
-    # Checked before any client to gacd is made; attach checks the rest.
-    thresholds: Dict[str, Any] = {k: out[k] for k in ("c_low", "c_high") if k in out}
+    # Checked before any client to gacd is made; make_attachment checks the rest.
+    thresholds: AgentOptions = {}
+    if "c_low" in out:
+        thresholds["c_low"] = out["c_low"]
+    if "c_high" in out:
+        thresholds["c_high"] = out["c_high"]
     resolve_mode(out["control"], out["mode"], out["warmup"], None, thresholds, out["skip_window"])
-    if "c_low" in out or "c_high" in out:
-        from gac import Controller
-        Controller(out.get("c_low", 0.05), out.get("c_high", 0.3))
+    if thresholds:
+        Controller(thresholds.get("c_low", 0.05), thresholds.get("c_high", 0.3))
     group = _process_group()
     if group is not None:
         out["process_group"] = group
@@ -114,20 +125,19 @@ def _attach_options(o: Dict[str, Any]) -> Dict[str, Any]:
     if address is not None:
         if not isinstance(run, str):
             raise ValueError("gac_address needs gac_run (the run id the steps are stored under)")
-        from gac import RemoteController, Telemetry
         token: Optional[str] = o.get("gac_token")
         tls: Optional[str] = o.get("gac_tls")
         if out["mode"] == "remote":
-            out["decision_source"] = RemoteController(address, run, rank=rank, token=token, tls=tls,
-                                                      deadline=float(o.get("gac_deadline", 0.05)))
+            out["decision_source"] = remote_controller_class()(address, run, rank=rank, token=token, tls=tls,
+                                                               deadline=float(o.get("gac_deadline", 0.05)))
         if rank == 0 or o.get("gac_all_ranks", False):
             spool: Union[str, None] = o.get("gac_spool_dir")
-            out["telemetry"] = Telemetry(address, run, rank=rank, world_size=world_size, spool_dir=spool,
-                                         token=token, tls=tls)
+            out["telemetry"] = telemetry_class()(address, run, rank=rank, world_size=world_size, spool_dir=spool,
+                                                 token=token, tls=tls)
     return out
 
 
-def _process_group() -> Any:
+def _process_group() -> Optional[torch.distributed.ProcessGroup]:
     if torch.distributed.is_available() and torch.distributed.is_initialized():
         if torch.distributed.get_world_size() > 1:
             return torch.distributed.group.WORLD

@@ -23,7 +23,7 @@ neither and never imports this package.
 """
 
 try:
-    import google.protobuf  # noqa: F401
+    import google.protobuf  # type: ignore[import-untyped, unused-ignore]  # noqa: F401  (types-protobuf is optional)
 except ImportError as e:
     raise ImportError(
         f"gac.v1 needs the protobuf runtime (and grpcio for its services): pip install 'gac[client]' ({e})"

@@ -1,4 +1,12 @@
 #!/usr/bin/env bash
+# For a short GPU lease (one command of at most 8 minutes, nothing built on
+# the GPU machine) use scripts/gpu_lease.sh instead: the wheel and the
+# torch-free cuda_test built here, test_cuda.py, compute-sanitizer and
+# bench/cuda_wheel_bench.py. This script is the long path, for a GPU machine
+# held for longer: it builds the C++ agent against that machine's LibTorch
+# (with nvcc: other kernels than the wheel's NVRTC 12.9 ones) and runs its
+# CUDA tests, cuda_bench and the GRPO example.
+#
 # Builds and runs the agent's CUDA passes on a machine with an NVIDIA GPU and
 # a CUDA build of PyTorch (no gRPC, SQLite or network needed):
 #
@@ -17,10 +25,11 @@
 # ./gpu-pydeps: pytest and pybind11 made by scripts/gpu_pydeps.sh, put on
 # PYTHONPATH when present; carry it when the image lacks them).
 #
-# With a short device budget (one command at most 10 minutes), split it:
+# With one command of at most 10 minutes on a machine that stays warm
+# between calls, split it:
 #   scripts/gpu_check.sh gpu-out build test python   then
 #   scripts/gpu_check.sh gpu-out bench sanitize      (and grpo if time is left)
-# on the same warm machine, which keeps the build directory between calls.
+# (the build directory is kept between calls).
 #
 # The build uses the installed PyTorch's CMake config
 # (torch.utils.cmake_prefix_path) with -DGAC_WITH_GRPC=OFF -DGAC_WITH_SERVER=OFF; it fails early

@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
-# The test suite: installs what it needs, builds, runs every test with ctest;
-# then the gac wheel under two torches (scripts/wheel_check.sh: one wheel,
-# tested with torch 2.15.0 and torch 2.6.0); then the checking builds of scripts/sanitize.sh (the suite again under
+# The test suite: installs what it needs, builds, checks that the build used
+# no Debian package setup.sh does not install (scripts/check_deps.sh), runs
+# every test with ctest; then the gac wheels, one per CPython 3.10-3.13, each
+# installed beside a torch from PyPI (scripts/wheel_check.sh), gac inside
+# verl's and torchtitan's own code (scripts/trainers_check.sh), the sdist
+# installed by pip (scripts/sdist_check.sh); then the checking builds of scripts/sanitize.sh (the suite again under
 # AddressSanitizer + UndefinedBehaviorSanitizer with the fuzz corpora, and
 # the ThreadSanitizer tests) and each fuzz target for GAC_FUZZ_SECONDS
 # (default 15) with scripts/fuzz.sh. GAC_CHECKS=0 leaves the checking
@@ -15,6 +18,10 @@ bash scripts/build.sh -DGAC_BUILD_TESTS=ON -DGAC_BUILD_BENCHMARKS=ON -DGAC_BUILD
 bash scripts/check_deps.sh "${GAC_BUILD_DIR:-build}"
 ctest --test-dir "${GAC_BUILD_DIR:-build}" --output-on-failure -j "$(nproc)" --timeout 900
 bash scripts/wheel_check.sh
+# The GPU lease's script, dry: every step that can run without a GPU runs.
+bash scripts/gpu_lease.sh --dry-run
+bash scripts/trainers_check.sh "${GAC_BUILD_DIR:-build}"
+bash scripts/sdist_check.sh
 if [ "${GAC_CHECKS:-1}" != 0 ]; then
   bash scripts/sanitize.sh all
   GAC_FUZZ_JOBS=$(nproc) bash scripts/fuzz.sh "${GAC_FUZZ_SECONDS:-15}"

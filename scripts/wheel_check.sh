@@ -1,67 +1,106 @@
 #!/usr/bin/env bash
-# One wheel, two torches: builds the gac wheel (scripts/wheel.sh), checks
-# that its native modules name no torch library, and installs that one
-# file, not rebuilt, into two virtual environments of PyPI packages only:
-#   build/wheel-venv-torch215  torch 2.15.0, requirements.txt's (the .venv's
-#                              packages, through a .pth file: no second download)
-#   .venv-torch26              torch 2.6.0 (tests/python/requirements-torch26.txt,
-#                              installed once, again only when that file changes)
-# and runs the package's tests in each against the installed wheel (not the
-# build tree): the fp64-reference parity tests, the errors, the controller,
-# and the multi-process Gloo tests. Part of scripts/test.sh.
+# The gac wheels where trainers run them: builds one wheel per CPython
+# (scripts/wheel.sh), checks what each carries (no torch library among what
+# its modules need, gac.v1's generated modules, the CUDA kernels'
+# architectures), and installs each, not rebuilt (`pip install --no-index
+# --only-binary :all:`), into environments of PyPI packages only, one pair
+# of CPython and torch per line of the table below:
+#   3.10 + torch 2.6.0    the oldest pair gac supports
+#   3.11 + torch 2.15.0   the project's own (.venv's packages, through a .pth file)
+#   3.12 + torch 2.11.0   the trainer images' Python and the GPU machine's torch
+#   3.13 + torch 2.15.0
+# Each environment (.venv-pyXY-torchNN) is made once from its requirements
+# file (tests/python/requirements-pyXY-torchNN.txt) and again only when that
+# file changes. In each, the package's tests run against the installed wheel
+# (not the build tree): the fp64-reference parity tests, the errors, the
+# controller, the multi-process Gloo tests and gac.attach; and `python -m gac
+# --json` must name the same Python and torch. Part of scripts/test.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 src=$PWD
 bash scripts/wheel.sh dist > /dev/null
-wheel=$(ls "$src"/dist/gac-*.whl)
-echo "wheel_check: $(basename "$wheel") ($(du -k "$wheel" | cut -f1) KiB)"
-
-# No torch library among what the modules need.
 scratch=$(mktemp -d)
 trap 'rm -rf "$scratch"' EXIT
-python3 -m zipfile -e "$wheel" "$scratch/unpacked"
-needed=$(for so in "$scratch"/unpacked/gac/*.so; do readelf -d "$so" | awk '/NEEDED/ {print $5}'; done | sort -u | tr -d '[]')
-if echo "$needed" | grep -E '^lib(torch|c10|shm)'; then
-  echo "wheel_check: a module of the wheel links torch" >&2
-  exit 1
-fi
-echo "wheel_check: the modules need $(echo "$needed" | tr '\n' ' ')"
-# gac.v1, the generated gRPC modules of gac's own .proto, is in the wheel.
-for name in telemetry control query; do
-  for f in "${name}_pb2.py" "${name}_pb2.pyi" "${name}_pb2_grpc.py"; do
-    [ -f "$scratch/unpacked/gac/v1/$f" ] || { echo "wheel_check: gac/v1/$f is not in the wheel" >&2; exit 1; }
+
+for wheel in "$src"/dist/gac-*.whl; do
+  name=$(basename "$wheel")
+  rm -rf "$scratch/unpacked"
+  .venv/bin/python -m zipfile -e "$wheel" "$scratch/unpacked"
+  # No torch library among what the modules need.
+  needed=$(for so in "$scratch"/unpacked/gac/*.so; do readelf -d "$so" | awk '/NEEDED/ {print $5}'; done | sort -u | tr -d '[]')
+  if echo "$needed" | grep -E '^lib(torch|c10|shm)'; then
+    echo "wheel_check: $name: a module links torch" >&2
+    exit 1
+  fi
+  # gac.v1, the generated gRPC modules of gac's own .proto.
+  for f in telemetry control query; do
+    for g in "${f}_pb2.py" "${f}_pb2.pyi" "${f}_pb2_grpc.py"; do
+      [ -f "$scratch/unpacked/gac/v1/$g" ] || { echo "wheel_check: $name: gac/v1/$g is missing" >&2; exit 1; }
+    done
   done
+  # The CUDA kernels' images (cuobjdump): sm_80 to sm_120 and PTX.
+  archs=""
+  [ "${GAC_WHEEL_CUDA:-1}" = 0 ] || archs=", $(bash scripts/wheel_archs.sh "$wheel" | tail -1)"
+  echo "wheel_check: $name ($(du -k "$wheel" | cut -f1) KiB), modules need $(echo $needed)$archs"
 done
 
-run_tests() {  # venv label
-  local venv=$1 label=$2
-  "$venv/bin/python" -m pip install --disable-pip-version-check --quiet --no-deps --force-reinstall "$wheel"
-  (cd "$scratch" &&
-   env -u PYTHONPATH GAC_SOURCE_DIR="$src" PYTHONDONTWRITEBYTECODE=1 GLOO_SOCKET_IFNAME=lo OMP_NUM_THREADS=1 \
-     "$venv/bin/python" -c 'import gac, torch, sys; assert "site-packages" in gac.__file__, gac.__file__; print(f"wheel_check: {sys.argv[1]}: torch {torch.__version__}, gac from {gac.__file__}")' "$label" &&
-   env -u PYTHONPATH GAC_SOURCE_DIR="$src" PYTHONDONTWRITEBYTECODE=1 GLOO_SOCKET_IFNAME=lo OMP_NUM_THREADS=1 \
-     "$venv/bin/python" -m pytest -q -p no:cacheprovider "$src/tests/python/test_agent.py" \
-       "$src/tests/python/test_errors.py" "$src/tests/python/test_controller.py" \
-       "$src/tests/python/test_distributed.py")
+venv_for() {  # X.Y REQUIREMENTS VENV: the environment, made or updated from its requirements file
+  local v=$1 req=$2 venv=$3 py
+  if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c "import sys; sys.exit(sys.version[:len('$v')] != '$v')"; then
+    py=$(ls "$HOME"/.pyenv/versions/"$v".*/bin/"python$v" 2>/dev/null | head -1)
+    [ -n "$py" ] || py=$(command -v "python$v" || true)
+    [ -n "$py" ] || { echo "wheel_check: no CPython $v" >&2; exit 1; }
+    rm -rf "$venv"
+    "$py" -m venv "$venv"
+  fi
+  if ! cmp -s "$req" "$venv/gac-requirements.txt"; then
+    echo "wheel_check: pip install -r $req into $venv (log: $venv/pip.log)"
+    "$venv/bin/python" -m pip install --disable-pip-version-check --progress-bar off --no-input -r "$req" \
+      > "$venv/pip.log" 2>&1 || { tail -20 "$venv/pip.log" >&2; exit 1; }
+    cp "$req" "$venv/gac-requirements.txt"
+  fi
 }
 
-# torch 2.15.0: a fresh venv that sees the .venv's packages.
-new=$src/build/wheel-venv-torch215
-rm -rf "$new"
-/usr/bin/python3 -m venv "$new"
-"$new/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])' > "$scratch/site"
-.venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])' > "$(cat "$scratch/site")/torch-env.pth"
-run_tests "$new" "torch 2.15"
+run_tests() {  # VENV LABEL
+  local venv=$1 label=$2 tag wheel
+  tag=$("$venv/bin/python" -c 'import sys; print(f"cp{sys.version_info[0]}{sys.version_info[1]}")')
+  wheel=$(ls "$src"/dist/gac-*-"$tag"-"$tag"-*.whl)
+  "$venv/bin/python" -m pip install --disable-pip-version-check --quiet --no-index --only-binary :all: \
+    --no-deps --force-reinstall "$wheel"
+  (cd "$scratch" &&
+   export GAC_SOURCE_DIR="$src" PYTHONDONTWRITEBYTECODE=1 GLOO_SOCKET_IFNAME=lo OMP_NUM_THREADS=1 &&
+   env -u PYTHONPATH "$venv/bin/python" - "$label" <<'EOF' &&
+import json, subprocess, sys
+import gac, torch
+assert "site-packages" in gac.__file__, gac.__file__
+info = json.loads(subprocess.run([sys.executable, "-m", "gac", "--json"], check=True, capture_output=True, text=True).stdout)
+assert info["python"] == sys.version.split()[0], info["python"]
+assert info["torch"]["version"] == torch.__version__, info["torch"]
+assert info["cuda_runtime"] == "12.9" and "sm_80" in info["cuda_archs"] and "compute_120" in info["cuda_archs"], info
+print(f"wheel_check: {sys.argv[1]}: gac {info['version']} ({info['wheel']}), torch {torch.__version__}, "
+      f"CUDA runtime {info['cuda_runtime']} ({' '.join(info['cuda_archs'])}), from {gac.__file__}")
+EOF
+   env -u PYTHONPATH "$venv/bin/python" -m pytest -q -p no:cacheprovider "$src/tests/python/test_agent.py" \
+     "$src/tests/python/test_errors.py" "$src/tests/python/test_controller.py" \
+     "$src/tests/python/test_distributed.py" "$src/tests/python/test_attach_control.py")
+}
 
-# torch 2.6.0: its own venv, PyPI only.
-old=$src/.venv-torch26
-req=tests/python/requirements-torch26.txt
-[ -x "$old/bin/python" ] || /usr/bin/python3 -m venv "$old"
-if ! cmp -s "$req" "$old/gac-requirements.txt"; then
-  echo "wheel_check: pip install -r $req into $old (log: $old/pip.log)"
-  "$old/bin/python" -m pip install --disable-pip-version-check --progress-bar off --no-input -r "$req" \
-    > "$old/pip.log" 2>&1 || { tail -20 "$old/pip.log" >&2; exit 1; }
-  cp "$req" "$old/gac-requirements.txt"
-fi
-run_tests "$old" "torch 2.6"
-echo "wheel_check: the same wheel passed under torch 2.15.0 and torch 2.6.0"
+# 3.11 + torch 2.15.0: a fresh venv of Debian's python3 that sees the .venv's packages.
+own=$src/build/wheel-venv-torch215
+rm -rf "$own"
+/usr/bin/python3 -m venv "$own"
+site=$("$own/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+.venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])' > "$site/torch-env.pth"
+run_tests "$own" "CPython 3.11 + torch 2.15.0"
+
+while read -r v torch_version; do
+  id=py${v/./}-torch${torch_version%.*}
+  id=${id//./}
+  venv_for "$v" "tests/python/requirements-$id.txt" "$src/.venv-$id"
+  run_tests "$src/.venv-$id" "CPython $v + torch $torch_version"
+done <<'EOF'
+3.10 2.6.0
+3.12 2.11.0
+3.13 2.15.0
+EOF
+echo "wheel_check: every wheel passed: CPython 3.10 + torch 2.6.0, 3.11 + 2.15.0, 3.12 + 2.11.0, 3.13 + 2.15.0"

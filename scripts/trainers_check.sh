@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# GAC inside the trainers' own code from PyPI: verl 0.9.1 and torchtitan 0.3.0
+# (tests/python/test_trainers_pypi.py). Installs tests/python/
+# requirements-trainers.txt with --no-deps into .venv-trainers, a venv that
+# sees the .venv's packages through a .pth file (torch 2.15.0 is not
+# downloaded twice), once, and afresh only when that file changes; then runs
+# the tests there against the gac package of a build (BUILD_DIR/python, as
+# ctest does), with a missing trainer a failure rather than a skip.
+#   usage: scripts/trainers_check.sh [BUILD_DIR (default: $GAC_BUILD_DIR or build)]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+src=$PWD
+stage="$(cd "${1:-${GAC_BUILD_DIR:-build}}" && pwd)/python"
+if [ ! -f "$stage/gac/__init__.py" ]; then
+  echo "trainers_check: $stage has no gac package (build with scripts/build.sh first)" >&2
+  exit 1
+fi
+
+venv=$src/.venv-trainers
+req=tests/python/requirements-trainers.txt
+if ! cmp -s "$req" "$venv/gac-requirements.txt"; then
+  echo "trainers_check: pip install --no-deps -r $req into a new $venv (log: $venv/pip.log)"
+  rm -rf "$venv"
+  /usr/bin/python3 -m venv "$venv"
+  site=$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+  .venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])' > "$site/torch-env.pth"
+  "$venv/bin/python" -m pip install --disable-pip-version-check --progress-bar off --no-input --no-deps -r "$req" \
+    > "$venv/pip.log" 2>&1 || { tail -20 "$venv/pip.log" >&2; exit 1; }
+  cp "$req" "$venv/gac-requirements.txt"
+fi
+
+run() {
+  env PYTHONPATH="$stage" GAC_SOURCE_DIR="$src" GAC_TRAINERS=required PYTHONDONTWRITEBYTECODE=1 OMP_NUM_THREADS=1 \
+    "$venv/bin/python" "$@"
+}
+run -c 'import gac, torch, importlib.metadata as m
+print("trainers_check: verl", m.version("verl") + ", torchtitan", m.version("torchtitan") + ", torch",
+      torch.__version__ + ", gac from", gac.__file__)'
+run -m pytest -q -p no:cacheprovider tests/python/test_trainers_pypi.py

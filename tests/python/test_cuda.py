@@ -4,8 +4,9 @@ dtype and layout), the passes on the caller's current stream, and
 gac.attach on a CUDA model trained on a side stream.
 
 Every test here needs a CUDA device and skips without one (this machine's
-CI has none; scripts/gpu_check.sh runs them on a GPU). The parity run's
-plumbing for a device is the one test_agent runs on the CPU."""
+CI has none; scripts/gpu_lease.sh runs them on a GPU against the wheel).
+The parity run's plumbing for a device is the one test_agent runs on the
+CPU."""
 
 from __future__ import annotations
 

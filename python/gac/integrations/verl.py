@@ -19,8 +19,9 @@ examples add entries there::
     +actor_rollout_ref.actor.optim.override_optimizer_config.gac_run=exp-1
 
 Without ``gac_control`` (or ``gac_mode``, ``gac_warmup``) GAC observes only.
-Each call of ``step()`` (one per PPO mini-batch in verl's
-``DataParallelPPOActor._optimizer_step``, after verl's clipping) is one GAC
+Each call of ``step()`` (one per PPO mini-batch in verl's engine
+``optimizer_step``, ``FSDPEngine`` in verl 0.9, ``DataParallelPPOActor``
+before it; after verl's clipping) is one GAC
 step; a skipped step leaves the weights and the AdamW state unchanged, and
 verl's LR scheduler still advances. The step count goes into the
 optimizer's ``state_dict`` (key ``"gac"``), so a resumed run numbers its

@@ -12,19 +12,28 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 start=$(date +%s)
-bash scripts/setup.sh
-bash scripts/build.sh -DGAC_BUILD_TESTS=ON -DGAC_BUILD_BENCHMARKS=ON -DGAC_BUILD_EXAMPLES=ON
+times=()
+phase() {  # NAME COMMAND...: runs it, then one line with its time (and all phases' at the end)
+  local name=$1 t0=$SECONDS
+  shift
+  "$@"
+  times+=("$name $((SECONDS - t0))s")
+  echo "test: $name took $((SECONDS - t0)) s"
+}
+phase setup bash scripts/setup.sh
+phase build bash scripts/build.sh -DGAC_BUILD_TESTS=ON -DGAC_BUILD_BENCHMARKS=ON -DGAC_BUILD_EXAMPLES=ON
 # Every Debian package the build used is one setup.sh installs: a fresh machine has it too.
-bash scripts/check_deps.sh "${GAC_BUILD_DIR:-build}"
-ctest --test-dir "${GAC_BUILD_DIR:-build}" --output-on-failure -j "$(nproc)" --timeout 900
-bash scripts/wheel_check.sh
+phase deps bash scripts/check_deps.sh "${GAC_BUILD_DIR:-build}"
+phase ctest ctest --test-dir "${GAC_BUILD_DIR:-build}" --output-on-failure -j "$(nproc)" --timeout 900
+phase wheels bash scripts/wheel_check.sh
 # The GPU lease's script, dry: every step that can run without a GPU runs.
-bash scripts/gpu_lease.sh --dry-run
-bash scripts/trainers_check.sh "${GAC_BUILD_DIR:-build}"
-bash scripts/sdist_check.sh
+phase gpu-dry-run bash scripts/gpu_lease.sh --dry-run
+phase trainers bash scripts/trainers_check.sh "${GAC_BUILD_DIR:-build}"
+phase sdist bash scripts/sdist_check.sh
 if [ "${GAC_CHECKS:-1}" != 0 ]; then
-  bash scripts/sanitize.sh all
-  GAC_FUZZ_JOBS=$(nproc) bash scripts/fuzz.sh "${GAC_FUZZ_SECONDS:-15}"
-  bash scripts/check_deps.sh "${GAC_ASAN_DIR:-build-asan}" "${GAC_TSAN_DIR:-build-tsan}"
+  phase asan bash scripts/sanitize.sh asan
+  phase tsan bash scripts/sanitize.sh tsan
+  phase fuzz env GAC_FUZZ_JOBS="$(nproc)" bash scripts/fuzz.sh "${GAC_FUZZ_SECONDS:-15}"
+  phase deps-checking bash scripts/check_deps.sh "${GAC_ASAN_DIR:-build-asan}" "${GAC_TSAN_DIR:-build-tsan}"
 fi
-echo "test: everything passed in $(( ($(date +%s) - start) / 60 )) min"
+echo "test: everything passed in $(( ($(date +%s) - start) / 60 )) min (${times[*]})"

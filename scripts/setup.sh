@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs the Debian packages gac builds with; the Python environment .venv
-# in the checkout (from Debian's /usr/bin/python3, 3.11) with exactly the
+# (from Debian's /usr/bin/python3, 3.11; a link to its copy kept outside the
+# checkout for every clone, scripts/venv.sh) with exactly the
 # packages of requirements.txt: torch from PyPI, its CUDA 13 runtime and NCCL
 # wheels, the CUDA compiler of the same CUDA release, and the Python tools;
 # and the npm packages of gacd's page (web/package-lock.json). Idempotent:
@@ -56,23 +57,16 @@ echo "setup: all packages present"
 # nvcc, pytest, mypy, pybind11, matplotlib, pandas, PyYAML, every one pinned
 # with its dependencies in requirements.txt. Debian's python3, not one
 # earlier on the PATH, and no system site-packages: nothing but these
-# packages. Reinstalled only when requirements.txt changes (about 3 GB to
-# download the first time).
+# packages. Made again only when requirements.txt changes (about 3 GB to
+# download the first time), and kept outside the checkout for every clone
+# on this machine (scripts/venv.sh; GAC_VENV_CACHE=off keeps it in .venv).
+# One line per package as progress; the whole log in the environment's
+# pip.log. DeepSpeed comes as an sdist: built without its ops (compiled on use).
 venv=.venv
-if [ ! -x "$venv/bin/python" ]; then
-  echo "setup: creating the Python environment $venv (/usr/bin/python3)"
-  /usr/bin/python3 -m venv "$venv"
-fi
-if ! cmp -s requirements.txt "$venv/gac-requirements.txt"; then
-  echo "setup: pip install -r requirements.txt into $venv"
-  # One line per package as progress; the whole log in .venv/pip.log.
-  # DeepSpeed comes as an sdist: built without its ops (compiled on use).
-  DS_BUILD_OPS=0 DS_ACCELERATOR=cpu "$venv/bin/python" -m pip install --disable-pip-version-check --progress-bar off --no-input \
-    --require-virtualenv -r requirements.txt 2>&1 | tee "$venv/pip.log" |
-    { grep --line-buffered -E '^(Collecting|Successfully installed|ERROR)' || true; }
-  "$venv/bin/python" -m pip check >/dev/null
-  cp requirements.txt "$venv/gac-requirements.txt"
-fi
+# shellcheck source=scripts/venv.sh
+source scripts/venv.sh
+gac_venv --label setup --python /usr/bin/python3 --progress --check \
+  --env DS_BUILD_OPS=0 --env DS_ACCELERATOR=cpu --pip-arg --require-virtualenv "$venv" requirements.txt
 echo "setup: $venv matches requirements.txt ($("$venv/bin/python" -c 'import torch; print("torch", torch.__version__)'))"
 
 # The page's charting library, compiled into gacd, and the browser test's

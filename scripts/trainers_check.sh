@@ -3,7 +3,8 @@
 # (tests/python/test_trainers_pypi.py). Installs tests/python/
 # requirements-trainers.txt with --no-deps into .venv-trainers, a venv that
 # sees the .venv's packages through a .pth file (torch 2.15.0 is not
-# downloaded twice), once, and afresh only when that file changes; then runs
+# downloaded twice), once, and afresh only when that file changes (kept
+# outside the checkout for every clone: scripts/venv.sh); then runs
 # the tests there against the gac package of a build (BUILD_DIR/python, as
 # ctest does), with a missing trainer a failure rather than a skip.
 #   usage: scripts/trainers_check.sh [BUILD_DIR (default: $GAC_BUILD_DIR or build)]
@@ -18,16 +19,9 @@ fi
 
 venv=$src/.venv-trainers
 req=tests/python/requirements-trainers.txt
-if ! cmp -s "$req" "$venv/gac-requirements.txt"; then
-  echo "trainers_check: pip install --no-deps -r $req into a new $venv (log: $venv/pip.log)"
-  rm -rf "$venv"
-  /usr/bin/python3 -m venv "$venv"
-  site=$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
-  .venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])' > "$site/torch-env.pth"
-  "$venv/bin/python" -m pip install --disable-pip-version-check --progress-bar off --no-input --no-deps -r "$req" \
-    > "$venv/pip.log" 2>&1 || { tail -20 "$venv/pip.log" >&2; exit 1; }
-  cp "$req" "$venv/gac-requirements.txt"
-fi
+# shellcheck source=scripts/venv.sh
+source scripts/venv.sh
+gac_venv --label trainers_check --python /usr/bin/python3 --share .venv/bin/python --pip-arg --no-deps "$venv" "$req"
 
 run() {
   env PYTHONPATH="$stage" GAC_SOURCE_DIR="$src" GAC_TRAINERS=required PYTHONDONTWRITEBYTECODE=1 OMP_NUM_THREADS=1 \

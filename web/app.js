@@ -97,6 +97,22 @@
   function fmtThresholds(t) {
     return t ? `${fmtNum(t.c_low)} / ${fmtNum(t.c_high)}` : dash;
   }
+  // The settings a step was decided with: gacd's `config` with the rule the
+  // agent reported in `step` (c_low, c_high, trigger, window and the window
+  // thresholds; null when gacd decided) put over it, as gacd's metrics do
+  // (proto::DecidedWith).
+  function decidedWith(config, step) {
+    if (!config || !step || step.c_low === null || step.c_low === undefined) return config;
+    const out = Object.assign({}, config, { thresholds: Object.assign({}, config.thresholds, { c_low: step.c_low, c_high: step.c_high }) });
+    if (step.trigger) out.trigger = step.trigger;
+    if (step.window) out.window = step.window;
+    if (step.window_c_low !== null && step.window_c_low !== undefined) {
+      out.window_thresholds = Object.assign({}, config.window_thresholds || config.thresholds,
+        { c_low: step.window_c_low, c_high: step.window_c_high });
+    }
+    out.decided_in_trainer = true;
+    return out;
+  }
 
   // ------------------------------------------------------------ chrome
 
@@ -200,7 +216,7 @@
     runs.forEach((info, i) => {
       const s = summaries[i];
       const latest = s && s.latest;
-      const config = (s ? s.info.config : info.config) || {};
+      const config = decidedWith((s ? s.info.config : info.config) || {}, latest);
       const t = config.thresholds;
       const tr = document.createElement('tr');
       tr.dataset.run = info.run;
@@ -268,6 +284,11 @@
       this.pnorm = [];
       this.regime = [];
       this.staleness = [];
+      // The thresholds each step was decided with in the trainer (null: gacd's).
+      this.clow = [];
+      this.chigh = [];
+      this.wlow = [];
+      this.whigh = [];
       this.regimeColor = [];
       this.one = [];
       this.scalars = new Map();  // name -> values, aligned with step
@@ -289,6 +310,10 @@
         const would = r.mode === 'monitor' && (r.regime === 'project' || r.regime === 'skip');
         this.regime.push(would ? 'would ' + r.regime : r.regime);
         this.staleness.push(r.staleness);
+        this.clow.push(r.c_low === undefined ? null : r.c_low);
+        this.chigh.push(r.c_high === undefined ? null : r.c_high);
+        this.wlow.push(r.window_c_low === undefined ? null : r.window_c_low);
+        this.whigh.push(r.window_c_high === undefined ? null : r.window_c_high);
         this.regimeColor.push(REGIME_COLORS[r.regime] || '#999999');
         this.one.push(1);
         for (const name of Object.keys(r.scalars)) {
@@ -302,7 +327,8 @@
       const older = new Columns();
       older.append(records);
       const n = this.length;
-      for (const k of ['step', 'cosine', 'after', 'mean', 'gnorm', 'pnorm', 'regime', 'staleness', 'regimeColor', 'one']) {
+      for (const k of ['step', 'cosine', 'after', 'mean', 'gnorm', 'pnorm', 'regime', 'staleness', 'clow', 'chigh', 'wlow',
+        'whigh', 'regimeColor', 'one']) {
         this[k] = older[k].concat(this[k]);
       }
       for (const name of new Set([...older.scalars.keys(), ...this.scalars.keys()])) {
@@ -475,10 +501,16 @@
       }, extra);
     }
 
+    // The bands at each step: the thresholds the step was decided with in
+    // the trainer (local and monitor mode), else gacd's current ones.
+    bands(low, high, t) {
+      const lo = low.map((v) => (v === null ? t.c_low : v));
+      const hi = high.map((v) => (v === null ? t.c_high : v));
+      return [hi, lo, lo.map((v) => -v), hi.map((v) => -v)];
+    }
+
     thresholdColumns() {
-      const t = this.config.thresholds;
-      const n = this.cols.length;
-      return [t.c_high, t.c_low, -t.c_low, -t.c_high].map((v) => new Array(n).fill(v));
+      return this.bands(this.cols.clow, this.cols.chigh, this.config.thresholds);
     }
 
     cosineData() {
@@ -489,9 +521,7 @@
     // gac_window_mean, with the run's current W), null until W cosines.
     windowData() {
       const t = this.config.window_thresholds || this.config.thresholds;
-      const n = this.cols.length;
-      const band = [t.c_high, t.c_low, -t.c_low, -t.c_high].map((v) => new Array(n).fill(v));
-      return [this.cols.step, this.cols.mean, ...band];
+      return [this.cols.step, this.cols.mean, ...this.bands(this.cols.wlow, this.cols.whigh, t)];
     }
 
     buildCharts() {
@@ -664,6 +694,9 @@
       field('latest-grad-norm').textContent = fmtNum(c.gnorm[i]);
       field('latest-ref-norm').textContent = fmtNum(c.pnorm[i]);
       field('latest-staleness').textContent = c.staleness[i] === null ? dash : fmtInt(c.staleness[i]);
+      field('latest-rule').textContent = c.clow[i] === null
+        ? 'gacd’s settings (below)'
+        : `${fmtThresholds({ c_low: c.clow[i], c_high: c.chigh[i] })}, in the trainer`;
       this.tickAge();
     }
 

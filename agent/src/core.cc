@@ -574,11 +574,14 @@ base::StatusOr<controller::StepReport> AgentCore::Step(std::int64_t step, Gradie
   // fallback), which also moves the window: undone if the step fails.
   before_step_ = triggered_;
   report.decision = triggered_.Decide(stats);
+  const controller::DecisionRule rule{triggered_.per_step().thresholds(), triggered_.trigger()};
+  if (options_.mode != controller::Mode::kRemote) report.rule = rule;
   const auto t1 = Clock::now();
   report.stats_seconds = Seconds(t0, t1);
   base::Status st;
   if (options_.mode == controller::Mode::kRemote) {
     st = DecideRemotely(step, stats, &report);
+    if (report.fallback) report.rule = rule;
     report.decide_seconds = Seconds(t1, Clock::now());
   }
   const auto t2 = Clock::now();

@@ -93,6 +93,23 @@ base::StatusOr<controller::TriggerSettings> TriggerFromProto(const v1::RunConfig
   return t;
 }
 
+v1::RunConfig DecidedWith(const v1::RunConfig& config, const v1::StepRecord& record) {
+  v1::RunConfig out = config;
+  if (record.has_c_low() && record.has_c_high()) {
+    out.mutable_thresholds()->set_c_low(record.c_low());
+    out.mutable_thresholds()->set_c_high(record.c_high());
+  }
+  if (record.has_trigger()) out.set_trigger(record.trigger());
+  if (record.has_window()) out.set_window(record.window());
+  if (record.has_window_c_low() && record.has_window_c_high()) {
+    v1::Thresholds* w = out.mutable_window_thresholds();
+    if (!config.has_window_thresholds()) w->set_alpha_mode(config.thresholds().alpha_mode());
+    w->set_c_low(record.window_c_low());
+    w->set_c_high(record.window_c_high());
+  }
+  return out;
+}
+
 v1::Thresholds ToProto(const controller::Thresholds& thresholds, controller::AlphaMode mode) {
   v1::Thresholds t;
   t.set_c_low(thresholds.c_low);

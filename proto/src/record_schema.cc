@@ -14,6 +14,9 @@ FieldValue Absent() { return FieldValue{false, 0, 0}; }
 const char* RegimeNamer(std::int64_t v) {
   return v1::Regime_IsValid(static_cast<int>(v)) ? EnumName(static_cast<v1::Regime>(v)) : kUnknownName;
 }
+const char* TriggerNamer(std::int64_t v) {
+  return v1::Trigger_IsValid(static_cast<int>(v)) ? EnumName(static_cast<v1::Trigger>(v)) : kUnknownName;
+}
 const char* ModeNamer(std::int64_t v) {
   return v1::ControlMode_IsValid(static_cast<int>(v)) ? EnumName(static_cast<v1::ControlMode>(v)) : kUnknownName;
 }
@@ -74,6 +77,29 @@ const StepField kStepFields[kStepFieldCount] = {
     {"fallback", "fallback", FieldType::kBool, false, FieldRange::kAny, false, "", "remote mode: the local decision was used",
      [](const v1::StepRecord& r) { return Int(r.fallback() ? 1 : 0); },
      [](const FieldValue& v, v1::StepRecord* r) { r->set_fallback(v.integer != 0); }, nullptr},
+    // The rule the agent decided with (absent when gacd decided).
+    {"c_low", "c_low", FieldType::kReal, true, FieldRange::kUnit, false, "", "the agent's c_low, when it decided",
+     GAC_OPT_FIELD(c_low, Real, real), nullptr},
+    {"c_high", "c_high", FieldType::kReal, true, FieldRange::kUnit, false, "", "the agent's c_high, when it decided",
+     GAC_OPT_FIELD(c_high, Real, real), nullptr},
+    {"trigger", "trigger", FieldType::kEnum, true, FieldRange::kAny, false, "",
+     "what the agent's thresholds applied to (per_step or window), when it decided",
+     [](const v1::StepRecord& r) { return r.has_trigger() ? Int(r.trigger()) : Absent(); },
+     [](const FieldValue& v, v1::StepRecord* r) {
+       if (v.present) {
+         r->set_trigger(static_cast<v1::Trigger>(v.integer));
+       } else {
+         r->clear_trigger();
+       }
+     },
+     &TriggerNamer},
+    // The column is not `window`, a reserved word in PostgreSQL.
+    {"window", "window_size", FieldType::kInteger, true, FieldRange::kNonNegative, false, "steps",
+     "the agent's window W of m_t, when it decided", GAC_OPT_FIELD(window, Int, integer), nullptr},
+    {"window_c_low", "window_c_low", FieldType::kReal, true, FieldRange::kUnit, false, "",
+     "the agent's c_low for |m_t|, when it decided", GAC_OPT_FIELD(window_c_low, Real, real), nullptr},
+    {"window_c_high", "window_c_high", FieldType::kReal, true, FieldRange::kUnit, false, "",
+     "the agent's c_high for |m_t|, when it decided", GAC_OPT_FIELD(window_c_high, Real, real), nullptr},
 };
 
 #undef GAC_INT_FIELD

@@ -10,9 +10,7 @@ StepReport.layers. It will be removed in gac 0.3.0."
 Some aliases belong to classes of the native modules; the functions below
 put them on those classes (``gac/__init__.py`` does it for the step report,
 ``gac/_native.py`` for the agent and the remote controller when they load):
-the native modules' own aliases warn without the removal version, and are
-replaced, so that the warning, its text and its removal version live here
-alone.
+the warning, its text and its removal version live here alone.
 """
 
 from __future__ import annotations
@@ -81,8 +79,7 @@ _extended: Set[type] = set()
 
 def extend_step_report(cls: "Type[StepReport]") -> None:
     """``StepReport.groups`` (``layers``) and ``StepReport.seconds``
-    (``agent_overhead_seconds``), which the native module defines without
-    the removal version, replaced by warning properties."""
+    (``agent_overhead_seconds``): warning properties on the native class."""
     if cls in _extended:
         return
     setattr(cls, "groups", renamed_property("StepReport.groups", "layers"))

@@ -1,17 +1,20 @@
 """StepReport.to_dict: a step report as flat metric names for any logger.
 
 Every key is ``prefix`` + the name of the StepReport field it comes from
-(one name per concept: ``gac/cosine`` is ``report.cosine``), plus
-``skipped`` (``not report.step_optimizer``) and one key per layer of
-``Agent(layers=...)``: ``gac/cosine/<layer>``, ``gac/grad_norm/<layer>``.
+(one name per concept: ``gac/cosine`` is ``report.cosine``); the fields
+and their order are the report's field table
+(gac/controller/report_fields.h, ``gac._controller.REPORT_FIELDS``), plus
+one key per layer of ``Agent(layers=...)``: ``gac/cosine/<layer>``,
+``gac/grad_norm/<layer>``.
 
 With ``numeric=True`` (the default) every value is an int or a float, so the
 dict goes as it is to wandb, TensorBoard, MLflow or a Trainer's logs: the
 regime and the mode become their index in :data:`REGIMES` and :data:`MODES`
-(ordered by how much GAC does), booleans become 0/1, and what has no value
-(``cosine`` and ``cosine_after`` without a reference, ``window_mean``
-until the agent holds ``window`` cosines, ``remote_error`` without an
-error) is left out rather than sent as None or NaN. With
+(ordered by how much GAC does) and the trigger in :data:`TRIGGERS`,
+booleans become 0/1, and what has no value (``cosine`` and
+``cosine_after`` without a reference, ``window_mean`` until the agent
+holds ``window`` cosines, the rule's fields when gacd decided) and text
+(``remote_error``) are left out rather than sent as None or NaN. With
 ``numeric=False`` the values are the report's own: strings, booleans and
 None.
 """
@@ -20,6 +23,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Dict, Tuple
 
+from gac._controller import REPORT_FIELDS
+
 if TYPE_CHECKING:
     from gac._controller import StepReport
 
@@ -27,36 +32,36 @@ if TYPE_CHECKING:
 REGIMES: Tuple[str, ...] = ("safe", "project", "skip", "invalid")
 # The mode's number in numeric form: 0 monitor, 1 local, 2 remote.
 MODES: Tuple[str, ...] = ("monitor", "local", "remote")
+# The trigger's number in numeric form: 0 per_step, 1 window.
+TRIGGERS: Tuple[str, ...] = ("per_step", "window")
+_ENUMS: Dict[str, Tuple[str, ...]] = {"regime": REGIMES, "mode": MODES, "trigger": TRIGGERS}
 
-# StepReport fields copied as they are, in the order of the dict.
-_FIELDS = ("step", "mode", "regime", "cosine", "cosine_after", "window_mean", "alpha", "projection_coeff",
-           "grad_norm", "ref_norm", "step_optimizer", "skipped", "gradient_modified", "fallback", "remote_error",
-           "elements", "tensors", "strided_tensors", "stats_seconds", "decide_seconds", "apply_seconds",
-           "agent_overhead_seconds")
+# The report's fields with a logger key (gac/controller/report_fields.h), in
+# the order of the dict: (name, type).
+_FIELDS: Tuple[Tuple[str, str], ...] = tuple((f[0], f[1]) for f in REPORT_FIELDS if "logger" in f[5])
 
 
 def report_to_dict(report: StepReport, prefix: str = "gac/", *, numeric: bool = True) -> Dict[str, object]:
     """Returns ``report``'s fields under flat names ``prefix + field``.
 
     prefix: put before every name (a str; "" gives the bare field names).
-    numeric: True: only ints and floats (regime and mode as their index in
-        REGIMES and MODES, booleans as 0/1, absent values left out);
-        False: the report's own values (strings, booleans, None).
+    numeric: True: only ints and floats (regime, mode and trigger as their
+        index in REGIMES, MODES and TRIGGERS, booleans as 0/1, text and
+        absent values left out); False: the report's own values (strings,
+        booleans, None).
     """
     if not isinstance(prefix, str):
         raise TypeError(f"prefix must be a str, got {type(prefix).__name__}")
     if not isinstance(numeric, bool):
         raise TypeError(f"numeric must be a bool, got {type(numeric).__name__}")
     out: Dict[str, object] = {}
-    for name in _FIELDS:
-        value: object = not report.step_optimizer if name == "skipped" else getattr(report, name)
+    for name, kind in _FIELDS:
+        value: object = getattr(report, name)
         if numeric:
-            if value is None or name == "remote_error":
+            if value is None or kind == "str":
                 continue
-            if name == "regime":
-                value = REGIMES.index(value)
-            elif name == "mode":
-                value = MODES.index(value)
+            if kind in _ENUMS:
+                value = _ENUMS[kind].index(str(value))
             elif isinstance(value, bool):
                 value = int(value)
         out[prefix + name] = value

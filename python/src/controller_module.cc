@@ -15,6 +15,7 @@
 #include "gac/controller/calibration.h"
 #include "gac/controller/controller.h"
 #include "gac/controller/decision_source.h"
+#include "gac/controller/report_fields.h"
 #include "gac/controller/step_report.h"
 #include "python/src/support.h"
 
@@ -84,6 +85,31 @@ py::dict DecisionDict(const controller::Decision& d) {
 }
 
 std::string OptionalText(const std::optional<double>& v) { return v ? py::repr(py::float_(*v)).cast<std::string>() : "None"; }
+
+const char* ReportTypeName(controller::ReportType type) {
+  switch (type) {
+    case controller::ReportType::kInteger: return "int";
+    case controller::ReportType::kReal: return "float";
+    case controller::ReportType::kBool: return "bool";
+    case controller::ReportType::kText: return "str";
+    case controller::ReportType::kRegime: return "regime";
+    case controller::ReportType::kMode: return "mode";
+    case controller::ReportType::kTrigger: return "trigger";
+  }
+  return "unknown";
+}
+
+// A report field's value as Python gives it: None when absent, enums by name.
+py::object ReportValueToPython(const controller::ReportField& f, const controller::ReportValue& v) {
+  if (!v.present) return py::none();
+  switch (f.type) {
+    case controller::ReportType::kInteger: return py::int_(v.integer);
+    case controller::ReportType::kReal: return py::float_(v.real);
+    case controller::ReportType::kBool: return py::bool_(v.integer != 0);
+    case controller::ReportType::kText: return py::str(v.text);
+    default: return py::str(controller::ReportEnumName(f.type, v.integer));
+  }
+}
 
 py::dict LayersDict(const controller::StepReport& r) {
   py::dict layers;
@@ -243,85 +269,41 @@ void BindStepReport(py::module_& m) {
       });
 
   using R = controller::StepReport;
-  py::class_<R>(m, "StepReport",
-                "What one agent.step() measured and decided. Call optimizer.step() only when step_optimizer is\n"
-                "True; hand the report to Telemetry.send() to stream it to gacd.")
-      .def_property_readonly("step", [](const R& r) { return r.step; })
-      .def_property_readonly("mode", [](const R& r) { return controller::ModeName(r.mode); },
-                             "The agent's mode for this step: 'local', 'monitor' or 'remote' (in monitor mode the\n"
-                             "regime is what GAC would have done).")
+  py::class_<R> report(m, "StepReport",
+                       "What one agent.step() measured and decided. Call optimizer.step() only when step_optimizer is\n"
+                       "True; hand the report to Telemetry.send() to stream it to gacd.");
+  report
       .def_property_readonly("decision", [](const R& r) { return r.decision; },
                              "The decision used (remote mode: gacd's, or the local one on a fallback).")
-      .def_property_readonly("regime", [](const R& r) { return controller::RegimeName(r.decision.regime); },
-                             "'safe', 'project', 'skip' or 'invalid' (monitor mode: what local mode would do).")
-      .def_property_readonly("cosine", [](const R& r) { return r.decision.cosine; },
-                             "c_t; None on the first step, after a reset and with non-finite gradients.")
-      .def_property_readonly("cosine_after", [](const R& r) { return r.decision.cosine_after; })
-      .def_property_readonly("window_mean", [](const R& r) { return r.decision.window_mean; },
-                             "The signed mean of the agent's last `window` cosines, this one included; None until\n"
-                             "that many are held (after creation or reset()). trigger='window' decides on it.")
-      .def_property_readonly("alpha", [](const R& r) { return r.decision.alpha; })
-      .def_property_readonly("projection_coeff", [](const R& r) { return r.decision.projection_coeff; })
-      .def_property_readonly("grad_norm", [](const R& r) { return r.decision.grad_norm; },
-                             "|g| before projection (all ranks).")
-      .def_property_readonly("ref_norm", [](const R& r) { return r.decision.ref_norm; })
-      .def_property_readonly("step_optimizer", [](const R& r) { return r.step_optimizer; },
-                             "Call optimizer.step()? Always True in monitor mode.")
-      .def_property_readonly("gradient_modified", [](const R& r) { return r.gradient_modified; },
-                             "True when the gradients were projected in place.")
-      .def_property_readonly("fallback", [](const R& r) { return r.fallback; },
-                             "Remote mode: the decision source failed here or on another rank; the local decision was used.")
-      .def_property_readonly("remote_error",
-                             [](const R& r) -> std::optional<std::string> {
-                               if (r.remote_error.empty()) return std::nullopt;
-                               return r.remote_error;
-                             },
-                             "Why the remote decision was not used, or None.")
-      .def_property_readonly("elements", [](const R& r) { return r.elements; },
-                             "Gradient elements read on this rank.")
-      .def_property_readonly("tensors", [](const R& r) { return r.tensors; },
-                             "Parameters with a gradient this step.")
-      .def_property_readonly("strided_tensors", [](const R& r) { return r.strided_tensors; },
-                             "Gradients that took the slower strided path (not dense).")
-      .def_property_readonly("stats_seconds", [](const R& r) { return r.stats_seconds; },
-                             "Statistics pass, all-reduce and local decision.")
-      .def_property_readonly("decide_seconds", [](const R& r) { return r.decide_seconds; },
-                             "Remote decision (remote mode).")
-      .def_property_readonly("apply_seconds", [](const R& r) { return r.apply_seconds; },
-                             "Projection and snapshot pass.")
-      .def_property_readonly("agent_overhead_seconds", &R::agent_overhead_seconds,
-                             "The agent's time in this step, in seconds (stats + decide + apply).")
-      .def_property_readonly("seconds", &R::agent_overhead_seconds, "The same as agent_overhead_seconds.")
       .def_property_readonly("layers", [](const R& r) { return LayersDict(r); },
                              "Per layer (Agent(layers=...)), by name, in the order given.")
-      .def_property_readonly(
-          "groups",
-          [](const R& r) {
-            WarnDeprecated("StepReport.groups is deprecated; use StepReport.layers");
-            return LayersDict(r);
-          },
-          "Deprecated: the former name of layers.")
-      .def(
-          "to_dict",
-          [](const R& r) {
-            py::dict d("step"_a = r.step, "mode"_a = controller::ModeName(r.mode),
-                       "regime"_a = controller::RegimeName(r.decision.regime), "cosine"_a = r.decision.cosine,
-                       "cosine_after"_a = r.decision.cosine_after, "window_mean"_a = r.decision.window_mean,
-                       "alpha"_a = r.decision.alpha,
-                       "grad_norm"_a = r.decision.grad_norm, "ref_norm"_a = r.decision.ref_norm,
-                       "step_optimizer"_a = r.step_optimizer,
-                       "gradient_modified"_a = r.gradient_modified, "fallback"_a = r.fallback,
-                       "seconds"_a = r.agent_overhead_seconds());
-            for (const controller::LayerStats& l : r.layers) d[py::str("cosine/" + l.name)] = l.cosine();
-            return d;
-          },
-          "Flat fields for a logger (wandb, TensorBoard): per-layer cosines as 'cosine/<name>'.")
       .def("__repr__", [](const R& r) {
         return "StepReport(step=" + std::to_string(r.step) + ", regime='" +
                controller::RegimeName(r.decision.regime) + "', cosine=" + OptionalText(r.decision.cosine) +
                ", alpha=" + py::repr(py::float_(r.decision.alpha)).cast<std::string>() +
                ", step_optimizer=" + (r.step_optimizer ? "True" : "False") + ")";
       });
+  // Every other property is a row of the report's field table
+  // (gac/controller/report_fields.h), which REPORT_FIELDS describes to Python.
+  py::list fields;
+  for (const controller::ReportField& f : controller::kReportFields) {
+    py::list views;
+    if (f.views & controller::kViewPython) views.append("python");
+    if (f.views & controller::kViewLogger) views.append("logger");
+    fields.append(py::make_tuple(f.name, ReportTypeName(f.type), f.optional, f.unit, f.help, py::tuple(views),
+                                 f.record != nullptr ? py::object(py::str(f.record)) : py::object(py::none())));
+    if ((f.views & controller::kViewPython) == 0) continue;
+    // The docstrings live as long as the module (pybind11 keeps the pointer).
+    static auto* docs = new std::vector<std::string>(controller::kReportFieldCount);
+    std::string& doc = (*docs)[static_cast<std::size_t>(&f - controller::kReportFields)];
+    doc = f.help;
+    if (*f.unit != '\0') doc += std::string(" Unit: ") + f.unit + ".";
+    const controller::ReportField* field = &f;
+    report.def_property_readonly(
+        f.name, [field](const R& r) { return ReportValueToPython(*field, field->get(r)); }, doc.c_str());
+  }
+  // (name, type, optional, unit, help, views, record field or None), in order.
+  m.attr("REPORT_FIELDS") = py::tuple(fields);
 }
 
 void BindDecisionSource(py::module_& m) {

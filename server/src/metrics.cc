@@ -16,6 +16,7 @@
 #include "gac/base/mutex.h"
 #include "gac/controller/window.h"
 #include "gac/proto/convert.h"
+#include "gac/proto/record_schema.h"
 #include "gac/proto/step_window.h"
 #include "gac/proto/wire_rules.h"
 #include "prometheus/counter.h"
@@ -139,12 +140,19 @@ struct Metrics::Impl {
     std::unordered_map<std::uint32_t, RankSeries> ranks;
     std::unordered_set<std::string> scalar_names;  // at most kMaxScalarNamesPerRun
     std::unordered_set<std::string> layer_names;   // at most options_.max_layers_per_run
-    Gauge* c_low = nullptr;                        // set by ObserveConfig
+    Gauge* c_low = nullptr;                        // set by ShowSettings
     Gauge* c_high = nullptr;
     Gauge* window_c_low = nullptr;
     Gauge* window_c_high = nullptr;
     Gauge* window_steps = nullptr;
     int window = controller::TriggerSettings{}.window;  // the run's W
+    // gacd's settings for the run (ObserveConfig), and the rule its latest
+    // step was decided with in the trainer (only the rule's fields set;
+    // none when gacd decided): the threshold gauges and W show both merged
+    // (proto::DecidedWith).
+    bool config_seen = false;
+    v1::RunConfig config;
+    v1::StepRecord rule;
     std::array<Counter*, kNumRegimes> decisions{};  // created on first Decide
   };
 
@@ -165,6 +173,8 @@ struct Metrics::Impl {
   // created (at 0) when new.
   std::array<Counter*, kNumRegimes>& StepCounters(const std::string& run, std::uint32_t rank, v1::ControlMode mode,
                                                   RankSeries& s) GAC_REQUIRES(mu_);
+  // Sets the threshold and window gauges and W from state's settings.
+  void ShowSettings(const std::string& run, RunState& state) GAC_REQUIRES(mu_);
   // The body of ObserveStep.
   void ApplyStep(const v1::StepRecord& record, std::chrono::system_clock::time_point now, RunState& state)
       GAC_REQUIRES(mu_);
@@ -253,36 +263,49 @@ struct Metrics::Impl {
   base::CondVar pending_done_;
 };
 
+namespace {
+
+// The help of a gauge that exports one record field: the record schema's
+// help for it (gac/proto/record_schema.h), so the two never disagree.
+std::string FieldHelp(const char* field, const char* note) {
+  const proto::StepField* f = proto::FindStepField(field);
+  std::string help = std::string("Latest ") + (f != nullptr ? f->help : field) + " (the step record's " + field + ")";
+  if (*note != '\0') help += std::string(" ") + note;
+  return help;
+}
+
+}  // namespace
+
 Metrics::Impl::Impl(MetricsOptions options)
     : options_(std::move(options)),
       registry_(std::make_shared<prometheus::Registry>()),
       cosine_(prometheus::BuildGauge()
                   .Name("gac_cosine")
-                  .Help("Latest cosine c_t between the gradient and the reference direction (absent until a step reports one)")
+                  .Help(FieldHelp("cosine", "(absent until a step reports one)"))
                   .Register(*registry_)),
       cosine_after_(prometheus::BuildGauge()
                         .Name("gac_cosine_after")
-                        .Help("Latest cosine between the applied update and the reference direction (absent until reported)")
+                        .Help(FieldHelp("cosine_after", "(absent until reported)"))
                         .Register(*registry_)),
       grad_norm_(prometheus::BuildGauge()
                      .Name("gac_grad_norm")
-                     .Help("Latest gradient norm ||g|| of the step")
+                     .Help(FieldHelp("grad_norm", ""))
                      .Register(*registry_)),
       ref_norm_(prometheus::BuildGauge()
                     .Name("gac_ref_norm")
-                    .Help("Latest reference direction norm ||p||")
+                    .Help(FieldHelp("ref_norm", ""))
                     .Register(*registry_)),
       alpha_(prometheus::BuildGauge()
                  .Name("gac_alpha")
-                 .Help("Latest gain on the parallel component of the update (1 when untouched)")
+                 .Help(FieldHelp("alpha", ""))
                  .Register(*registry_)),
       staleness_(prometheus::BuildGauge()
                      .Name("gac_staleness_steps")
-                     .Help("Latest policy staleness in optimiser steps behind the learner (absent until reported)")
+                     .Help(FieldHelp("staleness", "(absent until reported)"))
                      .Register(*registry_)),
       step_(prometheus::BuildGauge()
                 .Name("gac_step")
-                .Help("Latest optimiser step index reported")
+                .Help(FieldHelp("step", ""))
                 .Register(*registry_)),
       last_report_(prometheus::BuildGauge()
                        .Name("gac_last_report_timestamp_seconds")
@@ -294,7 +317,7 @@ Metrics::Impl::Impl(MetricsOptions options)
                           .Register(*registry_)),
       agent_overhead_(prometheus::BuildGauge()
                           .Name("gac_agent_overhead_seconds")
-                          .Help("Agent time on the training thread during the latest step")
+                          .Help(FieldHelp("agent_overhead_seconds", ""))
                           .Register(*registry_)),
       steps_(prometheus::BuildCounter()
                  .Name("gac_steps_total")
@@ -558,8 +581,46 @@ void Metrics::Impl::ObserveLayers(const v1::StepRecord& record, RunState& state,
   }
 }
 
+void Metrics::Impl::ShowSettings(const std::string& run, RunState& state) {
+  if (!state.config_seen) return;
+  const v1::RunConfig config = proto::DecidedWith(state.config, state.rule);
+  if (state.c_low == nullptr) {
+    state.c_low = &c_low_.Add({{"run", run}});
+    state.c_high = &c_high_.Add({{"run", run}});
+    state.window_c_low = &window_c_low_.Add({{"run", run}});
+    state.window_c_high = &window_c_high_.Add({{"run", run}});
+    state.window_steps = &window_steps_.Add({{"run", run}});
+  }
+  state.c_low->Set(config.thresholds().c_low());
+  state.c_high->Set(config.thresholds().c_high());
+  const v1::Thresholds& w = config.has_window_thresholds() ? config.window_thresholds() : config.thresholds();
+  state.window_c_low->Set(w.c_low());
+  state.window_c_high->Set(w.c_high());
+  state.window = proto::ListingWindow(config);
+  state.window_steps->Set(static_cast<double>(state.window));
+}
+
 void Metrics::Impl::ApplyStep(const v1::StepRecord& record, std::chrono::system_clock::time_point now,
                                RunState& state) {
+  // The rule the step was decided with, when the trainer decided it.
+  v1::StepRecord rule;
+  if (record.has_c_low()) rule.set_c_low(record.c_low());
+  if (record.has_c_high()) rule.set_c_high(record.c_high());
+  if (record.has_trigger()) rule.set_trigger(record.trigger());
+  if (record.has_window()) rule.set_window(record.window());
+  if (record.has_window_c_low()) rule.set_window_c_low(record.window_c_low());
+  if (record.has_window_c_high()) rule.set_window_c_high(record.window_c_high());
+  const auto same = [](const v1::StepRecord& a, const v1::StepRecord& b) {
+    return a.has_c_low() == b.has_c_low() && a.c_low() == b.c_low() && a.has_c_high() == b.has_c_high() &&
+           a.c_high() == b.c_high() && a.has_trigger() == b.has_trigger() && a.trigger() == b.trigger() &&
+           a.has_window() == b.has_window() && a.window() == b.window() &&
+           a.has_window_c_low() == b.has_window_c_low() && a.window_c_low() == b.window_c_low() &&
+           a.has_window_c_high() == b.has_window_c_high() && a.window_c_high() == b.window_c_high();
+  };
+  if (!same(rule, state.rule)) {
+    state.rule = std::move(rule);
+    ShowSettings(record.run(), state);
+  }
   RankSeries& s = Rank(record.run(), state, record.rank());
   s.grad_norm->Set(record.grad_norm());
   s.ref_norm->Set(record.ref_norm());
@@ -667,22 +728,9 @@ void Metrics::ObserveConfig(const std::string& run, const v1::RunConfig& config,
   {
     base::MutexLock lock(&m.mu_);
     Impl::RunState& state = m.Touch(run, now, &evicted);
-    if (state.c_low == nullptr) {
-      state.c_low = &m.c_low_.Add({{"run", run}});
-      state.c_high = &m.c_high_.Add({{"run", run}});
-    }
-    state.c_low->Set(config.thresholds().c_low());
-    state.c_high->Set(config.thresholds().c_high());
-    if (state.window_c_low == nullptr) {
-      state.window_c_low = &m.window_c_low_.Add({{"run", run}});
-      state.window_c_high = &m.window_c_high_.Add({{"run", run}});
-      state.window_steps = &m.window_steps_.Add({{"run", run}});
-    }
-    const v1::Thresholds& w = config.has_window_thresholds() ? config.window_thresholds() : config.thresholds();
-    state.window_c_low->Set(w.c_low());
-    state.window_c_high->Set(w.c_high());
-    state.window = proto::ListingWindow(config);
-    state.window_steps->Set(static_cast<double>(state.window));
+    state.config = config;
+    state.config_seen = true;
+    m.ShowSettings(run, state);
   }
   m.Finish(evicted);
 }

@@ -87,6 +87,24 @@ base::Status ValidateRecordWithPrefix(const v1::StepRecord& r, const Limits& lim
   if (base::StatusOr<controller::Regime> regime = proto::FromProto(r.regime()); !regime.ok()) return Bad(p, regime.status().message());
   // UNSPECIFIED is allowed here: older agents do not report their mode.
   if (!v1::ControlMode_IsValid(r.mode())) return Bad(p, "unknown mode " + std::to_string(r.mode()));
+  // The agent's rule, when given, is one it could have decided with.
+  if (r.has_trigger() && r.trigger() != v1::TRIGGER_PER_STEP && r.trigger() != v1::TRIGGER_WINDOW) {
+    return Bad(p, "unknown trigger " + std::to_string(r.trigger()));
+  }
+  if (r.has_window() && (r.window() < 1 || r.window() > static_cast<std::uint32_t>(controller::kMaxWindow))) {
+    return Bad(p, "window must be in [1, " + std::to_string(controller::kMaxWindow) + "], got " +
+                      std::to_string(r.window()));
+  }
+  for (const auto& [has_low, low, has_high, high, what] :
+       {std::make_tuple(r.has_c_low(), r.c_low(), r.has_c_high(), r.c_high(), "c_low/c_high"),
+        std::make_tuple(r.has_window_c_low(), r.window_c_low(), r.has_window_c_high(), r.window_c_high(),
+                        "window_c_low/window_c_high")}) {
+    if (has_low != has_high) return Bad(p, std::string(what) + ": give both or neither");
+    if (has_low) {
+      st = controller::ValidateThresholds(controller::Thresholds{low, high});
+      if (!st.ok()) return Bad(p, std::string(what) + ": " + st.message());
+    }
+  }
   if (static_cast<std::size_t>(r.scalars_size()) > limits.max_scalars_per_record) {
     return Bad(p, "too many scalars: " + std::to_string(r.scalars_size()) + " > " +
                       std::to_string(limits.max_scalars_per_record));

@@ -44,6 +44,7 @@ struct SyntheticRunOptions {
   int layers = 8;                   // per-layer rows per record; 0 = none
   bool remote = false;              // mode REMOTE: the caller asks gacd (Decide) and passes the answer
   int fallback_every = 0;           // remote: every Nth step the local decision is used (0 = never)
+  bool report_rule = false;         // steps decided here carry `thresholds` as the agent's rule
 };
 
 class SyntheticRun {
@@ -111,6 +112,14 @@ class SyntheticRun {
     }
     r.set_mode(o_.remote ? v1::CONTROL_MODE_REMOTE : v1::CONTROL_MODE_LOCAL);
     r.set_fallback(o_.remote && !use_remote);
+    if (o_.report_rule && !use_remote) {
+      r.set_c_low(o_.thresholds.c_low);
+      r.set_c_high(o_.thresholds.c_high);
+      r.set_trigger(v1::TRIGGER_PER_STEP);
+      r.set_window(20);
+      r.set_window_c_low(o_.thresholds.c_low);
+      r.set_window_c_high(o_.thresholds.c_high);
+    }
     r.set_staleness(2 + step_ % 3);
     r.set_wall_time_ns(std::chrono::duration_cast<std::chrono::nanoseconds>(now.time_since_epoch()).count());
 

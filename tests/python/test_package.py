@@ -111,6 +111,9 @@ def test_stubs_match_the_modules(module_name: str) -> None:
                 sig = runtime_signature(getattr(value, "__doc__", "") or "", name)
                 if sig is not None and name not in ("__exit__",):
                     assert stub_signature(fn) == sig, f"{node.name}.{name}: stub {stub_signature(fn)} vs {sig}"
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            stub_names.add(node.target.id)  # a module constant
+            assert hasattr(module, node.target.id), f"{module_name}.{node.target.id} is in the stub only"
         elif isinstance(node, ast.FunctionDef):
             stub_names.add(node.name)
             fn_rt = getattr(module, node.name, None)

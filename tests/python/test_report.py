@@ -1,7 +1,9 @@
 """report.to_dict(): every documented flat name with the report's own value,
-numbers only by default (regime and mode as their index in gac.REGIMES and
-gac.MODES, booleans 0/1, absent values left out), the report's own values
-with numeric=False, per-layer names, another prefix; bad arguments raise."""
+numbers only by default (regime, mode and trigger as their index in
+gac.REGIMES, gac.MODES and TRIGGERS, booleans 0/1, absent values left out),
+the report's own values with numeric=False, per-layer names, another prefix;
+the rule the agent decided with (and none when gacd decided); bad arguments
+raise."""
 
 from __future__ import annotations
 
@@ -14,7 +16,8 @@ import gac
 
 FIELDS = ["step", "mode", "regime", "cosine", "cosine_after", "window_mean", "alpha", "projection_coeff", "grad_norm", "ref_norm",
           "step_optimizer", "skipped", "gradient_modified", "fallback", "remote_error", "elements", "tensors",
-          "strided_tensors", "stats_seconds", "decide_seconds", "apply_seconds", "agent_overhead_seconds"]
+          "strided_tensors", "stats_seconds", "decide_seconds", "apply_seconds", "agent_overhead_seconds",
+          "c_low", "c_high", "trigger", "window", "window_c_low", "window_c_high"]
 
 
 def _reports() -> Dict[str, Any]:
@@ -45,6 +48,9 @@ def test_numeric_dict_has_every_field_as_a_number() -> None:
         assert [k for k in d if k.count("/") == 1] == ["gac/" + f for f in expected], name
         assert d["gac/regime"] == gac.REGIMES.index(r.regime) == ["safe", "project", "skip", "invalid"].index(r.regime)
         assert d["gac/mode"] == gac.MODES.index("local") == 1
+        # The rule this agent decided with: Agent(0.05, 0.3), the default trigger.
+        assert (d["gac/c_low"], d["gac/c_high"], d["gac/trigger"], d["gac/window"]) == (0.05, 0.3, 0, 20)
+        assert r.trigger == "per_step" and (r.window_c_low, r.window_c_high) == (d["gac/window_c_low"], d["gac/window_c_high"])
         assert d["gac/skipped"] == int(not r.step_optimizer)
         assert d["gac/step_optimizer"] == int(r.step_optimizer)
         assert d["gac/gradient_modified"] == int(r.gradient_modified)
@@ -86,6 +92,31 @@ def test_window_mean_once_the_window_is_full() -> None:
     assert dicts[3]["gac/window_mean"] == pytest.approx(0.5, abs=1e-6)
     assert dicts[2]["gac/regime"] == dicts[3]["gac/regime"] == gac.REGIMES.index("project")
     assert list(dicts[3])[:6] == ["gac/" + f for f in FIELDS[:6]]
+
+
+def test_the_rule_is_the_agents_own_and_absent_when_gacd_decides() -> None:
+    p = torch.nn.Parameter(torch.zeros(4))
+    p.grad = torch.ones(4)
+    windowed = gac.Agent(0.1, 0.6, trigger="window", window=7, window_c_low=0.2, window_c_high=0.5, mode="monitor")
+    r = windowed.step(1, [p])
+    assert (r.c_low, r.c_high, r.trigger, r.window, r.window_c_low, r.window_c_high) == (0.1, 0.6, "window", 7, 0.2, 0.5)
+    assert r.to_dict()["gac/trigger"] == 1
+
+    class Gacd(gac.DecisionSource):  # decides itself: the report carries no rule of the agent's
+        def decide(self, step: int, stats: Any) -> Any:
+            return gac.Decision("safe", cosine=None)
+
+    class Failing(gac.DecisionSource):  # fails: the agent's fallback decision, with its rule
+        def decide(self, step: int, stats: Any) -> Any:
+            raise RuntimeError("gacd is away")
+
+    remote = gac.Agent(0.05, 0.3, mode="remote", decision_source=Gacd())
+    d = remote.step(1, [p]).to_dict(numeric=False)
+    assert [d["gac/" + f] for f in FIELDS[-6:]] == [None] * 6
+    numeric = remote.step(2, [p]).to_dict()
+    assert not any(k in numeric for k in ("gac/c_low", "gac/trigger", "gac/window"))
+    fallback = gac.Agent(0.05, 0.3, mode="remote", decision_source=Failing()).step(1, [p])
+    assert fallback.fallback and (fallback.c_low, fallback.c_high, fallback.trigger) == (0.05, 0.3, "per_step")
 
 
 def test_prefix_and_the_free_function() -> None:

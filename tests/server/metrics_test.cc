@@ -349,6 +349,42 @@ TEST(MetricsTest, TrainerScalarsOneSeriesPerNameCappedPerRun) {
   EXPECT_EQ(Value(s, "gac_trainer_scalar", {{"run", "r2"}, {"rank", "0"}, {"name", "kl"}}), 0.02);
 }
 
+// A run decided in the trainer: the threshold gauges and W are the rule its
+// latest step reports, over gacd's settings; back to gacd's when a step
+// comes without one (gacd decided it), and m_t is over the agent's W.
+TEST(MetricsTest, ThresholdsOfARunDecidedInTheTrainerAreItsOwn) {
+  Metrics m;
+  v1::RunConfig config;
+  config.mutable_thresholds()->set_c_low(0.05);
+  config.mutable_thresholds()->set_c_high(0.3);
+  m.ObserveConfig("t", config, kT0);
+  v1::StepRecord own = Step("t", 0, 1);
+  own.set_c_low(0.02);
+  own.set_c_high(0.6);
+  own.set_trigger(v1::TRIGGER_WINDOW);
+  own.set_window(2);
+  own.set_window_c_low(0.1);
+  own.set_window_c_high(0.4);
+  m.ObserveStep(own, kT0);
+  auto s = Parse(m.Render());
+  EXPECT_EQ(Value(s, "gac_threshold_c_low", {{"run", "t"}}), 0.02);
+  EXPECT_EQ(Value(s, "gac_threshold_c_high", {{"run", "t"}}), 0.6);
+  EXPECT_EQ(Value(s, "gac_threshold_window_c_low", {{"run", "t"}}), 0.1);
+  EXPECT_EQ(Value(s, "gac_threshold_window_c_high", {{"run", "t"}}), 0.4);
+  EXPECT_EQ(Value(s, "gac_window_steps", {{"run", "t"}}), 2.0);
+  // gacd's settings change: the trainer's rule still shows.
+  config.mutable_thresholds()->set_c_low(0.07);
+  m.ObserveConfig("t", config, kT0);
+  s = Parse(m.Render());
+  EXPECT_EQ(Value(s, "gac_threshold_c_low", {{"run", "t"}}), 0.02);
+  // A step gacd decided (no rule): its settings.
+  m.ObserveStep(Step("t", 0, 2), kT0);
+  s = Parse(m.Render());
+  EXPECT_EQ(Value(s, "gac_threshold_c_low", {{"run", "t"}}), 0.07);
+  EXPECT_EQ(Value(s, "gac_threshold_c_high", {{"run", "t"}}), 0.3);
+  EXPECT_EQ(Value(s, "gac_window_steps", {{"run", "t"}}), 20.0);
+}
+
 TEST(MetricsTest, ThresholdsDecisionsAndDecideLatency) {
   Metrics m;
   v1::RunConfig config;

@@ -1022,6 +1022,49 @@ TEST_F(SqliteStoreTest, SchemaVersionAndWal) {
   EXPECT_EQ(raw.Query("SELECT count(*) FROM layers"), "2");
 }
 
+// A file made before some record schema rows existed (their columns
+// dropped here) gets them as columns when opened; its rows read them as
+// absent (optional fields) or zero, and new rows keep them.
+TEST_F(SqliteStoreTest, ColumnsOfLaterFieldsAreAdded) {
+  const std::vector<const char*> later = {"c_low", "c_high", "trigger", "window_size", "window_c_low",
+                                          "window_c_high", "fallback"};
+  const v1::StepRecord old_row = MakeStep("r", 0, 1);
+  {
+    std::unique_ptr<Store> store = OpenOrDie(DbPath());
+    ASSERT_NE(store, nullptr);
+    ASSERT_EQ(ApplyRecords(store.get(), {old_row}, 1), Counts({1, 0}));
+  }
+  {
+    RawDb raw(DbPath());
+    for (const char* column : later) raw.Exec(std::string("ALTER TABLE steps DROP COLUMN ") + column);
+    EXPECT_EQ(raw.Query("SELECT count(*) FROM pragma_table_info('steps') WHERE name = 'c_low'"), "0");
+  }
+  std::unique_ptr<Store> store = OpenOrDie(DbPath());
+  ASSERT_NE(store, nullptr);
+  {
+    RawDb raw(DbPath());
+    for (const char* column : later) {
+      EXPECT_EQ(raw.Query(std::string("SELECT count(*) FROM pragma_table_info('steps') WHERE name = '") + column + "'"),
+                "1")
+          << column;
+    }
+    EXPECT_EQ(raw.Query("SELECT \"notnull\" FROM pragma_table_info('steps') WHERE name = 'fallback'"), "1");
+  }
+  v1::StepRecord new_row = EveryFieldSet("r");
+  new_row.set_step(2);
+  ASSERT_EQ(ApplyRecords(store.get(), {new_row}, 2), Counts({1, 0}));
+  StepQuery query;
+  query.run = "r";
+  query.include_layers = true;
+  const std::vector<v1::StepRecord> got = Steps(store.get(), query);
+  ASSERT_EQ(got.size(), 2u);
+  v1::StepRecord old_read = old_row;
+  old_read.set_fallback(false);  // the added column's default
+  EXPECT_TRUE(SameMessages(std::vector<v1::StepRecord>{got[0]}, std::vector<v1::StepRecord>{old_read}));
+  EXPECT_FALSE(got[0].has_c_low() || got[0].has_trigger() || got[0].has_window());
+  EXPECT_TRUE(SameMessages(std::vector<v1::StepRecord>{got[1]}, std::vector<v1::StepRecord>{new_row}));
+}
+
 TEST_F(SqliteStoreTest, GarbageFileIsDataLoss) {
   {
     std::ofstream out(DbPath(), std::ios::binary);

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <limits>
 
+#include "gac/controller/report_fields.h"
 #include "gac/proto/record_schema.h"
 #include "server/src/validate.h"
 
@@ -28,6 +29,7 @@ controller::StepReport ProjectReport() {
   report.fallback = true;
   report.mode = controller::Mode::kRemote;
   report.layers = {controller::LayerStats{"layer.0", 0.5, 4.0, 1.0}, controller::LayerStats{"layer.1", 0.0, 1.0, 0.0}};
+  report.rule = controller::DecisionRule{{0.1, 0.6}, {controller::Trigger::kWindow, 7, {0.2, 0.5}}};
   return report;
 }
 
@@ -48,6 +50,12 @@ TEST(StepRecordTest, CarriesEveryFieldOfTheReport) {
   EXPECT_TRUE(r.fallback());
   EXPECT_DOUBLE_EQ(r.agent_overhead_seconds(), 3e-4);
   EXPECT_EQ(r.scalars().at("reward"), 0.5);
+  EXPECT_EQ(r.c_low(), 0.1);
+  EXPECT_EQ(r.c_high(), 0.6);
+  EXPECT_EQ(r.trigger(), v1::TRIGGER_WINDOW);
+  EXPECT_EQ(r.window(), 7u);
+  EXPECT_EQ(r.window_c_low(), 0.2);
+  EXPECT_EQ(r.window_c_high(), 0.5);
   ASSERT_EQ(r.layers_size(), 2);
   EXPECT_EQ(r.layers(0).name(), "layer.0");
   EXPECT_NEAR(r.layers(0).cosine(), 0.5 / (2.0 * 1.0 + controller::kCosineEpsilon), 1e-15);
@@ -75,6 +83,37 @@ TEST(StepRecordTest, SetsEveryFieldOfTheRecordSchema) {
       EXPECT_NE(got.integer, none.integer);
     }
   }
+}
+
+// Every report field that names a record field names a row of the record
+// schema, and the row's type fits the report's.
+TEST(StepRecordTest, ReportFieldsNameRecordSchemaRows) {
+  int mapped = 0;
+  for (const controller::ReportField& f : controller::kReportFields) {
+    if (f.record == nullptr) continue;
+    SCOPED_TRACE(f.name);
+    const proto::StepField* row = proto::FindStepField(f.record);
+    ASSERT_NE(row, nullptr);
+    ++mapped;
+    switch (f.type) {
+      case controller::ReportType::kReal: EXPECT_EQ(row->type, proto::FieldType::kReal); break;
+      case controller::ReportType::kBool: EXPECT_EQ(row->type, proto::FieldType::kBool); break;
+      case controller::ReportType::kInteger: EXPECT_EQ(row->type, proto::FieldType::kInteger); break;
+      case controller::ReportType::kText: EXPECT_EQ(row->type, proto::FieldType::kText); break;
+      default: EXPECT_EQ(row->type, proto::FieldType::kEnum); break;
+    }
+    if (f.optional) EXPECT_TRUE(row->optional) << "an absent report value must be absent on the wire";
+  }
+  EXPECT_GE(mapped, 15);
+}
+
+// A report without the agent's rule (gacd decided) gives a record without it.
+TEST(StepRecordTest, NoRuleNoRuleFields) {
+  controller::StepReport report = ProjectReport();
+  report.rule.reset();
+  const v1::StepRecord r = MakeStepRecord(report, {"exp-7", 0, 1});
+  EXPECT_FALSE(r.has_c_low() || r.has_c_high() || r.has_trigger() || r.has_window() || r.has_window_c_low() ||
+               r.has_window_c_high());
 }
 
 TEST(StepRecordTest, ValuesGacdWouldRejectAreMadeValid) {

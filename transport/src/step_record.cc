@@ -2,7 +2,10 @@
 
 #include <chrono>
 #include <cmath>
+#include <utility>
+#include <vector>
 
+#include "gac/controller/report_fields.h"
 #include "gac/proto/convert.h"
 #include "gac/proto/record_schema.h"
 
@@ -45,6 +48,21 @@ void MakeValid(v1::StepRecord* r) {
   }
 }
 
+// The report fields that fill a record field (report_fields.h's `record`),
+// paired with that field's row of the record schema.
+const std::vector<std::pair<const controller::ReportField*, const proto::StepField*>>& ReportToRecord() {
+  static const auto* pairs = [] {
+    auto* out = new std::vector<std::pair<const controller::ReportField*, const proto::StepField*>>();
+    for (const controller::ReportField& f : controller::kReportFields) {
+      if (f.record == nullptr) continue;
+      const proto::StepField* to = proto::FindStepField(f.record);
+      if (to != nullptr) out->emplace_back(&f, to);  // a name without a row: tests/transport/step_record_test.cc
+    }
+    return out;
+  }();
+  return *pairs;
+}
+
 }  // namespace
 
 v1::StepRecord MakeStepRecord(const controller::StepReport& report, const RunIdentity& who,
@@ -53,14 +71,24 @@ v1::StepRecord MakeStepRecord(const controller::StepReport& report, const RunIde
   r.set_run(who.run);
   r.set_rank(who.rank);
   r.set_world_size(who.world_size);
-  r.set_step(report.step);
-  const controller::Decision& d = report.decision;
-  if (d.cosine) r.set_cosine(*d.cosine);
-  if (d.cosine_after) r.set_cosine_after(*d.cosine_after);
-  r.set_grad_norm(d.grad_norm);
-  r.set_ref_norm(d.ref_norm);
-  r.set_regime(proto::ToProto(d.regime));
-  r.set_alpha(d.alpha);
+  for (const auto& [from, to] : ReportToRecord()) {
+    const controller::ReportValue v = from->get(report);
+    proto::FieldValue out{v.present, v.integer, v.real};
+    switch (from->type) {  // the controller's enums to the wire's
+      case controller::ReportType::kRegime:
+        out.integer = proto::ToProto(static_cast<controller::Regime>(v.integer));
+        break;
+      case controller::ReportType::kMode:
+        out.integer = proto::ToProto(static_cast<controller::Mode>(v.integer));
+        break;
+      case controller::ReportType::kTrigger:
+        out.integer = proto::ToProto(static_cast<controller::Trigger>(v.integer));
+        break;
+      default:
+        break;
+    }
+    to->set(out, &r);
+  }
   if (staleness && *staleness >= 0) r.set_staleness(*staleness);
   for (const auto& [name, value] : scalars) {
     if (std::isfinite(value)) (*r.mutable_scalars())[name] = value;
@@ -75,9 +103,6 @@ v1::StepRecord MakeStepRecord(const controller::StepReport& report, const RunIde
   r.set_wall_time_ns(std::chrono::duration_cast<std::chrono::nanoseconds>(
                          std::chrono::system_clock::now().time_since_epoch())
                          .count());
-  r.set_agent_overhead_seconds(report.agent_overhead_seconds());
-  r.set_mode(proto::ToProto(report.mode));
-  r.set_fallback(report.fallback);
   MakeValid(&r);
   return r;
 }

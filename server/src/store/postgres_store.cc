@@ -50,6 +50,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <tuple>
@@ -851,6 +852,27 @@ base::Status PostgresStore::Migrate() {
   if (s.ok() && version < kSchemaVersion) {
     s = session.Command("UPDATE gac_schema SET version = " + std::to_string(kSchemaVersion),
                         "writing the schema version");
+  }
+  // A record schema row the steps table lacks (a field added after the
+  // database was made) becomes a column; replicas of an older build keep
+  // working, their inserts leaving it NULL or its default.
+  if (s.ok()) {
+    base::StatusOr<Result> r = session.Exec(
+        "SELECT column_name FROM information_schema.columns WHERE table_schema = current_schema() AND "
+        "table_name = 'steps'",
+        PGRES_TUPLES_OK, "reading the steps columns");
+    if (!r.ok()) {
+      s = r.status();
+    } else {
+      std::set<std::string> have;
+      for (int i = 0; i < PQntuples(r->get()); ++i) have.insert(PQgetvalue(r->get(), i, 0));
+      for (const proto::StepField& field : proto::kStepFields) {
+        if (!s.ok() || have.count(field.column) != 0) continue;
+        const std::string what = std::string("adding the steps column ") + field.column;
+        s = session.Command("ALTER TABLE steps ADD COLUMN " + StepColumnDefinition(field, SqlDialect::kPostgres),
+                            what.c_str());
+      }
+    }
   }
   if (s.ok()) s = session.Command("COMMIT", "COMMIT");
   if (!s.ok()) return s;

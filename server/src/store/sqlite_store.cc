@@ -8,7 +8,9 @@
 //                   the history tables; the RunInfo counters live here
 //   steps           one row per (run_id, step, rank); ordered for GetSteps;
 //                   its record columns are those of the record schema
-//                   (gac/proto/record_schema.h), read and written by it
+//                   (gac/proto/record_schema.h), read and written by it;
+//                   a schema row the table lacks is added as a column when
+//                   the file is opened (AddStepColumns)
 //   steps_by_rank   index (run_id, rank, step) for rank queries
 //   layers          one row per (run_id, step, rank, name); idx keeps the
 //                   agent's order of the layers within a step
@@ -32,6 +34,7 @@
 #include <limits>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -332,6 +335,27 @@ base::Status TooNew(const std::string& path, std::int64_t version) {
                                     std::to_string(kSchemaVersion));
 }
 
+// Adds a `steps` column for each record schema row the table lacks (a field
+// added after the file was made); inside the migration transaction.
+base::Status AddStepColumns(const std::string& path, sqlite3* db) {
+  std::set<std::string> have;
+  {
+    sqlite3_stmt* raw = nullptr;
+    const char* sql = "SELECT name FROM pragma_table_info('steps')";
+    int rc = sqlite3_prepare_v2(db, sql, -1, &raw, nullptr);
+    Stmt stmt(raw);
+    if (rc != SQLITE_OK) return DbError(path, db, rc, sql);
+    while ((rc = sqlite3_step(raw)) == SQLITE_ROW) have.insert(ColumnText(raw, 0));
+    if (rc != SQLITE_DONE) return DbError(path, db, rc, sql);
+  }
+  for (const proto::StepField& field : proto::kStepFields) {
+    if (have.count(field.column) != 0) continue;
+    GAC_RETURN_IF_ERROR(
+        ExecSql(path, db, "ALTER TABLE steps ADD COLUMN " + StepColumnDefinition(field, SqlDialect::kSqlite)));
+  }
+  return base::Status();
+}
+
 // Brings the schema to kSchemaVersion in one IMMEDIATE transaction, so that
 // two processes opening the same new file do not both create it.
 base::Status Migrate(const std::string& path, sqlite3* db) {
@@ -352,6 +376,7 @@ base::Status Migrate(const std::string& path, sqlite3* db) {
   if (s.ok() && version < kSchemaVersion) {
     s = ExecSql(path, db, "PRAGMA user_version = " + std::to_string(kSchemaVersion));
   }
+  if (s.ok()) s = AddStepColumns(path, db);
   if (s.ok()) s = ExecSql(path, db, "COMMIT");
   if (!s.ok() && sqlite3_get_autocommit(db) == 0) (void)ExecSql(path, db, "ROLLBACK");
   return s;

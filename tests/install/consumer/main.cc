@@ -12,6 +12,7 @@
 #include "gac/controller/calibration.h"
 #include "gac/controller/controller.h"
 #include "gac/controller/decision_source.h"
+#include "gac/controller/report_fields.h"
 #include "gac/controller/step_report.h"
 #include "gac/controller/window.h"
 #include "gac/base/duration.h"
@@ -211,6 +212,12 @@ int main(int argc, char** argv) {
     if (r.ok()) report = *r;
   }
 #endif
+  {
+    const gac::controller::ReportField* regime = gac::controller::FindReportField("regime");
+    Check(regime != nullptr && gac::controller::ReportEnumName(regime->type, regime->get(report).integer) ==
+                                   std::string(gac::controller::RegimeName(report.decision.regime)),
+          "the report's field table");
+  }
 #ifdef CONSUMER_WITH_NCCL
   Check(gac::agent::NcclReducer::Create(nullptr, nullptr).status().IsInvalidArgument(),
         "NcclReducer refuses a null communicator");

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "gac/controller/controller.h"
+#include "gac/controller/window.h"
 
 namespace gac::controller {
 
@@ -30,6 +31,15 @@ struct LayerStats {
 // The former name of LayerStats.
 using GroupStats [[deprecated("use gac::controller::LayerStats")]] = LayerStats;
 
+// The rule an agent decided a step's regime with: its per-step thresholds
+// and its trigger (window and window thresholds).
+struct DecisionRule {
+  Thresholds thresholds;
+  TriggerSettings trigger;
+};
+
+// The fields are described once, for every view, in
+// gac/controller/report_fields.h.
 struct StepReport {
   std::int64_t step = 0;
   // The mode the agent ran this step in (Agent::Step sets it). In monitor
@@ -53,6 +63,9 @@ struct StepReport {
   bool fallback = false;
   std::string remote_error;
   std::vector<LayerStats> layers;    // per AgentOptions::layers entry, in order
+  // The agent's rule when the agent decided (local and monitor mode, a
+  // remote fallback); absent when the decision source decided.
+  std::optional<DecisionRule> rule;
 
   // The agent's own time for this step, seconds: stats + decide + apply.
   double agent_overhead_seconds() const { return stats_seconds + decide_seconds + apply_seconds; }

@@ -46,6 +46,14 @@ int WindowFromProto(std::uint32_t window);
 base::StatusOr<controller::TriggerSettings> TriggerFromProto(const v1::RunConfig& config,
                                                              const v1::Thresholds& default_window);
 
+// The settings a step was decided with: `config` (gacd's settings for the
+// run) with the thresholds, trigger, window and window thresholds the agent
+// reported in `record` put over it, each where the record carries it (local
+// and monitor mode, a remote fallback). A record without them (gacd
+// decided, or an older agent) gives `config`. Views show these for a run's
+// latest step; the version, mode and alpha mode stay gacd's.
+v1::RunConfig DecidedWith(const v1::RunConfig& config, const v1::StepRecord& record);
+
 // Thresholds with their alpha mode.
 v1::Thresholds ToProto(const controller::Thresholds& thresholds, controller::AlphaMode mode);
 // Validated as the controller does (ValidateThresholds).

@@ -4,13 +4,17 @@
 // Every place that maps a step record field by field (the stores' binders
 // and readers, the HTTP JSON, gacctl's columns, the transport's builder)
 // walks kStepFields instead of naming the fields, so adding a field is: the
-// .proto, one row here, one migration per store.
+// .proto and one row here. The stores add a column for each row their
+// `steps` table lacks when they open (nullable for an optional field, else
+// NOT NULL DEFAULT 0); the in-memory report's rows, which fill the record,
+// are gac/controller/report_fields.h.
 //
 // Out of the table: `run` (the key; stores keep it in their `runs` table),
 // `scalars` and `layers` (child rows with their own tables).
 //
-// Order: the table's order is the order of the columns of `steps` after its
-// key, and the order of the fields in the HTTP JSON.
+// Order: the table's order is the order in which the stores name the columns
+// of `steps` (a column added to an existing table comes last there), and the
+// order of the fields in the HTTP JSON. Append rows; never reorder them.
 //
 // Thread safety: constant data and pure functions.
 #ifndef GAC_PROTO_RECORD_SCHEMA_H_
@@ -74,7 +78,7 @@ struct StepField {
 };
 
 // The row fields of a StepRecord, in column order (range-for works on it).
-inline constexpr std::size_t kStepFieldCount = 14;
+inline constexpr std::size_t kStepFieldCount = 20;
 extern const StepField kStepFields[kStepFieldCount];
 
 // The field whose wire name is `name`, or nullptr.

@@ -1,0 +1,149 @@
+"""The step report's field table (gac/controller/report_fields.h, exposed as
+gac._controller.REPORT_FIELDS) against every Python view of the report:
+the native properties, the stub (names, order and types), to_dict()'s keys
+and docs/PYTHON.md's table of them. A field added to the table and missing from a view fails
+here."""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+from typing import Dict, List, Tuple
+
+import pytest
+import torch
+
+import gac
+from gac import _controller
+
+PACKAGE = Path(gac.__file__).parent
+ROOT = Path(__file__).resolve().parents[2]
+STUB_TYPES = {"int": "int", "float": "float", "bool": "bool", "str": "str", "regime": "Regime", "mode": "Mode",
+              "trigger": "Trigger"}
+
+
+def stub_properties() -> List[Tuple[str, str]]:
+    """(name, annotation) of the stub's StepReport properties, in stub order."""
+    tree = ast.parse((PACKAGE / "_controller.pyi").read_text())
+    cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "StepReport")
+    return [(fn.name, ast.unparse(fn.returns) if fn.returns is not None else "") for fn in cls.body
+            if isinstance(fn, ast.FunctionDef) and any(getattr(d, "id", "") == "property" for d in fn.decorator_list)]
+
+
+def test_the_table_is_well_formed() -> None:
+    names = [f[0] for f in _controller.REPORT_FIELDS]
+    assert len(names) == len(set(names)) and len(names) >= 28
+    for name, kind, optional, unit, help_, views, record in _controller.REPORT_FIELDS:
+        assert re.fullmatch(r"[a-z][a-z0-9_]*", name), name
+        assert kind in STUB_TYPES and isinstance(optional, bool) and isinstance(unit, str), name
+        assert help_.endswith(".") and len(help_) > 10, name
+        assert set(views) <= {"python", "logger"} and views, name
+
+
+def test_every_python_field_is_a_property_with_the_tables_help() -> None:
+    for name, _kind, _optional, unit, help_, views, _record in _controller.REPORT_FIELDS:
+        prop = vars(_controller.StepReport).get(name)
+        assert ("python" in views) == isinstance(prop, property), name
+        if isinstance(prop, property):
+            assert help_ in (prop.__doc__ or ""), name
+            assert (f"Unit: {unit}." in (prop.__doc__ or "")) == bool(unit), name
+
+
+def test_the_stub_lists_the_table_in_order_with_its_types() -> None:
+    stub = stub_properties()
+    rows = [f for f in _controller.REPORT_FIELDS if "python" in f[5]]
+    assert [n for n, _ in stub[:len(rows)]] == [f[0] for f in rows]
+    for (name, annotation), (_n, kind, optional, *_rest) in zip(stub, rows):
+        expected = STUB_TYPES[kind]
+        assert annotation == (f"Optional[{expected}]" if optional else expected), name
+    # The rest of the stub's properties are the report's objects and deprecated names.
+    assert {n for n, _ in stub[len(rows):]} == {"decision", "layers", "seconds", "groups"}
+
+
+def test_values_have_the_tables_types_and_to_dict_every_logger_field() -> None:
+    p = torch.nn.Parameter(torch.zeros(8))
+    agent = gac.Agent(0.05, 0.3)
+    reports = []
+    for step, g in enumerate([[1.0] * 8, [1.0] * 8], start=1):
+        p.grad = torch.tensor(g)
+        reports.append(agent.step(step, [p]))
+    types: Dict[str, type] = {"int": int, "float": float, "bool": bool, "str": str, "regime": str, "mode": str,
+                              "trigger": str}
+    for r in reports:
+        readable = r.to_dict(numeric=False)
+        for name, kind, optional, _unit, _help, views, _record in _controller.REPORT_FIELDS:
+            value = getattr(r, name)
+            assert (value is None and optional) or type(value) is types[kind], (name, value)
+            assert ("gac/" + name in readable) == ("logger" in views), name
+            if "logger" in views:
+                assert readable["gac/" + name] == value, name
+
+
+def test_the_docs_table_names_every_logger_key() -> None:
+    text = (ROOT / "docs" / "PYTHON.md").read_text()
+    section = text[text.index("## `report.to_dict()`"):]
+    section = section[:section.index("\n## ")]
+    missing = [f[0] for f in _controller.REPORT_FIELDS if "logger" in f[5] and f"`gac/{f[0]}`" not in section]
+    assert not missing, f"docs/PYTHON.md's report.to_dict() table does not name {missing}"
+
+
+@pytest.mark.parametrize("field", [f for f in _controller.REPORT_FIELDS if f[6] is not None], ids=lambda f: f[0])
+def test_record_fields_exist_on_the_wire(field: Tuple[object, ...]) -> None:
+    from gac.v1 import telemetry_pb2
+    assert field[6] in telemetry_pb2.StepRecord.DESCRIPTOR.fields_by_name, field
+
+
+# The record's fields (gac.v1.StepRecord, whose record schema drives the
+# stores, the HTTP JSON, `gacctl steps` and the metrics) against the two
+# views that choose their columns by hand: the page (web/app.js) and `gacctl
+# tail`. Each field is shown, or left out here with the reason; a field
+# added to the record fails until one of the two is decided.
+RECORD_KEYS_NOT_ROWS = {"run", "scalars", "layers"}  # the key, and child rows each view shows on its own
+PAGE_LEAVES_OUT = {
+    "alpha": "shown through the regime (project) and cosine_after; gacctl steps lists it",
+    "wall_time_ns": "the page shows the latest report's age from the run's last_seen_ns",
+    "agent_overhead_seconds": "an operator's figure: gac_agent_overhead_seconds and gacctl steps",
+    "fallback": "gac_controller_fallbacks_total and gacctl steps",
+}
+TAIL_LEAVES_OUT = {
+    "rank": "tail follows one rank (--rank)",
+    "world_size": "constant over a run: gacctl runs",
+    "ref_norm": "|p| is the previous step's |g|, one row up",
+    "cosine_after": "tail is one line per step: gacctl steps has it",
+    "wall_time_ns": "tail prints as steps arrive",
+    "agent_overhead_seconds": "gacctl steps",
+    "mode": "constant over a run: gacctl runs (MODE)",
+    "fallback": "gacctl steps",
+    "c_low": "the rule: gacctl steps and gacctl config get",
+    "c_high": "the rule: gacctl steps",
+    "trigger": "the rule: gacctl steps",
+    "window": "the rule: gacctl steps",
+    "window_c_low": "the rule: gacctl steps",
+    "window_c_high": "the rule: gacctl steps",
+}
+
+
+def record_fields() -> List[str]:
+    from gac.v1 import telemetry_pb2
+    return [f.name for f in telemetry_pb2.StepRecord.DESCRIPTOR.fields if f.name not in RECORD_KEYS_NOT_ROWS]
+
+
+def test_the_page_shows_every_record_field_or_says_why_not() -> None:
+    app = (ROOT / "web" / "app.js").read_text()
+    for name in record_fields():
+        shown = re.search(r"\.%s\b" % re.escape(name), app) is not None
+        assert shown != (name in PAGE_LEAVES_OUT), (
+            f"web/app.js {'shows' if shown else 'does not show'} the record field {name}: "
+            f"{'take it out of' if shown else 'show it, or add it with the reason to'} PAGE_LEAVES_OUT")
+
+
+def test_gacctl_tail_shows_every_record_field_or_says_why_not() -> None:
+    source = (ROOT / "cli" / "src" / "step_commands.cc").read_text()
+    body = source[source.index("std::vector<Column> TailColumns()"):]
+    body = body[:body.index("\n}\n")]
+    columns = set(re.findall(r'\{"([a-z_]+)", "', body))
+    for name in record_fields():
+        assert (name in columns) != (name in TAIL_LEAVES_OUT), (
+            f"gacctl tail {'shows' if name in columns else 'does not show'} the record field {name}: "
+            f"{'take it out of' if name in columns else 'show it, or add it with the reason to'} TAIL_LEAVES_OUT")

@@ -237,6 +237,32 @@ def test_the_options_attach_passes_on_are_the_agents() -> None:
     assert set(AgentOptions.__annotations__) == set(positional + keyword) - {"mode"}
 
 
+# The agent's options verl's config cannot carry (a YAML/Hydra value), each
+# with the reason; every other one is a gac_<name> key of the plug-in.
+VERL_LEAVES_OUT = {
+    "reference": "the plug-in always snapshots the raw gradient (the paper's p)",
+    "layers": "parameter objects, not config values",
+    "groups": "deprecated (layers)",
+    "process_group": "the plug-in finds the data-parallel group itself",
+    "decision_source": "an object; remote mode comes from gac_address",
+    "num_threads": "the agent's default (one per core, up to 8) suits a trainer's process",
+    "chunk_elements": "a benchmark knob",
+}
+
+
+def test_the_verl_plugin_accepts_every_agent_option_a_config_can_carry() -> None:
+    pytest.importorskip("torch")
+    from gac._attachment import AgentOptions
+    from gac.integrations import verl
+    accepted = set(getattr(verl, "_AGENT_OPTIONS"))
+    assert accepted <= set(AgentOptions.__annotations__)
+    assert accepted | set(VERL_LEAVES_OUT) == set(AgentOptions.__annotations__), (
+        "an agent option is neither a gac_<name> key of the verl plug-in nor in VERL_LEAVES_OUT: "
+        f"{sorted(set(AgentOptions.__annotations__) - accepted - set(VERL_LEAVES_OUT))}")
+    doc = verl.AdamW.__doc__ or ""
+    assert all(f"gac_{name}" in doc for name in accepted), "the plug-in's docstring names every key it accepts"
+
+
 def test_no_module_links_a_torch_library() -> None:
     # One build for every torch 2.x: the modules read tensors through torch's
     # Python API and name no libtorch, libtorch_python or libc10.

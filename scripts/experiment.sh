@@ -33,6 +33,11 @@
 #      comparisons.csv, detectors.csv, summary.md (tables) and the plots.
 # Runs whose log already ends with a summary line are not run again.
 #
+# `scripts/experiment.sh replicate` instead runs the held-out replication
+# registered in docs/RESULTS.md (after step 0, the calibration): seeds
+# $REP_SEEDS (201-224), s in $REP_STALENESS ("16 32"), 432 runs, into
+# $OUT/replication, and its table (analyze.py replicate).
+#
 # `scripts/experiment.sh pilot` instead runs the measurements that chose the
 # configuration (docs/RESULTS.md, "Choosing the setting"): candidate tasks and
 # policies x s in {0, 16} x seeds 1 2 (GRPO, monitor mode), into
@@ -152,6 +157,52 @@ gac_flags() {
     gacmax) echo "--agent local --c-low $C_LOW --c-high $C_MAX" ;;
   esac
 }
+
+if [ "${1:-}" = replicate ]; then
+  # The held-out replication, as registered in docs/RESULTS.md before it ran:
+  # seeds $REP_SEEDS (never used before), s in $REP_STALENESS, the arms grpo,
+  # gac, gacmax, gacwin, the controls of gacmax (rskip, mskip, bskip: its
+  # mask's runs in a random order, cskip: its count per 50-step block at
+  # random positions) and lrs-gacwin (lr scaled by gacwin's median drift over
+  # the lag window over grpo's, same seed), then analyze.py replicate.
+  REP_SEEDS=${REP_SEEDS:-$(seq -s ' ' 201 224)}
+  REP_STALENESS=${REP_STALENESS:-"16 32"}
+  REP=$OUT/replication
+  mkdir -p "$REP/masks"
+  echo "== R1. arms, s in {$REP_STALENESS}, seeds $REP_SEEDS"
+  : > "$REP/jobs1.txt"
+  for s in $REP_STALENESS; do
+    for seed in $REP_SEEDS; do
+      echo "grpo_s${s}_seed$seed --staleness $s --loss grpo --agent monitor --c-low $C_LOW --c-high $C_HIGH --seed $seed" >> "$REP/jobs1.txt"
+      for v in gac gacmax gacwin; do echo "${v}_s${s}_seed$seed --staleness $s $(gac_flags "$v") --seed $seed" >> "$REP/jobs1.txt"; done
+    done
+  done
+  run_jobs "$REP/jobs1.txt" "$REP/runs"
+  echo "== R2. controls of gacmax and gacwin"
+  : > "$REP/jobs2.txt"
+  for s in $REP_STALENESS; do
+    for seed in $REP_SEEDS; do
+      monitor="--staleness $s --agent monitor --c-low $C_LOW --c-high $C_HIGH --seed $seed"
+      name=gacmax_s${s}_seed$seed
+      read -r p _ < <("$PYTHON" examples/grpo/analyze.py control --csv "$REP/runs/$name.csv" --mask-out "$REP/masks/$name.txt" \
+                        --block-mask-out "$REP/masks/$name.block.txt" --count-mask-out "$REP/masks/$name.count.txt" \
+                        --seed $((seed * 100 + s)) | sed -n 's/^skip_rate=\([^ ]*\) .*$/\1 x/p')
+      [ -n "${p:-}" ] || { echo "analyze.py control gave nothing for $name" >&2; exit 1; }
+      echo "rskip-gacmax_s${s}_seed$seed $monitor --random-skip $p" >> "$REP/jobs2.txt"
+      echo "mskip-gacmax_s${s}_seed$seed $monitor --skip-steps $REP/masks/$name.txt" >> "$REP/jobs2.txt"
+      echo "bskip-gacmax_s${s}_seed$seed $monitor --skip-steps $REP/masks/$name.block.txt" >> "$REP/jobs2.txt"
+      echo "cskip-gacmax_s${s}_seed$seed $monitor --skip-steps $REP/masks/$name.count.txt" >> "$REP/jobs2.txt"
+      drift() { "$PYTHON" examples/grpo/analyze.py control --csv "$REP/runs/$1.csv" --mask-out /dev/null | sed -n 's/.* drift=\([^ ]*\)$/\1/p'; }
+      dw=$(drift "gacwin_s${s}_seed$seed"); dg=$(drift "grpo_s${s}_seed$seed")
+      [ -n "$dw" ] && [ -n "$dg" ] || { echo "no drift logged for seed $seed at s = $s" >&2; exit 1; }
+      echo "lrs-gacwin_s${s}_seed$seed $monitor --lr $(awk -v a="$dw" -v b="$dg" -v lr="$LR" 'BEGIN { printf "%.6g", lr * a / b }')" >> "$REP/jobs2.txt"
+    done
+  done
+  run_jobs "$REP/jobs2.txt" "$REP/runs" "$CONTROL_COMMON"
+  echo "== R3. analysis"
+  "$PYTHON" examples/grpo/analyze.py replicate --runs "$REP/runs" --out "$REP"
+  exit 0
+fi
 
 echo "== 2. the grid: s in {$STALENESS}"
 : > "$OUT/jobs2.txt"

@@ -4,9 +4,18 @@
   analyze.py calibrate --runs CALDIR --out FILE
       Thresholds from the synchronous calibration runs (CALDIR's
       grpo_s0_seed*.csv), written once as key=value lines.
-  analyze.py control --csv RUN.csv --mask-out FILE
+  analyze.py control --csv RUN.csv --mask-out FILE [--block-mask-out FILE]
+                     [--count-mask-out FILE] [--block 50] [--seed N]
       The matched controls' parameters of one GAC run: prints
-      "skip_rate=<p> lr_scale=<f>" and writes the run's skipped steps to FILE.
+      "skip_rate=<p> lr_scale=<f>" (and " drift=<median>" when the run logged
+      it) and writes the run's skipped steps to FILE; optionally the same
+      mask with its runs in a random order (bskip) and the same count per
+      block at random positions (cskip), drawn with --seed.
+  analyze.py replicate --runs DIR --out DIR
+      The pre-registered held-out replication (docs/RESULTS.md): its 16
+      contrasts of the mean held-out accuracy over the last five
+      evaluations, paired by seed, with Holm's correction, and each arm's
+      drift over the lag window; replication.md and replication.csv.
   analyze.py pilot --runs DIR
       The table of the configuration pilot (scripts/experiment.sh pilot).
   analyze.py report --runs DIR --calibration FILE --out DIR [--no-plots]
@@ -17,7 +26,7 @@
 
 Runs are RUNS/<variant>_s<staleness>_seed<seed>.csv with the trainer's log
 beside them (.log, finished when it has a "summary:" line). Columns read:
-step, heldout_acc, cosine, window_mean, sampler_kl, entropy, grad_norm,
+step, heldout_acc, cosine, window_mean, sampler_kl, entropy, grad_norm, drift,
 stepped, regime, noise_cos, the probe columns (lambda, bias_rel, on_align,
 aligned_before, aligned_after, bias_after_rel), pr_pop, pr_sample, reward,
 and, when present, lag_updates and grad_scale (older CSVs lack them).
@@ -116,6 +125,7 @@ import csv
 import glob
 import math
 import os
+import random
 import re
 import statistics
 import sys
@@ -131,7 +141,7 @@ GRADZ_THRESHOLD = 6.0
 BASE_VARIANTS = ["grpo", "m2po", "bapo", "is"]
 # gacexact and gac005 are variants of an earlier grid, still read when present.
 GAC_VARIANTS = ["gac", "gacwin", "gacproj", "gacwinproj", "gacmax", "gacv", "gacexact", "gac005"]
-CONTROL_PREFIXES = ("rskip-", "mskip-", "lrs-")
+CONTROL_PREFIXES = ("rskip-", "mskip-", "bskip-", "cskip-", "lrs-")
 CONTROL_LABELS = {"rskip": "random skip, same rate", "mskip": "same skipped steps", "lrs": "lr x lr_scale"}
 OUTCOMES = ["collapsed", "never learned", "learned"]
 
@@ -280,7 +290,7 @@ def read_csv(path):
 
 SERIES = ["reward", "entropy", "sampler_kl", "cosine", "window_mean", "noise_cos", "grad_norm", "alpha", "pr_pop",
           "pr_sample", "lambda", "bias_rel", "on_align", "aligned_before", "aligned_after", "bias_after_rel",
-          "staleness", "lag_updates", "grad_scale"]
+          "staleness", "lag_updates", "grad_scale", "drift"]
 
 
 def load_run(path):
@@ -596,14 +606,79 @@ def control_values(path):
     return p, lr_scale, skipped
 
 
+def mask_runs(skipped, steps):
+    """The mask of steps 1..steps (True: skipped) as its maximal runs: [(skipped, length), ...] in order."""
+    skip = set(skipped)
+    runs = []
+    for step in range(1, steps + 1):
+        v = step in skip
+        if runs and runs[-1][0] == v:
+            runs[-1][1] += 1
+        else:
+            runs.append([v, 1])
+    return [(v, n) for v, n in runs]
+
+
+def block_permuted_mask(skipped, steps, rng):
+    """The same skip mask with its maximal runs (of skips and of updates) in a random order: the count and
+    the run lengths kept, where they fall not. The runs of each kind are shuffled and the two kinds
+    interleaved again (a mask's runs alternate, so their numbers differ by at most one and no two runs of
+    a kind touch: the lengths are exactly the mask's)."""
+    runs = mask_runs(skipped, steps)
+    skips = [n for v, n in runs if v]
+    keeps = [n for v, n in runs if not v]
+    if not skips:
+        return []
+    # Alternate the two kinds so that no two runs of a kind touch: shuffle each kind's lengths, then
+    # interleave them, starting with the kind that has more runs (a tie: either, at random).
+    rng.shuffle(skips)
+    rng.shuffle(keeps)
+    first_skip = len(skips) > len(keeps) or (len(skips) == len(keeps) and rng.random() < 0.5)
+    order = []
+    a, b = (skips, keeps) if first_skip else (keeps, skips)
+    for i in range(max(len(a), len(b))):
+        if i < len(a):
+            order.append((a is skips, a[i]))
+        if i < len(b):
+            order.append((b is skips, b[i]))
+    out, step = [], 1
+    for v, n in order:
+        if v:
+            out.extend(range(step, step + n))
+        step += n
+    return out
+
+
+def count_per_block_mask(skipped, steps, block, rng):
+    """As many skips in each `block`-step block (steps 1..block, block+1..2 block, ...) as the mask has
+    there, at random positions within the block."""
+    out = []
+    for first in range(1, steps + 1, block):
+        last = min(first + block - 1, steps)
+        k = sum(1 for s in skipped if first <= s <= last)
+        out.extend(sorted(rng.sample(range(first, last + 1), k)))
+    return out
+
+
 def control(args):
     try:
         p, lr_scale, skipped = control_values(args.csv)
+        header, rows = read_csv(args.csv)
     except (OSError, ValueError, StopIteration) as e:
         sys.exit(f"control: {e}")
+    steps = len(rows)
     with open(args.mask_out, "w") as f:
         f.writelines(f"{s}\n" for s in skipped)
-    print(f"skip_rate={p:.6f} lr_scale={lr_scale:.6f}")
+    rng = random.Random(args.seed)
+    if args.block_mask_out:
+        with open(args.block_mask_out, "w") as f:
+            f.writelines(f"{s}\n" for s in block_permuted_mask(skipped, steps, rng))
+    if args.count_mask_out:
+        with open(args.count_mask_out, "w") as f:
+            f.writelines(f"{s}\n" for s in count_per_block_mask(skipped, steps, args.block, rng))
+    drifts = [v for v in (fnum(x.get("drift")) for x in rows) if v is not None]
+    drift = f" drift={statistics.median(drifts):.6g}" if drifts else ""
+    print(f"skip_rate={p:.6f} lr_scale={lr_scale:.6f}{drift}")
 
 
 # --- report ----------------------------------------------------------------------------
@@ -1053,6 +1128,114 @@ def plots(args, runs, stale, seeds, cal):
     plt.close(fig)
 
 
+# --- the held-out replication (docs/RESULTS.md, "Held-out replication: pre-registered design") ----
+
+# The pre-registered contrasts, (name, row, reference, the claim it tests), at each staleness.
+REPLICATION_CONTRASTS = [
+    ("C1", "gac", "grpo", "GAC helps under staleness"),
+    ("C2", "gacmax", "grpo", "the skipping variant helps"),
+    ("C3", "gacwin", "grpo", "the windowed trigger helps without skipping"),
+    ("C4", "gacmax", "rskip-gacmax", "GAC's skips beat random skips at the same rate"),
+    ("C5", "gacmax", "mskip-gacmax", "projection adds to GAC's skips"),
+    ("C6", "mskip-gacmax", "bskip-gacmax", "where the skips fall matters (run lengths kept)"),
+    ("C7", "mskip-gacmax", "cskip-gacmax", "clustering within a 50-step block matters"),
+    ("C8", "gacwin", "lrs-gacwin", "gacwin's effect is more than a drift-matched lr cut"),
+]
+REPLICATION_STALENESS = (16, 32)
+
+
+def last_evals_mean(evals, n=5):
+    """The primary endpoint: the mean held-out accuracy over the last n evaluations (None with fewer)."""
+    if len(evals) < n:
+        return None
+    return statistics.mean(a for _, a in evals[-n:])
+
+
+def paired_t_p(diffs):
+    """The two-sided p-value of the paired t-test that the mean of diffs is 0 (None with fewer than 2
+    values; 0 or 1 when every difference is the same)."""
+    diffs = clean(diffs)
+    if len(diffs) < 2:
+        return None
+    sdv = statistics.stdev(diffs)
+    m = statistics.mean(diffs)
+    if sdv == 0.0:
+        return 1.0 if m == 0.0 else 0.0
+    t = m / (sdv / math.sqrt(len(diffs)))
+    return min(1.0, 2.0 * (1.0 - t_cdf(abs(t), len(diffs) - 1)))
+
+
+def holm(pvalues):
+    """Holm's step-down adjusted p-values, in the order given (None stays None and is not counted)."""
+    indexed = sorted((p, i) for i, p in enumerate(pvalues) if p is not None)
+    m = len(indexed)
+    out = [None] * len(pvalues)
+    running = 0.0
+    for rank, (p, i) in enumerate(indexed):
+        running = max(running, min(1.0, (m - rank) * p))
+        out[i] = running
+    return out
+
+
+def replication_rows(runs):
+    """One row per (contrast, s): the paired differences of the primary endpoint over the seeds both arms
+    ran, the mean and its 95 % interval, the t-test's p and Holm's adjusted p over all rows."""
+    rows = []
+    for s in REPLICATION_STALENESS:
+        for name, row, ref, claim in REPLICATION_CONTRASTS:
+            seeds = sorted(seed for (v, ss, seed) in runs if v == row and ss == s and (ref, s, seed) in runs)
+            diffs = []
+            for seed in seeds:
+                a = last_evals_mean(runs[(row, s, seed)]["evals"])
+                b = last_evals_mean(runs[(ref, s, seed)]["evals"])
+                if a is not None and b is not None:
+                    diffs.append(a - b)
+            m, lo, hi = paired_ci(diffs)
+            rows.append({"contrast": name, "s": s, "row": row, "reference": ref, "claim": claim, "n": len(diffs),
+                         "mean": m, "low": lo, "high": hi, "p": paired_t_p(diffs)})
+    for r, adjusted in zip(rows, holm([r["p"] for r in rows])):
+        r["p_holm"] = adjusted
+        r["verdict"] = ("replicates" if adjusted is not None and adjusted < 0.05 and r["mean"] > 0 else
+                        "opposite" if adjusted is not None and adjusted < 0.05 else
+                        "n < 2" if adjusted is None else "does not replicate")
+    return rows
+
+
+def replicate(args):
+    raw = {}
+    for path in sorted(glob.glob(os.path.join(args.runs, "*_s*_seed*.csv"))):
+        key = run_key(path)
+        r = load_run(path) if key else None
+        if r is not None:
+            raw[key] = r
+    if not raw:
+        sys.exit(f"replicate: no finished runs in {args.runs}")
+    rows = replication_rows(raw)
+    drift = {}
+    for (v, s, seed), r in raw.items():
+        values = clean(r.get("drift", []))
+        if values:
+            drift.setdefault((v, s), []).append(statistics.median(values))
+    lines = ["| contrast | s | row − reference | n | mean [95 % CI] | p | Holm p | verdict | claim |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        ci = f"{fmt(r['mean'])} {interval(r['low'], r['high'])}" if r["mean"] is not None else "-"
+        lines.append(f"| {r['contrast']} | {r['s']} | {r['row']} − {r['reference']} | {r['n']} | {ci} | "
+                     f"{fmt(r['p'])} | {fmt(r['p_holm'])} | {r['verdict']} | {r['claim']} |")
+    lines += ["", "| arm | s | runs | median drift over the lag window, mean ± sd over seeds |", "|---|---|---|---|"]
+    for (v, s), values in sorted(drift.items(), key=lambda kv: (kv[0][1], kv[0][0])):
+        lines.append(f"| {v} | {s} | {len(values)} | {mean_sd(values, 4)} |")
+    text = "\n".join(lines) + "\n"
+    os.makedirs(args.out, exist_ok=True)
+    with open(os.path.join(args.out, "replication.md"), "w") as f:
+        f.write(text)
+    with open(os.path.join(args.out, "replication.csv"), "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    print(text, end="")
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -1062,6 +1245,10 @@ def main(argv=None):
     k = sub.add_parser("control")
     k.add_argument("--csv", required=True)
     k.add_argument("--mask-out", required=True)
+    k.add_argument("--block-mask-out", help="also the mask with its runs in a random order (bskip)")
+    k.add_argument("--count-mask-out", help="also the same count per --block steps at random positions (cskip)")
+    k.add_argument("--block", type=int, default=50)
+    k.add_argument("--seed", type=int, default=0, help="the random masks' seed")
     p = sub.add_parser("pilot")
     p.add_argument("--runs", required=True)
     r = sub.add_parser("report")
@@ -1069,8 +1256,12 @@ def main(argv=None):
     r.add_argument("--calibration", required=True)
     r.add_argument("--out", required=True)
     r.add_argument("--no-plots", action="store_true", help="tables and CSVs only")
+    q = sub.add_parser("replicate", help="the pre-registered replication's contrasts (docs/RESULTS.md)")
+    q.add_argument("--runs", required=True)
+    q.add_argument("--out", required=True)
     args = ap.parse_args(argv)
-    {"calibrate": calibrate, "control": control, "pilot": pilot, "report": report}[args.cmd](args)
+    {"calibrate": calibrate, "control": control, "pilot": pilot, "report": report,
+     "replicate": replicate}[args.cmd](args)
 
 
 if __name__ == "__main__":

@@ -33,6 +33,7 @@
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/Parallel.h>
+#include <ATen/core/grad_mode.h>
 
 #include <algorithm>
 #include <chrono>
@@ -374,7 +375,7 @@ int main(int argc, char** argv) {
                  "step,version,staleness,reward,exact,heldout_acc,loss,pg_loss,kl,entropy,sampler_kl,cosine,"
                  "window_mean,noise_cos,regime,alpha,grad_norm,stepped,clip_frac,dual_clip_frac,m2,abs_log_ratio,"
                  "bapo_lo,bapo_hi,pr_sample,pr_pop,pair_cos2,bias_rel,lambda,on_align,aligned_before,aligned_after,"
-                 "bias_after_rel,lag_updates,grad_scale\n");
+                 "bias_after_rel,lag_updates,grad_scale,drift\n");
   }
   std::printf("gac_grpo: run %s, loss %s, agent %s, trigger %s, device %s, staleness %d (%s), %d steps, "
               "%d prompts x %d samples, %d epochs x %d minibatches, %s width %d layers %d, base %d, %d tasks, "
@@ -418,6 +419,18 @@ int main(int argc, char** argv) {
                                                                     : lag_updates;
         const gac::grpo::Rollouts sub =
             flags.minibatches == 1 ? batch : batch.Groups(MinibatchGroups(order, mb, flags.minibatches));
+        // The drift over the lag window: how far the learner's weights have
+        // moved since the behaviour policy's, ||theta - theta_behaviour||
+        // (0 on-policy), what the lr-scaled controls are matched on.
+        double drift = 0.0;
+        {
+          at::NoGradGuard no_grad;
+          const std::vector<at::Tensor>& old_params = lag.behaviour().params;
+          for (std::size_t i = 0; i < policy.params.size(); ++i) {
+            drift += (policy.params[i] - old_params[i]).square().sum().item<double>();
+          }
+          drift = std::sqrt(drift);
+        }
 
         // Loss and gradient (with the noise floor).
         const gac::grpo::LossResult loss = gac::grpo::ComputeLoss(policy, reference, sub, flags.loss);
@@ -512,7 +525,7 @@ int main(int argc, char** argv) {
           std::fprintf(
               csv,
               "%d,%lld,%d,%.5f,%.5f,%s,%.6g,%.6g,%.6g,%.6g,%.6g,%s,%s,%s,%s,%.5f,%.6g,%d,%.5f,%.5f,%.6g,%.6g,%.3f,%.3f,"
-              "%s,%s,%s,%s,%s,%s,%s,%s,%s,%d,%.6g\n",
+              "%s,%s,%s,%s,%s,%s,%s,%s,%s,%d,%.6g,%.6g\n",
               step, static_cast<long long>(lag.version()), behind, sub.mean_reward, sub.exact_match,
               eval_now ? Num(last_heldout).c_str() : "", loss.loss.item<double>(), loss.pg_loss, loss.kl,
               loss.entropy, loss.sampler_kl, d.cosine ? Num(*d.cosine).c_str() : "", m ? Num(*m).c_str() : "",
@@ -522,7 +535,7 @@ int main(int argc, char** argv) {
               dim.samples ? Num(dim.mean_pair_cos2).c_str() : "", probe ? Num(bias.bias_rel).c_str() : "",
               probe ? Num(bias.lambda).c_str() : "", probe ? Num(bias.on_align).c_str() : "",
               probe ? Num(bias.aligned_before).c_str() : "", probe ? Num(bias.aligned_after).c_str() : "",
-              probe ? Num(bias.bias_after_rel).c_str() : "", lag_updates, grad_scale);
+              probe ? Num(bias.bias_after_rel).c_str() : "", lag_updates, grad_scale, drift);
           std::fflush(csv);  // followed live (scripts/demo_run.sh's progress line)
         }
         if (step % flags.every == 0 || step == 1) {

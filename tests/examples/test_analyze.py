@@ -311,3 +311,61 @@ def test_report_tables_and_csvs(tmp_path):
     # stale from step 51 (|c| = 0.3 < c_low until step 150): level and rise agree on the rise at 150 for |c|
     assert base[("c", "level")]["leads"] == "70 70" and base[("c", "rise")]["leads"] == "70 70"
     assert ("kl10", "level") not in base  # no kl10_max in this calibration: no level rule
+
+
+# --- the held-out replication's controls and contrasts -------------------------------------
+
+def test_the_block_permuted_mask_keeps_the_count_and_the_run_lengths():
+    import random
+    skipped = [3, 4, 5, 20, 21, 90, 150, 151, 152, 153, 399, 400]
+    before = analyze.mask_runs(skipped, 400)
+    seen = set()
+    for seed in range(20):
+        out = analyze.block_permuted_mask(skipped, 400, random.Random(seed))
+        after = analyze.mask_runs(out, 400)
+        assert sorted(n for v, n in after if v) == sorted(n for v, n in before if v)
+        assert sorted(n for v, n in after if not v) == sorted(n for v, n in before if not v)
+        assert len(out) == len(skipped) and len(set(out)) == len(out) and all(1 <= s <= 400 for s in out)
+        seen.add(tuple(out))
+    assert len(seen) > 10  # the timing is not kept
+    assert analyze.block_permuted_mask([], 400, random.Random(0)) == []
+
+
+def test_the_count_per_block_mask_keeps_each_blocks_count():
+    import random
+    skipped = [1, 2, 3, 49, 50, 51, 120, 399]
+    for seed in range(10):
+        out = analyze.count_per_block_mask(skipped, 400, 50, random.Random(seed))
+        for first in range(1, 401, 50):
+            assert sum(first <= s < first + 50 for s in out) == sum(first <= s < first + 50 for s in skipped)
+        assert len(set(out)) == len(out)
+
+
+def test_holm_against_hand_computed_values():
+    # p sorted 0.01, 0.02, 0.04 (m = 3): 0.03, max(0.03, 0.04) = 0.04, max(0.04, 0.04) = 0.04.
+    assert analyze.holm([0.04, 0.01, None, 0.02]) == [pytest.approx(0.04), pytest.approx(0.03), None,
+                                                      pytest.approx(0.04)]
+    assert analyze.holm([0.5, 0.6]) == [pytest.approx(1.0), pytest.approx(1.0)]
+
+
+def test_the_paired_t_p_value_against_the_t_distribution():
+    # diffs 1, 2, 3: mean 2, sd 1, t = 2 sqrt(3) = 3.4641 with 2 df: two-sided p = 0.07418.
+    assert analyze.paired_t_p([1.0, 2.0, 3.0]) == pytest.approx(0.07418, abs=5e-5)
+    assert analyze.paired_t_p([1.0]) is None
+
+
+def test_replicate_end_to_end(tmp_path):
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    # gac better than grpo by 0.1 on every seed (a little noise): C1 replicates at s = 16; nothing else runs.
+    for seed in range(201, 209):
+        noise = 0.01 * ((seed * 7) % 5)
+        write_run(str(runs), f"grpo_s16_seed{seed}", accs=[0.5 + noise] * 20)
+        write_run(str(runs), f"gac_s16_seed{seed}", accs=[0.6 + noise + 0.002 * (seed % 3)] * 20)
+    analyze.main(["replicate", "--runs", str(runs), "--out", str(tmp_path / "out")])
+    rows = {(r["contrast"], int(r["s"])): r for r in csv.DictReader(open(tmp_path / "out" / "replication.csv"))}
+    assert len(rows) == 16
+    assert rows[("C1", 16)]["verdict"] == "replicates" and int(rows[("C1", 16)]["n"]) == 8
+    assert float(rows[("C1", 16)]["mean"]) == pytest.approx(0.1 + 0.002 * sum(s % 3 for s in range(201, 209)) / 8)
+    assert rows[("C2", 16)]["verdict"] == "n < 2" and rows[("C1", 32)]["n"] == "0"
+    assert "| C1 | 16 | gac − grpo | 8 |" in (tmp_path / "out" / "replication.md").read_text()

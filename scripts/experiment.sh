@@ -186,13 +186,13 @@ if [ "${1:-}" = replicate ]; then
       name=gacmax_s${s}_seed$seed
       read -r p _ < <("$PYTHON" examples/grpo/analyze.py control --csv "$REP/runs/$name.csv" --mask-out "$REP/masks/$name.txt" \
                         --block-mask-out "$REP/masks/$name.block.txt" --count-mask-out "$REP/masks/$name.count.txt" \
-                        --seed $((seed * 100 + s)) | sed -n 's/^skip_rate=\([^ ]*\) .*$/\1 x/p')
+                        --seed $((seed * 100 + s)) | sed -n 's/^skip_rate=\([^ ]*\) lr_scale=.*$/\1 x/p')
       [ -n "${p:-}" ] || { echo "analyze.py control gave nothing for $name" >&2; exit 1; }
       echo "rskip-gacmax_s${s}_seed$seed $monitor --random-skip $p" >> "$REP/jobs2.txt"
       echo "mskip-gacmax_s${s}_seed$seed $monitor --skip-steps $REP/masks/$name.txt" >> "$REP/jobs2.txt"
       echo "bskip-gacmax_s${s}_seed$seed $monitor --skip-steps $REP/masks/$name.block.txt" >> "$REP/jobs2.txt"
       echo "cskip-gacmax_s${s}_seed$seed $monitor --skip-steps $REP/masks/$name.count.txt" >> "$REP/jobs2.txt"
-      drift() { "$PYTHON" examples/grpo/analyze.py control --csv "$REP/runs/$1.csv" --mask-out /dev/null | sed -n 's/.* drift=\([^ ]*\)$/\1/p'; }
+      drift() { "$PYTHON" examples/grpo/analyze.py control --csv "$REP/runs/$1.csv" --mask-out /dev/null | sed -n 's/^drift=\([^ ]*\)$/\1/p'; }
       dw=$(drift "gacwin_s${s}_seed$seed"); dg=$(drift "grpo_s${s}_seed$seed")
       [ -n "$dw" ] && [ -n "$dg" ] || { echo "no drift logged for seed $seed at s = $s" >&2; exit 1; }
       echo "lrs-gacwin_s${s}_seed$seed $monitor --lr $(awk -v a="$dw" -v b="$dg" -v lr="$LR" 'BEGIN { printf "%.6g", lr * a / b }')" >> "$REP/jobs2.txt"

@@ -7,8 +7,8 @@
   analyze.py control --csv RUN.csv --mask-out FILE [--block-mask-out FILE]
                      [--count-mask-out FILE] [--block 50] [--seed N]
       The matched controls' parameters of one GAC run: prints
-      "skip_rate=<p> lr_scale=<f>" (and " drift=<median>" when the run logged
-      it) and writes the run's skipped steps to FILE; optionally the same
+      "skip_rate=<p> lr_scale=<f>" (and a line "drift=<median>" when the run
+      logged it) and writes the run's skipped steps to FILE; optionally the same
       mask with its runs in a random order (bskip) and the same count per
       block at random positions (cskip), drawn with --seed.
   analyze.py replicate --runs DIR --out DIR
@@ -676,9 +676,10 @@ def control(args):
     if args.count_mask_out:
         with open(args.count_mask_out, "w") as f:
             f.writelines(f"{s}\n" for s in count_per_block_mask(skipped, steps, args.block, rng))
+    print(f"skip_rate={p:.6f} lr_scale={lr_scale:.6f}")
     drifts = [v for v in (fnum(x.get("drift")) for x in rows) if v is not None]
-    drift = f" drift={statistics.median(drifts):.6g}" if drifts else ""
-    print(f"skip_rate={p:.6f} lr_scale={lr_scale:.6f}{drift}")
+    if drifts:
+        print(f"drift={statistics.median(drifts):.6g}")
 
 
 # --- report ----------------------------------------------------------------------------

@@ -369,3 +369,17 @@ def test_replicate_end_to_end(tmp_path):
     assert float(rows[("C1", 16)]["mean"]) == pytest.approx(0.1 + 0.002 * sum(s % 3 for s in range(201, 209)) / 8)
     assert rows[("C2", 16)]["verdict"] == "n < 2" and rows[("C1", 32)]["n"] == "0"
     assert "| C1 | 16 | gac − grpo | 8 |" in (tmp_path / "out" / "replication.md").read_text()
+
+
+def test_control_prints_its_first_line_alone_and_the_drift_on_a_line_of_its_own(tmp_path, capsys):
+    # scripts/demo_run.sh and experiment.sh read "skip_rate=... lr_scale=..." as a whole line.
+    path = tmp_path / "gac_s4_seed1.csv"
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["step", "stepped", "grad_scale", "drift"])
+        for s in range(1, 11):
+            w.writerow([s, 0 if s in (3, 4) else 1, "0" if s in (3, 4) else "1", f"{0.1 * s:.3f}"])
+    analyze.main(["control", "--csv", str(path), "--mask-out", str(tmp_path / "m.txt")])
+    lines = capsys.readouterr().out.splitlines()
+    assert lines == ["skip_rate=0.200000 lr_scale=0.800000", "drift=0.55"]
+    assert (tmp_path / "m.txt").read_text() == "3\n4\n"

@@ -179,6 +179,8 @@ if [ "${1:-}" = replicate ]; then
   done
   run_jobs "$REP/jobs1.txt" "$REP/runs"
   echo "== R2. controls of gacmax and gacwin"
+  # The median drift over the lag window of run $1 (analyze.py control's drift line).
+  drift() { "$PYTHON" examples/grpo/analyze.py control --csv "$REP/runs/$1.csv" --mask-out /dev/null | sed -n 's/^drift=\([^ ]*\)$/\1/p'; }
   : > "$REP/jobs2.txt"
   for s in $REP_STALENESS; do
     for seed in $REP_SEEDS; do
@@ -192,7 +194,6 @@ if [ "${1:-}" = replicate ]; then
       echo "mskip-gacmax_s${s}_seed$seed $monitor --skip-steps $REP/masks/$name.txt" >> "$REP/jobs2.txt"
       echo "bskip-gacmax_s${s}_seed$seed $monitor --skip-steps $REP/masks/$name.block.txt" >> "$REP/jobs2.txt"
       echo "cskip-gacmax_s${s}_seed$seed $monitor --skip-steps $REP/masks/$name.count.txt" >> "$REP/jobs2.txt"
-      drift() { "$PYTHON" examples/grpo/analyze.py control --csv "$REP/runs/$1.csv" --mask-out /dev/null | sed -n 's/^drift=\([^ ]*\)$/\1/p'; }
       dw=$(drift "gacwin_s${s}_seed$seed"); dg=$(drift "grpo_s${s}_seed$seed")
       [ -n "$dw" ] && [ -n "$dg" ] || { echo "no drift logged for seed $seed at s = $s" >&2; exit 1; }
       echo "lrs-gacwin_s${s}_seed$seed $monitor --lr $(awk -v a="$dw" -v b="$dg" -v lr="$LR" 'BEGIN { printf "%.6g", lr * a / b }')" >> "$REP/jobs2.txt"

@@ -146,10 +146,9 @@ struct Metrics::Impl {
     Gauge* window_c_high = nullptr;
     Gauge* window_steps = nullptr;
     int window = controller::TriggerSettings{}.window;  // the run's W
-    // gacd's settings for the run (ObserveConfig), and the rule its latest
-    // step was decided with in the trainer (only the rule's fields set;
-    // none when gacd decided): the threshold gauges and W show both merged
-    // (proto::DecidedWith).
+    // gacd's settings for the run (ObserveConfig), and its latest step
+    // (without scalars and layers), whose rule, when the trainer decided it,
+    // the threshold gauges and W show over the settings (proto::DecidedWith).
     bool config_seen = false;
     v1::RunConfig config;
     v1::StepRecord rule;
@@ -602,14 +601,8 @@ void Metrics::Impl::ShowSettings(const std::string& run, RunState& state) {
 
 void Metrics::Impl::ApplyStep(const v1::StepRecord& record, std::chrono::system_clock::time_point now,
                                RunState& state) {
-  // The rule the step was decided with, when the trainer decided it.
-  v1::StepRecord rule;
-  if (record.has_c_low()) rule.set_c_low(record.c_low());
-  if (record.has_c_high()) rule.set_c_high(record.c_high());
-  if (record.has_trigger()) rule.set_trigger(record.trigger());
-  if (record.has_window()) rule.set_window(record.window());
-  if (record.has_window_c_low()) rule.set_window_c_low(record.window_c_low());
-  if (record.has_window_c_high()) rule.set_window_c_high(record.window_c_high());
+  // The rule the step was decided with, when the trainer decided it: the
+  // gauges change only when it differs from the last step's.
   const auto same = [](const v1::StepRecord& a, const v1::StepRecord& b) {
     return a.has_c_low() == b.has_c_low() && a.c_low() == b.c_low() && a.has_c_high() == b.has_c_high() &&
            a.c_high() == b.c_high() && a.has_trigger() == b.has_trigger() && a.trigger() == b.trigger() &&
@@ -617,8 +610,10 @@ void Metrics::Impl::ApplyStep(const v1::StepRecord& record, std::chrono::system_
            a.has_window_c_low() == b.has_window_c_low() && a.window_c_low() == b.window_c_low() &&
            a.has_window_c_high() == b.has_window_c_high() && a.window_c_high() == b.window_c_high();
   };
-  if (!same(rule, state.rule)) {
-    state.rule = std::move(rule);
+  if (!same(record, state.rule)) {
+    state.rule = record;  // DecidedWith reads only the rule's fields
+    state.rule.clear_scalars();
+    state.rule.clear_layers();
     ShowSettings(record.run(), state);
   }
   RankSeries& s = Rank(record.run(), state, record.rank());

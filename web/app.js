@@ -8,8 +8,8 @@
 // data-field attribute and document.body.dataset.firstChartMs.
 'use strict';
 (function () {
-  const REGIMES = ['safe', 'project', 'skip', 'invalid'];
-  const REGIME_COLORS = { safe: '#2da44e', project: '#d4a72c', skip: '#cf222e', invalid: '#8250df' };
+  const REGIMES = ['safe', 'project', 'skip', 'invalid', 'spike'];
+  const REGIME_COLORS = { safe: '#2da44e', project: '#d4a72c', skip: '#cf222e', invalid: '#8250df', spike: '#0969da' };
   const PAGE = 10000;              // records per request: the API's largest page
   const FIRST_BLOCK = 5000;        // the latest steps of a run, drawn before its older history
   const PARALLEL = 3;              // requests in flight while loading a run
@@ -282,6 +282,7 @@
       this.mean = [];
       this.gnorm = [];
       this.pnorm = [];
+      this.gnormz = [];
       this.regime = [];
       this.staleness = [];
       // The thresholds each step was decided with in the trainer (null: gacd's).
@@ -305,10 +306,12 @@
         this.mean.push(r.window_mean === undefined ? null : r.window_mean);
         this.gnorm.push(r.grad_norm);
         this.pnorm.push(r.ref_norm);
+        // The spike guard's z-score of |g| (null: its z-score is off or warming up).
+        this.gnormz.push(r.grad_norm_z === undefined ? null : r.grad_norm_z);
         // A monitor-mode step's regime is what GAC would have done (as gacd's
         // regime_labels name it).
-        const would = r.mode === 'monitor' && (r.regime === 'project' || r.regime === 'skip');
-        this.regime.push(would ? 'would ' + r.regime : r.regime);
+        const would = r.mode === 'monitor' && (r.regime === 'project' || r.regime === 'skip' || r.regime === 'spike');
+        this.regime.push(!would ? r.regime : r.regime === 'spike' ? 'would skip (spike)' : 'would ' + r.regime);
         this.staleness.push(r.staleness);
         this.clow.push(r.c_low === undefined ? null : r.c_low);
         this.chigh.push(r.c_high === undefined ? null : r.c_high);
@@ -327,7 +330,7 @@
       const older = new Columns();
       older.append(records);
       const n = this.length;
-      for (const k of ['step', 'cosine', 'after', 'mean', 'gnorm', 'pnorm', 'regime', 'staleness', 'clow', 'chigh', 'wlow',
+      for (const k of ['step', 'cosine', 'after', 'mean', 'gnorm', 'pnorm', 'gnormz', 'regime', 'staleness', 'clow', 'chigh', 'wlow',
         'whigh', 'regimeColor', 'one']) {
         this[k] = older[k].concat(this[k]);
       }
@@ -693,6 +696,7 @@
       field('latest-regime').textContent = c.regime[i];
       field('latest-grad-norm').textContent = fmtNum(c.gnorm[i]);
       field('latest-ref-norm').textContent = fmtNum(c.pnorm[i]);
+      field('latest-grad-norm-z').textContent = fmtFixed(c.gnormz[i], 2);
       field('latest-staleness').textContent = c.staleness[i] === null ? dash : fmtInt(c.staleness[i]);
       field('latest-rule').textContent = c.clow[i] === null
         ? 'gacd’s settings (below)'

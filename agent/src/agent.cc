@@ -133,9 +133,10 @@ void Agent::Reset() { core_->Reset(); }
 
 base::Status Agent::set_mode(controller::Mode mode) { return core_->set_mode(mode); }
 
-base::StatusOr<controller::StepReport> Agent::Step(std::int64_t step, const std::vector<at::Tensor>& parameters) {
+base::StatusOr<controller::StepReport> Agent::Step(std::int64_t step, const std::vector<at::Tensor>& parameters,
+                                                   std::optional<double> loss) {
   TorchSource source(parameters);
-  return core_->Step(step, source);
+  return core_->Step(step, source, loss);
 }
 
 }  // namespace gac::agent

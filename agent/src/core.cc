@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <mutex>
 #include <numeric>
@@ -386,6 +387,8 @@ base::StatusOr<std::unique_ptr<AgentCore>> AgentCore::Create(AgentOptions option
   GAC_RETURN_IF_ERROR(controller::ValidateThresholds(options.thresholds));
   base::Status trigger = controller::ValidateTriggerSettings(options.trigger);
   if (!trigger.ok()) return base::Status::InvalidArgument("options.trigger: " + trigger.message());
+  base::Status spike = controller::ValidateSpikeSettings(options.spike);
+  if (!spike.ok()) return base::Status::InvalidArgument("options.spike: " + spike.message());
   GAC_ASSIGN_OR_RETURN(controller::TriggeredController triggered,
                        controller::TriggeredController::Create(options.thresholds, options.alpha_mode, options.trigger));
   if (options.chunk_elements < 1024) {
@@ -427,6 +430,7 @@ base::Status AgentCore::set_mode(controller::Mode mode) {
 AgentCore::AgentCore(AgentOptions options, controller::TriggeredController triggered)
     : options_(std::move(options)),
       triggered_(std::move(triggered)),
+      guard_(options_.spike),
       pool_(std::make_unique<ThreadPool>(options_.num_threads)) {}
 
 AgentCore::~AgentCore() = default;
@@ -434,6 +438,7 @@ AgentCore::~AgentCore() = default;
 void AgentCore::Reset() {
   plan_.reset();
   triggered_.Reset();
+  guard_.Clear();
 }
 
 std::int64_t AgentCore::snapshot_bytes() const {
@@ -525,7 +530,9 @@ base::Status AgentCore::ApplyDecision(controller::StepReport* report) {
   report->step_optimizer = options_.mode == controller::Mode::kMonitor || report->decision.apply_update;
   const bool project = options_.mode != controller::Mode::kMonitor && regime == controller::Regime::kProject;
   const bool snapshot_projected = options_.reference == ReferencePolicy::kAppliedUpdate;
-  const bool write_snapshot = regime != controller::Regime::kInvalid && (!snapshot_projected || report->step_optimizer);
+  // A spike keeps the snapshot (the last accepted gradient), as invalid does.
+  const bool write_snapshot = regime != controller::Regime::kInvalid && regime != controller::Regime::kSpike &&
+                              (!snapshot_projected || report->step_optimizer);
   if (plan.snapshot_in_stats) {
     // The dense gradients' snapshot is written already. A non-finite
     // gradient (invalid) overwrote it too: the next step has no reference.
@@ -561,7 +568,17 @@ base::Status AgentCore::ApplyDecision(controller::StepReport* report) {
   return base::Status::Ok();
 }
 
-base::StatusOr<controller::StepReport> AgentCore::Step(std::int64_t step, GradientSource& parameters) try {
+base::StatusOr<std::optional<double>> AgentCore::GuardLoss(std::optional<double> loss) {
+  if (!options_.reducer || (!options_.spike.zscore && options_.mode != controller::Mode::kRemote)) return loss;
+  double sum[2] = {loss ? *loss : 0.0, loss ? 1.0 : 0.0};
+  base::Status st = options_.reducer->AllReduceSum(sum, 2);
+  if (!st.ok()) return base::Status::Unavailable("all-reduce of the loss failed: " + st.ToString());
+  if (sum[1] == 0.0) return std::optional<double>();
+  return std::optional<double>(sum[0] / sum[1]);
+}
+
+base::StatusOr<controller::StepReport> AgentCore::Step(std::int64_t step, GradientSource& parameters,
+                                                       std::optional<double> loss) try {
   const auto t0 = Clock::now();
   GAC_RETURN_IF_ERROR(PreparePlan(step, parameters));
   controller::StepReport report;
@@ -569,20 +586,43 @@ base::StatusOr<controller::StepReport> AgentCore::Step(std::int64_t step, Gradie
   report.mode = options_.mode;
   GAC_RETURN_IF_ERROR(ComputeStatistics(parameters, &report));
   const std::vector<double>& sums = plan_->reduced;
-  const controller::AlignmentStats stats{sums[0], sums[1], sums[2], plan_->has_reference};
-  // The local decision (monitor: what local mode would do; remote: the
-  // fallback), which also moves the window: undone if the step fails.
+  GAC_ASSIGN_OR_RETURN(const std::optional<double> guard_loss, GuardLoss(loss));
+  const controller::AlignmentStats stats{sums[0], sums[1], sums[2], plan_->has_reference, guard_loss};
+  report.loss = guard_loss;
+  // The spike guard, then the local decision (monitor: what local mode
+  // would do; remote: the fallback), which move their windows: undone if
+  // the step fails. A spike enters neither window.
   before_step_ = triggered_;
-  report.decision = triggered_.Decide(stats);
+  guard_before_step_ = guard_;
+  std::optional<controller::SpikeVerdict> verdict;
+  if (options_.spike.enabled() && !controller::StatsInvalid(stats)) {
+    verdict = guard_.Judge(std::sqrt(stats.grad_sq), guard_loss);
+  }
+  if (verdict && verdict->spike) {
+    report.decision = controller::SpikeDecision(stats, *verdict, triggered_.window().mean());
+  } else {
+    report.decision = triggered_.Decide(stats);
+    if (verdict) controller::SetSpikeScores(*verdict, &report.decision);
+  }
   const controller::DecisionRule rule{triggered_.per_step().thresholds(), triggered_.trigger()};
   if (options_.mode != controller::Mode::kRemote) report.rule = rule;
   const auto t1 = Clock::now();
   report.stats_seconds = Seconds(t0, t1);
   base::Status st;
+  // Remote mode: the decision source decides, its own spike guard included
+  // (gacd: the run's settings, on the history the source keeps); the local
+  // decision is the fallback.
   if (options_.mode == controller::Mode::kRemote) {
+    const bool local_spike = report.decision.regime == controller::Regime::kSpike;
     st = DecideRemotely(step, stats, &report);
     if (report.fallback) report.rule = rule;
+    // The source called a spike what the local rule let in: out of the window again.
+    if (!local_spike && report.decision.regime == controller::Regime::kSpike) triggered_ = *before_step_;
     report.decide_seconds = Seconds(t1, Clock::now());
+  }
+  // The guard's window takes the step unless it was a spike (or invalid).
+  if (report.decision.regime != controller::Regime::kSpike && !controller::StatsInvalid(stats)) {
+    guard_.Accept(std::sqrt(stats.grad_sq), guard_loss);
   }
   const auto t2 = Clock::now();
   if (st.ok()) {
@@ -591,6 +631,7 @@ base::StatusOr<controller::StepReport> AgentCore::Step(std::int64_t step, Gradie
   }
   if (!st.ok()) {
     triggered_ = *before_step_;
+    guard_ = *guard_before_step_;
     return st;
   }
   plan_->stepped = true;

@@ -15,11 +15,11 @@ _gacctl_command_flags() {
     steps) echo "--start-step --end-step --from --to --rank --layers --scalars --page-size --format" ;;
     tail) echo "--lines -n --follow -f --rank --interval --format" ;;
     "config get") echo "" ;;
-    "config set") echo "--c-low --c-high --window-c-low --window-c-high --alpha-mode --mode --trigger --window-steps --reason --expected-version" ;;
+    "config set") echo "--c-low --c-high --window-c-low --window-c-high --alpha-mode --mode --trigger --window-steps --reason --expected-version --max-grad-norm --spike-sigma --spike-window --spike-warmup --spike-off" ;;
     "config history") echo "--format" ;;
     calibrate) echo "--window --windowed --apply --apply-to --to --alpha-mode --mode --trigger --window-steps --reason --expected-version" ;;
     replay) echo "--c-low --c-high --alpha-mode --grid --start-step --end-step --from --to --steps --max-diffs --format" ;;
-    backtest) echo "--c-high --window-c-low --calibrate-on --window --for-steps --warmup --per-run --format" ;;
+    backtest) echo "--c-high --window-c-low --calibrate-on --window --for-steps --warmup --per-run --format --max-grad-norm --spike-sigma --spike-window --spike-warmup" ;;
   esac
 }
 
@@ -51,7 +51,8 @@ _gacctl() {
         --start-step | --end-step | --page-size | --apply-to | \
         --rank | --scalars | --lines | -n | --interval | --window | --service | --c-low | --c-high | --alpha-mode | \
         --mode | --reason | --expected-version | --max-diffs | --window-c-low | --window-c-high | --calibrate-on | \
-        --for-steps | --warmup | --trigger | --window-steps)
+        --for-steps | --warmup | --trigger | --window-steps | --max-grad-norm | --spike-sigma | --spike-window | \
+        --spike-warmup)
         ((i++))
         continue
         ;;
@@ -77,7 +78,8 @@ _gacctl() {
     --address | --token | --tls-server-name | --timeout | --from | --start-step | --end-step | --page-size | \
       --rank | --scalars | --lines | -n | \
       --interval | --window | --service | --c-low | --c-high | --reason | --expected-version | --max-diffs | \
-      --window-c-low | --window-c-high | --for-steps | --warmup | --window-steps)
+      --window-c-low | --window-c-high | --for-steps | --warmup | --window-steps | --max-grad-norm | --spike-sigma | \
+      --spike-window | --spike-warmup)
       return
       ;;
   esac

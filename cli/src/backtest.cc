@@ -75,7 +75,7 @@ base::StatusOr<RecordedRun> ParseRunCsv(const std::string& text, const std::stri
   run.path = path;
   run.name = BaseName(path);
   std::vector<std::string> header;
-  std::optional<std::size_t> step_col, cosine_col, acc_col, regime_col;
+  std::optional<std::size_t> step_col, cosine_col, acc_col, regime_col, norm_col, loss_col, injected_col;
   std::size_t line_no = 0, start = 0;
   while (start < text.size()) {
     std::size_t end = text.find('\n', start);
@@ -92,6 +92,12 @@ base::StatusOr<RecordedRun> ParseRunCsv(const std::string& text, const std::stri
       cosine_col = ColumnIndex(header, "cosine");
       acc_col = ColumnIndex(header, "heldout_acc");
       regime_col = ColumnIndex(header, "regime");
+      norm_col = ColumnIndex(header, "grad_norm");
+      loss_col = ColumnIndex(header, "loss");
+      injected_col = ColumnIndex(header, "injected");
+      run.has_grad_norm = norm_col.has_value();
+      run.has_loss = loss_col.has_value();
+      run.has_injected = injected_col.has_value();
       for (const auto& [col, name] : {std::pair{step_col, "step"}, {cosine_col, "cosine"}, {acc_col, "heldout_acc"}}) {
         if (!col) return base::Status::InvalidArgument(Where(path, line_no) + ": no column '" + name + "' in the header");
       }
@@ -118,8 +124,27 @@ base::StatusOr<RecordedRun> ParseRunCsv(const std::string& text, const std::stri
     if (acc && !std::isfinite(*acc)) {
       return base::Status::InvalidArgument(where + ": column heldout_acc: '" + fields[*acc_col] + "' is not finite");
     }
+    std::optional<double> norm, loss;
+    if (norm_col) {
+      GAC_ASSIGN_OR_RETURN(norm, ParseCell(fields[*norm_col], "grad_norm", where));
+      if ((norm && !std::isfinite(*norm)) || (regime_col && fields[*regime_col] == "invalid")) norm.reset();
+    }
+    if (loss_col) {
+      GAC_ASSIGN_OR_RETURN(loss, ParseCell(fields[*loss_col], "loss", where));
+    }
+    bool injected = false;
+    if (injected_col) {
+      const std::string& cell = fields[*injected_col];
+      if (cell != "0" && cell != "1") {
+        return base::Status::InvalidArgument(where + ": column injected: '" + cell + "' is not 0 or 1");
+      }
+      injected = cell == "1";
+    }
     run.steps.push_back(s);
     run.cosines.push_back(cosine);
+    run.grad_norms.push_back(norm);
+    run.losses.push_back(loss);
+    run.injected.push_back(injected);
     if (acc) run.evaluations.push_back({s, *acc});
   }
   if (header.empty()) return base::Status::InvalidArgument(path + ": empty (no header)");
@@ -152,6 +177,22 @@ base::StatusOr<RecordedRun> ReadRun(const std::string& csv_path) {
     return log_text.status();
   }
   return run;
+}
+
+GuardReplay ReplayGuard(const RecordedRun& run, const controller::SpikeSettings& s) {
+  GuardReplay out;
+  controller::SpikeGuard guard(s);
+  for (std::size_t i = 0; i < run.steps.size(); ++i) {
+    if (!run.grad_norms[i]) continue;
+    ++out.judged;
+    const bool spike = guard.Step(*run.grad_norms[i], run.losses[i]).spike;
+    if (spike) out.spikes.push_back(run.steps[i]);
+    if (run.injected[i]) {
+      ++out.injected;
+      out.caught += spike;
+    }
+  }
+  return out;
 }
 
 const char* OutcomeName(Outcome outcome) {

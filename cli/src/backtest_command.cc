@@ -15,6 +15,9 @@ struct BacktestOptions {
   std::vector<std::string> files;      // the runs tested
   std::vector<std::string> calibrate;  // the synchronous runs to calibrate on; empty: thresholds given
   AlertSettings settings;
+  // The spike guard's settings: given, the backtest replays the guard
+  // instead of the alerts.
+  std::optional<controller::SpikeSettings> guard;
   bool per_run = false;
   Format format = Format::kTable;
 };
@@ -187,6 +190,59 @@ base::Status Backtest(Context& ctx, BacktestOptions o) {
   return base::Status::Ok();
 }
 
+std::vector<Column> GuardColumns() {
+  return {{"run", "RUN"},
+          {"judged", "JUDGED", true},
+          {"spikes", "SPIKES", true},
+          {"injected", "INJECTED", true},
+          {"caught", "CAUGHT", true},
+          {"missed", "MISSED", true},
+          {"false_spikes", "FALSE_SPIKES", true},
+          {"spike_steps", "SPIKE_STEPS"}};
+}
+
+// The spike guard on every run, one row a run and a last row "all".
+base::Status BacktestGuard(Context& ctx, const BacktestOptions& o) {
+  const controller::SpikeSettings& s = *o.guard;
+  std::vector<RecordedRun> runs;
+  for (const std::string& path : o.files) {
+    GAC_ASSIGN_OR_RETURN(RecordedRun run, ReadRun(path));
+    if (!run.has_grad_norm) return base::Status::InvalidArgument(path + ": no column 'grad_norm' for the spike guard");
+    runs.push_back(std::move(run));
+  }
+  std::ostream& out = ctx.out();
+  if (o.format == Format::kTable) {
+    out << "spike guard replayed on " << runs.size() << " runs:";
+    if (s.max_grad_norm > 0) out << " |g| > " << FormatDisplay(s.max_grad_norm) << (s.zscore ? " or" : "");
+    if (s.zscore) {
+      out << " z(|g|) or z(loss) > " << FormatDisplay(s.sigma) << " over the last " << s.window
+          << " accepted steps (from " << s.effective_warmup() << " held)";
+    }
+    out << "\n\n";
+  }
+  std::unique_ptr<RowWriter> w = RowWriter::Create(o.format, &out, GuardColumns());
+  GuardReplay all;
+  const auto row = [&](const std::string& name, const GuardReplay& g, bool list) {
+    const auto spikes = static_cast<std::int64_t>(g.spikes.size());
+    std::string steps;
+    for (std::size_t i = 0; list && i < g.spikes.size() && i < 20; ++i) steps += (i ? " " : "") + std::to_string(g.spikes[i]);
+    if (list && g.spikes.size() > 20) steps += " ...";
+    w->Add({Cell::Text(name), Cell::Int(g.judged), Cell::Int(spikes), Cell::Int(g.injected), Cell::Int(g.caught),
+            Cell::Int(g.injected - g.caught), Cell::Int(spikes - g.caught), Cell::Text(steps)});
+  };
+  for (const RecordedRun& run : runs) {
+    const GuardReplay g = ReplayGuard(run, s);
+    all.judged += g.judged;
+    all.injected += g.injected;
+    all.caught += g.caught;
+    all.spikes.insert(all.spikes.end(), g.spikes.begin(), g.spikes.end());
+    row(run.name, g, true);
+  }
+  row("all", all, false);
+  w->Flush();
+  return base::Status::Ok();
+}
+
 base::StatusOr<std::vector<std::string>> ExpandPaths(const std::string& flag, const std::vector<std::string>& paths) {
   std::vector<std::string> files;
   for (const std::string& p : paths) GAC_RETURN_IF_ERROR(ExpandPath(flag, p, &files));
@@ -197,7 +253,7 @@ CommandSpec BacktestCommand() {
   CommandSpec c;
   c.name = "backtest";
   c.args = "FILE_OR_DIR...";
-  c.summary = "when the alignment alerts would have fired on recorded runs, against their collapses (offline)";
+  c.summary = "the alignment alerts, or the spike guard, replayed on recorded runs (offline)";
   c.description =
       "Replays the c_t of recorded runs (CSV files of the example trainer, gac_grpo, or every\n"
       "*.csv of a directory; needs no gacd) through the alerts of dashboards/gac.rules.yml,\n"
@@ -238,6 +294,14 @@ CommandSpec BacktestCommand() {
       "--per-run, one row per run and alert instead:\n"
       "  run, steps, outcome, collapse_step, alert, first_alarm, at_first_eligible,\n"
       "  firing_steps, lead, verdict (warned, late, missed, false alarm, quiet)\n\n"
+      "The spike guard instead (--max-grad-norm, --spike-sigma, --spike-window,\n"
+      "--spike-warmup; any z-score flag turns its z-score on, as gac.Agent's): the runs'\n"
+      "grad_norm and loss columns through gac::controller::SpikeGuard, step after step, as\n"
+      "the agent would have judged them (a spike enters neither window). With an `injected`\n"
+      "column (0/1, gac_grpo --inject-spikes) the injected steps it caught and missed. One\n"
+      "row per run and a last row `all`:\n"
+      "  run, judged (steps with a grad_norm), spikes, injected, caught, missed,\n"
+      "  false_spikes (spikes at steps not injected), spike_steps (the first 20)\n\n"
       "Unreadable files and bad rows (missing columns, a value that is not a number, steps\n"
       "out of order) are errors naming the file and line (exit 1); bad flags exit 2.\n";
   c.flags = {
@@ -248,6 +312,10 @@ CommandSpec BacktestCommand() {
       {"for-steps", "N", "GacAlignmentElevated's hold in steps (default 5; 0 = at once)"},
       {"warmup", "N", "alarms and calibration start after step N (default 50)"},
       {"per-run", "", "one row per run and alert instead of the summary"},
+      {"max-grad-norm", "X", "spike guard: a step with |g| above X is a spike"},
+      {"spike-sigma", "X", "spike guard: a z-score of |g| or of the loss above X is a spike (default 6)"},
+      {"spike-window", "N", "spike guard: the z-score over the last N accepted steps (default 128)"},
+      {"spike-warmup", "N", "spike guard: accepted steps held before the z-score applies (default N/2)"},
       FormatFlagSpec(),
   };
   c.positionals = 1;
@@ -255,6 +323,29 @@ CommandSpec BacktestCommand() {
   c.prepare = [](const ParsedFlags& flags, const std::vector<std::string>& args) -> base::StatusOr<Action> {
     BacktestOptions o;
     GAC_ASSIGN_OR_RETURN(o.files, ExpandPaths("", args));
+    GAC_ASSIGN_OR_RETURN(auto max_norm, OptionalReal(flags, "max-grad-norm"));
+    GAC_ASSIGN_OR_RETURN(auto sigma, OptionalReal(flags, "spike-sigma"));
+    GAC_ASSIGN_OR_RETURN(auto spike_window, OptionalInt(flags, "spike-window", 2, controller::kMaxSpikeWindow));
+    GAC_ASSIGN_OR_RETURN(auto spike_warmup, OptionalInt(flags, "spike-warmup", 2, controller::kMaxSpikeWindow));
+    if (max_norm || sigma || spike_window || spike_warmup) {
+      for (const char* f : {"c-high", "window-c-low", "calibrate-on", "window", "for-steps", "warmup", "per-run"}) {
+        if (flags.Has(f)) {
+          return base::Status::InvalidArgument(std::string("--") + f + " is the alerts' setting: the spike guard's "
+                                               "backtest takes --max-grad-norm and the --spike-* flags");
+        }
+      }
+      controller::SpikeSettings s;
+      if (max_norm) s.max_grad_norm = *max_norm;
+      s.zscore = sigma || spike_window || spike_warmup;
+      if (sigma) s.sigma = *sigma;
+      if (spike_window) s.window = static_cast<int>(*spike_window);
+      if (spike_warmup) s.warmup = static_cast<int>(*spike_warmup);
+      const base::Status st = controller::ValidateSpikeSettings(s);
+      if (!st.ok()) return base::Status::InvalidArgument(st.message());
+      o.guard = s;
+      GAC_ASSIGN_OR_RETURN(o.format, FormatFlag(flags));
+      return Action([o](Context& ctx) { return BacktestGuard(ctx, o); });
+    }
     GAC_ASSIGN_OR_RETURN(auto c_high, OptionalReal(flags, "c-high"));
     GAC_ASSIGN_OR_RETURN(auto window_c_low, OptionalReal(flags, "window-c-low"));
     if (const std::string* cal = flags.Get("calibrate-on")) {

@@ -50,6 +50,19 @@ std::string SettingsText(const v1::RunConfig& config) {
     text += ", trigger window of " + std::to_string(proto::WindowFromProto(config.window())) + " steps (c_low " +
             FormatExact(w.c_low()) + ", c_high " + FormatExact(w.c_high()) + ")";
   }
+  if (config.has_spike()) text += ", spike guard " + SpikeText(config);
+  return text;
+}
+
+std::string SpikeText(const v1::RunConfig& config) {
+  base::StatusOr<controller::SpikeSettings> s = proto::SpikeFromProto(config.spike());
+  if (!config.has_spike() || !s.ok() || !s->enabled()) return "off";
+  std::string text;
+  if (s->max_grad_norm > 0) text = "|g| > " + FormatExact(s->max_grad_norm);
+  if (s->zscore) {
+    text += std::string(text.empty() ? "" : " or ") + "z > " + FormatExact(s->sigma) + " over " +
+            std::to_string(s->window) + " steps (after " + std::to_string(s->effective_warmup()) + ")";
+  }
   return text;
 }
 

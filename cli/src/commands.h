@@ -88,6 +88,8 @@ inline FlagSpec FormatFlagSpec() { return {"format", "table|csv|jsonl", "output 
 // gac::proto::EnumName (gac/proto/wire_rules.h).
 // "c_low 0.05, c_high 0.3, alpha paper, mode local".
 std::string SettingsText(const v1::RunConfig& config);
+// The run's spike guard in words: "off", "|g| > 100", "z > 6 over 128 steps (after 64)", or both.
+std::string SpikeText(const v1::RunConfig& config);
 // "92.5 %".
 std::string Percent(double fraction);
 // Why a run summary's calibration has no suggested thresholds, in the

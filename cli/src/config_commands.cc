@@ -21,7 +21,8 @@ void WriteConfig(std::ostream& out, const std::string& run, const v1::RunConfig&
       << "window      " << proto::WindowFromProto(config.window()) << " steps\n";
   const v1::Thresholds& w = config.has_window_thresholds() ? config.window_thresholds() : config.thresholds();
   out << "window_c_low  " << FormatExact(w.c_low()) << "\n"
-      << "window_c_high " << FormatExact(w.c_high()) << "\n";
+      << "window_c_high " << FormatExact(w.c_high()) << "\n"
+      << "spike_guard " << SpikeText(config) << "\n";
   if (config.version() == 0) {
     out << "version     0 (gacd's defaults, never set)\n";
   } else {
@@ -58,13 +59,52 @@ struct SettingsChange {
   std::optional<controller::Trigger> trigger;
   std::optional<int> window;
   std::optional<double> window_c_low, window_c_high;
+  // The spike guard: the flags given change the run's current guard; off
+  // turns it off.
+  std::optional<double> max_grad_norm, spike_sigma;
+  std::optional<int> spike_window, spike_warmup;
+  bool spike_off = false;
   std::string reason;
   std::optional<std::uint64_t> expected_version;
 
   bool complete() const { return c_low && c_high && alpha_mode && mode; }
   bool changes_window() const { return trigger || window || window_c_low || window_c_high; }
-  bool empty() const { return !c_low && !c_high && !alpha_mode && !mode && !changes_window(); }
+  bool changes_spike() const { return max_grad_norm || spike_sigma || spike_window || spike_warmup || spike_off; }
+  bool empty() const { return !c_low && !c_high && !alpha_mode && !mode && !changes_window() && !changes_spike(); }
 };
+
+// Parses the spike guard's flags of `config set`.
+base::Status ParseSpikeFlags(const ParsedFlags& flags, SettingsChange* change) {
+  GAC_ASSIGN_OR_RETURN(change->max_grad_norm, OptionalReal(flags, "max-grad-norm"));
+  GAC_ASSIGN_OR_RETURN(change->spike_sigma, OptionalReal(flags, "spike-sigma"));
+  GAC_ASSIGN_OR_RETURN(auto window, OptionalInt(flags, "spike-window", 2, controller::kMaxSpikeWindow));
+  if (window) change->spike_window = static_cast<int>(*window);
+  GAC_ASSIGN_OR_RETURN(auto warmup, OptionalInt(flags, "spike-warmup", 2, controller::kMaxSpikeWindow));
+  if (warmup) change->spike_warmup = static_cast<int>(*warmup);
+  change->spike_off = flags.Has("spike-off");
+  if (change->spike_off && (change->max_grad_norm || change->spike_sigma || window || warmup)) {
+    return base::Status::InvalidArgument("--spike-off turns the spike guard off: give it alone, without "
+                                         "--max-grad-norm, --spike-sigma, --spike-window or --spike-warmup");
+  }
+  // Checked here as the controller checks it, so the error names the flag.
+  controller::SpikeSettings s;
+  s.zscore = true;
+  if (change->max_grad_norm) s.max_grad_norm = *change->max_grad_norm;
+  if (change->spike_sigma) s.sigma = *change->spike_sigma;
+  if (change->spike_window) s.window = *change->spike_window;
+  if (change->spike_warmup) {
+    if (!change->spike_window) s.window = controller::kMaxSpikeWindow;  // the run's own window: gacd checks
+    s.warmup = *change->spike_warmup;
+  }
+  const base::Status st = controller::ValidateSpikeSettings(s);
+  if (st.ok()) return st;
+  // "spike_sigma must be ..." -> "--spike-sigma must be ...": the flag's name.
+  std::string message = st.message();
+  for (std::size_t i = 0; i < message.size() && message[i] != ' '; ++i) {
+    if (message[i] == '_') message[i] = '-';
+  }
+  return base::Status::InvalidArgument("--" + message);
+}
 
 // Parses --alpha-mode, --mode, --reason and --expected-version.
 base::Status ParseChangeFlags(const ParsedFlags& flags, SettingsChange* change) {
@@ -105,7 +145,8 @@ base::StatusOr<v1::RunConfig> ApplyChange(Context& ctx, const SettingsChange& ch
   controller::Mode mode = controller::Mode::kLocal;
   std::uint64_t expected = 0;
   v1::Thresholds window_thresholds;
-  if (!change.complete() || change.changes_window()) {
+  controller::SpikeSettings spike;
+  if (!change.complete() || change.changes_window() || change.changes_spike()) {
     GAC_ASSIGN_OR_RETURN(v1::RunConfig current, ctx.client().GetRunConfig(change.run));
     window_thresholds = current.has_window_thresholds() ? current.window_thresholds() : current.thresholds();
     t.c_low = current.thresholds().c_low();
@@ -119,6 +160,11 @@ base::StatusOr<v1::RunConfig> ApplyChange(Context& ctx, const SettingsChange& ch
       mode = *m;
     } else if (!change.mode) {
       return base::Status::FailedPrecondition("gacd's settings of " + change.run + " have no mode: give --mode");
+    }
+    if (current.has_spike()) {
+      base::StatusOr<controller::SpikeSettings> s = proto::SpikeFromProto(current.spike());
+      if (!s.ok()) return s.status().WithPrefix("gacd's settings of " + change.run);
+      spike = *s;
     }
     expected = current.version();
   }
@@ -136,6 +182,15 @@ base::StatusOr<v1::RunConfig> ApplyChange(Context& ctx, const SettingsChange& ch
     if (change.window_c_high) window_thresholds.set_c_high(*change.window_c_high);
     window_thresholds.set_alpha_mode(proto::ToProto(alpha));
     *request.mutable_window_thresholds() = window_thresholds;
+  }
+  if (change.changes_spike()) {
+    if (change.spike_off) spike = controller::SpikeSettings{};
+    if (change.max_grad_norm) spike.max_grad_norm = *change.max_grad_norm;
+    if (change.spike_sigma || change.spike_window || change.spike_warmup) spike.zscore = true;
+    if (change.spike_sigma) spike.sigma = *change.spike_sigma;
+    if (change.spike_window) spike.window = *change.spike_window;
+    if (change.spike_warmup) spike.warmup = *change.spike_warmup;
+    *request.mutable_spike() = proto::ToProto(spike);
   }
   if (change.expected_version) expected = *change.expected_version;
   request.set_expected_version(expected);
@@ -172,11 +227,21 @@ CommandSpec ConfigSetCommand() {
       "admin rights on RUN, and read rights too when settings are left out.\n"
       "The windowed trigger (--trigger window) applies the rule to m_t, the signed mean of\n"
       "the run's last W valid c_t (--window-steps W), with its own thresholds\n"
-      "(--window-c-low, --window-c-high; 'gacctl calibrate --windowed' suggests them).\n";
+      "(--window-c-low, --window-c-high; 'gacctl calibrate --windowed' suggests them).\n"
+      "The spike guard decides before GAC for agents in remote mode: a step with |g| above\n"
+      "--max-grad-norm, or whose |g| or loss is more than --spike-sigma standard deviations\n"
+      "above its last --spike-window accepted steps, is skipped (regime spike). The flags\n"
+      "given change the run's guard; any z-score flag turns its z-score on; --spike-off\n"
+      "turns the guard off.\n";
   c.flags = {{"c-low", "X", "|c_t| at or below: safe (default: unchanged)"},
              {"c-high", "X", "|c_t| at or above: skip (default: unchanged)"},
              {"window-c-low", "X", "|m_t| at or below: safe, windowed trigger (default: unchanged)"},
-             {"window-c-high", "X", "|m_t| at or above: skip, windowed trigger (default: unchanged)"}};
+             {"window-c-high", "X", "|m_t| at or above: skip, windowed trigger (default: unchanged)"},
+             {"max-grad-norm", "X", "spike guard: skip a step with |g| above X; 0 = no bound (default: unchanged)"},
+             {"spike-sigma", "X", "spike guard: skip a step whose |g| or loss z-score is above X (default 6)"},
+             {"spike-window", "N", "spike guard: the z-score over the last N accepted steps, 2-10000 (default 128)"},
+             {"spike-warmup", "N", "spike guard: accepted steps before the z-score applies (default N/2)"},
+             {"spike-off", "", "turn the run's spike guard off"}};
   for (FlagSpec& f : ChangeFlags()) c.flags.push_back(std::move(f));
   c.positionals = 1;
   c.prepare = [](const ParsedFlags& flags, const std::vector<std::string>& args) -> base::StatusOr<Action> {
@@ -189,10 +254,12 @@ CommandSpec ConfigSetCommand() {
     GAC_ASSIGN_OR_RETURN(change.window_c_low, OptionalReal(flags, "window-c-low"));
     GAC_ASSIGN_OR_RETURN(change.window_c_high, OptionalReal(flags, "window-c-high"));
     GAC_RETURN_IF_ERROR(ParseChangeFlags(flags, &change));
+    GAC_RETURN_IF_ERROR(ParseSpikeFlags(flags, &change));
     if (change.empty()) {
       return base::Status::InvalidArgument(
           "nothing to change: give --c-low, --c-high, --alpha-mode, --mode, --trigger, --window-steps, "
-          "--window-c-low or --window-c-high");
+          "--window-c-low, --window-c-high or a spike guard flag (--max-grad-norm, --spike-sigma, "
+          "--spike-window, --spike-warmup, --spike-off)");
     }
     if (!flags.Has("reason") || change.reason.empty()) {
       return base::Status::InvalidArgument("--reason is required: say why, for the audit log");
@@ -225,6 +292,7 @@ std::string ChangeText(const v1::RunConfig& before, const v1::RunConfig& after) 
   };
   add("window c_low", FormatExact(window_of(before).c_low()), FormatExact(window_of(after).c_low()));
   add("window c_high", FormatExact(window_of(before).c_high()), FormatExact(window_of(after).c_high()));
+  add("spike guard", SpikeText(before), SpikeText(after));
   return text.empty() ? "no change" : text;
 }
 

@@ -9,8 +9,10 @@ namespace gac::cli {
 
 ReplayedDecision ReplayStep(const controller::Controller& controller, const RecordedStep& step) {
   ReplayedDecision d;
-  if (step.regime == controller::Regime::kInvalid) {
-    d.regime = controller::Regime::kInvalid;
+  // Invalid statistics and the spike guard's steps are no thresholds' doing:
+  // they stay as recorded.
+  if (step.regime == controller::Regime::kInvalid || step.regime == controller::Regime::kSpike) {
+    d.regime = step.regime;
     return d;
   }
   if (!step.cosine) return d;  // no reference: safe under any thresholds

@@ -362,7 +362,7 @@ std::vector<Column> TailColumns() {
   return {
       {"step", "STEP", true, 6},      {"cosine", "C_T", true, 11},         {"window_mean", "M_T", true, 11},
       {"regime", "REGIME", false, 7}, {"alpha", "ALPHA", true, 9},         {"grad_norm", "|G|", true, 9},
-      {"staleness", "STALENESS", true, 9}, {"reward", "REWARD", true, 10},
+      {"grad_norm_z", "Z", true, 9},  {"staleness", "STALENESS", true, 9}, {"reward", "REWARD", true, 10},
   };
 }
 
@@ -375,6 +375,7 @@ std::vector<Cell> TailCells(const v1::StepRecord& r, std::optional<double> windo
       Cell::Text(proto::EnumName(r.regime())),
       Cell::Real(r.alpha()),
       Cell::Real(r.grad_norm()),
+      r.has_grad_norm_z() ? Cell::Real(r.grad_norm_z()) : Cell(),
       r.has_staleness() ? Cell::Int(r.staleness()) : Cell(),
       reward == r.scalars().end() ? Cell() : Cell::Real(reward->second),
   };
@@ -505,8 +506,8 @@ CommandSpec TailCommand() {
   c.description =
       "One line per step of one rank (rank 0 by default):\n"
       "  step [STEP], cosine [C_T], window_mean [M_T] (m_t, as gacctl steps gives it), regime\n"
-      "  [REGIME], alpha [ALPHA], grad_norm [|G|], staleness [STALENESS], reward [REWARD] (the\n"
-      "  trainer scalar \"reward\").\n"
+      "  [REGIME], alpha [ALPHA], grad_norm [|G|], grad_norm_z [Z] (the spike guard's z-score of\n"
+      "  |g|), staleness [STALENESS], reward [REWARD] (the trainer scalar \"reward\").\n"
       "With -f gacctl asks gacd for newer steps every --interval and prints them as they\n"
       "come, until SIGINT or SIGTERM (exit 0). A run that does not exist yet is waited for;\n"
       "while gacd cannot be reached gacctl says so once and keeps trying.\n";

@@ -14,6 +14,7 @@ const char* RegimeName(Regime regime) {
     case Regime::kProject: return "project";
     case Regime::kSkip: return "skip";
     case Regime::kInvalid: return "invalid";
+    case Regime::kSpike: return "spike";
   }
   return "unknown";
 }
@@ -36,7 +37,7 @@ base::StatusOr<Regime> ParseRegime(const char* name) {
     if (name != nullptr && std::strcmp(name, RegimeName(r)) == 0) return r;
   }
   return base::Status::InvalidArgument(std::string("unknown regime '") + (name ? name : "") +
-                                 "' (expected safe, project, skip or invalid)");
+                                 "' (expected safe, project, skip, invalid or spike)");
 }
 
 base::StatusOr<AlphaMode> ParseAlphaMode(const char* name) {
@@ -71,6 +72,11 @@ base::Status ValidateThresholds(const Thresholds& t) {
                                    " c_high=" + std::to_string(t.c_high));
   }
   return base::Status::Ok();
+}
+
+bool StatsInvalid(const AlignmentStats& s) {
+  return !std::isfinite(s.dot) || !std::isfinite(s.grad_sq) || !std::isfinite(s.ref_sq) || s.grad_sq < 0.0 ||
+         s.ref_sq < 0.0;
 }
 
 double CosineAfterProjection(double cosine, double alpha) {
@@ -114,7 +120,7 @@ Decision Controller::DecideWith(const AlignmentStats& s, const std::optional<dou
   // grad_sq and ref_sq are sums of squares: a negative one is as corrupt as a NaN and
   // would otherwise give a NaN cosine that falls through every comparison
   // into the projection branch with NaN coefficients.
-  if (!std::isfinite(s.dot) || !std::isfinite(s.grad_sq) || !std::isfinite(s.ref_sq) || s.grad_sq < 0.0 || s.ref_sq < 0.0) {
+  if (StatsInvalid(s)) {
     d.regime = Regime::kInvalid;
     d.apply_update = false;
     return d;

@@ -38,12 +38,14 @@ using R = StepReport;
 const ReportField kReportFields[kReportFieldCount] = {
     {"step", ReportType::kInteger, false, "steps", "The optimiser step index the agent was given.", kAll, "step",
      [](const R& r) { return Int(r.step); }},
+    {"loss", ReportType::kReal, true, "", "The loss the trainer gave with the step (with a process group: the ranks' mean), or None.", kAll, nullptr,
+     [](const R& r) { return OptReal(r.loss); }},
     {"mode", ReportType::kMode, false, "",
      "The agent's mode for this step: 'local', 'monitor' or 'remote' (in monitor mode the regime is what GAC "
      "would have done).",
      kAll, "mode", [](const R& r) { return Int(static_cast<std::int64_t>(r.mode)); }},
     {"regime", ReportType::kRegime, false, "",
-     "'safe', 'project', 'skip' or 'invalid' (monitor mode: what local mode would do).", kAll, "regime",
+     "'safe', 'project', 'skip', 'invalid' or 'spike' (monitor mode: what local mode would do).", kAll, "regime",
      [](const R& r) { return Int(static_cast<std::int64_t>(r.decision.regime)); }},
     {"cosine", ReportType::kReal, true, "",
      "c_t = cos(g, p); None on the first step, after a reset and with non-finite gradients.", kAll, "cosine",
@@ -55,6 +57,13 @@ const ReportField kReportFields[kReportFieldCount] = {
      "m_t, the signed mean of the agent's last `window` cosines, this one included; None until that many are "
      "held. trigger='window' decides on it.",
      kAll, nullptr, [](const R& r) { return OptReal(r.decision.window_mean); }},
+    {"grad_norm_z", ReportType::kReal, true, "",
+     "The spike guard's z-score of |g| against the recent accepted steps; None when its z-score is off or "
+     "warming up.",
+     kAll, "grad_norm_z", [](const R& r) { return OptReal(r.decision.grad_norm_z); }},
+    {"loss_z", ReportType::kReal, true, "",
+     "The spike guard's z-score of the loss against the recent accepted steps; None without a loss.", kAll,
+     "loss_z", [](const R& r) { return OptReal(r.decision.loss_z); }},
     {"alpha", ReportType::kReal, false, "", "The gain on the gradient's component along p (1 = untouched).", kAll,
      "alpha", [](const R& r) { return Real(r.decision.alpha); }},
     {"projection_coeff", ReportType::kReal, false, "",
@@ -122,7 +131,7 @@ const ReportField* FindReportField(const char* name) {
 const char* ReportEnumName(ReportType type, std::int64_t value) {
   switch (type) {
     case ReportType::kRegime:
-      return value >= 0 && value <= 3 ? RegimeName(static_cast<Regime>(value)) : "unknown";
+      return value >= 0 && value <= 4 ? RegimeName(static_cast<Regime>(value)) : "unknown";
     case ReportType::kMode:
       return value >= 0 && value <= 2 ? ModeName(static_cast<Mode>(value)) : "unknown";
     case ReportType::kTrigger:

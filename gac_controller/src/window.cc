@@ -7,16 +7,6 @@
 
 namespace gac::controller {
 
-namespace {
-
-// Controller::Decide's test for statistics it calls invalid.
-bool StatsInvalid(const AlignmentStats& s) {
-  return !std::isfinite(s.dot) || !std::isfinite(s.grad_sq) || !std::isfinite(s.ref_sq) || s.grad_sq < 0.0 ||
-         s.ref_sq < 0.0;
-}
-
-}  // namespace
-
 const char* TriggerName(Trigger t) { return t == Trigger::kWindow ? "window" : "per_step"; }
 
 base::StatusOr<Trigger> ParseTrigger(const char* name) {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <tuple>
 
 namespace gac::proto {
 
@@ -11,6 +12,7 @@ v1::Regime ToProto(controller::Regime regime) {
     case controller::Regime::kProject: return v1::REGIME_PROJECT;
     case controller::Regime::kSkip: return v1::REGIME_SKIP;
     case controller::Regime::kInvalid: return v1::REGIME_INVALID;
+    case controller::Regime::kSpike: return v1::REGIME_SPIKE;
   }
   return v1::REGIME_INVALID;  // unreachable: every regime is listed
 }
@@ -21,9 +23,10 @@ base::StatusOr<controller::Regime> FromProto(v1::Regime regime) {
     case v1::REGIME_PROJECT: return controller::Regime::kProject;
     case v1::REGIME_SKIP: return controller::Regime::kSkip;
     case v1::REGIME_INVALID: return controller::Regime::kInvalid;
+    case v1::REGIME_SPIKE: return controller::Regime::kSpike;
     default: break;
   }
-  return base::Status::InvalidArgument("regime must be SAFE, PROJECT, SKIP or INVALID, got " +
+  return base::Status::InvalidArgument("regime must be SAFE, PROJECT, SKIP, INVALID or SPIKE, got " +
                                  std::to_string(static_cast<int>(regime)));
 }
 
@@ -130,8 +133,30 @@ base::StatusOr<controller::Controller> ControllerFromProto(const v1::Thresholds&
   return controller::Controller::Create(t, *FromProto(thresholds.alpha_mode()));
 }
 
+base::StatusOr<controller::SpikeSettings> SpikeFromProto(const v1::SpikeGuard& spike) {
+  controller::SpikeSettings s;
+  s.max_grad_norm = spike.max_grad_norm();
+  s.zscore = spike.zscore();
+  if (spike.window() != 0) s.window = static_cast<int>(std::min<std::uint32_t>(spike.window(), 1u << 30));
+  if (spike.sigma() != 0.0) s.sigma = spike.sigma();
+  s.warmup = static_cast<int>(std::min<std::uint32_t>(spike.warmup(), 1u << 30));
+  GAC_RETURN_IF_ERROR(controller::ValidateSpikeSettings(s));
+  return s;
+}
+
+v1::SpikeGuard ToProto(const controller::SpikeSettings& spike) {
+  v1::SpikeGuard out;
+  out.set_max_grad_norm(spike.max_grad_norm);
+  out.set_zscore(spike.zscore);
+  out.set_window(static_cast<std::uint32_t>(spike.window));
+  out.set_sigma(spike.sigma);
+  out.set_warmup(static_cast<std::uint32_t>(spike.warmup));
+  return out;
+}
+
 v1::DecideRequest ToDecideRequest(const std::string& run, std::uint32_t rank, std::int64_t step,
-                                  const controller::AlignmentStats& stats, const std::vector<double>& recent) {
+                                  const controller::AlignmentStats& stats, const std::vector<double>& recent,
+                                  const std::vector<double>& recent_norms, const std::vector<double>& recent_losses) {
   v1::DecideRequest req;
   req.set_run(run);
   req.set_rank(rank);
@@ -142,11 +167,19 @@ v1::DecideRequest ToDecideRequest(const std::string& run, std::uint32_t rank, st
   req.set_has_reference(stats.has_reference);
   const std::size_t keep = std::min(recent.size(), static_cast<std::size_t>(controller::kMaxWindow));
   req.mutable_recent_cosines()->Add(recent.end() - static_cast<std::ptrdiff_t>(keep), recent.end());
+  const auto newest = [](const std::vector<double>& v) {
+    return v.end() - static_cast<std::ptrdiff_t>(std::min(v.size(), static_cast<std::size_t>(controller::kMaxSpikeWindow)));
+  };
+  req.mutable_recent_grad_norms()->Add(newest(recent_norms), recent_norms.end());
+  req.mutable_recent_losses()->Add(newest(recent_losses), recent_losses.end());
+  if (stats.loss) req.set_loss(*stats.loss);
   return req;
 }
 
 controller::AlignmentStats StatsFromProto(const v1::DecideRequest& request) {
-  return controller::AlignmentStats{request.dot(), request.grad_sq(), request.ref_sq(), request.has_reference()};
+  controller::AlignmentStats stats{request.dot(), request.grad_sq(), request.ref_sq(), request.has_reference()};
+  if (request.has_loss()) stats.loss = request.loss();
+  return stats;
 }
 
 void EncodeDecision(const controller::Decision& decision, v1::DecideResponse* response) {
@@ -169,6 +202,16 @@ void EncodeDecision(const controller::Decision& decision, v1::DecideResponse* re
   response->set_alpha(decision.alpha);
   response->set_projection_coeff(decision.projection_coeff);
   response->set_apply_update(decision.apply_update);
+  if (decision.grad_norm_z) {
+    response->set_grad_norm_z(*decision.grad_norm_z);
+  } else {
+    response->clear_grad_norm_z();
+  }
+  if (decision.loss_z) {
+    response->set_loss_z(*decision.loss_z);
+  } else {
+    response->clear_loss_z();
+  }
 }
 
 namespace {
@@ -236,6 +279,15 @@ base::StatusOr<controller::Decision> DecodeDecision(const v1::DecideResponse& re
   if (response.has_window_mean()) {
     GAC_RETURN_IF_ERROR(CheckCosine("window_mean", response.window_mean()));
     d.window_mean = response.window_mean();
+  }
+  for (const auto& [field, has, value, out] :
+       {std::tuple{"grad_norm_z", response.has_grad_norm_z(), response.grad_norm_z(), &d.grad_norm_z},
+        std::tuple{"loss_z", response.has_loss_z(), response.loss_z(), &d.loss_z}}) {
+    if (!has) continue;
+    if (!std::isfinite(value)) {
+      return base::Status::InvalidArgument(std::string(field) + " must be finite, got " + std::to_string(value));
+    }
+    *out = value;
   }
   d.alpha = response.alpha();
   d.projection_coeff = coeff;

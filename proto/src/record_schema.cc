@@ -100,6 +100,11 @@ const StepField kStepFields[kStepFieldCount] = {
      "the agent's c_low for |m_t|, when it decided", GAC_OPT_FIELD(window_c_low, Real, real), nullptr},
     {"window_c_high", "window_c_high", FieldType::kReal, true, FieldRange::kUnit, false, "",
      "the agent's c_high for |m_t|, when it decided", GAC_OPT_FIELD(window_c_high, Real, real), nullptr},
+    // The spike guard's z-scores (absent when its z-score is off or warming up).
+    {"grad_norm_z", "grad_norm_z", FieldType::kReal, true, FieldRange::kAny, false, "",
+     "z-score of ||g|| against the run's recent accepted steps", GAC_OPT_FIELD(grad_norm_z, Real, real), nullptr},
+    {"loss_z", "loss_z", FieldType::kReal, true, FieldRange::kAny, false, "",
+     "z-score of the loss against the run's recent accepted steps", GAC_OPT_FIELD(loss_z, Real, real), nullptr},
 };
 
 #undef GAC_INT_FIELD

@@ -12,7 +12,8 @@
 namespace gac::proto {
 
 std::optional<double> RecordWindowCosine(const v1::StepRecord& record) {
-  if (!record.has_cosine() || !std::isfinite(record.cosine()) || record.regime() == v1::REGIME_INVALID) {
+  if (!record.has_cosine() || !std::isfinite(record.cosine()) || record.regime() == v1::REGIME_INVALID ||
+      record.regime() == v1::REGIME_SPIKE) {
     return std::nullopt;
   }
   return record.cosine();

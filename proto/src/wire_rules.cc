@@ -53,6 +53,7 @@ const char* EnumName(v1::Regime regime) {
     case v1::REGIME_PROJECT: return "project";
     case v1::REGIME_SKIP: return "skip";
     case v1::REGIME_INVALID: return "invalid";
+    case v1::REGIME_SPIKE: return "spike";
     default: return kUnknownName;
   }
 }
@@ -93,12 +94,13 @@ const char* RegimeInModeName(v1::Regime regime, v1::ControlMode mode) {
   if (!ModeApplies(mode) && v1::ControlMode_IsValid(mode)) {
     if (regime == v1::REGIME_PROJECT) return "would project";
     if (regime == v1::REGIME_SKIP) return "would skip";
+    if (regime == v1::REGIME_SPIKE) return "would skip (spike)";
   }
   return EnumName(regime);
 }
 
 base::StatusOr<v1::Regime> ParseRegimeName(std::string_view name) {
-  return ParseName("regime", name, kKnownRegimes, "safe, project, skip or invalid");
+  return ParseName("regime", name, kKnownRegimes, "safe, project, skip, invalid or spike");
 }
 
 base::StatusOr<v1::ControlMode> ParseControlModeName(std::string_view name) {

@@ -63,9 +63,9 @@ def attach(target: object, *, control: bool = False, mode: Optional[Mode] = None
         over its data-parallel group (the agent's ``process_group`` unless
         given); a skip leaves the master weights and the optimizer's state
         as they were, and the engine counts it in ``skipped_steps``.
-    control: False (default): observe only (monitor mode) unless ``mode`` or
-        ``warmup`` says otherwise; True: GAC projects and skips (local mode,
-        or remote when ``decision_source`` is given).
+    control: False (default): observe only (monitor mode) unless ``mode``,
+        ``warmup`` or the spike guard says otherwise; True: GAC projects and
+        skips (local mode, or remote when ``decision_source`` is given).
     mode: "monitor", "local" or "remote", explicitly (overrides ``control``).
     warmup: 0, or N >= 21 steps observed in monitor mode, after which the
         thresholds are calibrated from their |c_t| (gac.suggest_thresholds:
@@ -77,6 +77,13 @@ def attach(target: object, *, control: bool = False, mode: Optional[Mode] = None
     telemetry: a :class:`gac.Telemetry` every report is sent to, with the
         scalars ``scalars()`` returns and ``gac/skip_fraction``.
     skip_window: the number of recent updates the skip warning looks at.
+    max_grad_norm, spike_sigma, spike_window, spike_warmup: the spike guard
+        (:class:`gac.Agent`'s): a step whose |g|, or loss, is far above the
+        recent steps is skipped with the regime "spike". Asking for it asks
+        for control. The loss is what the optimizer's closure returns
+        (``optimizer.step(closure)``: run once, before GAC reads the
+        gradients) or ``optimizer.step(loss=loss)`` (taken out before the
+        optimizer sees it).
 
     Raises TypeError / ValueError (and the Agent's own errors) before
     anything is changed.

@@ -19,7 +19,7 @@ import functools
 import logging
 import types
 from typing import (TYPE_CHECKING, Callable, Deque, Dict, Iterable, Literal, Mapping, Optional, Tuple, TypedDict,
-                    Union)
+                    Union, cast)
 
 from gac._controller import CalibrationWindow, suggest_thresholds
 from gac._errors import GacError
@@ -66,6 +66,14 @@ class AgentOptions(TypedDict, total=False):
     window: int
     window_c_low: float
     window_c_high: float
+    max_grad_norm: Optional[float]
+    spike_sigma: Optional[float]
+    spike_window: Optional[int]
+    spike_warmup: Optional[int]
+
+
+# The options of the spike guard: asking for any of them asks for control.
+SPIKE_OPTIONS = ("max_grad_norm", "spike_sigma", "spike_window", "spike_warmup")
 
 
 class Attachment:
@@ -219,15 +227,27 @@ class Attachment:
         if target.between_updates():
             return original(*args, **kwargs)
         self._step = self._step_of() if self._step_of is not None else self._step + 1
+        # The loss the spike guard reads: optimizer.step(loss=...) (taken out
+        # before the optimizer sees it), or what a closure returns: the closure
+        # runs here, before GAC reads the gradients it makes, and the
+        # optimizer's first call of it gets that loss again.
+        loss = kwargs.pop("loss", None)
+        closure, args, kwargs = _run_closure(args, kwargs)
+        if closure is not None:
+            loss = closure.loss
         try:
-            report = self.agent.step(self._step, target.parameters())
+            # A loss of another type is the agent's TypeError.
+            report = self.agent.step(self._step, target.parameters(), loss=cast("Optional[float]", loss))
         finally:
             target.release()
         # A GradScaler (or DeepSpeed's fp16 loss scaler) finds the same non-finite gradient,
         # skips the update itself and lowers its scale; withheld here, the scale would stay too high.
         withheld = not (report.step_optimizer or (report.regime == "invalid" and target.leaves_invalid_to_scaler()))
         self._record(report, withheld)
-        return target.skip(original, args, kwargs) if withheld else target.take(original, args, kwargs)
+        if withheld:
+            skipped = target.skip(original, args, kwargs)
+            return closure.loss if closure is not None and skipped is None else skipped
+        return target.take(original, args, kwargs)
 
     def _record(self, report: StepReport, withheld: bool) -> None:
         self.last_report = report
@@ -290,6 +310,38 @@ class Attachment:
         self.agent = agent_class()(mode=self._agent_made_in, **self._agent_options)
 
 
+class _Closure:
+    """An optimizer's closure, run once before GAC: its first call returns
+    that loss; later calls (an optimizer that evaluates it again) run it."""
+
+    def __init__(self, closure: Callable[[], object]) -> None:
+        import torch
+
+        self._closure = closure
+        with torch.enable_grad():
+            self.loss = closure()
+        self._used = False
+
+    def __call__(self) -> object:
+        if not self._used:
+            self._used = True
+            return self.loss
+        return self._closure()
+
+
+def _run_closure(args: Tuple[object, ...], kwargs: Dict[str, object]
+                 ) -> Tuple[Optional[_Closure], Tuple[object, ...], Dict[str, object]]:
+    # The closure of optimizer.step(closure), run now; the arguments with it in its place.
+    given = kwargs.get("closure")
+    if callable(given):
+        closure = _Closure(given)
+        return closure, args, {**kwargs, "closure": closure}
+    if args and callable(args[0]):
+        closure = _Closure(args[0])
+        return closure, (closure,) + args[1:], kwargs
+    return None, args, kwargs
+
+
 def check_not_gated(target: StepTarget) -> None:
     """Raises ValueError when an attachment gates ``target``'s step already."""
     attachment = getattr(getattr(target.optimizer, "step", None), _MARK, None)
@@ -321,7 +373,9 @@ def resolve_mode(control: bool, mode: Optional[Mode], warmup: int, agent: Option
     if control and mode == "monitor":
         raise ValueError("control=True asks GAC to change updates, mode='monitor' never does: pass one")
     if mode is None:
-        mode = "local" if (control or warmup) else "monitor"
+        # The spike guard skips in local and remote mode: asking for it asks for control.
+        guard = any(agent_options.get(name) is not None for name in SPIKE_OPTIONS)
+        mode = "local" if (control or warmup or guard) else "monitor"
         if mode == "local" and agent_options.get("decision_source") is not None:
             mode = "remote"
     if warmup:

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from gac._controller import StepReport
 
 # The regime's number in numeric form: 0 safe, 1 project, 2 skip, 3 invalid.
-REGIMES: Tuple[str, ...] = ("safe", "project", "skip", "invalid")
+REGIMES: Tuple[str, ...] = ("safe", "project", "skip", "invalid", "spike")
 # The mode's number in numeric form: 0 monitor, 1 local, 2 remote.
 MODES: Tuple[str, ...] = ("monitor", "local", "remote")
 # The trigger's number in numeric form: 0 per_step, 1 window.

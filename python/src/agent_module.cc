@@ -97,7 +97,8 @@ class PyAgent {
           const py::object& snapshot_dtype, const std::string& reference, const py::object& layers,
           const py::object& groups, const py::object& process_group, const py::object& decision_source,
           int num_threads, std::int64_t chunk_elements, const std::string& trigger, int window,
-          double window_c_low, double window_c_high) {
+          double window_c_low, double window_c_high, const py::object& max_grad_norm, const py::object& spike_sigma,
+          const py::object& spike_window, const py::object& spike_warmup) {
     options_.thresholds = controller::Thresholds{c_low, c_high};
     options_.alpha_mode = AlphaModeFromName(alpha_mode);
     options_.trigger.trigger = TriggerFromName(trigger);
@@ -108,6 +109,7 @@ class PyAgent {
     if (!window_thresholds.ok()) {
       RaiseInvalidArgument("window_c_low, window_c_high: " + window_thresholds.message());
     }
+    SetSpike(max_grad_norm, spike_sigma, spike_window, spike_warmup);
     options_.mode = ModeFromName(mode);
     options_.snapshot_dtype = SnapshotDtypeFrom(snapshot_dtype);
     options_.reference = ReferenceFrom(reference);
@@ -134,7 +136,7 @@ class PyAgent {
     agent_ = ValueOrRaise(AgentCore::Create(options_));
   }
 
-  py::object Step(std::int64_t step, py::handle params) {
+  py::object Step(std::int64_t step, py::handle params, py::handle loss) {
     bool changed = false;
     const std::vector<py::object>& objects = params_.Convert(params, &changed);
     if (changed || !prepared_) {
@@ -142,7 +144,7 @@ class PyAgent {
       prepared_ = true;
     }
     if (!planned_) Configure(objects);
-    return RunStep(step, nullptr);
+    return RunStep(step, nullptr, LossFrom(loss));
   }
 
   // Times the core's step alone, in C++ (the gradients read from Python
@@ -151,7 +153,7 @@ class PyAgent {
   std::pair<double, py::object> TimeCppStep(std::int64_t step) {
     if (!planned_) RaiseStatus(base::Status::FailedPrecondition("call step() once before _time_cpp_step()"));
     double seconds = 0.0;
-    py::object report = RunStep(step, &seconds);
+    py::object report = RunStep(step, &seconds, std::nullopt);
     return {seconds, std::move(report)};
   }
 
@@ -270,6 +272,30 @@ class PyAgent {
     return resolved;
   }
 
+  // The spike guard's keywords: any of spike_sigma, spike_window,
+  // spike_warmup turns its z-score on; None keeps the default.
+  void SetSpike(const py::object& max_grad_norm, const py::object& sigma, const py::object& window,
+                const py::object& warmup) {
+    controller::SpikeSettings& s = options_.spike;
+    if (!max_grad_norm.is_none()) s.max_grad_norm = max_grad_norm.cast<double>();
+    s.zscore = !sigma.is_none() || !window.is_none() || !warmup.is_none();
+    if (!sigma.is_none()) s.sigma = sigma.cast<double>();
+    if (!window.is_none()) s.window = window.cast<int>();
+    if (!warmup.is_none()) s.warmup = warmup.cast<int>();
+    ThrowIfError(controller::ValidateSpikeSettings(s));
+  }
+
+  // A step's loss: None, a number or a one-element tensor (read with float()).
+  static std::optional<double> LossFrom(py::handle loss) {
+    if (loss.is_none()) return std::nullopt;
+    try {
+      return py::float_(py::reinterpret_borrow<py::object>(loss)).cast<double>();
+    } catch (py::error_already_set&) {
+      throw py::type_error("loss must be a number or a one-element tensor, got a " +
+                           py::str(py::type::of(loss).attr("__name__")).cast<std::string>());
+    }
+  }
+
   // A failed step: "call Reset()" is reset() here.
   [[noreturn]] static void RaiseStep(const base::Status& status) {
     if (!status.IsFailedPrecondition()) RaiseStatus(status);
@@ -282,12 +308,12 @@ class PyAgent {
 
   // Reads this step's gradients (GIL held), runs the core with the GIL
   // released, and times the core alone when `seconds` is given.
-  py::object RunStep(std::int64_t step, double* seconds) {
+  py::object RunStep(std::int64_t step, double* seconds, std::optional<double> loss) {
     reader_.Prefetch();
     base::StatusOr<controller::StepReport> report = [&] {
       py::gil_scoped_release release;
       const auto t0 = std::chrono::steady_clock::now();
-      base::StatusOr<controller::StepReport> r = agent_->Step(step, reader_);
+      base::StatusOr<controller::StepReport> r = agent_->Step(step, reader_, loss);
       if (seconds != nullptr) *seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       return r;
     }();
@@ -335,12 +361,15 @@ void BindAgent(py::module_& m) {
       "Used from one thread; the GIL is released while a step runs.")
       .def(py::init<double, double, const std::string&, const std::string&, const py::object&, const std::string&,
                     const py::object&, const py::object&, const py::object&, const py::object&, int, std::int64_t,
-                    const std::string&, int, double, double>(),
+                    const std::string&, int, double, double, const py::object&, const py::object&,
+                    const py::object&, const py::object&>(),
            "c_low"_a = 0.05, "c_high"_a = 0.3, py::kw_only(), "mode"_a = "local", "alpha_mode"_a = "paper",
            "snapshot_dtype"_a = "float32", "reference"_a = "raw_gradient", "layers"_a = py::none(), "groups"_a = py::none(),
            "process_group"_a = py::none(), "decision_source"_a = py::none(), "num_threads"_a = 0,
            "chunk_elements"_a = std::int64_t{1} << 16, "trigger"_a = "per_step", "window"_a = 20,
            "window_c_low"_a = controller::Thresholds{}.c_low, "window_c_high"_a = controller::Thresholds{}.c_high,
+           "max_grad_norm"_a = py::none(), "spike_sigma"_a = py::none(), "spike_window"_a = py::none(),
+           "spike_warmup"_a = py::none(),
            "c_low, c_high: thresholds of |c_t|, 0 < c_low < c_high <= 1 (else ValueError).\n"
            "mode: 'local' (decide and apply in-process), 'monitor' (measure only, never change the update) or\n"
            "'remote' (decision_source decides; on a miss the local decision is used and counted).\n"
@@ -356,11 +385,17 @@ void BindAgent(py::module_& m) {
            "trigger: 'per_step' (the regime of |c_t|, by c_low and c_high; the default) or 'window' (the regime\n"
            "of |m_t|, the signed mean of the last `window` cosines, by window_c_low and window_c_high; safe until\n"
            "`window` cosines are held). window: 1 to 1000; m_t is reported (report.window_mean) with either\n"
-           "trigger. window_c_low, window_c_high: 0 < window_c_low < window_c_high <= 1 (else ValueError).")
-      .def("step", &PyAgent::Step, "step"_a, "params"_a,
+           "trigger. window_c_low, window_c_high: 0 < window_c_low < window_c_high <= 1 (else ValueError).\n"
+           "The spike guard, decided before GAC, off unless asked for: a step is skipped with the regime 'spike'\n"
+           "(it enters neither the snapshot nor a window) when |g| > max_grad_norm (> 0), or, with any of\n"
+           "spike_sigma (default 6, > 0), spike_window (default 128, 2 to 10000), spike_warmup (2 to spike_window;\n"
+           "default spike_window // 2), when the z-score of |g|, or of the loss given to step(), against the last\n"
+           "spike_window accepted steps is above spike_sigma (after spike_warmup accepted steps).")
+      .def("step", &PyAgent::Step, "step"_a, "params"_a, "loss"_a = py::none(),
            "One GAC step over the gradients of `params` (model.parameters() or a list; the same tensors in the\n"
            "same order at every step; a list is converted once and reused). `step` must increase. Parameters\n"
            "without a gradient are left out. Gradients: float32, bfloat16 or float16, all on one device.\n"
+           "loss: the step's training loss (a number or a one-element tensor), read by the spike guard's z-score.\n"
            "Raises ValueError for bad gradients or a non-increasing step, FailedPreconditionError when the\n"
            "parameters changed (call reset()), UnavailableError when the all-reduce failed; on an error nothing\n"
            "is modified.")
@@ -382,6 +417,24 @@ void BindAgent(py::module_& m) {
                              [](const PyAgent& a) { return a.options().trigger.window_thresholds.c_high; })
       .def_property_readonly("window_held", [](const PyAgent& a) { return a.agent().triggered().window().held(); },
                              "Cosines in the window now (at most `window`; 0 after creation and reset()).")
+      .def_property_readonly("max_grad_norm", [](const PyAgent& a) { return a.options().spike.max_grad_norm; },
+                             "The spike guard's bound on |g| (0: none).")
+      .def_property_readonly("spike_sigma",
+                             [](const PyAgent& a) -> py::object {
+                               const controller::SpikeSettings& s = a.options().spike;
+                               return s.zscore ? py::object(py::float_(s.sigma)) : py::none();
+                             },
+                             "The spike guard's z-score bound; None with its z-score off.")
+      .def_property_readonly("spike_window",
+                             [](const PyAgent& a) -> py::object {
+                               const controller::SpikeSettings& s = a.options().spike;
+                               return s.zscore ? py::object(py::int_(s.window)) : py::none();
+                             })
+      .def_property_readonly("spike_warmup",
+                             [](const PyAgent& a) -> py::object {
+                               const controller::SpikeSettings& s = a.options().spike;
+                               return s.zscore ? py::object(py::int_(s.effective_warmup())) : py::none();
+                             })
       .def_property_readonly("snapshot_dtype", [](const PyAgent& a) { return SnapshotDtypeName(a.options().snapshot_dtype); })
       .def_property_readonly("decision_source", &PyAgent::decision_source)
       .def_property_readonly("process_group", &PyAgent::process_group)

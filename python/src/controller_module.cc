@@ -55,7 +55,7 @@ controller::Decision MakeDecision(const std::string& regime_name, std::optional<
                       std::optional<double> window_mean) {
   base::StatusOr<controller::Regime> regime = controller::ParseRegime(regime_name.c_str());
   if (!regime.ok()) {
-    RaiseInvalidArgument("regime must be 'safe', 'project', 'skip' or 'invalid', got '" + regime_name + "'");
+    RaiseInvalidArgument("regime must be 'safe', 'project', 'skip', 'invalid' or 'spike', got '" + regime_name + "'");
   }
   if (!(alpha >= 0.0 && alpha <= 1.0)) RaiseInvalidArgument("alpha must be in [0, 1], got " + std::to_string(alpha));
   if (!std::isfinite(projection_coeff)) RaiseInvalidArgument("projection_coeff must be finite");
@@ -125,7 +125,7 @@ void BindDecision(py::module_& m) {
       .def(py::init(&MakeDecision), "regime"_a, py::kw_only(), "cosine"_a = py::none(), "cosine_after"_a = py::none(),
            "alpha"_a = 1.0, "projection_coeff"_a = 0.0, "grad_norm"_a = 0.0, "ref_norm"_a = 0.0,
            "window_mean"_a = py::none(),
-           "A decision; apply_update follows from the regime (False for 'skip' and 'invalid').")
+           "A decision; apply_update follows from the regime (False for 'skip', 'invalid' and 'spike').")
       .def_property_readonly("regime", [](const controller::Decision& d) { return controller::RegimeName(d.regime); },
                              "'safe', 'project', 'skip' or 'invalid'.")
       .def_property_readonly("cosine", [](const controller::Decision& d) { return d.cosine; },

@@ -69,7 +69,8 @@ void Core::WaitForCalls(std::chrono::steady_clock::time_point deadline) {
 void Core::Decide(const v1::DecideRequest& request, v1::DecideResponse* response,
                   std::chrono::steady_clock::time_point received) {
   const controller::Decision d = registry_->Decide(request.run(), proto::StatsFromProto(request),
-                                                   request.recent_cosines(), response->mutable_config());
+                                                   request.recent_cosines(), response->mutable_config(),
+                                                   &request.recent_grad_norms(), &request.recent_losses());
   proto::EncodeDecideResponse(request, d, response);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - received).count();
   metrics_->ObserveDecide(request.run(), response->regime(), seconds, std::chrono::system_clock::now());

@@ -117,16 +117,19 @@ struct Metrics::Impl {
     Gauge* step = nullptr;
     Gauge* last_report = nullptr;
     Gauge* agent_overhead = nullptr;
-    // By mode, then regime: a mode's four series are created (at 0) by the
+    // By mode, then regime: a mode's five series are created (at 0) by the
     // rank's first record in that mode.
     std::array<std::array<Counter*, kNumRegimes>, kNumModes> steps{};
     Counter* skipped = nullptr;
     Counter* fallbacks = nullptr;
+    Counter* spikes = nullptr;
     // Created by the first record that carries the field (absent is "not
     // known", never a value), then left at the last value reported.
     Gauge* cosine = nullptr;
     Gauge* cosine_after = nullptr;
     Gauge* staleness = nullptr;
+    Gauge* grad_norm_z = nullptr;
+    Gauge* loss_z = nullptr;
     Gauge* window_mean = nullptr;  // created when the window first fills
     // The rank's last valid cosines (sized by the run's window).
     std::optional<controller::AlignmentWindow> window;
@@ -211,6 +214,9 @@ struct Metrics::Impl {
   Family<Counter>& steps_;
   Family<Counter>& skipped_;
   Family<Counter>& fallbacks_;
+  Family<Counter>& spikes_;
+  Family<Gauge>& grad_norm_z_;
+  Family<Gauge>& loss_z_;
   Family<Gauge>& c_low_;
   Family<Gauge>& c_high_;
   Family<Gauge>& window_c_low_;
@@ -324,12 +330,24 @@ Metrics::Impl::Impl(MetricsOptions options)
                  .Register(*registry_)),
       skipped_(prometheus::BuildCounter()
                    .Name("gac_skipped_updates_total")
-                   .Help("Steps whose optimizer update was skipped (regime skip or invalid)")
+                   .Help("Steps whose optimizer update was skipped (regime skip, invalid or spike)")
                    .Register(*registry_)),
       fallbacks_(prometheus::BuildCounter()
                      .Name("gac_controller_fallbacks_total")
                      .Help("Remote-mode steps decided by the local fallback controller")
                      .Register(*registry_)),
+      spikes_(prometheus::BuildCounter()
+                  .Name("gac_spikes_total")
+                  .Help("Steps the spike guard called a spike (regime spike; in monitor mode reported, not skipped)")
+                  .Register(*registry_)),
+      grad_norm_z_(prometheus::BuildGauge()
+                       .Name("gac_grad_norm_z")
+                       .Help(FieldHelp("grad_norm_z", "(absent until reported)"))
+                       .Register(*registry_)),
+      loss_z_(prometheus::BuildGauge()
+                  .Name("gac_loss_z")
+                  .Help(FieldHelp("loss_z", "(absent until reported)"))
+                  .Register(*registry_)),
       c_low_(prometheus::BuildGauge()
                  .Name("gac_threshold_c_low")
                  .Help("The run's current c_low threshold")
@@ -484,6 +502,7 @@ Metrics::Impl::RankSeries& Metrics::Impl::Rank(const std::string& run, RunState&
   s.agent_overhead = &agent_overhead_.Add(labels);
   s.skipped = &skipped_.Add(labels);
   s.fallbacks = &fallbacks_.Add(labels);
+  s.spikes = &spikes_.Add(labels);
   return s;
 }
 
@@ -534,6 +553,9 @@ void Metrics::Impl::RemoveSeries(RunState& state) {
     }
     RemoveIfSet(skipped_, s.skipped);
     RemoveIfSet(fallbacks_, s.fallbacks);
+    RemoveIfSet(spikes_, s.spikes);
+    RemoveIfSet(grad_norm_z_, s.grad_norm_z);
+    RemoveIfSet(loss_z_, s.loss_z);
     RemoveIfSet(cosine_, s.cosine);
     RemoveIfSet(cosine_after_, s.cosine_after);
     RemoveIfSet(staleness_, s.staleness);
@@ -667,15 +689,27 @@ void Metrics::Impl::ApplyStep(const v1::StepRecord& record, std::chrono::system_
     }
     s.staleness->Set(static_cast<double>(record.staleness()));
   }
+  if (record.has_grad_norm_z()) {
+    if (s.grad_norm_z == nullptr) {
+      s.grad_norm_z = &grad_norm_z_.Add({{"run", record.run()}, {"rank", std::to_string(record.rank())}});
+    }
+    s.grad_norm_z->Set(record.grad_norm_z());
+  }
+  if (record.has_loss_z()) {
+    if (s.loss_z == nullptr) s.loss_z = &loss_z_.Add({{"run", record.run()}, {"rank", std::to_string(record.rank())}});
+    s.loss_z->Set(record.loss_z());
+  }
 
   const int regime = RegimeIndex(record.regime());
   if (regime != kNoRegime) {
     StepCounters(record.run(), record.rank(), record.mode(), s)[static_cast<std::size_t>(regime)]->Increment();
     // A monitor-mode step's skip is what GAC would have done: no update was skipped.
-    if ((record.regime() == v1::REGIME_SKIP || record.regime() == v1::REGIME_INVALID) &&
+    if ((record.regime() == v1::REGIME_SKIP || record.regime() == v1::REGIME_INVALID ||
+         record.regime() == v1::REGIME_SPIKE) &&
         proto::ModeApplies(record.mode())) {
       s.skipped->Increment();
     }
+    if (record.regime() == v1::REGIME_SPIKE) s.spikes->Increment();
   }
   if (record.fallback()) s.fallbacks->Increment();
 

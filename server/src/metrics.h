@@ -11,12 +11,14 @@
 //                 gac_last_report_timestamp_seconds, gac_trainer_scalar{name},
 //                 gac_agent_overhead_seconds,
 //                 gac_steps_total{regime,mode}, gac_skipped_updates_total,
-//                 gac_controller_fallbacks_total
+//                 gac_controller_fallbacks_total, gac_spikes_total,
+//                 gac_grad_norm_z, gac_loss_z (the spike guard's z-scores,
+//                 absent until reported)
 //                 (mode is the step's: monitor, local or remote, UNSPECIFIED
-//                 read as monitor; a mode's four regime series appear with
-//                 the rank's first step in it, so at most 12 a rank. Monitor
+//                 read as monitor; a mode's five regime series appear with
+//                 the rank's first step in it, so at most 15 a rank. Monitor
 //                 regimes are what GAC would have done: gac_skipped_updates_total
-//                 counts skip and invalid in local and remote mode only.)
+//                 counts skip, invalid and spike in local and remote mode only.)
 //                 gac_window_mean (m_t: the signed mean of the rank's last W
 //                 c_t that this gacd stored, W the run's window; computed
 //                 here from every stored step, in the order they are stored,

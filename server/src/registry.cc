@@ -3,7 +3,9 @@
 #include "gac/proto/convert.h"
 
 #include <algorithm>
+#include <cmath>
 #include <optional>
+#include <vector>
 
 namespace gac::server {
 namespace {
@@ -39,8 +41,9 @@ RunRegistry::Entry RunRegistry::MakeEntry(const v1::RunConfig& config) const {
   // (and the per-step trigger) rather than crash on a hand-edited database.
   const v1::Thresholds& window = config.has_window_thresholds() ? config.window_thresholds() : default_thresholds_;
   base::StatusOr<controller::TriggerSettings> t = proto::TriggerFromProto(config, default_thresholds_);
+  base::StatusOr<controller::SpikeSettings> spike = proto::SpikeFromProto(config.spike());
   return Entry{config, MakeController(config.thresholds()), t.ok() ? *t : controller::TriggerSettings{},
-               MakeController(window)};
+               MakeController(window), spike.ok() ? *spike : controller::SpikeSettings{}};
 }
 
 RunRegistry::RunRegistry(const v1::Thresholds& default_thresholds, v1::ControlMode default_mode)
@@ -60,31 +63,48 @@ v1::RunConfig RunRegistry::Get(const std::string& run) const {
 
 controller::Decision RunRegistry::Decide(const std::string& run, const controller::AlignmentStats& stats,
                                          const google::protobuf::RepeatedField<double>& recent,
-                                         v1::RunConfig* used) const {
+                                         v1::RunConfig* used,
+                                         const google::protobuf::RepeatedField<double>* recent_norms,
+                                         const google::protobuf::RepeatedField<double>* recent_losses) const {
   base::ReaderMutexLock lock(&mu_);
   auto it = runs_.find(run);
   const Entry& e = it == runs_.end() ? defaults_ : it->second;
   if (used != nullptr) *used = e.config;
-  controller::Decision d = e.controller.Decide(stats);
   // The newest W of the asker's cosines, and this step's when it has one (a
   // step without a cosine leaves the window as it was), by the library's
   // definition of a step's cosine, as the agent's window has it.
   controller::AlignmentWindow window(e.trigger.window);
   const int n = recent.size();
   for (int i = std::max(0, n - e.trigger.window); i < n; ++i) window.Add(recent.Get(i));
+  std::optional<controller::SpikeVerdict> verdict;
+  if (e.spike.enabled() && !controller::StatsInvalid(stats)) {
+    const auto values = [](const google::protobuf::RepeatedField<double>* f) {
+      return f == nullptr ? std::vector<double>() : std::vector<double>(f->begin(), f->end());
+    };
+    verdict = controller::JudgeSpike(e.spike, std::sqrt(stats.grad_sq), stats.loss, values(recent_norms),
+                                     values(recent_losses));
+    if (verdict->spike) return controller::SpikeDecision(stats, *verdict, window.mean());
+  }
+  controller::Decision d = e.controller.Decide(stats);
   if (const std::optional<double> c = controller::StepCosine(stats)) window.Add(*c);
   const std::optional<double> mean = window.mean();
   if (e.trigger.trigger == controller::Trigger::kWindow) d = controller::DecideOnMean(e.window_controller, stats, mean);
   d.window_mean = mean;
+  if (verdict) controller::SetSpikeScores(*verdict, &d);
   return d;
 }
 
 base::StatusOr<v1::RunConfig> RunRegistry::Change(const v1::SetRunConfigRequest& request, const std::string& principal,
                                                   std::int64_t now_ns, v1::RunConfig* before) {
   if (!request.has_thresholds() && request.mode() == v1::CONTROL_MODE_UNSPECIFIED &&
-      request.trigger() == v1::TRIGGER_UNSPECIFIED && request.window() == 0 && !request.has_window_thresholds()) {
+      request.trigger() == v1::TRIGGER_UNSPECIFIED && request.window() == 0 && !request.has_window_thresholds() &&
+      !request.has_spike()) {
     return base::Status::InvalidArgument(
-        "nothing to change: give thresholds, mode, trigger, window or window thresholds");
+        "nothing to change: give thresholds, mode, trigger, window, window thresholds or the spike guard");
+  }
+  if (request.has_spike()) {
+    base::StatusOr<controller::SpikeSettings> s = proto::SpikeFromProto(request.spike());
+    if (!s.ok()) return base::Status::InvalidArgument("spike guard: " + s.status().message());
   }
   if (request.has_thresholds()) {
     base::StatusOr<controller::Thresholds> t = proto::ThresholdsFromProto(request.thresholds());
@@ -124,6 +144,12 @@ base::StatusOr<v1::RunConfig> RunRegistry::Change(const v1::SetRunConfigRequest&
   *next.mutable_window_thresholds() = Normalized(request.has_window_thresholds() ? request.window_thresholds()
                                                  : current.has_window_thresholds() ? current.window_thresholds()
                                                                                    : default_thresholds_);
+  if (request.has_spike()) {
+    base::StatusOr<controller::SpikeSettings> s = proto::SpikeFromProto(request.spike());
+    if (s->enabled()) *next.mutable_spike() = proto::ToProto(*s);  // off: absent
+  } else if (current.has_spike()) {
+    *next.mutable_spike() = current.spike();
+  }
   next.set_version(current.version() + 1);
   next.set_updated_ns(now_ns);
   next.set_updated_by(principal);

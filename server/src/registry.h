@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "gac/controller/controller.h"
+#include "gac/controller/spike.h"
 #include "gac/controller/window.h"
 #include "gac/base/mutex.h"
 #include "gac/base/status.h"
@@ -38,9 +39,15 @@ class RunRegistry {
   // (the newest W of those together; reported as
   // Decision::window_mean whatever the trigger; the windowed trigger decides
   // on it). Nothing about a run's steps is kept here, so every replica gives
-  // the same answer to the same request.
+  // the same answer to the same request. With the run's spike guard on, the
+  // guard decides first (gac/controller/spike.h), on `recent_norms` and
+  // `recent_losses` (the asker's accepted steps, oldest first; null: none)
+  // and stats.loss: a spike is decided as controller::SpikeDecision, with
+  // the window's mean without this step's cosine.
   controller::Decision Decide(const std::string& run, const controller::AlignmentStats& stats,
-                              const google::protobuf::RepeatedField<double>& recent, v1::RunConfig* used) const;
+                              const google::protobuf::RepeatedField<double>& recent, v1::RunConfig* used,
+                              const google::protobuf::RepeatedField<double>* recent_norms = nullptr,
+                              const google::protobuf::RepeatedField<double>* recent_losses = nullptr) const;
 
   // Validates and installs a change of the settings `request` gives (the
   // others are kept; INVALID_ARGUMENT when it gives none). ABORTED when
@@ -66,6 +73,7 @@ class RunRegistry {
     controller::Controller controller;         // of the per-step thresholds
     controller::TriggerSettings trigger;
     controller::Controller window_controller;  // of the window thresholds
+    controller::SpikeSettings spike;           // off unless the config has one
   };
   Entry MakeEntry(const v1::RunConfig& config) const;
 

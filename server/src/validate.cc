@@ -199,6 +199,20 @@ base::Status ValidateDecideRequest(const v1::DecideRequest& request) {
       return base::Status::InvalidArgument("recent_cosines[" + std::to_string(i) + "] must be in [-1, 1], got " + Num(c));
     }
   }
+  for (const auto& [name, values, low] : {std::tuple{"recent_grad_norms", &request.recent_grad_norms(), 0.0},
+                                          std::tuple{"recent_losses", &request.recent_losses(), -HUGE_VAL}}) {
+    if (values->size() > controller::kMaxSpikeWindow) {
+      return base::Status::InvalidArgument(std::string(name) + ": at most " + std::to_string(controller::kMaxSpikeWindow) +
+                                           " values, got " + std::to_string(values->size()));
+    }
+    for (int i = 0; i < values->size(); ++i) {
+      const double v = values->Get(i);
+      if (!std::isfinite(v) || v < low) {
+        return base::Status::InvalidArgument(std::string(name) + "[" + std::to_string(i) + "] must be finite" +
+                                             (low == 0.0 ? " and >= 0" : "") + ", got " + Num(v));
+      }
+    }
+  }
   return base::Status::Ok();
 }
 

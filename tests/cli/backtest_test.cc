@@ -284,6 +284,57 @@ TEST(BacktestCsv, ErrorsNameTheFileAndLine) {
   }
 }
 
+// The guard's inputs are read when present: grad_norm (an invalid step has
+// none), loss, injected (0/1 only).
+TEST(BacktestCsv, ReadsTheSpikeGuardsColumnsWhenPresent) {
+  const std::string text =
+      "step,cosine,heldout_acc,grad_norm,loss,injected,regime\n"
+      "1,,,2.5,0.5,0,safe\n"
+      "2,0.1,,inf,,1,safe\n"
+      "3,0.1,,7,1.5,0,invalid\n";
+  base::StatusOr<RecordedRun> run = ParseRunCsv(text, "r.csv");
+  ASSERT_TRUE(run.ok()) << run.status().ToString();
+  EXPECT_TRUE(run->has_grad_norm && run->has_loss && run->has_injected);
+  EXPECT_EQ(run->grad_norms, (Cosines{2.5, std::nullopt, std::nullopt}));
+  EXPECT_EQ(run->losses, (Cosines{0.5, std::nullopt, 1.5}));
+  EXPECT_EQ(run->injected, (std::vector<bool>{false, true, false}));
+  base::StatusOr<RecordedRun> bad = ParseRunCsv("step,cosine,heldout_acc,injected\n1,,,yes\n", "r.csv");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("r.csv:2: column injected: 'yes' is not 0 or 1"), std::string::npos)
+      << bad.status().message();
+  base::StatusOr<RecordedRun> plain = ParseRunCsv("step,cosine,heldout_acc\n1,,\n", "r.csv");
+  ASSERT_TRUE(plain.ok());
+  EXPECT_FALSE(plain->has_grad_norm);
+}
+
+// The replay judges the steps in order as the agent does: a constant norm
+// with planted spikes; every planted spike after the warm-up is caught, the
+// one inside it is not, and no other step is called one.
+TEST(BacktestGuard, CatchesPlantedSpikesAfterTheWarmupAndNothingElse) {
+  RecordedRun run;
+  for (int i = 1; i <= 60; ++i) {
+    run.steps.push_back(i);
+    run.cosines.push_back(std::nullopt);
+    const bool planted = i == 3 || i == 30 || i == 31 || i == 50;
+    run.grad_norms.push_back(planted ? 1e3 : 1.0 + 0.01 * (i % 5));
+    run.losses.push_back(std::nullopt);
+    run.injected.push_back(planted);
+  }
+  run.has_grad_norm = run.has_injected = true;
+  controller::SpikeSettings s;
+  s.zscore = true;
+  s.window = 16;
+  s.sigma = 6;
+  const GuardReplay g = ReplayGuard(run, s);
+  EXPECT_EQ(g.judged, 60);
+  EXPECT_EQ(g.spikes, (std::vector<std::int64_t>{30, 31, 50}));  // step 3: 2 accepted steps held, warming up
+  EXPECT_EQ(g.injected, 4);
+  EXPECT_EQ(g.caught, 3);
+  // An absolute bound catches step 3 too, with no history.
+  s.max_grad_norm = 100;
+  EXPECT_EQ(ReplayGuard(run, s).spikes, (std::vector<std::int64_t>{3, 30, 31, 50}));
+}
+
 TEST(BacktestLog, StartAccuracyAndFinished) {
   RunLog log = ParseRunLog(
       "supervised warm-up: 600 steps, cross-entropy 0.4637, held-out accuracy 0.4400\nstep ...\nsummary: run=x\n");

@@ -22,6 +22,7 @@ import io
 import json
 import math
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -177,6 +178,7 @@ def main(binary, data, analyze_path):
           "grpo_s16_seed1 collapsed, grpo_s8_seed1 learned")
 
     errors(binary, runs_dir, cal_dir)
+    guard(binary)
     if failures:
         print("\n".join(failures[:50]))
         print(f"{len(failures)} failures")
@@ -220,6 +222,90 @@ def errors(binary, runs_dir, cal_dir):
                                        "--format", "csv"])
         check(rc == 0 and "unfinished.csv left out" in err and "unfinished" not in out and "grpo_s8_seed1" in out,
               f"unfinished run: rc {rc}, stderr {err!r}")
+
+
+def guard_reference(norms, losses, injected, window, sigma, warmup, max_norm):
+    """The spike guard's rule, written here: z against the last `window`
+    accepted values (sample standard deviation), from `warmup` held."""
+    held_n, held_l, spikes, caught = [], [], [], 0
+    for i, (n, l) in enumerate(zip(norms, losses)):
+        def z(x, held):
+            last = held[-window:]
+            if len(last) < max(warmup, 2):
+                return None
+            sd = statistics.stdev(last)
+            return (x - statistics.fmean(last)) / sd if sd > 0 else (0.0 if x == statistics.fmean(last) else math.inf)
+        zn, zl = z(n, held_n), (z(l, held_l) if l is not None else None)
+        spike = (max_norm > 0 and n > max_norm) or (zn is not None and zn > sigma) or (zl is not None and zl > sigma)
+        if spike:
+            spikes.append(i + 1)
+            caught += injected[i]
+        else:
+            held_n.append(n)
+            if l is not None:
+                held_l.append(l)
+    return spikes, caught
+
+
+def guard(binary):
+    """--spike-*: the guard replayed on grad_norm, loss and injected columns
+    of runs made here, against guard_reference."""
+    import random
+    rng = random.Random(5)
+    with tempfile.TemporaryDirectory() as tmp:
+        expected = {}
+        for run in range(3):
+            norms, losses, injected = [], [], []
+            for step in range(1, 301):
+                inj = step > 40 and rng.random() < 0.03
+                norms.append(rng.gauss(10, 1) * (1e3 if inj else 1))
+                losses.append(None if step % 7 == 0 else rng.gauss(-0.5, 0.05) + (50 if step == 150 + run else 0))
+                injected.append(1 if inj else 0)
+            name = f"run{run}"
+            with open(os.path.join(tmp, name + ".csv"), "w") as f:
+                f.write("step,cosine,heldout_acc,grad_norm,loss,injected\n")
+                for i in range(300):
+                    loss = "" if losses[i] is None else repr(losses[i])
+                    f.write(f"{i + 1},,,{norms[i]!r},{loss},{injected[i]}\n")
+            expected[name] = (norms, losses, injected)
+        for flags, (window, sigma, warmup, max_norm) in (
+                (["--spike-sigma", "6"], (128, 6.0, 64, 0.0)),
+                (["--spike-window", "32", "--spike-sigma", "4", "--spike-warmup", "8"], (32, 4.0, 8, 0.0)),
+                (["--max-grad-norm", "100"], (None, None, None, 100.0))):
+            rc, out, err = gacctl(binary, [tmp] + flags + ["--format", "csv"])
+            check(rc == 0, f"guard {flags}: rc {rc} {err}")
+            rows = {row["run"]: row for row in csv.DictReader(io.StringIO(out))}
+            total_spikes = total_caught = total_injected = 0
+            for name, (norms, losses, injected) in expected.items():
+                if window is None:  # the bound alone
+                    spikes = [i + 1 for i, n in enumerate(norms) if n > max_norm]
+                    caught = sum(injected[i - 1] for i in spikes)
+                else:
+                    spikes, caught = guard_reference(norms, losses, injected, window, sigma, warmup, max_norm)
+                row = rows.get(name, {})
+                listed = [int(x) for x in row.get("spike_steps", "").split() if x != "..."]
+                check(listed == spikes[:20], f"guard {flags} {name}: spike steps {listed} vs {spikes[:20]}")
+                check((int(row.get("spikes", -1)), int(row.get("caught", -1)), int(row.get("injected", -1))) ==
+                      (len(spikes), caught, sum(injected)), f"guard {flags} {name}: counts {row}")
+                total_spikes += len(spikes)
+                total_caught += caught
+                total_injected += sum(injected)
+            allrow = rows.get("all", {})
+            check((int(allrow.get("spikes", -1)), int(allrow.get("caught", -1)), int(allrow.get("missed", -1)),
+                   int(allrow.get("false_spikes", -1))) ==
+                  (total_spikes, total_caught, total_injected - total_caught, total_spikes - total_caught),
+                  f"guard {flags}: the all row {allrow}")
+            check(total_injected > 10, "the runs made here have injected steps")
+        nonorm = os.path.join(tmp, "nonorm.csv")
+        with open(nonorm, "w") as f:
+            f.write("step,cosine,heldout_acc\n1,,\n")
+        for args, want_rc, has in (
+                ([nonorm, "--spike-sigma", "6"], 1, "nonorm.csv: no column 'grad_norm' for the spike guard"),
+                ([tmp, "--spike-sigma", "0"], 2, "spike_sigma must be finite and > 0"),
+                ([tmp, "--spike-sigma", "6", "--c-high", "0.9"], 2, "--c-high is the alerts' setting"),
+                ([tmp, "--spike-window", "1"], 2, "--spike-window")):
+            rc, out, err = gacctl(binary, args)
+            check(rc == want_rc and out == "" and has in err, f"guard {args}: rc {rc}, stderr {err!r} (want {has!r})")
 
 
 if __name__ == "__main__":

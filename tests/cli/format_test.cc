@@ -197,6 +197,7 @@ TEST(Flags, Durations) {
 // out here rather than taken from gac::Controller.
 std::pair<controller::Regime, double> Reference(const RecordedStep& s, double lo, double hi, controller::AlphaMode mode) {
   if (s.regime == controller::Regime::kInvalid) return {controller::Regime::kInvalid, 1.0};
+  if (s.regime == controller::Regime::kSpike) return {controller::Regime::kSpike, 1.0};  // the guard's, kept
   if (!s.cosine) return {controller::Regime::kSafe, 1.0};
   const double a = std::fabs(*s.cosine);
   if (a <= lo) return {controller::Regime::kSafe, 1.0};
@@ -218,6 +219,9 @@ TEST(Replay, EveryStepAgreesWithTheRules) {
     const int k = kind(rng);
     if (k == 0) {
       s.regime = controller::Regime::kInvalid;
+    } else if (k == 19) {
+      s.regime = controller::Regime::kSpike;
+      s.cosine = cos_dist(rng);
     } else if (k > 1) {
       s.cosine = cos_dist(rng);
     }
@@ -230,7 +234,7 @@ TEST(Replay, EveryStepAgreesWithTheRules) {
   for (controller::AlphaMode mode : {controller::AlphaMode::kPaper, controller::AlphaMode::kExact}) {
     for (auto [lo, hi] : {std::pair{0.05, 0.3}, std::pair{0.1, 0.5}, std::pair{0.02, 1.0}}) {
       Replayer replayer(*controller::Controller::Create({lo, hi}, mode));
-      std::uint64_t counts[4] = {};
+      std::uint64_t counts[std::size(controller::kAllRegimes)] = {};
       for (const RecordedStep& s : steps) {
         const ReplayedDecision d = replayer.Add(s);
         const auto [want, alpha] = Reference(s, lo, hi, mode);

@@ -753,7 +753,7 @@ TEST_F(Gacctl, CsvAndJsonlCarryEveryStoredFieldExactly) {
                                           "mode",      "regime",       "cosine", "cosine_after", "alpha",
                                           "grad_norm", "ref_norm",     "staleness", "fallback",
                                           "agent_overhead_seconds", "c_low", "c_high", "trigger", "window",
-                                          "window_c_low", "window_c_high", "window_mean"};
+                                          "window_c_low", "window_c_high", "grad_norm_z", "loss_z", "window_mean"};
   // The documented column order: the fixed columns, the scalars by name, other_scalars.
   EXPECT_EQ(std::vector<std::string>(header.begin(), header.begin() + static_cast<std::ptrdiff_t>(fixed.size())), fixed);
   EXPECT_EQ(std::vector<std::string>(header.begin() + static_cast<std::ptrdiff_t>(fixed.size()), header.end()),

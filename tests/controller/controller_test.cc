@@ -504,6 +504,7 @@ TEST_P(DecideBoundaryTest, RegimeAndFields) {
         break;
       case controller::Regime::kSkip:
       case controller::Regime::kInvalid:
+      case controller::Regime::kSpike:  // the guard's, never Decide's: no case expects it
         EXPECT_FALSE(d.apply_update);
         EXPECT_FALSE(d.cosine_after.has_value());
         EXPECT_EQ(d.projection_coeff, 0.0);

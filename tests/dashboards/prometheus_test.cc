@@ -293,7 +293,8 @@ TEST(Dashboard, IsStructurallyValid) {
        {"gac_cosine", "gac_cosine_after", "gac_threshold_c_low", "gac_threshold_c_high", "gac_steps_total",
         "gac_alpha", "gac_grad_norm", "gac_ref_norm", "gac_staleness_steps", "gac_trainer_scalar",
         "gac_skipped_updates_total", "gac_controller_fallbacks_total", "gac_layer_cosine", "gac_ingest_rows_total",
-        "gac_rpc_errors_total", "gac_store_queue_rows", "gac_last_report_timestamp_seconds"}) {
+        "gac_rpc_errors_total", "gac_store_queue_rows", "gac_last_report_timestamp_seconds", "gac_spikes_total",
+        "gac_grad_norm_z"}) {
     EXPECT_NE(all.find(std::string(series) + "{"), std::string::npos) << series << " is on no panel";
   }
 }
@@ -581,6 +582,7 @@ TEST(Prometheus, DashboardQueriesAndAlertsOnLiveData) {
   spiky_options.recover = false;  // still spiking when the test looks
   spiky_options.remote = true;
   spiky_options.fallback_every = 10;
+  spiky_options.guard_spike_step = 100;  // one step the agent's spike guard skipped
   SyntheticRun quiet(quiet_options), spiky(spiky_options);
 
   const double stream_start = WallSeconds();
@@ -669,7 +671,7 @@ TEST(Prometheus, DashboardQueriesAndAlertsOnLiveData) {
         EXPECT_EQ(Str(Field(rule, "health")), "ok") << Str(Field(rule, "name")) << ": " << Str(Field(rule, "lastError"));
       }
     }
-    EXPECT_EQ(count, 18);
+    EXPECT_EQ(count, 19);
   }
   for (const std::string& record : RecordingRuleNames(rules_text)) {
     EXPECT_FALSE(prom.Query(record).empty()) << "recording rule " << record << " has no data";
@@ -720,6 +722,17 @@ TEST(Prometheus, DashboardQueriesAndAlertsOnLiveData) {
   EXPECT_EQ(ranks, (std::set<std::string>{"0", "1"}));
   EXPECT_EQ(prom.Query("last_over_time(ALERTS{alertname=\"GacAlignmentSpike\"}[5m])").size(), 2u)
       << "the spike alert was never pending or firing for another series";
+  // The spike guard's step: GacGradientSpike fires for the spiky run alone.
+  std::vector<Value> guarded;
+  for (auto deadline = Clock::now() + std::chrono::seconds(20); Clock::now() < deadline;) {
+    guarded = prom.Query("ALERTS{alertname=\"GacGradientSpike\",alertstate=\"firing\"}");
+    if (!guarded.empty()) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  }
+  ASSERT_EQ(guarded.size(), 1u) << "GacGradientSpike did not fire once\n" << prom.Log();
+  EXPECT_EQ(Label(guarded[0], "run"), kSpikyRun);
+  EXPECT_EQ(SampleValue(prom.Query("sum(gac_spikes_total{run=\"" + std::string(kSpikyRun) + "\"})")[0]), 2.0)
+      << "one spike step, reported by both ranks";
   EXPECT_TRUE(prom.Query("last_over_time(ALERTS{run=\"" + std::string(kQuietRun) + "\"}[5m])").empty())
       << "an alert was pending or firing for the quiet run";
 

@@ -45,6 +45,9 @@ struct SyntheticRunOptions {
   bool remote = false;              // mode REMOTE: the caller asks gacd (Decide) and passes the answer
   int fallback_every = 0;           // remote: every Nth step the local decision is used (0 = never)
   bool report_rule = false;         // steps decided here carry `thresholds` as the agent's rule
+  // The agent's spike guard: from step 10 the records carry its z-scores,
+  // and this step (>= 0) is a spike it skipped (regime spike); -1: no guard.
+  std::int64_t guard_spike_step = -1;
 };
 
 class SyntheticRun {
@@ -119,6 +122,16 @@ class SyntheticRun {
       r.set_window(20);
       r.set_window_c_low(o_.thresholds.c_low);
       r.set_window_c_high(o_.thresholds.c_high);
+    }
+    if (o_.guard_spike_step >= 0 && step_ >= 10) {
+      const bool spike = step_ == o_.guard_spike_step;
+      r.set_grad_norm_z(spike ? 40.0 : Normal());
+      r.set_loss_z(spike ? 3.0 : Normal());
+      if (spike) {
+        r.set_regime(v1::REGIME_SPIKE);
+        r.set_alpha(1.0);
+        r.clear_cosine_after();
+      }
     }
     r.set_staleness(2 + step_ % 3);
     r.set_wall_time_ns(std::chrono::duration_cast<std::chrono::nanoseconds>(now.time_since_epoch()).count());

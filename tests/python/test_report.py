@@ -14,7 +14,7 @@ import torch
 
 import gac
 
-FIELDS = ["step", "mode", "regime", "cosine", "cosine_after", "window_mean", "alpha", "projection_coeff", "grad_norm", "ref_norm",
+FIELDS = ["step", "loss", "mode", "regime", "cosine", "cosine_after", "window_mean", "grad_norm_z", "loss_z", "alpha", "projection_coeff", "grad_norm", "ref_norm",
           "step_optimizer", "skipped", "gradient_modified", "fallback", "remote_error", "elements", "tensors",
           "strided_tensors", "stats_seconds", "decide_seconds", "apply_seconds", "agent_overhead_seconds",
           "c_low", "c_high", "trigger", "window", "window_c_low", "window_c_high"]
@@ -40,13 +40,10 @@ def test_numeric_dict_has_every_field_as_a_number() -> None:
         d = r.to_dict()
         assert all(k.startswith("gac/") for k in d)
         assert all(type(v) in (int, float) for v in d.values()), d
-        expected = [f for f in FIELDS if f != "remote_error" and not (f.startswith("cosine") and r.cosine is None)]
-        if r.cosine_after is None and "cosine_after" in expected:
-            expected.remove("cosine_after")
-        if r.window_mean is None:
-            expected.remove("window_mean")
+        # Text (remote_error) and absent values (no loss given, no z-score, no reference) are left out.
+        expected = [f for f in FIELDS if f != "remote_error" and getattr(r, f) is not None]
         assert [k for k in d if k.count("/") == 1] == ["gac/" + f for f in expected], name
-        assert d["gac/regime"] == gac.REGIMES.index(r.regime) == ["safe", "project", "skip", "invalid"].index(r.regime)
+        assert d["gac/regime"] == gac.REGIMES.index(r.regime) == ["safe", "project", "skip", "invalid", "spike"].index(r.regime)
         assert d["gac/mode"] == gac.MODES.index("local") == 1
         # The rule this agent decided with: Agent(0.05, 0.3), the default trigger.
         assert (d["gac/c_low"], d["gac/c_high"], d["gac/trigger"], d["gac/window"]) == (0.05, 0.3, 0, 20)
@@ -91,7 +88,7 @@ def test_window_mean_once_the_window_is_full() -> None:
     assert dicts[2]["gac/window_mean"] == pytest.approx(0.8, abs=1e-6)
     assert dicts[3]["gac/window_mean"] == pytest.approx(0.5, abs=1e-6)
     assert dicts[2]["gac/regime"] == dicts[3]["gac/regime"] == gac.REGIMES.index("project")
-    assert list(dicts[3])[:6] == ["gac/" + f for f in FIELDS[:6]]
+    assert list(dicts[3])[:6] == ["gac/" + f for f in FIELDS if f != "loss"][:6]
 
 
 def test_the_rule_is_the_agents_own_and_absent_when_gacd_decides() -> None:

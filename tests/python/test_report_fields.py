@@ -105,6 +105,7 @@ PAGE_LEAVES_OUT = {
     "wall_time_ns": "the page shows the latest report's age from the run's last_seen_ns",
     "agent_overhead_seconds": "an operator's figure: gac_agent_overhead_seconds and gacctl steps",
     "fallback": "gac_controller_fallbacks_total and gacctl steps",
+    "loss_z": "the spike guard's loss z-score: gac_loss_z and gacctl steps (the page marks spike steps)",
 }
 TAIL_LEAVES_OUT = {
     "rank": "tail follows one rank (--rank)",
@@ -121,6 +122,7 @@ TAIL_LEAVES_OUT = {
     "window": "the rule: gacctl steps",
     "window_c_low": "the rule: gacctl steps",
     "window_c_high": "the rule: gacctl steps",
+    "loss_z": "the spike guard's loss z-score: gacctl steps (tail shows the regime and |g|'s z)",
 }
 
 

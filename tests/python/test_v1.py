@@ -152,7 +152,7 @@ def test_a_client_of_gac_v1_alone_ingests_and_reads_back(server: Gacd, channel: 
     assert (info.first_step, info.last_step, info.step_records, info.world_size) == (1, 3, 3, 2)
     assert info.steps_mode == telemetry_pb2.CONTROL_MODE_LOCAL  # the mode of step 3
     summary = query.GetRunSummary(query_pb2.GetRunSummaryRequest(run=run), timeout=TIMEOUT)
-    assert dict(summary.steps_by_regime) == {"safe": 1, "project": 1, "skip": 1, "invalid": 0}
+    assert dict(summary.steps_by_regime) == {"safe": 1, "project": 1, "skip": 1, "invalid": 0, "spike": 0}
     assert summary.latest.step == 3 and summary.calibration.count == 2
     assert summary.calibration.max == pytest.approx(0.5)
 

@@ -599,6 +599,46 @@ TEST_F(HttpApiTest, ConfigReadsAndChangesAsSetRunConfigDoes) {
   EXPECT_EQ(JsonMember(JsonMember(JsonMember(read_back, "config"), "thresholds"), "alpha_mode").string_value(), "exact");
 }
 
+// The spike guard through PUT …/config: given, kept when left out, null
+// turns it off; bad values are refused naming the setting.
+TEST_F(HttpApiTest, TheSpikeGuardIsSetKeptAndTurnedOff) {
+  const std::string path = "/api/v1/runs/exp-guard/config";
+  const std::string base = R"({"thresholds": {"c_low": 0.05, "c_high": 0.3}, "mode": "remote")";
+  for (const auto& [spike, message] :
+       {std::pair{R"({"sigma": 0})", "spike.sigma must be finite and > 0"},
+        std::pair{R"({"sigma": -2})", "spike.sigma must be finite and > 0"},
+        std::pair{R"({"window": 1})", "spike_window must be in [2, 10000]"},
+        std::pair{R"({"window": 2.5})", "spike.window: expected an integer"},
+        std::pair{R"({"max_grad_norm": -1})", "max_grad_norm must be finite and >= 0"},
+        std::pair{R"({"window": 8, "warmup": 9})", "spike_warmup must be in [2, spike_window=8]"},
+        std::pair{R"({"rho": 1})", "spike: unknown member 'rho'"},
+        std::pair{R"(7)", "spike"}}) {
+    auto refused = Put(path, base + R"(, "spike": )" + spike + "}");
+    ExpectError(refused, 400, "INVALID_ARGUMENT", spike);
+    EXPECT_NE(JsonMember(ParseJson(refused->body), "message").string_value().find(message), std::string::npos)
+        << refused->body;
+  }
+  auto set = Put(path, base + R"(, "spike": {"sigma": 5, "window": 64, "max_grad_norm": 1000}})");
+  ASSERT_EQ(set->status, 200) << set->body;
+  const Value guard = JsonMember(JsonMember(ParseJson(set->body), "config"), "spike");
+  EXPECT_EQ(JsonMember(guard, "sigma").number_value(), 5);
+  EXPECT_EQ(JsonMember(guard, "window").number_value(), 64);
+  EXPECT_EQ(JsonMember(guard, "warmup").number_value(), 32);
+  EXPECT_EQ(JsonMember(guard, "max_grad_norm").number_value(), 1000);
+  v1::RunConfig now;
+  ASSERT_TRUE(Grpc().GetRunConfig("exp-guard", &now).ok());
+  EXPECT_TRUE(now.spike().zscore());
+  EXPECT_EQ(now.spike().window(), 64u);
+  ASSERT_EQ(Put(path, base + "}")->status, 200);  // left out: kept
+  ASSERT_TRUE(Grpc().GetRunConfig("exp-guard", &now).ok());
+  EXPECT_EQ(now.spike().sigma(), 5.0);
+  auto off = Put(path, base + R"(, "spike": null})");
+  ASSERT_EQ(off->status, 200) << off->body;
+  EXPECT_EQ(JsonMember(JsonMember(ParseJson(off->body), "config"), "spike").kind_case(), Value::kNullValue);
+  ASSERT_TRUE(Grpc().GetRunConfig("exp-guard", &now).ok());
+  EXPECT_FALSE(now.has_spike());
+}
+
 TEST_F(HttpApiTest, ReadsWhileARunIsIngested) {
   constexpr int kSteps = 400;
   std::atomic<bool> done{false};

@@ -281,7 +281,34 @@ TEST(MetricsTest, RegimesSkippedAndFallbacksAreCounted) {
   EXPECT_EQ(steps("1", "invalid"), 0.0);
   EXPECT_EQ(Value(s, "gac_skipped_updates_total", RR("r1", "1")), 0.0);
   EXPECT_EQ(Value(s, "gac_controller_fallbacks_total", RR("r1", "1")), 0.0);
-  EXPECT_EQ(Count(s, "gac_steps_total"), 8u);
+  EXPECT_EQ(Count(s, "gac_steps_total"), 10u);  // 5 regimes x 2 ranks
+}
+
+// Spike steps: counted by gac_spikes_total in every mode, as skipped updates
+// where the mode applies decisions; the guard's z-scores are gauges from
+// the first record that carries them.
+TEST(MetricsTest, SpikesAreCountedAndTheirZScoresExported) {
+  Metrics m;
+  m.ObserveStep(Step("r1", 0, 0), kT0);
+  auto s = Parse(m.Render());
+  EXPECT_EQ(Value(s, "gac_spikes_total", RR("r1", "0")), 0.0);
+  EXPECT_FALSE(Value(s, "gac_grad_norm_z", RR("r1", "0")).has_value());
+  v1::StepRecord spike = Step("r1", 0, 1, v1::REGIME_SPIKE);
+  spike.set_grad_norm_z(41.5);
+  spike.set_loss_z(-0.25);
+  m.ObserveStep(spike, kT0);
+  v1::StepRecord would = Step("r1", 0, 2, v1::REGIME_SPIKE);
+  would.set_mode(v1::CONTROL_MODE_MONITOR);
+  would.set_grad_norm_z(7.0);
+  m.ObserveStep(would, kT0);
+  s = Parse(m.Render());
+  EXPECT_EQ(Value(s, "gac_spikes_total", RR("r1", "0")), 2.0);
+  EXPECT_EQ(Value(s, "gac_skipped_updates_total", RR("r1", "0")), 1.0);  // the monitor-mode one skipped nothing
+  EXPECT_EQ(Value(s, "gac_grad_norm_z", RR("r1", "0")), 7.0);
+  EXPECT_EQ(Value(s, "gac_loss_z", RR("r1", "0")), -0.25);  // left at its last value
+  EXPECT_EQ(Value(s, "gac_steps_total", {{"run", "r1"}, {"rank", "0"}, {"regime", "spike"}, {"mode", "local"}}), 1.0);
+  EXPECT_EQ(Value(s, "gac_steps_total", {{"run", "r1"}, {"rank", "0"}, {"regime", "spike"}, {"mode", "monitor"}}),
+            1.0);
 }
 
 // Monitor mode: the regimes are what GAC would have done. They are counted
@@ -310,7 +337,7 @@ TEST(MetricsTest, MonitorModeRegimesAreCountedApartAndSkipNothing) {
   EXPECT_EQ(steps("skip", "local"), 1.0);
   EXPECT_EQ(steps("skip", "monitor"), 1.0);
   EXPECT_EQ(Value(s, "gac_skipped_updates_total", RR("r1", "0")), 1.0);
-  EXPECT_EQ(Count(s, "gac_steps_total"), 8u);  // 4 regimes x 2 modes, bounded by 12 a rank
+  EXPECT_EQ(Count(s, "gac_steps_total"), 10u);  // 5 regimes x 2 modes, bounded by 15 a rank
 }
 
 TEST(MetricsTest, TrainerScalarsOneSeriesPerNameCappedPerRun) {
@@ -694,7 +721,7 @@ TEST(MetricsTest, ConcurrentExpiryAndEvictionLeaveWholeRuns) {
   for (int run = 0; run < 3; ++run) {
     for (const std::string rank : {"0", "1"}) {
       const Labels rr = RR("run" + std::to_string(run), rank);
-      EXPECT_EQ(Count(s, "gac_steps_total", rr), 4u) << rr.at("run") << " " << rank;
+      EXPECT_EQ(Count(s, "gac_steps_total", rr), 5u) << rr.at("run") << " " << rank;  // one mode's regimes
       EXPECT_EQ(Value(s, "gac_step", rr), 1.0) << rr.at("run") << " " << rank;
       EXPECT_EQ(Value(s, "gac_cosine", rr), 0.5) << rr.at("run") << " " << rank;
       EXPECT_EQ(Count(s, "gac_trainer_scalar", rr), 1u) << rr.at("run") << " " << rank;

@@ -247,7 +247,7 @@ TEST(QueriesTest, SummaryMatchesARecomputationFromTheRecords) {
 
   // Too few values to calibrate: no suggestion; no steps: zero counts.
   const v1::RunSummary empty = SummarizeRun(info, config, {});
-  EXPECT_EQ(empty.steps_by_regime().size(), 4u);
+  EXPECT_EQ(empty.steps_by_regime().size(), std::size(controller::kAllRegimes));
   for (const auto& [name, count] : empty.steps_by_regime()) EXPECT_EQ(count, 0u) << name;
   EXPECT_FALSE(empty.calibration().has_suggested());
   EXPECT_FALSE(empty.has_latest());

@@ -5,7 +5,12 @@
 
 #include <cmath>
 #include <algorithm>
+#include <limits>
+#include <optional>
 #include <random>
+#include <string>
+#include <tuple>
+#include <vector>
 #include <unistd.h>
 #include <thread>
 
@@ -129,6 +134,113 @@ TEST_F(InProcess, DecideMatchesTheControllerWithTheRunSettings) {
   EXPECT_EQ(after.version(), 1u);
   EXPECT_EQ(after.updated_by(), "admin");
   check(controller::Thresholds{0.2, 0.6}, controller::AlphaMode::kExact);
+}
+
+// The run's spike guard decides before GAC, on the history the asker sends:
+// z-scores against a reference computed here, a spike skipped with the
+// step's cosine and the window's mean without it; bad settings and bad
+// history are INVALID_ARGUMENT; a change without the guard keeps it.
+TEST_F(InProcess, DecideAppliesTheRunsSpikeGuardToTheAskersHistory) {
+  const auto z_of = [](double x, const std::vector<double>& held) {
+    double mean = 0;
+    for (double v : held) mean += v;
+    mean /= static_cast<double>(held.size());
+    double ss = 0;
+    for (double v : held) ss += (v - mean) * (v - mean);
+    return (x - mean) / std::sqrt(ss / static_cast<double>(held.size() - 1));
+  };
+  Client a = Admin();
+  v1::SetRunConfigRequest set;
+  set.set_run("exp-spike");
+  set.set_reason("guard");
+  v1::RunConfig cfg;
+  for (const auto& [field, value, message] :
+       {std::tuple{"sigma", -1.0, "spike_sigma must be finite and > 0"},
+        std::tuple{"window", 1.0, "spike_window must be in [2, 10000]"},
+        std::tuple{"max", -2.0, "max_grad_norm must be finite and >= 0"}}) {
+    v1::SpikeGuard* g = set.mutable_spike();
+    g->Clear();
+    g->set_zscore(true);
+    if (std::string(field) == "sigma") g->set_sigma(value);
+    if (std::string(field) == "window") g->set_window(static_cast<std::uint32_t>(value));
+    if (std::string(field) == "max") g->set_max_grad_norm(value);
+    const grpc::Status st = a.SetRunConfig(set, &cfg);
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << field;
+    EXPECT_NE(st.error_message().find(message), std::string::npos) << st.error_message();
+  }
+  set.mutable_spike()->Clear();
+  set.mutable_spike()->set_zscore(true);
+  set.mutable_spike()->set_window(4);
+  set.mutable_spike()->set_sigma(3);
+  set.mutable_spike()->set_warmup(3);
+  set.mutable_spike()->set_max_grad_norm(50);
+  ASSERT_TRUE(a.SetRunConfig(set, &cfg).ok());
+  ASSERT_TRUE(cfg.has_spike());
+
+  Client w = Writer();
+  const std::vector<double> norms = {9.0, 10.0, 11.0, 100.0, 10.0, 10.5, 9.5};  // the newest 4 count
+  const std::vector<double> newest(norms.end() - 4, norms.end());
+  const auto ask = [&](double norm, std::optional<double> loss, std::vector<double> losses,
+                       v1::DecideResponse* resp) {
+    v1::DecideRequest req;
+    req.set_run("exp-spike");
+    req.set_step(7);
+    req.set_grad_sq(norm * norm);
+    req.set_ref_sq(1.0);
+    req.set_dot(0.5 * norm);  // c_t = 0.5
+    req.set_has_reference(true);
+    for (double c : {0.1, 0.2}) req.add_recent_cosines(c);
+    for (double n : norms) req.add_recent_grad_norms(n);
+    for (double l : losses) req.add_recent_losses(l);
+    if (loss) req.set_loss(*loss);
+    return w.Decide(req, resp);
+  };
+  v1::DecideResponse resp;
+  // |g| = 20: z = (20 - 30.0) / sd over {100, 10, 10.5, 9.5}: below; GAC skips c_t = 0.5.
+  ASSERT_TRUE(ask(20.0, std::nullopt, {}, &resp).ok());
+  EXPECT_EQ(resp.regime(), v1::REGIME_SKIP);
+  ASSERT_TRUE(resp.has_grad_norm_z());
+  EXPECT_NEAR(resp.grad_norm_z(), z_of(20.0, newest), 1e-12);
+  EXPECT_FALSE(resp.has_loss_z());
+  // |g| = 60 > max_grad_norm 50: a spike, whatever the z-score.
+  ASSERT_TRUE(ask(60.0, std::nullopt, {}, &resp).ok());
+  EXPECT_EQ(resp.regime(), v1::REGIME_SPIKE);
+  EXPECT_FALSE(resp.apply_update());
+  EXPECT_EQ(resp.alpha(), 1.0);
+  EXPECT_FALSE(resp.has_cosine_after());
+  EXPECT_NEAR(resp.cosine(), 0.5, 1e-8);
+  EXPECT_NEAR(resp.grad_norm_z(), z_of(60.0, newest), 1e-12);
+  // The loss alone: its z-score against the newest 4 losses.
+  const std::vector<double> losses = {1.0, 1.1, 0.9, 1.05, 0.95};
+  ASSERT_TRUE(ask(10.0, 5.0, losses, &resp).ok());
+  EXPECT_EQ(resp.regime(), v1::REGIME_SPIKE);
+  EXPECT_NEAR(resp.loss_z(), z_of(5.0, std::vector<double>(losses.end() - 4, losses.end())), 1e-9);
+  ASSERT_TRUE(ask(10.0, std::numeric_limits<double>::quiet_NaN(), losses, &resp).ok());
+  EXPECT_EQ(resp.regime(), v1::REGIME_SPIKE);
+  ASSERT_TRUE(ask(10.0, 1.0, losses, &resp).ok());
+  EXPECT_EQ(resp.regime(), v1::REGIME_SKIP);
+  // Bad history.
+  v1::DecideRequest bad;
+  bad.set_run("exp-spike");
+  bad.add_recent_grad_norms(-1.0);
+  EXPECT_EQ(w.Decide(bad, &resp).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  bad.clear_recent_grad_norms();
+  bad.add_recent_losses(std::numeric_limits<double>::infinity());
+  const grpc::Status st = w.Decide(bad, &resp);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(st.error_message().find("recent_losses[0] must be finite"), std::string::npos) << st.error_message();
+  // A change without the guard keeps it; an empty one turns it off.
+  v1::SetRunConfigRequest keep;
+  keep.set_run("exp-spike");
+  keep.set_window(5);
+  ASSERT_TRUE(a.SetRunConfig(keep, &cfg).ok());
+  EXPECT_EQ(cfg.spike().window(), 4u);
+  keep.mutable_spike();
+  ASSERT_TRUE(a.SetRunConfig(keep, &cfg).ok());
+  EXPECT_FALSE(cfg.has_spike());
+  ASSERT_TRUE(ask(60.0, std::nullopt, {}, &resp).ok());
+  EXPECT_EQ(resp.regime(), v1::REGIME_SKIP);
+  EXPECT_FALSE(resp.has_grad_norm_z());
 }
 
 TEST_F(InProcess, SettingsChangesAreVersionedAndAudited) {

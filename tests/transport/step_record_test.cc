@@ -24,6 +24,9 @@ controller::StepReport ProjectReport() {
   report.decision.projection_coeff = 0.15;
   report.decision.grad_norm = 2.0;
   report.decision.ref_norm = 3.0;
+  report.decision.grad_norm_z = 2.5;
+  report.decision.loss_z = -1.25;
+  report.loss = 0.75;
   report.stats_seconds = 1e-4;
   report.apply_seconds = 2e-4;
   report.fallback = true;
@@ -56,6 +59,8 @@ TEST(StepRecordTest, CarriesEveryFieldOfTheReport) {
   EXPECT_EQ(r.window(), 7u);
   EXPECT_EQ(r.window_c_low(), 0.2);
   EXPECT_EQ(r.window_c_high(), 0.5);
+  EXPECT_EQ(r.grad_norm_z(), 2.5);
+  EXPECT_EQ(r.loss_z(), -1.25);
   ASSERT_EQ(r.layers_size(), 2);
   EXPECT_EQ(r.layers(0).name(), "layer.0");
   EXPECT_NEAR(r.layers(0).cosine(), 0.5 / (2.0 * 1.0 + controller::kCosineEpsilon), 1e-15);
@@ -102,7 +107,9 @@ TEST(StepRecordTest, ReportFieldsNameRecordSchemaRows) {
       case controller::ReportType::kText: EXPECT_EQ(row->type, proto::FieldType::kText); break;
       default: EXPECT_EQ(row->type, proto::FieldType::kEnum); break;
     }
-    if (f.optional) EXPECT_TRUE(row->optional) << "an absent report value must be absent on the wire";
+    if (f.optional) {
+      EXPECT_TRUE(row->optional) << "an absent report value must be absent on the wire";
+    }
   }
   EXPECT_GE(mapped, 15);
 }

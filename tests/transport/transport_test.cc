@@ -406,10 +406,13 @@ TEST(RemoteController, SetThresholdsKeepsTheModeUnlessAsked) {
   ASSERT_TRUE(remote.ok());
   testing::Client admin(gacd.address(), testing::kAdminToken);
   v1::RunConfig cfg;
-  ASSERT_TRUE((*remote)->SetThresholds({0.1, 0.4}, controller::AlphaMode::kExact, "test", controller::Mode::kMonitor).ok());
+  const base::Status first =
+      (*remote)->SetThresholds({0.1, 0.4}, controller::AlphaMode::kExact, "test", controller::Mode::kMonitor);
+  ASSERT_TRUE(first.ok()) << first.ToString();
   ASSERT_TRUE(admin.GetRunConfig("exp-thresholds", &cfg).ok());
   EXPECT_EQ(cfg.mode(), v1::CONTROL_MODE_MONITOR);
-  ASSERT_TRUE((*remote)->SetThresholds({0.2, 0.5}, controller::AlphaMode::kPaper, "test").ok());
+  const base::Status second = (*remote)->SetThresholds({0.2, 0.5}, controller::AlphaMode::kPaper, "test");
+  ASSERT_TRUE(second.ok()) << second.ToString();
   ASSERT_TRUE(admin.GetRunConfig("exp-thresholds", &cfg).ok());
   EXPECT_EQ(cfg.mode(), v1::CONTROL_MODE_MONITOR) << "a thresholds change keeps the mode";
   EXPECT_EQ(cfg.thresholds().c_low(), 0.2);

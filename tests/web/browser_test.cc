@@ -272,6 +272,7 @@ TEST_F(WebPageTest, ShowsTheStoreLiveAndEditsThresholds) {
   spike_options.run = "exp-spike";
   spike_options.spike = true;
   spike_options.spike_start = 100;
+  spike_options.guard_spike_step = 120;  // one step the agent's spike guard skipped
   SyntheticRun spike(spike_options);
   std::uint64_t quiet_seq = 0, spike_seq = 0;
   ASSERT_TRUE(Stream(writer, quiet, 150, &quiet_seq).ok());
@@ -306,7 +307,7 @@ TEST_F(WebPageTest, ShowsTheStoreLiveAndEditsThresholds) {
     SCOPED_TRACE(run);
     EXPECT_EQ(Shown(JsonMember(f, "last-step").string_value()), s.info().last_step());
     EXPECT_NEAR(Shown(JsonMember(f, "cosine").string_value()), s.latest().cosine(), 5.001e-5);
-    for (const char* regime : {"safe", "project", "skip", "invalid"}) {
+    for (const char* regime : {"safe", "project", "skip", "invalid", "spike"}) {
       EXPECT_EQ(Shown(JsonMember(f, std::string("count-") + regime).string_value()), s.steps_by_regime().at(regime)) << regime;
     }
     const bool own = run == "exp-quiet";
@@ -344,7 +345,9 @@ TEST_F(WebPageTest, ShowsTheStoreLiveAndEditsThresholds) {
     ASSERT_TRUE(reader.AllSteps("exp-spike", &steps).ok());
     std::vector<double> cosines;
     for (const v1::StepRecord& r : steps) {
-      if (r.rank() == 0 && r.has_cosine() && r.regime() != v1::REGIME_INVALID) cosines.push_back(r.cosine());
+      if (r.rank() == 0 && r.has_cosine() && r.regime() != v1::REGIME_INVALID && r.regime() != v1::REGIME_SPIKE) {
+        cosines.push_back(r.cosine());
+      }
     }
     const std::size_t w = s.info().config().window() == 0 ? 20 : s.info().config().window();
     ASSERT_GE(cosines.size(), w);
@@ -353,7 +356,9 @@ TEST_F(WebPageTest, ShowsTheStoreLiveAndEditsThresholds) {
     EXPECT_NEAR(Shown(browser_.Text(Field("latest-window-mean"))), sum / static_cast<double>(w), 5.001e-5);
     EXPECT_EQ(browser_.Text(Field("latest-regime")), controller::RegimeName(*proto::FromProto(s.latest().regime())));
     EXPECT_EQ(Shown(browser_.Text(Field("latest-staleness"))), s.latest().staleness());
-    for (const char* regime : {"safe", "project", "skip", "invalid"}) {
+    EXPECT_NEAR(Shown(browser_.Text(Field("latest-grad-norm-z"))), s.latest().grad_norm_z(), 5.001e-3);
+    EXPECT_EQ(s.steps_by_regime().at("spike"), 1u);  // the guard's step, marked on the page
+    for (const char* regime : {"safe", "project", "skip", "invalid", "spike"}) {
       EXPECT_EQ(Shown(browser_.Text(Field(std::string("count-") + regime))), s.steps_by_regime().at(regime))
           << regime;
     }

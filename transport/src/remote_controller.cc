@@ -4,8 +4,10 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <deque>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "gac/base/mutex.h"
@@ -33,6 +35,13 @@ struct RemoteController::Impl {
   base::Mutex window_mu;
   std::deque<double> recent GAC_GUARDED_BY(window_mu);
   int window GAC_GUARDED_BY(window_mu) = controller::TriggerSettings{}.window;
+  // The spike guard's history: the |g| and losses of the run's accepted
+  // steps (neither spike nor invalid), newest last (at most
+  // kMaxSpikeWindow), and how many of them gacd's guard reads (0 while the
+  // run has no z-score, as gacd last said).
+  std::deque<double> norms GAC_GUARDED_BY(window_mu);
+  std::deque<double> losses GAC_GUARDED_BY(window_mu);
+  int spike_window GAC_GUARDED_BY(window_mu) = 0;
 
   // Consecutive calls that reached no replica in time (UNAVAILABLE,
   // DEADLINE_EXCEEDED), and until when Decide asks no one after two of them.
@@ -100,9 +109,20 @@ struct RemoteController::Impl {
     req.set_run(options.run);
     req.set_reason(reason);
     v1::RunConfig cfg;
-    const grpc::Status st = WithFailover(
-        std::chrono::system_clock::now() + std::chrono::seconds(10),
-        [&](Replica& r, grpc::ClientContext* ctx) { return r.admin->SetRunConfig(ctx, req, &cfg); });
+    // An operator's call, not the training step's: a replica that is not
+    // reachable yet (a channel still connecting) is asked again until the
+    // deadline. A change is applied at most once: UNAVAILABLE means it was
+    // not received.
+    const auto deadline = std::chrono::system_clock::now() + std::chrono::seconds(10);
+    grpc::Status st;
+    for (;;) {
+      st = WithFailover(deadline, [&](Replica& r, grpc::ClientContext* ctx) { return r.admin->SetRunConfig(ctx, req, &cfg); });
+      if (st.error_code() != grpc::StatusCode::UNAVAILABLE ||
+          std::chrono::system_clock::now() + std::chrono::milliseconds(100) >= deadline) {
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
     return proto::FromGrpcStatus(st, "gacd SetRunConfig");
   }
 
@@ -166,13 +186,18 @@ base::StatusOr<std::unique_ptr<RemoteController>> RemoteController::Create(const
 
 base::StatusOr<controller::Decision> RemoteController::Decide(std::int64_t step, const controller::AlignmentStats& stats) {
   const RemoteControllerOptions& o = impl_->options;
-  std::vector<double> recent;
+  std::vector<double> recent, norms, losses;
   {
     base::MutexLock lock(&impl_->window_mu);
-    const std::size_t keep = std::min(impl_->recent.size(), static_cast<std::size_t>(impl_->window));
-    recent.assign(impl_->recent.end() - static_cast<std::ptrdiff_t>(keep), impl_->recent.end());
+    const auto newest = [](const std::deque<double>& d, int n) {
+      const std::size_t keep = std::min(d.size(), static_cast<std::size_t>(n));
+      return std::vector<double>(d.end() - static_cast<std::ptrdiff_t>(keep), d.end());
+    };
+    recent = newest(impl_->recent, impl_->window);
+    norms = newest(impl_->norms, impl_->spike_window);
+    losses = newest(impl_->losses, impl_->spike_window);
   }
-  const v1::DecideRequest req = proto::ToDecideRequest(o.run, o.rank, step, stats, recent);
+  const v1::DecideRequest req = proto::ToDecideRequest(o.run, o.rank, step, stats, recent, norms, losses);
   v1::DecideResponse resp;
   const std::string held_off = impl_->HeldOff();
   grpc::Status st;
@@ -182,13 +207,25 @@ base::StatusOr<controller::Decision> RemoteController::Decide(std::int64_t step,
     impl_->CountCall(st);
   }
   {
+    // A spike enters no window; a step gacd did not answer counts as
+    // accepted (the agent's own fallback decides it).
+    const bool spike = st.ok() && held_off.empty() && resp.regime() == v1::REGIME_SPIKE;
     const std::optional<double> cosine = controller::StepCosine(stats);
+    const auto push = [](std::deque<double>& d, double x, int cap) {
+      d.push_back(x);
+      if (d.size() > static_cast<std::size_t>(cap)) d.pop_front();
+    };
     base::MutexLock lock(&impl_->window_mu);
-    if (cosine) {
-      impl_->recent.push_back(*cosine);
-      if (impl_->recent.size() > static_cast<std::size_t>(controller::kMaxWindow)) impl_->recent.pop_front();
+    if (cosine && !spike) push(impl_->recent, *cosine, controller::kMaxWindow);
+    if (!spike && !controller::StatsInvalid(stats)) {
+      push(impl_->norms, std::sqrt(stats.grad_sq), controller::kMaxSpikeWindow);
+      if (stats.loss && std::isfinite(*stats.loss)) push(impl_->losses, *stats.loss, controller::kMaxSpikeWindow);
     }
-    if (st.ok()) impl_->window = proto::ListingWindow(resp.config());
+    if (st.ok() && held_off.empty()) {
+      impl_->window = proto::ListingWindow(resp.config());
+      const base::StatusOr<controller::SpikeSettings> guard = proto::SpikeFromProto(resp.config().spike());
+      impl_->spike_window = guard.ok() && guard->zscore ? guard->window : 0;
+    }
   }
   if (!held_off.empty()) return base::Status::Unavailable(held_off);
   if (!st.ok()) return proto::FromGrpcStatus(st, "gacd Decide");

@@ -166,6 +166,23 @@ void WriteRunConfig(JsonWriter& w, const v1::RunConfig& c) {
   w.Uint(static_cast<std::uint64_t>(proto::WindowFromProto(c.window())));
   w.Key("window_thresholds");
   WriteThresholds(w, c.has_window_thresholds() ? c.window_thresholds() : c.thresholds());
+  // The spike guard: null when off; its z-score's settings null when that is off.
+  w.Key("spike");
+  base::StatusOr<controller::SpikeSettings> spike = proto::SpikeFromProto(c.spike());
+  if (!c.has_spike() || !spike.ok() || !spike->enabled()) {
+    w.Null();
+  } else {
+    w.BeginObject();
+    w.Key("max_grad_norm");
+    w.Double(spike->max_grad_norm);
+    w.Key("sigma");
+    spike->zscore ? w.Double(spike->sigma) : w.Null();
+    w.Key("window");
+    spike->zscore ? w.Uint(static_cast<std::uint64_t>(spike->window)) : w.Null();
+    w.Key("warmup");
+    spike->zscore ? w.Uint(static_cast<std::uint64_t>(spike->effective_warmup())) : w.Null();
+    w.EndObject();
+  }
   w.Key("version");
   w.Uint(c.version());
   w.Key("updated_ns");
@@ -322,6 +339,45 @@ base::Status ParseThresholdsObject(const Value& v, v1::Thresholds* out) {
   }
   if (!have_low || !have_high) return base::Status::InvalidArgument("thresholds: c_low and c_high are required");
   if (out->alpha_mode() == v1::ALPHA_MODE_UNSPECIFIED) out->set_alpha_mode(v1::ALPHA_MODE_PAPER);
+  return base::Status::Ok();
+}
+
+// The spike guard of a PUT config: null or {} turns it off; "max_grad_norm"
+// is the bound on |g|, and any of "sigma", "window", "warmup" turns the
+// z-score on (the others keep their defaults). Validated as the controller
+// does.
+base::Status ParseSpikeObject(const Value& v, v1::SpikeGuard* out) {
+  out->Clear();
+  if (v.kind_case() == Value::kNullValue) return base::Status::Ok();
+  if (v.kind_case() != Value::kStructValue) return WrongType("spike", "an object or null", v);
+  for (const auto& [key, member] : v.struct_value().fields()) {
+    if (key != "max_grad_norm" && key != "sigma" && key != "window" && key != "warmup") {
+      return base::Status::InvalidArgument("spike: unknown member '" + key +
+                                           "' (expected max_grad_norm, sigma, window, warmup)");
+    }
+    GAC_ASSIGN_OR_RETURN(double x, NumberField("spike." + key, member));
+    if (key == "max_grad_norm") {
+      out->set_max_grad_norm(x);
+      continue;
+    }
+    out->set_zscore(true);
+    if (key == "sigma") {
+      out->set_sigma(x);
+    } else if (!(x >= 0 && x <= controller::kMaxSpikeWindow) || std::floor(x) != x) {
+      return base::Status::InvalidArgument("spike." + key + ": expected an integer from 0 to " +
+                                           std::to_string(controller::kMaxSpikeWindow));
+    } else if (key == "window") {
+      out->set_window(static_cast<std::uint32_t>(x));
+    } else {
+      out->set_warmup(static_cast<std::uint32_t>(x));
+    }
+  }
+  // A sigma of 0 would read as the default: refused here as the controller refuses it.
+  if (out->zscore() && v.struct_value().fields().count("sigma") != 0 && !(out->sigma() > 0)) {
+    return base::Status::InvalidArgument("spike.sigma must be finite and > 0, got " + std::to_string(out->sigma()));
+  }
+  base::StatusOr<controller::SpikeSettings> s = proto::SpikeFromProto(*out);
+  if (!s.ok()) return s.status().WithPrefix("spike");
   return base::Status::Ok();
 }
 
@@ -518,6 +574,8 @@ base::StatusOr<v1::SetRunConfigRequest> ParseConfigBody(const std::string& run, 
       have_mode = true;
     } else if (key == "window_thresholds") {
       GAC_RETURN_IF_ERROR(ParseThresholdsObject(v, req.mutable_window_thresholds()).WithPrefix("window"));
+    } else if (key == "spike") {
+      GAC_RETURN_IF_ERROR(ParseSpikeObject(v, req.mutable_spike()));
     } else if (key == "trigger") {
       GAC_ASSIGN_OR_RETURN(std::string name, StringField("trigger", v));
       base::StatusOr<v1::Trigger> trigger = proto::ParseTriggerName(name);
@@ -542,7 +600,8 @@ base::StatusOr<v1::SetRunConfigRequest> ParseConfigBody(const std::string& run, 
       req.set_expected_version(static_cast<std::uint64_t>(x));
     } else {
       return base::Status::InvalidArgument("unknown member '" + key +
-                                     "' (expected thresholds, mode, trigger, window, window_thresholds, reason, expected_version)");
+                                     "' (expected thresholds, mode, trigger, window, window_thresholds, spike, reason, "
+                                     "expected_version)");
     }
   }
   if (!have_thresholds) return base::Status::InvalidArgument("thresholds are required");

@@ -83,7 +83,9 @@ class Agent {
   // (parameter set changed; call Reset()), Unimplemented (gradients on a
   // device this build cannot read), Unavailable (the reducer failed). On
   // error nothing is modified.
-  base::StatusOr<controller::StepReport> Step(std::int64_t step, const std::vector<at::Tensor>& parameters);
+  // `loss`, when given, is read by the spike guard's z-score (options().spike).
+  base::StatusOr<controller::StepReport> Step(std::int64_t step, const std::vector<at::Tensor>& parameters,
+                                              std::optional<double> loss = std::nullopt);
 
   // Forgets the parameter set, the snapshot and the trigger's window: the
   // next Step() has no reference and may use a new parameter list.

@@ -96,7 +96,9 @@ class AgentCore {
 
   // One GAC step over the gradients `source` describes (see gac/agent/agent.h
   // for the contract and the errors; the parameter list is the source's).
-  base::StatusOr<controller::StepReport> Step(std::int64_t step, GradientSource& source);
+  // `loss`, when given, is what the spike guard's loss z-score reads.
+  base::StatusOr<controller::StepReport> Step(std::int64_t step, GradientSource& source,
+                                              std::optional<double> loss = std::nullopt);
 
   // Forgets the parameter set, the snapshot and the trigger's window.
   void Reset();
@@ -118,12 +120,18 @@ class AgentCore {
   base::Status DecideRemotely(std::int64_t step, const controller::AlignmentStats& stats,
                               controller::StepReport* report);
   base::Status ApplyDecision(controller::StepReport* report);
+  // The loss the spike guard judges: with a reducer and the z-score on (or
+  // in remote mode, where gacd's guard may read it), the mean over the
+  // ranks that gave one (every rank calls the all-reduce).
+  base::StatusOr<std::optional<double>> GuardLoss(std::optional<double> loss);
 
   AgentOptions options_;
   controller::TriggeredController triggered_;
   // triggered_ before this step's Decide: restored when the step fails
   // after it, so a failed step leaves the window as it was.
   std::optional<controller::TriggeredController> before_step_;
+  controller::SpikeGuard guard_;
+  std::optional<controller::SpikeGuard> guard_before_step_;  // as before_step_
   std::unique_ptr<Plan> plan_;
   std::unique_ptr<ThreadPool> pool_;
   std::uint64_t fallbacks_ = 0;

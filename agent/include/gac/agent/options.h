@@ -12,6 +12,7 @@
 #include "gac/agent/reducer.h"
 #include "gac/controller/controller.h"
 #include "gac/controller/decision_source.h"
+#include "gac/controller/spike.h"
 #include "gac/controller/window.h"
 
 namespace gac::agent {
@@ -38,6 +39,15 @@ struct AgentOptions {
   // Reset() empties it. In remote mode the source's decision is used as it
   // comes; a fallback uses this trigger's local decision.
   controller::TriggerSettings trigger;
+  // The spike guard, decided before GAC (gac/controller/spike.h; off unless
+  // max_grad_norm or zscore is set): a step whose |g|, or loss given to
+  // Step(), is far above the run's recent accepted steps is skipped with the
+  // regime kSpike (monitor mode: reported only). In remote mode the source
+  // decides, gacd with the run's own guard, and this one is the fallback's.
+  // With a reducer and the z-score on, or in remote mode, the loss is
+  // averaged across ranks (one more 2-scalar all-reduce per step), so every
+  // rank decides alike.
+  controller::SpikeSettings spike;
   SnapshotDtype snapshot_dtype = SnapshotDtype::kFloat32;
   ReferencePolicy reference = ReferencePolicy::kRawGradient;
   // Threads for the passes, the caller included; 0 = hardware threads, at most 8.

@@ -51,6 +51,7 @@
 #include <vector>
 
 #include "gac/base/status.h"
+#include "gac/controller/spike.h"
 
 namespace gac::cli {
 
@@ -70,6 +71,14 @@ struct RecordedRun {
   std::string path;
   std::vector<std::int64_t> steps;             // strictly increasing
   std::vector<std::optional<double>> cosines;  // c_t per step; absent: empty cell, not finite, or regime invalid
+  // The spike guard's inputs, per step, when the CSV has the columns
+  // (grad_norm: absent when empty or not finite, or the regime is invalid;
+  // loss: absent when empty), and whether a fault was injected at the step
+  // (column `injected`, 0/1; all false without it).
+  std::vector<std::optional<double>> grad_norms;
+  std::vector<std::optional<double>> losses;
+  std::vector<bool> injected;
+  bool has_grad_norm = false, has_loss = false, has_injected = false;
   std::vector<Evaluation> evaluations;         // e_1..e_n
   std::optional<double> start_accuracy;        // e_0, from the log
   bool has_log = false;
@@ -153,6 +162,19 @@ struct RunBacktest {
 
 // One run through both alerts. REQUIRES: ValidateAlertSettings(s).ok()
 RunBacktest BacktestRun(const RecordedRun& run, const AlertSettings& s);
+
+// The spike guard (gac/controller/spike.h) replayed on a run's grad_norm
+// and loss columns, one step after the other, as the agent would have
+// judged them: a spike enters neither of the guard's windows. With an
+// `injected` column, the injected steps it caught and missed.
+struct GuardReplay {
+  std::int64_t judged = 0;            // steps with a grad_norm
+  std::vector<std::int64_t> spikes;   // the steps it called spikes
+  std::int64_t injected = 0;          // steps marked injected (and judged)
+  std::int64_t caught = 0;            // of them, called spikes
+};
+// REQUIRES: controller::ValidateSpikeSettings(s).ok()
+GuardReplay ReplayGuard(const RecordedRun& run, const controller::SpikeSettings& s);
 
 // How one alarm of a run scores.
 enum class Verdict { kWarned, kLate, kMissed, kFalseAlarm, kQuiet };

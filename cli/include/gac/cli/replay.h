@@ -8,7 +8,8 @@
 //
 // Steps without a c_t (the first step, a reset) are safe under any
 // thresholds; steps recorded as invalid (non-finite statistics) stay
-// invalid.
+// invalid, and steps the spike guard skipped (spike) stay spike: neither is
+// the thresholds' doing.
 //
 // Replayer is a value fed one step at a time (a run is read page by page, and
 // a grid feeds every step to one Replayer per threshold pair); it is not
@@ -18,6 +19,7 @@
 
 #include <array>
 #include <cstddef>
+#include <iterator>
 #include <cstdint>
 #include <optional>
 #include <vector>
@@ -61,7 +63,7 @@ class RegimeSeries {
   std::optional<std::int64_t> longest_skip_first() const { return longest_skip_first_; }
 
  private:
-  std::array<std::uint64_t, 4> counts_{};
+  std::array<std::uint64_t, std::size(controller::kAllRegimes)> counts_{};
   std::optional<std::int64_t> first_project_, first_skip_;
   std::uint64_t longest_skip_ = 0;
   std::optional<std::int64_t> longest_skip_first_;

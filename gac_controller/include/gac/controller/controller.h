@@ -34,8 +34,11 @@ namespace gac::controller {
 // Added to the denominator of the cosine, as in the paper.
 inline constexpr double kCosineEpsilon = 1e-8;
 
-enum class Regime : std::uint8_t { kSafe = 0, kProject = 1, kSkip = 2, kInvalid = 3 };
-inline constexpr Regime kAllRegimes[] = {Regime::kSafe, Regime::kProject, Regime::kSkip, Regime::kInvalid};
+// kSpike is the spike guard's (gac/controller/spike.h), decided before GAC:
+// the update is skipped and the step enters neither window nor snapshot.
+enum class Regime : std::uint8_t { kSafe = 0, kProject = 1, kSkip = 2, kInvalid = 3, kSpike = 4 };
+inline constexpr Regime kAllRegimes[] = {Regime::kSafe, Regime::kProject, Regime::kSkip, Regime::kInvalid,
+                                         Regime::kSpike};
 enum class AlphaMode : std::uint8_t { kPaper = 0, kExact = 1 };
 // How a decision is used: where it is made and whether it changes the update.
 enum class Mode : std::uint8_t {
@@ -45,7 +48,7 @@ enum class Mode : std::uint8_t {
                  // decision and report the fallback
 };
 
-// "safe", "project", "skip", "invalid".
+// "safe", "project", "skip", "invalid", "spike".
 const char* RegimeName(Regime regime);
 // "paper", "exact".
 const char* AlphaModeName(AlphaMode mode);
@@ -71,7 +74,14 @@ struct AlignmentStats {
   double grad_sq = 0.0;  // |g|^2 (formerly `gg`)
   double ref_sq = 0.0;   // |p|^2 (formerly `pp`)
   bool has_reference = false;  // false on the first step / after a reset
+  // The step's training loss when the trainer gave one (all ranks' mean):
+  // read by the spike guard only (gac/controller/spike.h).
+  std::optional<double> loss = std::nullopt;
 };
+
+// True for the statistics Decide calls invalid: a non-finite sum, or a
+// negative sum of squares.
+bool StatsInvalid(const AlignmentStats& stats);
 
 struct Decision {
   Regime regime = Regime::kSafe;
@@ -91,6 +101,10 @@ struct Decision {
   // windowed trigger, gac/controller/window.h); absent while fewer than W
   // are held. Reported with the per-step trigger too, where it is not used.
   std::optional<double> window_mean;
+  // The spike guard's z-scores of |g| and of the loss (gac/controller/
+  // spike.h: SpikeVerdict); absent when the guard's z-score is off or warming up.
+  std::optional<double> grad_norm_z;
+  std::optional<double> loss_z;
 };
 
 // Cosine after g' = g - (1-alpha)(dot/ref_sq) p, from the scalars alone.

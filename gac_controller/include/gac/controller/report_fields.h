@@ -63,7 +63,7 @@ struct ReportField {
   ReportValue (*get)(const StepReport& report);
 };
 
-inline constexpr std::size_t kReportFieldCount = 28;
+inline constexpr std::size_t kReportFieldCount = 31;
 extern const ReportField kReportFields[kReportFieldCount];
 
 // The row named `name`, or nullptr.

@@ -42,6 +42,9 @@ struct DecisionRule {
 // gac/controller/report_fields.h.
 struct StepReport {
   std::int64_t step = 0;
+  // The training loss the trainer gave with the step (with a reducer: the
+  // ranks' mean), which the spike guard's z-score reads; absent when none.
+  std::optional<double> loss;
   // The mode the agent ran this step in (Agent::Step sets it). In monitor
   // mode `decision` is what GAC would have done, never an applied decision.
   Mode mode = Mode::kLocal;

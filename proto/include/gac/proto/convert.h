@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "gac/controller/controller.h"
+#include "gac/controller/spike.h"
 #include "gac/controller/window.h"
 #include "gac/base/status.h"
 #include "gac/v1/control.pb.h"
@@ -61,11 +62,20 @@ base::StatusOr<controller::Thresholds> ThresholdsFromProto(const v1::Thresholds&
 // A controller for the settings on the wire; INVALID_ARGUMENT when they are not valid.
 base::StatusOr<controller::Controller> ControllerFromProto(const v1::Thresholds& thresholds);
 
-// Decide's request: who asks, and the step's three sums.
+// A run's spike guard: 0 reads as the default window and sigma; absent or
+// all zero is off. INVALID_ARGUMENT, naming the setting, when not valid.
+base::StatusOr<controller::SpikeSettings> SpikeFromProto(const v1::SpikeGuard& spike);
+v1::SpikeGuard ToProto(const controller::SpikeSettings& spike);
+
+// Decide's request: who asks, and the step's three sums (and its loss).
 // `recent` are the asker's previous valid cosines, oldest first (the window
-// of the windowed trigger; the newest kMaxWindow are sent).
+// of the windowed trigger; the newest kMaxWindow are sent); `recent_norms`
+// and `recent_losses` its accepted steps' |g| and losses, oldest first (the
+// spike guard's; the newest kMaxSpikeWindow are sent).
 v1::DecideRequest ToDecideRequest(const std::string& run, std::uint32_t rank, std::int64_t step,
-                                  const controller::AlignmentStats& stats, const std::vector<double>& recent = {});
+                                  const controller::AlignmentStats& stats, const std::vector<double>& recent = {},
+                                  const std::vector<double>& recent_norms = {},
+                                  const std::vector<double>& recent_losses = {});
 controller::AlignmentStats StatsFromProto(const v1::DecideRequest& request);
 
 // Decide's answer. EncodeDecision fills every decision field of `response`

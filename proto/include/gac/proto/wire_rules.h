@@ -41,7 +41,7 @@ base::Status CheckName(std::string_view what, std::string_view name);
 // outside the enum is "unknown". UNSPECIFIED reads as the wire contract
 // says: a regime "unknown", a mode "monitor" (telemetry.proto), an alpha
 // mode "paper" and a trigger "per_step" (control.proto).
-const char* EnumName(v1::Regime regime);          // "safe", "project", "skip", "invalid"
+const char* EnumName(v1::Regime regime);          // "safe", "project", "skip", "invalid", "spike"
 const char* EnumName(v1::ControlMode mode);       // "monitor", "local", "remote"
 const char* EnumName(v1::AlphaMode mode);         // "paper", "exact"
 const char* EnumName(v1::Trigger trigger);        // "per_step", "window"
@@ -49,11 +49,11 @@ inline constexpr const char kUnknownName[] = "unknown";
 
 // The regimes a step can be recorded with, in the order views list them.
 inline constexpr v1::Regime kKnownRegimes[] = {v1::REGIME_SAFE, v1::REGIME_PROJECT, v1::REGIME_SKIP,
-                                               v1::REGIME_INVALID};
+                                               v1::REGIME_INVALID, v1::REGIME_SPIKE};
 
 // The regime as a view shows a step: in monitor mode (and UNSPECIFIED, which
 // is monitor) GAC changed nothing, so "project" and "skip" read "would
-// project" and "would skip"; otherwise EnumName(regime).
+// project", "would skip" and "would skip (spike)"; otherwise EnumName(regime).
 const char* RegimeInModeName(v1::Regime regime, v1::ControlMode mode);
 // True when steps of `mode` had their updates changed by GAC's decisions
 // (local and remote); false for monitor and UNSPECIFIED.

@@ -1,0 +1,107 @@
+// The spike guard: skips a step whose gradient norm (or loss) is far above
+// the run's recent steps, before GAC decides. Two rules, each off unless
+// asked for:
+//
+//   max_grad_norm > 0 and |g| > max_grad_norm                  -> spike
+//   z-score on (zscore), at least `warmup` accepted steps held:
+//     z(|g|)  = (|g|  - mean) / std over the last `window` accepted norms  > sigma -> spike
+//     z(loss) = (loss - mean) / std over the last `window` accepted losses > sigma -> spike
+//     (the loss only when the trainer gives one; a non-finite loss is a spike)
+//
+// std is the sample standard deviation (n - 1). One-sided: a norm far below
+// the mean is no spike. A spike step is skipped (the optimizer does not step)
+// and never enters the guard's window, GAC's window or the snapshot: the
+// reference stays the last accepted gradient. Steps with non-finite
+// statistics are GAC's `invalid` and never reach the guard.
+//
+// SpikeSettings and SpikeVerdict are values; SpikeGuard keeps one run's
+// windows with no synchronisation (one per run, used by one thread);
+// JudgeSpike is pure.
+#ifndef GAC_CONTROLLER_SPIKE_H_
+#define GAC_CONTROLLER_SPIKE_H_
+
+#include <cstdint>
+#include <deque>
+#include <optional>
+#include <vector>
+
+#include "gac/base/status.h"
+#include "gac/controller/controller.h"
+
+namespace gac::controller {
+
+inline constexpr int kMaxSpikeWindow = 10000;
+// A z-score beyond it (a window of equal values has std 0) is reported as it.
+inline constexpr double kMaxSpikeZ = 1e9;
+
+struct SpikeSettings {
+  double max_grad_norm = 0.0;  // > 0: the absolute bound on |g|; 0: none
+  bool zscore = false;         // the z-score rule, on |g| and on the loss when given
+  int window = 128;            // accepted steps the mean and std are over, [2, kMaxSpikeWindow]
+  double sigma = 6.0;          // z above it is a spike; > 0
+  int warmup = 0;              // accepted steps held before the z-score applies, [2, window]; 0: max(2, window / 2)
+
+  bool enabled() const { return max_grad_norm > 0.0 || zscore; }
+  // warmup, or its default when 0.
+  int effective_warmup() const;
+};
+
+// OK iff max_grad_norm is finite and >= 0, 2 <= window <= kMaxSpikeWindow,
+// sigma finite and > 0, warmup 0 or in [2, window]; otherwise InvalidArgument
+// naming the setting (as spike_<name>, the name every surface gives it).
+base::Status ValidateSpikeSettings(const SpikeSettings& s);
+
+struct SpikeVerdict {
+  bool spike = false;
+  // The z-scores of the step's norm and loss against the accepted steps'
+  // (clamped to +-kMaxSpikeZ); absent with the z-score off, before the
+  // warm-up, and for the loss without one.
+  std::optional<double> grad_norm_z;
+  std::optional<double> loss_z;
+};
+
+// The guard's verdict on a step with norm `grad_norm` (finite) and optional
+// `loss`, given the accepted steps' norms and losses (oldest first; only the
+// newest `settings.window` of each are used).
+SpikeVerdict JudgeSpike(const SpikeSettings& settings, double grad_norm, std::optional<double> loss,
+                        const std::vector<double>& norms, const std::vector<double>& losses);
+
+// The decision for a step the guard calls a spike: regime kSpike, the update
+// skipped (apply_update false, alpha 1, no projection), the step's cosine
+// and norms as Controller::Decide reports them, no cosine_after, the
+// verdict's z-scores and `window_mean` (GAC's window, which the step does
+// not enter). REQUIRES: !StatsInvalid(stats)
+Decision SpikeDecision(const AlignmentStats& stats, const SpikeVerdict& verdict,
+                       std::optional<double> window_mean);
+
+// Puts the verdict's z-scores on `decision` (a step the guard let through
+// keeps GAC's decision and reports them).
+void SetSpikeScores(const SpikeVerdict& verdict, Decision* decision);
+
+class SpikeGuard {
+ public:
+  // REQUIRES: ValidateSpikeSettings(settings).ok()
+  explicit SpikeGuard(SpikeSettings settings = {}) : settings_(settings) {}
+
+  // Judges the step; an accepted one (no spike) enters the windows.
+  SpikeVerdict Step(double grad_norm, std::optional<double> loss);
+  // JudgeSpike against the windows, remembering nothing.
+  SpikeVerdict Judge(double grad_norm, std::optional<double> loss) const;
+  // Adds an accepted step's norm (and loss) to the windows.
+  void Accept(double grad_norm, std::optional<double> loss);
+  void Clear();
+
+  const SpikeSettings& settings() const { return settings_; }
+  // The accepted norms and losses held, oldest first.
+  std::vector<double> norms() const { return {norms_.begin(), norms_.end()}; }
+  std::vector<double> losses() const { return {losses_.begin(), losses_.end()}; }
+
+ private:
+  SpikeSettings settings_;
+  std::deque<double> norms_;
+  std::deque<double> losses_;
+};
+
+}  // namespace gac::controller
+
+#endif  // GAC_CONTROLLER_SPIKE_H_

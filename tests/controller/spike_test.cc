@@ -1,0 +1,220 @@
+// Tests of the spike guard (gac/controller/spike.h).
+//
+// The expected verdicts come from a reference written here from the rule's
+// definition: a plain list of the accepted values, mean and sample standard
+// deviation of its last `window` entries in long double, z = (x - mean) / sd,
+// a spike above sigma once `warmup` values are held, or above max_grad_norm.
+// Nothing of the implementation is reused.
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <limits>
+#include <optional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "gac/base/status.h"
+#include "gac/controller/controller.h"
+#include "gac/controller/spike.h"
+#include "gac/controller/window.h"
+
+namespace gac {
+namespace {
+
+using controller::AlignmentStats;
+using controller::Regime;
+using controller::SpikeGuard;
+using controller::SpikeSettings;
+using controller::SpikeVerdict;
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+// z of x against the last `window` of `held`, or nullopt with fewer than
+// `warmup` (or 2) of them.
+std::optional<double> ReferenceZ(double x, const std::vector<double>& held, int window, int warmup) {
+  const std::size_t n = std::min(held.size(), static_cast<std::size_t>(window));
+  if (n < static_cast<std::size_t>(std::max(warmup, 2))) return std::nullopt;
+  const std::size_t first = held.size() - n;
+  long double sum = 0;
+  for (std::size_t i = first; i < held.size(); ++i) sum += held[i];
+  const long double mean = sum / n;
+  long double ss = 0;
+  for (std::size_t i = first; i < held.size(); ++i) ss += (held[i] - mean) * (held[i] - mean);
+  const long double sd = std::sqrt(ss / (n - 1));
+  return static_cast<double>((x - mean) / sd);
+}
+
+TEST(SpikeSettingsTest, BadSettingsAreRefusedNamingTheSetting) {
+  struct Case {
+    SpikeSettings s;
+    const char* names;
+  };
+  SpikeSettings base;
+  base.zscore = true;
+  std::vector<Case> cases;
+  SpikeSettings s = base;
+  s.max_grad_norm = -1.0;
+  cases.push_back({s, "max_grad_norm"});
+  s = base;
+  s.max_grad_norm = kInf;
+  cases.push_back({s, "max_grad_norm"});
+  s = base;
+  s.sigma = 0.0;
+  cases.push_back({s, "spike_sigma"});
+  s = base;
+  s.sigma = -3.0;
+  cases.push_back({s, "spike_sigma"});
+  s = base;
+  s.sigma = kNaN;
+  cases.push_back({s, "spike_sigma"});
+  s = base;
+  s.window = 1;
+  cases.push_back({s, "spike_window"});
+  s = base;
+  s.window = controller::kMaxSpikeWindow + 1;
+  cases.push_back({s, "spike_window"});
+  s = base;
+  s.warmup = 1;
+  cases.push_back({s, "spike_warmup"});
+  s = base;
+  s.window = 16;
+  s.warmup = 17;
+  cases.push_back({s, "spike_warmup"});
+  for (const Case& c : cases) {
+    const base::Status st = controller::ValidateSpikeSettings(c.s);
+    EXPECT_TRUE(st.IsInvalidArgument()) << c.names;
+    EXPECT_NE(st.message().find(c.names), std::string::npos) << st.message();
+  }
+  EXPECT_TRUE(controller::ValidateSpikeSettings(SpikeSettings{}).ok());
+  EXPECT_TRUE(controller::ValidateSpikeSettings(base).ok());
+  EXPECT_FALSE(SpikeSettings{}.enabled());
+  EXPECT_EQ(base.effective_warmup(), 64);
+}
+
+// A random stream of norms with spikes: the guard's verdicts, z-scores and
+// windows follow the reference at every step, spikes staying out of it.
+TEST(SpikeGuardTest, FollowsTheReferenceOnARandomStreamWithSpikes) {
+  for (const int window : {2, 5, 32}) {
+    for (const int warmup : {0, 2, 4}) {
+      SpikeSettings s;
+      s.zscore = true;
+      s.window = window;
+      s.sigma = 3.0;
+      s.warmup = warmup > window ? window : warmup;
+      ASSERT_TRUE(controller::ValidateSpikeSettings(s).ok());
+      SpikeGuard guard(s);
+      std::mt19937_64 rng(1234 + window * 10 + warmup);
+      std::normal_distribution<double> noise(10.0, 1.0);
+      std::normal_distribution<double> loss_noise(-0.5, 0.1);
+      std::vector<double> norms;
+      std::vector<double> losses;
+      int spikes = 0;
+      for (int step = 0; step < 400; ++step) {
+        double norm = std::fabs(noise(rng));
+        double loss = loss_noise(rng);
+        if (step % 37 == 36) norm *= 1000.0;
+        if (step % 53 == 52) loss += 100.0;
+        const std::optional<double> loss_given = step % 3 == 0 ? std::nullopt : std::optional<double>(loss);
+        const std::optional<double> z = ReferenceZ(norm, norms, window, s.effective_warmup());
+        std::optional<double> lz;
+        if (loss_given) lz = ReferenceZ(loss, losses, window, s.effective_warmup());
+        const bool spike = (z && *z > s.sigma) || (lz && *lz > s.sigma);
+        const SpikeVerdict v = guard.Step(norm, loss_given);
+        ASSERT_EQ(v.spike, spike) << "window " << window << " step " << step;
+        ASSERT_EQ(v.grad_norm_z.has_value(), z.has_value());
+        if (z && v.grad_norm_z) {
+          EXPECT_NEAR(*v.grad_norm_z, std::clamp(*z, -controller::kMaxSpikeZ, controller::kMaxSpikeZ),
+                      1e-9 * std::max(1.0, std::fabs(*z)));
+        }
+        ASSERT_EQ(v.loss_z.has_value(), lz.has_value());
+        if (lz && v.loss_z) {
+          const double want = lz.value_or(0.0);
+          EXPECT_NEAR(*v.loss_z, want, 1e-9 * std::max(1.0, std::fabs(want)));
+        }
+        if (!spike) {
+          norms.push_back(norm);
+          if (loss_given) losses.push_back(*loss_given);
+        }
+        spikes += spike;
+      }
+      // The planted spikes after the warm-up were found; the windows hold accepted values only.
+      EXPECT_GE(spikes, 400 / 37 - 2) << "window " << window;
+      std::vector<double> tail(norms.end() - std::min<std::ptrdiff_t>(window, norms.size()), norms.end());
+      EXPECT_EQ(guard.norms(), tail);
+    }
+  }
+}
+
+TEST(SpikeGuardTest, MaxGradNormAloneNeedsNoHistory) {
+  SpikeSettings s;
+  s.max_grad_norm = 5.0;
+  SpikeGuard guard(s);
+  EXPECT_FALSE(guard.Step(5.0, std::nullopt).spike);  // at the bound: not above it
+  const SpikeVerdict v = guard.Step(5.000001, 1.0);
+  EXPECT_TRUE(v.spike);
+  EXPECT_FALSE(v.grad_norm_z.has_value());  // the z-score is off
+  EXPECT_FALSE(v.loss_z.has_value());
+  EXPECT_EQ(guard.norms(), std::vector<double>{5.0});
+}
+
+TEST(SpikeGuardTest, EqualValuesGiveAClampedZAndANonFiniteLossIsASpike) {
+  SpikeSettings s;
+  s.zscore = true;
+  s.window = 4;
+  SpikeGuard guard(s);
+  for (int i = 0; i < 4; ++i) EXPECT_FALSE(guard.Step(2.0, 1.0).spike);
+  SpikeVerdict same = guard.Judge(2.0, 1.0);
+  EXPECT_FALSE(same.spike);
+  EXPECT_EQ(*same.grad_norm_z, 0.0);
+  SpikeVerdict above = guard.Judge(2.5, 1.0);
+  EXPECT_TRUE(above.spike);
+  EXPECT_EQ(*above.grad_norm_z, controller::kMaxSpikeZ);
+  SpikeVerdict below = guard.Judge(1.0, 1.0);
+  EXPECT_FALSE(below.spike);  // one-sided
+  EXPECT_EQ(*below.grad_norm_z, -controller::kMaxSpikeZ);
+  EXPECT_TRUE(guard.Judge(2.0, kNaN).spike);
+  EXPECT_TRUE(guard.Judge(2.0, kInf).spike);
+  guard.Clear();
+  EXPECT_TRUE(guard.norms().empty());
+  EXPECT_FALSE(guard.Judge(1e30, 1.0).spike);  // no history: warming up
+}
+
+TEST(SpikeGuardTest, JudgeSpikeUsesTheNewestWindowOfTheGivenValues) {
+  SpikeSettings s;
+  s.zscore = true;
+  s.window = 3;
+  s.sigma = 2.0;
+  // The old 100s are outside the window of 3.
+  const std::vector<double> norms = {100.0, 100.0, 1.0, 2.0, 3.0};
+  const SpikeVerdict v = controller::JudgeSpike(s, 5.0, std::nullopt, norms, {});
+  ASSERT_TRUE(v.grad_norm_z.has_value());
+  EXPECT_DOUBLE_EQ(*v.grad_norm_z, 3.0);  // mean 2, sd 1
+  EXPECT_TRUE(v.spike);
+}
+
+TEST(SpikeDecisionTest, SkipsWithTheStepsCosineAndKeepsNoProjection) {
+  const AlignmentStats stats{1.0, 4.0, 1.0, true};
+  SpikeVerdict v;
+  v.spike = true;
+  v.grad_norm_z = 7.5;
+  const controller::Decision d = controller::SpikeDecision(stats, v, 0.25);
+  EXPECT_EQ(d.regime, Regime::kSpike);
+  EXPECT_FALSE(d.apply_update);
+  EXPECT_EQ(d.alpha, 1.0);
+  EXPECT_EQ(d.projection_coeff, 0.0);
+  EXPECT_FALSE(d.cosine_after.has_value());
+  ASSERT_TRUE(d.cosine.has_value());
+  EXPECT_NEAR(*d.cosine, 0.5, 1e-8);
+  EXPECT_EQ(d.grad_norm, 2.0);
+  EXPECT_EQ(*d.window_mean, 0.25);
+  EXPECT_EQ(*d.grad_norm_z, 7.5);
+  EXPECT_STREQ(controller::RegimeName(Regime::kSpike), "spike");
+  EXPECT_EQ(*controller::ParseRegime("spike"), Regime::kSpike);
+}
+
+}  // namespace
+}  // namespace gac

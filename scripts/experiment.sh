@@ -38,6 +38,10 @@
 # $REP_SEEDS (201-224), s in $REP_STALENESS ("16 32"), 432 runs, into
 # $OUT/replication, and its table (analyze.py replicate).
 #
+# `scripts/experiment.sh spikes` instead runs the spike guard's experiment
+# (docs/RESULTS.md, "The spike guard"): 80 runs into $OUT/spikes and its
+# table (examples/grpo/spikes.py).
+#
 # `scripts/experiment.sh pilot` instead runs the measurements that chose the
 # configuration (docs/RESULTS.md, "Choosing the setting"): candidate tasks and
 # policies x s in {0, 16} x seeds 1 2 (GRPO, monitor mode), into
@@ -122,6 +126,37 @@ if [ "${1:-}" = pilot ]; then
   run_jobs "$OUT/pilot-jobs.txt" "$OUT/pilot" "--steps $STEPS --group 8 --eval-every 20 --window 20 --pr-every 25 \
 --mech-every 5 --every 1000 --loss grpo --agent monitor $EXTRA"
   "$PYTHON" examples/grpo/analyze.py pilot --runs "$OUT/pilot"
+  exit 0
+fi
+
+if [ "${1:-}" = spikes ]; then
+  # The spike guard on injected gradient spikes (docs/RESULTS.md, "The spike
+  # guard"): seeds $SPIKE_SEEDS, s in {0, 16}, gradient clipping at 1 (the
+  # default) and none, arms clean, clean+guard, inj, inj+guard; injected:
+  # each step after 50 has its gradient multiplied by 1e3 with probability
+  # 0.01 (the same steps in every arm of a seed). GAC's thresholds are out of
+  # reach (c_low 0.999, c_high 1, local mode): the guard alone decides. Then
+  # examples/grpo/spikes.py: the guard's recall and false skips, held-out
+  # accuracy, and OLMo-core's SkipStepOptimizer on the same steps when
+  # olmo_core is importable (PYTHONPATH, see the script).
+  SPIKE_SEEDS=${SPIKE_SEEDS:-"301 302 303 304 305"}
+  SP=$OUT/spikes
+  mkdir -p "$SP"
+  : > "$SP/jobs.txt"
+  for s in 0 16; do
+    for clip in 1 none; do
+      cf=""; [ "$clip" = none ] && cf="--clip-grad 1e9"
+      for seed in $SPIKE_SEEDS; do
+        common="--staleness $s --agent local --c-low 0.999 --c-high 1 --seed $seed $cf"
+        echo "clean_clip${clip}_s${s}_seed$seed $common" >> "$SP/jobs.txt"
+        echo "cleanguard_clip${clip}_s${s}_seed$seed $common --spike-sigma 6" >> "$SP/jobs.txt"
+        echo "inj_clip${clip}_s${s}_seed$seed $common --inject-spikes 0.01" >> "$SP/jobs.txt"
+        echo "injguard_clip${clip}_s${s}_seed$seed $common --inject-spikes 0.01 --spike-sigma 6" >> "$SP/jobs.txt"
+      done
+    done
+  done
+  run_jobs "$SP/jobs.txt" "$SP/runs" "$CONTROL_COMMON"
+  "$PYTHON" examples/grpo/spikes.py --runs "$SP/runs" --out "$SP"
   exit 0
 fi
 

@@ -96,6 +96,15 @@ struct Flags {
   int pr_every = 0, pr_groups = 8;
   int mech_every = 0, mech_prompts = 0;
   gac::controller::AlphaMode alpha_mode = gac::controller::AlphaMode::kPaper;
+  // The agent's spike guard (off unless --spike-sigma or --max-grad-norm).
+  double spike_sigma = 0.0, max_grad_norm = 0.0;
+  int spike_window = 128, spike_warmup = 0;
+  // Injected gradient spikes: from step inject_after on, each step's
+  // gradient is multiplied by inject_scale with probability inject_rate
+  // (a gradient that missed its loss-scale unscaling), drawn from a stream
+  // of its own, so runs with and without the guard inject at the same steps.
+  double inject_rate = 0.0, inject_scale = 1e3;
+  int inject_after = 50;
   gac::grpo::LossOptions loss;
   gac::agent::Mode mode = gac::agent::Mode::kMonitor;
   std::string csv, calibrate_out, gacd, token, run;
@@ -118,6 +127,8 @@ struct Flags {
                "                [--noise-floor 0|1] [--pr-every N] [--pr-groups N] [--mech-every N]\n"
                "                [--mech-prompts N] [--calibrate-out FILE] [--calib-skip N]\n"
                "                [--sft-steps N] [--sft-batch B] [--sft-lr X]\n"
+               "                [--spike-sigma X] [--spike-window N] [--spike-warmup N] [--max-grad-norm X]\n"
+               "                [--inject-spikes P] [--inject-scale X] [--inject-after N]\n"
                "                [--gacd HOST:PORT [--token T] [--run ID]] [--smoke]\n",
                msg.c_str());
   std::exit(2);
@@ -213,6 +224,13 @@ Flags Parse(int argc, char** argv) {
     else if (a == "--m2-tau" && x > 0) f.loss.m2_tau = x;
     else if (a == "--clip-eps" && x > 0 && x < 1) f.loss.clip_eps = x;
     else if (a == "--dual-clip" && (x == 0 || x > 1)) f.loss.dual_clip_c = x;
+    else if (a == "--spike-sigma" && x > 0) f.spike_sigma = x;
+    else if (a == "--spike-window" && x >= 2 && x <= gac::controller::kMaxSpikeWindow) f.spike_window = static_cast<int>(x);
+    else if (a == "--spike-warmup" && x >= 2) f.spike_warmup = static_cast<int>(x);
+    else if (a == "--max-grad-norm" && x > 0) f.max_grad_norm = x;
+    else if (a == "--inject-spikes" && x >= 0 && x < 1) f.inject_rate = x;
+    else if (a == "--inject-scale" && x > 0) f.inject_scale = x;
+    else if (a == "--inject-after" && x >= 0) f.inject_after = static_cast<int>(x);
     else Usage("unknown flag or bad value: " + a + " " + v);
   }
   if (f.smoke) {
@@ -296,6 +314,7 @@ int main(int argc, char** argv) {
   // Streams of their own, so the controls and probes leave the run's prompts and samples unchanged.
   std::mt19937_64 skip_rng(static_cast<std::uint64_t>(flags.seed) * 0x9e3779b97f4a7c15ull + 2);
   std::mt19937_64 probe_rng(static_cast<std::uint64_t>(flags.seed) * 0x9e3779b97f4a7c15ull + 3);
+  std::mt19937_64 inject_rng(static_cast<std::uint64_t>(flags.seed) * 0x9e3779b97f4a7c15ull + 4);
   at::Generator probe_gen = at::make_generator<at::CPUGeneratorImpl>(static_cast<std::uint64_t>(flags.seed) + 7919);
 
   // CPU by default; CUDA when this LibTorch has it and a GPU is visible.
@@ -326,6 +345,11 @@ int main(int argc, char** argv) {
       flags.window_trigger ? gac::controller::Trigger::kWindow : gac::controller::Trigger::kPerStep;
   options.trigger.window = flags.window;
   options.trigger.window_thresholds = options.thresholds;
+  options.spike.max_grad_norm = flags.max_grad_norm;
+  options.spike.zscore = flags.spike_sigma > 0.0;
+  if (options.spike.zscore) options.spike.sigma = flags.spike_sigma;
+  options.spike.window = flags.spike_window;
+  options.spike.warmup = flags.spike_warmup;
 #ifdef GAC_GRPO_WITH_GACD
   std::unique_ptr<gac::transport::Telemetry> telemetry;
   if (!flags.gacd.empty()) {
@@ -375,7 +399,7 @@ int main(int argc, char** argv) {
                  "step,version,staleness,reward,exact,heldout_acc,loss,pg_loss,kl,entropy,sampler_kl,cosine,"
                  "window_mean,noise_cos,regime,alpha,grad_norm,stepped,clip_frac,dual_clip_frac,m2,abs_log_ratio,"
                  "bapo_lo,bapo_hi,pr_sample,pr_pop,pair_cos2,bias_rel,lambda,on_align,aligned_before,aligned_after,"
-                 "bias_after_rel,lag_updates,grad_scale,drift\n");
+                 "bias_after_rel,lag_updates,grad_scale,drift,injected,grad_norm_z\n");
   }
   std::printf("gac_grpo: run %s, loss %s, agent %s, trigger %s, device %s, staleness %d (%s), %d steps, "
               "%d prompts x %d samples, %d epochs x %d minibatches, %s width %d layers %d, base %d, %d tasks, "
@@ -399,7 +423,7 @@ int main(int argc, char** argv) {
   std::map<std::string, int> regimes;
   double last_heldout = gac::grpo::Evaluate(policy, tasks, tasks.heldout());
   double reward_tail = 0.0, pr_sum = 0.0;
-  int reward_tail_n = 0, skipped = 0, pr_n = 0;
+  int reward_tail_n = 0, skipped = 0, pr_n = 0, injected_steps = 0, injected_judged = 0;
   std::uniform_real_distribution<double> unit(0.0, 1.0);
   const auto start = std::chrono::steady_clock::now();
   int step = 0;
@@ -445,6 +469,12 @@ int main(int argc, char** argv) {
           for (auto& p : policy.params) p.mutable_grad() = at::Tensor();
           loss.loss.backward();
         }
+        const bool injected = step > flags.inject_after && flags.inject_rate > 0.0 && unit(inject_rng) < flags.inject_rate;
+        if (injected) {
+          ++injected_steps;
+          at::NoGradGuard no_grad;
+          for (auto& p : policy.params) p.mutable_grad().mul_(flags.inject_scale);
+        }
         const gac::grpo::GradList raw = gac::grpo::CopyGrads(policy.params);
         gac::grpo::EffectiveDimension dim;
         if (flags.pr_every > 0 && step % flags.pr_every == 0) {
@@ -456,7 +486,7 @@ int main(int argc, char** argv) {
         }
 
         // GAC.
-        auto report = agent->Step(step, policy.params);
+        auto report = agent->Step(step, policy.params, loss.loss.item<double>());
         if (!report.ok()) {
           std::fprintf(stderr, "step %d: agent: %s\n", step, report.status().ToString().c_str());
           return 1;
@@ -490,11 +520,21 @@ int main(int argc, char** argv) {
         }
         lag.Advance(policy, stepped);
         // The agent's snapshot: the raw gradient, also after a skip; kept after an invalid step.
-        if (d.regime != gac::controller::Regime::kInvalid) prev_raw = raw;
+        if (d.regime != gac::controller::Regime::kInvalid && d.regime != gac::controller::Regime::kSpike) prev_raw = raw;
 
         // Bookkeeping.
-        if (d.cosine) detector.Add(*d.cosine);
+        // A spike enters no window (as in the agent's).
+        if (d.cosine && d.regime != gac::controller::Regime::kSpike) detector.Add(*d.cosine);
         const std::optional<double> m = detector.mean();
+        // --smoke with the guard on: an injected step it judged (past its
+        // warm-up) must be a spike; a non-finite z-score is a bug.
+        if (flags.smoke && injected && d.grad_norm_z) {
+          ++injected_judged;
+          if (d.regime != gac::controller::Regime::kSpike || !std::isfinite(*d.grad_norm_z)) {
+            std::fprintf(stderr, "step %d: an injected spike (z %g) was not skipped\n", step, *d.grad_norm_z);
+            return 1;
+          }
+        }
         if (flags.smoke && flags.mode != gac::agent::Mode::kRemote && d.window_mean != m) {
           std::fprintf(stderr, "step %d: the report's window mean differs from the trainer's\n", step);
           return 1;
@@ -525,7 +565,7 @@ int main(int argc, char** argv) {
           std::fprintf(
               csv,
               "%d,%lld,%d,%.5f,%.5f,%s,%.6g,%.6g,%.6g,%.6g,%.6g,%s,%s,%s,%s,%.5f,%.6g,%d,%.5f,%.5f,%.6g,%.6g,%.3f,%.3f,"
-              "%s,%s,%s,%s,%s,%s,%s,%s,%s,%d,%.6g,%.6g\n",
+              "%s,%s,%s,%s,%s,%s,%s,%s,%s,%d,%.6g,%.6g,%d,%s\n",
               step, static_cast<long long>(lag.version()), behind, sub.mean_reward, sub.exact_match,
               eval_now ? Num(last_heldout).c_str() : "", loss.loss.item<double>(), loss.pg_loss, loss.kl,
               loss.entropy, loss.sampler_kl, d.cosine ? Num(*d.cosine).c_str() : "", m ? Num(*m).c_str() : "",
@@ -535,7 +575,8 @@ int main(int argc, char** argv) {
               dim.samples ? Num(dim.mean_pair_cos2).c_str() : "", probe ? Num(bias.bias_rel).c_str() : "",
               probe ? Num(bias.lambda).c_str() : "", probe ? Num(bias.on_align).c_str() : "",
               probe ? Num(bias.aligned_before).c_str() : "", probe ? Num(bias.aligned_after).c_str() : "",
-              probe ? Num(bias.bias_after_rel).c_str() : "", lag_updates, grad_scale, drift);
+              probe ? Num(bias.bias_after_rel).c_str() : "", lag_updates, grad_scale, drift, injected ? 1 : 0,
+              d.grad_norm_z ? Num(*d.grad_norm_z).c_str() : "");
           std::fflush(csv);  // followed live (scripts/demo_run.sh's progress line)
         }
         if (step % flags.every == 0 || step == 1) {
@@ -551,6 +592,10 @@ int main(int argc, char** argv) {
   }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (csv != nullptr) std::fclose(csv);
+  if (flags.smoke && flags.spike_sigma > 0.0 && flags.inject_rate > 0.0 && injected_judged == 0) {
+    std::fprintf(stderr, "--smoke: no injected step after the spike guard's warm-up: nothing was checked\n");
+    return 1;
+  }
 
   const gac::controller::CalibrationStats stats = gac::controller::ComputeCalibration(calib_c, flags.c_low);
   std::string regime_text;
@@ -559,11 +604,11 @@ int main(int argc, char** argv) {
   const double cpu_seconds = static_cast<double>(std::clock()) / CLOCKS_PER_SEC;
   std::printf("summary: run=%s final_reward=%.4f heldout_acc=%.4f steps_per_s=%.1f cpu_s=%.1f q90=%.4f max=%.4f "
               "frac_le_c_low=%.3f window_q90=%.4f noise_q90=%.4f pr_pop=%.1f skipped=%d fallbacks=%llu "
-              "regimes: %s\n",
+              "injected=%d regimes: %s\n",
               flags.run.c_str(), reward_tail_n ? reward_tail / reward_tail_n : 0.0, last_heldout,
               flags.steps / seconds, cpu_seconds, stats.q90, stats.max, stats.frac_le_c_low, AbsQuantile(calib_m, 0.9),
               AbsQuantile(calib_noise, 0.9), pr_n ? pr_sum / pr_n : kNaN, skipped,
-              static_cast<unsigned long long>(agent->fallbacks()), regime_text.c_str());
+              static_cast<unsigned long long>(agent->fallbacks()), injected_steps, regime_text.c_str());
   if (!flags.calibrate_out.empty()) {
     auto t = gac::controller::SuggestThresholds(stats, flags.smoke ? 1 : 20);
     if (!t.ok()) {

@@ -383,3 +383,45 @@ def test_control_prints_its_first_line_alone_and_the_drift_on_a_line_of_its_own(
     lines = capsys.readouterr().out.splitlines()
     assert lines == ["skip_rate=0.200000 lr_scale=0.800000", "drift=0.55"]
     assert (tmp_path / "m.txt").read_text() == "3\n4\n"
+
+
+def _spike_run(path, injected, spikes, endpoint_acc, steps=60):
+    """A gac_grpo CSV with the columns examples/grpo/spikes.py reads, and its finished log."""
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["step", "heldout_acc", "loss", "grad_norm", "regime", "injected"])
+        for s in range(1, steps + 1):
+            acc = endpoint_acc if s % 10 == 0 else ""
+            w.writerow([s, acc, 0.5, 1000.0 if s in injected else 1.0, "spike" if s in spikes else "safe",
+                        1 if s in injected else 0])
+    Path(str(path)[:-4] + ".log").write_text("summary: run=x\n")
+
+
+def test_spikes_counts_recall_precision_false_skips_and_paired_differences(tmp_path):
+    _spec2 = importlib.util.spec_from_file_location("gac_grpo_spikes", SOURCE_DIR / "examples" / "grpo" / "spikes.py")
+    spikes = importlib.util.module_from_spec(_spec2)
+    _spec2.loader.exec_module(spikes)
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    for seed, clean_acc in ((1, 0.6), (2, 0.7)):
+        _spike_run(runs / f"clean_clip1_s0_seed{seed}.csv", set(), set(), clean_acc)
+        _spike_run(runs / f"cleanguard_clip1_s0_seed{seed}.csv", set(), {40} if seed == 2 else set(), clean_acc)
+        _spike_run(runs / f"inj_clip1_s0_seed{seed}.csv", {20, 30}, set(), clean_acc - 0.3)
+        # seed 1 catches both and one more; seed 2 misses step 30.
+        _spike_run(runs / f"injguard_clip1_s0_seed{seed}.csv", {20, 30}, {20, 30, 50} if seed == 1 else {20},
+                   clean_acc - 0.01)
+    assert spikes.main(["--runs", str(runs), "--out", str(tmp_path)]) == 0
+    table = (tmp_path / "spikes.md").read_text()
+    row = next(line for line in table.splitlines() if line.startswith("| 1 (default) | 0 | 4 |"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[3] == "3 (0.75)"          # caught 3 of 4 injected
+    assert cells[4] == "4 (0.75)"          # 4 spikes called, 3 of them injected
+    assert cells[5] == "1 in 2 runs"       # the false skip of cleanguard seed 2
+    acc = next(line for line in table.splitlines() if line.startswith("| 1 (default) | 0 | 0.650 |"))
+    cells = [c.strip() for c in acc.strip("|").split("|")]
+    assert cells[3].startswith("-0.300 [")  # inj - clean, the same -0.3 for both seeds
+    assert cells[4].startswith("-0.010 [")
+    assert cells[5] == "+0.000 [+0.000, +0.000]"
+    with open(tmp_path / "spikes.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) == 8 and {r["arm"] for r in rows} == {"clean", "cleanguard", "inj", "injguard"}

@@ -49,43 +49,32 @@ std::optional<double> ReferenceZ(double x, const std::vector<double>& held, int 
 }
 
 TEST(SpikeSettingsTest, BadSettingsAreRefusedNamingTheSetting) {
-  struct Case {
-    SpikeSettings s;
-    const char* names;
-  };
   SpikeSettings base;
   base.zscore = true;
-  std::vector<Case> cases;
-  SpikeSettings s = base;
-  s.max_grad_norm = -1.0;
-  cases.push_back({s, "max_grad_norm"});
-  s = base;
-  s.max_grad_norm = kInf;
-  cases.push_back({s, "max_grad_norm"});
-  s = base;
-  s.sigma = 0.0;
-  cases.push_back({s, "spike_sigma"});
-  s = base;
-  s.sigma = -3.0;
-  cases.push_back({s, "spike_sigma"});
-  s = base;
-  s.sigma = kNaN;
-  cases.push_back({s, "spike_sigma"});
-  s = base;
-  s.window = 1;
-  cases.push_back({s, "spike_window"});
-  s = base;
-  s.window = controller::kMaxSpikeWindow + 1;
-  cases.push_back({s, "spike_window"});
-  s = base;
-  s.warmup = 1;
-  cases.push_back({s, "spike_warmup"});
-  s = base;
-  s.window = 16;
-  s.warmup = 17;
-  cases.push_back({s, "spike_warmup"});
+  // Each case changes the valid `base` in one way.
+  struct Case {
+    void (*change)(SpikeSettings&);
+    const char* names;
+  };
+  const Case cases[] = {
+      {[](SpikeSettings& s) { s.max_grad_norm = -1.0; }, "max_grad_norm"},
+      {[](SpikeSettings& s) { s.max_grad_norm = kInf; }, "max_grad_norm"},
+      {[](SpikeSettings& s) { s.sigma = 0.0; }, "spike_sigma"},
+      {[](SpikeSettings& s) { s.sigma = -3.0; }, "spike_sigma"},
+      {[](SpikeSettings& s) { s.sigma = kNaN; }, "spike_sigma"},
+      {[](SpikeSettings& s) { s.window = 1; }, "spike_window"},
+      {[](SpikeSettings& s) { s.window = controller::kMaxSpikeWindow + 1; }, "spike_window"},
+      {[](SpikeSettings& s) { s.warmup = 1; }, "spike_warmup"},
+      {[](SpikeSettings& s) {
+         s.window = 16;
+         s.warmup = 17;
+       },
+       "spike_warmup"},
+  };
   for (const Case& c : cases) {
-    const base::Status st = controller::ValidateSpikeSettings(c.s);
+    SpikeSettings changed = base;
+    c.change(changed);
+    const base::Status st = controller::ValidateSpikeSettings(changed);
     EXPECT_TRUE(st.IsInvalidArgument()) << c.names;
     EXPECT_NE(st.message().find(c.names), std::string::npos) << st.message();
   }

@@ -80,6 +80,12 @@ def main() -> None:
                            else int(p.grad.to_local().numel()) if p.grad is not None else 0 for p in params))
     torch.save(dict(reports=reports, grads=grads, local_elements=locals_,
                     placements=[str(getattr(p, "placements", "")) for p in params]), out_file)
+    # Teardown in order: every rank done with the group, the agent (which
+    # holds the group's backend for its all-reduce) gone, then the group. A
+    # rank that tore its backend down while the other still used it aborted
+    # ("terminate called without an active exception") on a loaded machine.
+    dist.barrier()
+    del agent, model, params
     dist.destroy_process_group()
 
 

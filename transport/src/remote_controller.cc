@@ -7,7 +7,6 @@
 #include <cmath>
 #include <deque>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "gac/base/mutex.h"
@@ -109,20 +108,9 @@ struct RemoteController::Impl {
     req.set_run(options.run);
     req.set_reason(reason);
     v1::RunConfig cfg;
-    // An operator's call, not the training step's: a replica that is not
-    // reachable yet (a channel still connecting) is asked again until the
-    // deadline. A change is applied at most once: UNAVAILABLE means it was
-    // not received.
-    const auto deadline = std::chrono::system_clock::now() + std::chrono::seconds(10);
-    grpc::Status st;
-    for (;;) {
-      st = WithFailover(deadline, [&](Replica& r, grpc::ClientContext* ctx) { return r.admin->SetRunConfig(ctx, req, &cfg); });
-      if (st.error_code() != grpc::StatusCode::UNAVAILABLE ||
-          std::chrono::system_clock::now() + std::chrono::milliseconds(100) >= deadline) {
-        break;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    }
+    const grpc::Status st = WithFailover(
+        std::chrono::system_clock::now() + std::chrono::seconds(10),
+        [&](Replica& r, grpc::ClientContext* ctx) { return r.admin->SetRunConfig(ctx, req, &cfg); });
     return proto::FromGrpcStatus(st, "gacd SetRunConfig");
   }
 

@@ -15,7 +15,17 @@
       The pre-registered held-out replication (docs/RESULTS.md): its 16
       contrasts of the mean held-out accuracy over the last five
       evaluations, paired by seed, with Holm's correction, and each arm's
-      drift over the lag window; replication.md and replication.csv.
+      drift over the lag window; replication.md, replication.csv (the
+      contrasts) and replication-runs.csv (one row per run: the rows the
+      tables are built from).
+  analyze.py tables [--data DIR] [--check FILE.md | --write FILE.md]
+      Every table of docs/RESULTS.md that has its data in the repository
+      (DIR, default examples/grpo/data: replication.tar.xz and spikes.tar.xz,
+      the per-step CSVs and logs; replication-runs.csv and spikes-runs.csv,
+      the per-run rows), rebuilt: printed, checked against the blocks
+      "<!-- table NAME: rebuilt by analyze.py tables -->" of FILE.md, or
+      written into them. Checking also rebuilds the per-run rows from the
+      archives and fails where they differ.
   analyze.py pilot --runs DIR
       The table of the configuration pilot (scripts/experiment.sh pilot).
   analyze.py report --runs DIR --calibration FILE --out DIR [--no-plots]
@@ -91,8 +101,10 @@ Detectors. Pool: the monitor-mode runs of the base losses (grpo, m2po,
            z > 6. A statistic with fewer than 2 early-window values raises
            no rise alarm. A collapse at or before step 100 cannot be warned
            by rise: it counts as missed, and the table says how many;
-    null   the staleness null: kl10 > 0 at the first eligible step (51),
-           i.e. "this run is stale", alarming at step 51.
+    null   the staleness nulls: kl10 > 0 at the first eligible step (51),
+           i.e. "this run is stale", alarming at step 51; and the
+           configured staleness alone, s >= 16, alarming at step 51 in
+           every such run (what an operator knows without measuring).
   An alarm at or before the collapse step is a true positive (lead =
   collapse step - alarm step); a collapsed run with no alarm, or a later
   one, is missed; any alarm in a run that did not collapse is false.
@@ -138,6 +150,7 @@ LEARN_MARGIN = 0.05      # never learned: no evaluation reaches e_0 + this
 C_HIGH_RATIO = 3.0       # c_high = min(C_HIGH_RATIO x on-policy max, C_HIGH_CAP)
 C_HIGH_CAP = 0.95
 GRADZ_THRESHOLD = 6.0
+STALENESS_NULL = 16      # the configured-staleness null alarms in every run with s >= this
 BASE_VARIANTS = ["grpo", "m2po", "bapo", "is"]
 # gacexact and gac005 are variants of an earlier grid, still read when present.
 GAC_VARIANTS = ["gac", "gacwin", "gacproj", "gacwinproj", "gacmax", "gacv", "gacexact", "gac005"]
@@ -750,13 +763,16 @@ def detector_table(out, pool, stats, thr, title):
     rows = []
     entries = [(name, desc, rule) for name, desc in SIGNALS for rule in ("level", "rise")]
     entries.append(("kl10", "staleness null: 10-step mean KL > 0 at step 51 (the run is stale)", "null"))
+    entries.append(("s", "staleness null: the configured s ≥ 16, alarm at step 51 (no measurement)", "null"))
     for name, desc, rule in entries:
         t = thr.get(name)
         if rule == "level" and t is None:
             continue
         if rule == "null":
-            t = 0.0
-        e = score(pool, {k: a[(name, rule)] for k, a in run_alarms.items()}, rule)
+            t = 16.0 if name == "s" else 0.0
+        alarm_of = ({k: FIRST_ELIGIBLE["null"] if k[1] >= STALENESS_NULL else None for k in pool} if name == "s"
+                    else {k: a[(name, rule)] for k, a in run_alarms.items()})
+        e = score(pool, alarm_of, rule)
         leads = e["leads"]
         t_text = "-" if (rule == "rise" and name not in GATED) else f"{t:.4g}"
         if rule == "rise":
@@ -1178,55 +1194,141 @@ def holm(pvalues):
     return out
 
 
-def replication_rows(runs):
+def fisher_exact_p(a, b, c, d):
+    """Two-sided p of Fisher's exact test on the 2 x 2 table [[a, b], [c, d]]: the summed probability, with
+    the margins fixed, of every table no more probable than the observed one."""
+    r1, c1, n = a + b, a + c, a + b + c + d
+    if n == 0:
+        return None
+    prob = lambda x: math.comb(r1, x) * math.comb(n - r1, c1 - x) / math.comb(n, c1)
+    p0 = prob(a)
+    return min(1.0, sum(prob(x) for x in range(max(0, c1 - (n - r1)), min(r1, c1) + 1)
+                        if prob(x) <= p0 * (1.0 + 1e-9)))
+
+
+# The per-run rows behind the replication's tables (replication-runs.csv), in this order.
+REPLICATION_RUN_KEYS = ["arm", "staleness", "seed", "endpoint", "mean_acc", "outcome", "collapse", "skip_rate",
+                        "drift", "sampler_kl"]
+
+
+def replication_record(r):
+    """One run's row: the primary endpoint, the mean over all evaluations, the outcome, the skip rate, the
+    median drift over the lag window and the mean sampler KL (steps > 50)."""
+    m = metrics(r)
+    drift = clean(r.get("drift", []))
+    return {"endpoint": last_evals_mean(r["evals"]), "mean_acc": m["mean_acc"], "outcome": m["outcome"],
+            "collapse": m["collapse"], "skip_rate": m["skip_rate"],
+            "drift": statistics.median(drift) if drift else None, "sampler_kl": m["sampler_kl"]}
+
+
+def write_replication_runs(records, path):
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(REPLICATION_RUN_KEYS)
+        for (v, s, seed), rec in sorted(records.items(), key=lambda kv: (kv[0][1], kv[0][0], kv[0][2])):
+            w.writerow([v, s, seed] + ["" if rec[k] is None else f"{rec[k]:.6g}" if isinstance(rec[k], float)
+                                       else rec[k] for k in REPLICATION_RUN_KEYS[3:]])
+
+
+def read_replication_runs(path):
+    records = {}
+    with open(path, newline="") as f:
+        for row in csv.DictReader(f):
+            rec = {k: fnum(row[k]) for k in ("endpoint", "mean_acc", "skip_rate", "drift", "sampler_kl")}
+            rec["outcome"] = row["outcome"]
+            rec["collapse"] = int(row["collapse"]) if row["collapse"] else None
+            records[(row["arm"], int(row["staleness"]), int(row["seed"]))] = rec
+    return records
+
+
+def drift_ratio(records, s, row, ref):
+    """The median over seeds of row's median drift / ref's (same seed), or None."""
+    ratios = [records[(row, s, seed)]["drift"] / records[(ref, s, seed)]["drift"]
+              for (v, ss, seed) in records if v == row and ss == s and (ref, s, seed) in records
+              and records[(row, s, seed)]["drift"] and records[(ref, s, seed)]["drift"]]
+    return statistics.median(ratios) if ratios else None
+
+
+def replication_rows(records):
     """One row per (contrast, s): the paired differences of the primary endpoint over the seeds both arms
-    ran, the mean and its 95 % interval, the t-test's p and Holm's adjusted p over all rows."""
+    ran, the mean and its 95 % interval, the t-test's p and Holm's adjusted p over all rows; beside them the
+    secondary endpoint, collapses, with Fisher's exact p. C8 (the lr control) is withdrawn where the control's
+    drift ends more than 10 % from gacwin's (median over seeds of the per-seed ratio)."""
     rows = []
     for s in REPLICATION_STALENESS:
         for name, row, ref, claim in REPLICATION_CONTRASTS:
-            seeds = sorted(seed for (v, ss, seed) in runs if v == row and ss == s and (ref, s, seed) in runs)
-            diffs = []
+            seeds = sorted(seed for (v, ss, seed) in records if v == row and ss == s and (ref, s, seed) in records)
+            diffs, col_row, col_ref = [], 0, 0
             for seed in seeds:
-                a = last_evals_mean(runs[(row, s, seed)]["evals"])
-                b = last_evals_mean(runs[(ref, s, seed)]["evals"])
-                if a is not None and b is not None:
-                    diffs.append(a - b)
+                a, b = records[(row, s, seed)], records[(ref, s, seed)]
+                if a["endpoint"] is not None and b["endpoint"] is not None:
+                    diffs.append(a["endpoint"] - b["endpoint"])
+                col_row += a["outcome"] == "collapsed"
+                col_ref += b["outcome"] == "collapsed"
             m, lo, hi = paired_ci(diffs)
+            ratio = drift_ratio(records, s, ref, row) if name == "C8" else None
             rows.append({"contrast": name, "s": s, "row": row, "reference": ref, "claim": claim, "n": len(diffs),
-                         "mean": m, "low": lo, "high": hi, "p": paired_t_p(diffs)})
+                         "mean": m, "low": lo, "high": hi, "p": paired_t_p(diffs),
+                         "collapsed_row": col_row, "collapsed_reference": col_ref,
+                         "fisher_p": fisher_exact_p(col_row, len(seeds) - col_row, col_ref, len(seeds) - col_ref),
+                         "drift_ratio": ratio})
     for r, adjusted in zip(rows, holm([r["p"] for r in rows])):
         r["p_holm"] = adjusted
         r["verdict"] = ("replicates" if adjusted is not None and adjusted < 0.05 and r["mean"] > 0 else
                         "opposite" if adjusted is not None and adjusted < 0.05 else
                         "n < 2" if adjusted is None else "does not replicate")
+        if r["drift_ratio"] is not None and abs(r["drift_ratio"] - 1.0) > 0.1:
+            r["verdict"] = f"withdrawn (drift ratio {r['drift_ratio']:.2f})"
     return rows
 
 
-def replicate(args):
+def replication_text(records):
+    """The replication's tables (markdown) and its contrast rows, from the per-run rows."""
+    rows = replication_rows(records)
+    arms = [a for a in ["grpo", "gac", "gacmax", "gacwin", "rskip-gacmax", "mskip-gacmax", "bskip-gacmax",
+                        "cskip-gacmax", "lrs-gacwin"] if any(k[0] == a for k in records)]
+    arms += sorted({k[0] for k in records} - set(arms))
+    lines = ["| s | arm | runs | last 5 evaluations (primary) | all 20 evaluations | collapsed / never learned "
+             "/ learned | skip rate | median drift over the lag window | sampler KL |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for s in sorted({k[1] for k in records}):
+        for a in arms:
+            rs = [rec for (v, ss, _), rec in sorted(records.items()) if v == a and ss == s]
+            if not rs:
+                continue
+            counts = " / ".join(str(sum(1 for r in rs if r["outcome"] == o)) for o in OUTCOMES)
+            lines.append(f"| {s} | {a} | {len(rs)} | {mean_sd([r['endpoint'] for r in rs])} "
+                         f"| {mean_sd([r['mean_acc'] for r in rs])} | {counts} "
+                         f"| {fmt(mean([r['skip_rate'] for r in rs]), 3)} | {mean_sd([r['drift'] for r in rs], 4)} "
+                         f"| {mean_sd([r['sampler_kl'] for r in rs], 4)} |")
+    lines += ["", "| contrast | s | row − reference | n | mean [95 % CI] | p | Holm p | verdict | collapsed "
+              "(row / reference) | Fisher p | claim |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    pfmt = lambda p: "-" if p is None else "< 0.001" if p < 0.001 else f"{p:.3f}"
+    for r in rows:
+        ci = f"{r['mean']:+.3f} {interval(r['low'], r['high'])}" if r["mean"] is not None else "-"
+        lines.append(f"| {r['contrast']} | {r['s']} | {r['row']} − {r['reference']} | {r['n']} | {ci} | "
+                     f"{pfmt(r['p'])} | {pfmt(r['p_holm'])} | {r['verdict']} | {r['collapsed_row']} / "
+                     f"{r['collapsed_reference']} | {pfmt(r['fisher_p'])} | {r['claim']} |")
+    return "\n".join(lines) + "\n", rows
+
+
+def load_finished(runs_dir):
+    """{(variant, s, seed): run} of the finished runs in runs_dir."""
     raw = {}
-    for path in sorted(glob.glob(os.path.join(args.runs, "*_s*_seed*.csv"))):
+    for path in sorted(glob.glob(os.path.join(runs_dir, "*_s*_seed*.csv"))):
         key = run_key(path)
         r = load_run(path) if key else None
         if r is not None:
             raw[key] = r
+    return raw
+
+
+def replicate(args):
+    raw = load_finished(args.runs)
     if not raw:
         sys.exit(f"replicate: no finished runs in {args.runs}")
-    rows = replication_rows(raw)
-    drift = {}
-    for (v, s, seed), r in raw.items():
-        values = clean(r.get("drift", []))
-        if values:
-            drift.setdefault((v, s), []).append(statistics.median(values))
-    lines = ["| contrast | s | row − reference | n | mean [95 % CI] | p | Holm p | verdict | claim |",
-             "|---|---|---|---|---|---|---|---|---|"]
-    for r in rows:
-        ci = f"{fmt(r['mean'])} {interval(r['low'], r['high'])}" if r["mean"] is not None else "-"
-        lines.append(f"| {r['contrast']} | {r['s']} | {r['row']} − {r['reference']} | {r['n']} | {ci} | "
-                     f"{fmt(r['p'])} | {fmt(r['p_holm'])} | {r['verdict']} | {r['claim']} |")
-    lines += ["", "| arm | s | runs | median drift over the lag window, mean ± sd over seeds |", "|---|---|---|---|"]
-    for (v, s), values in sorted(drift.items(), key=lambda kv: (kv[0][1], kv[0][0])):
-        lines.append(f"| {v} | {s} | {len(values)} | {mean_sd(values, 4)} |")
-    text = "\n".join(lines) + "\n"
+    records = {k: replication_record(r) for k, r in raw.items()}
+    text, rows = replication_text(records)
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "replication.md"), "w") as f:
         f.write(text)
@@ -1234,7 +1336,145 @@ def replicate(args):
         w = csv.DictWriter(f, fieldnames=list(rows[0]))
         w.writeheader()
         w.writerows(rows)
+    write_replication_runs(records, os.path.join(args.out, "replication-runs.csv"))
     print(text, end="")
+
+
+# --- the committed data and the tables rebuilt from it ---------------------------------------
+
+DATA_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
+BLOCK = re.compile(r"<!-- table (?P<name>[a-z-]+): rebuilt by analyze.py tables -->\n(?P<body>.*?)"
+                   r"<!-- end table (?P=name) -->", re.S)
+
+
+def extract(archive, into):
+    import tarfile
+    with tarfile.open(archive, "r:xz") as tar:
+        try:
+            tar.extractall(into, filter="data")
+        except TypeError:  # a Python without extraction filters
+            tar.extractall(into)
+
+
+def spikes_module():
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("gac_grpo_spikes", os.path.join(os.path.dirname(
+        os.path.abspath(__file__)), "spikes.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+_TABLES_CACHE = {}
+
+
+def committed_tables(data, problems):
+    """{block name: markdown} of every table built from the committed data in `data`; `problems` collects
+    every per-run row that the per-step archives do not reproduce. Built once per process for the same
+    files (names, sizes and modification times)."""
+    key = tuple((e.name, e.stat().st_size, e.stat().st_mtime_ns) for e in sorted(os.scandir(data), key=lambda e: e.name))
+    if (data, key) not in _TABLES_CACHE:
+        found = []
+        _TABLES_CACHE[(data, key)] = (build_tables(data, found), found)
+    tables, found = _TABLES_CACHE[(data, key)]
+    problems.extend(found)
+    return dict(tables)
+
+
+def build_tables(data, problems):
+    import tempfile
+    spikes = spikes_module()
+    tables = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        rep = os.path.join(tmp, "replication")
+        extract(os.path.join(data, "replication.tar.xz"), rep)
+        raw = load_finished(os.path.join(rep, "runs"))
+        rebuilt = os.path.join(tmp, "replication-runs.csv")
+        write_replication_runs({k: replication_record(r) for k, r in raw.items()}, rebuilt)
+        if open(rebuilt).read() != open(os.path.join(data, "replication-runs.csv")).read():
+            problems.append("replication-runs.csv differs from the rows rebuilt from replication.tar.xz")
+        tables["replication"] = replication_text(read_replication_runs(os.path.join(data, "replication-runs.csv")))[0]
+        cal = read_calibration(os.path.join(rep, "calibration.txt"))
+        pool = {k: r for k, r in raw.items() if k[0] == "grpo"}
+        for r in pool.values():
+            r["m"] = metrics(r)
+        out = []
+        detector_table(out, pool, {k: series_stats(r) for k, r in pool.items()}, thresholds(cal), "GRPO runs")
+        tables["replication-detectors"] = "\n".join(out[2:]).rstrip("\n") + "\n"
+        tables["replication-separation"] = separation_text(pool)
+
+        sp = os.path.join(tmp, "spikes")
+        extract(os.path.join(data, "spikes.tar.xz"), sp)
+        committed = spikes.read_rows(os.path.join(data, "spikes-runs.csv"))
+        fresh = spikes.collect(os.path.join(sp, "runs"))
+        olmo = fresh and any(r["olmo_skips"] is not None for r in fresh)
+        keys = [k for k in spikes.ROW_KEYS if olmo or not k.startswith("olmo_")]
+        strip = lambda rows: [{k: (round(r[k], 6) if isinstance(r[k], float) else r[k]) for k in keys} for r in rows]
+        if strip(committed) != strip(fresh):
+            problems.append("spikes-runs.csv differs from the rows rebuilt from spikes.tar.xz"
+                            + ("" if olmo else " (OLMo-core's columns not checked: olmo_core not importable)"))
+        tables["spikes"] = spikes.render(committed)
+    return tables
+
+
+def auc(positives, negatives):
+    """The probability that a positive's value exceeds a negative's (ties count half); None if either is empty."""
+    if not positives or not negatives:
+        return None
+    wins = sum(1.0 if p > q else 0.5 if p == q else 0.0 for p in positives for q in negatives)
+    return wins / (len(positives) * len(negatives))
+
+
+SEPARATION_SPAN = (WARMUP, 200)  # steps (first, last]: before every collapse of these runs
+
+
+def separation_text(pool):
+    """Among runs that are all stale: does a run's early alignment (mean over steps 51-200) tell the runs that
+    collapse from those that do not? AUC per staleness and pooled, of |c_t|, |m_t| and the sampler KL."""
+    first, last = SEPARATION_SPAN
+    lines = [f"| s | runs (collapsed / not) | AUC, mean \\|c_t\\| | AUC, mean \\|m_t\\| | AUC, mean sampler KL "
+             f"| first collapse step |", "|---|---|---|---|---|---|"]
+    feats = {}
+    for k, r in pool.items():
+        span = [i for i, st in enumerate(r["step"]) if first < st <= last]
+        val = lambda name, f=abs: mean([f(r[name][i]) for i in span if r[name][i] is not None])
+        feats[k] = (metrics(r), val("cosine"), val("window_mean"), val("sampler_kl", lambda x: x))
+    for s in sorted({k[1] for k in pool}) + [None]:
+        keys = [k for k in pool if s is None or k[1] == s]
+        pos = [feats[k] for k in keys if feats[k][0]["outcome"] == "collapsed"]
+        neg = [feats[k] for k in keys if feats[k][0]["outcome"] != "collapsed"]
+        cells = [fmt(auc([f[j] for f in pos], [f[j] for f in neg]), 2) for j in (1, 2, 3)]
+        firsts = [f[0]["collapse"] for f in pos]
+        lines.append(f"| {'all' if s is None else s} | {len(keys)} ({len(pos)} / {len(neg)}) | " + " | ".join(cells)
+                     + f" | {min(firsts) if firsts else '-'} |")
+    return "\n".join(lines) + "\n"
+
+
+def tables(args):
+    problems = []
+    built = committed_tables(args.data, problems)
+    if not (args.check or args.write):
+        for name, text in built.items():
+            print(f"<!-- table {name} -->\n{text}")
+        return 1 if problems else 0
+    path = args.check or args.write
+    doc = open(path).read()
+    found = {m.group("name"): m.group("body") for m in BLOCK.finditer(doc)}
+    for name in built:
+        if name not in found:
+            problems.append(f"{path} has no block for the table {name}")
+        elif args.check and found[name] != built[name]:
+            problems.append(f"{path}: the table {name} differs from the one rebuilt from {args.data}")
+    if args.write:
+        doc = BLOCK.sub(lambda m: (f"<!-- table {m.group('name')}: rebuilt by analyze.py tables -->\n"
+                                   f"{built.get(m.group('name'), m.group('body'))}<!-- end table {m.group('name')} -->"),
+                        doc)
+        open(path, "w").write(doc)
+    for p in problems:
+        print(f"tables: {p}", file=sys.stderr)
+    if not problems:
+        print(f"tables: {len(built)} tables {'match' if args.check else 'written to'} {path}")
+    return 1 if problems else 0
 
 
 def main(argv=None):
@@ -1260,10 +1500,15 @@ def main(argv=None):
     q = sub.add_parser("replicate", help="the pre-registered replication's contrasts (docs/RESULTS.md)")
     q.add_argument("--runs", required=True)
     q.add_argument("--out", required=True)
+    t = sub.add_parser("tables", help="every table built from the committed data (examples/grpo/data)")
+    t.add_argument("--data", default=DATA_DIR)
+    mode = t.add_mutually_exclusive_group()
+    mode.add_argument("--check", metavar="MARKDOWN", help="fail when a table there differs from the rebuilt one")
+    mode.add_argument("--write", metavar="MARKDOWN", help="replace the tables there by the rebuilt ones")
     args = ap.parse_args(argv)
-    {"calibrate": calibrate, "control": control, "pilot": pilot, "report": report,
-     "replicate": replicate}[args.cmd](args)
+    return {"calibrate": calibrate, "control": control, "pilot": pilot, "report": report,
+            "replicate": replicate, "tables": tables}[args.cmd](args)
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

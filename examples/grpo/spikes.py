@@ -20,7 +20,8 @@ injected, no guard), injguard (both).
   train module does (latest_loss, latest_grad_norm; rolling_interval_length
   128, sigma_factor 6) and asked step_skipped, on the injguard and cleanguard
   runs' own steps. Its history keeps every step, skipped ones included, and
-  it needs both a loss and a norm; gac's guard keeps accepted steps only.
+  it needs both a loss and a norm; gac's guard holds a spike at the bound it
+  broke (mean + 6 sd), not as it was.
   It is replayed on the recorded steps, not run inside the trainer: its
   recall and false skips are measured, its effect on accuracy is not.
   To make it importable without its own torch pin (torch < 2.14):
@@ -106,13 +107,14 @@ def interval(xs):
     return f"{m:+.3f} [{lo:+.3f}, {hi:+.3f}]"
 
 
-def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--runs", required=True)
-    ap.add_argument("--out", required=True)
-    args = ap.parse_args(argv)
+ROW_KEYS = ["arm", "clip", "staleness", "seed", "injected", "guard_spikes", "guard_caught", "olmo_skips",
+            "olmo_caught", "endpoint"]
+
+
+def collect(runs_dir):
+    """The per-run rows (ROW_KEYS) of the finished runs in runs_dir; the OLMo-core columns when importable."""
     runs = {}
-    for path in sorted(glob.glob(os.path.join(args.runs, "*.csv"))):
+    for path in sorted(glob.glob(os.path.join(runs_dir, "*.csv"))):
         m = NAME.match(os.path.basename(path))
         if not m:
             continue
@@ -121,33 +123,47 @@ def main(argv=None):
             print(f"spikes.py: {path} unfinished, left out", file=sys.stderr)
             continue
         runs[(m.group(1), m.group(2), int(m.group(3)), int(m.group(4)))] = r
-    if not runs:
-        sys.exit(f"spikes.py: no finished run in {args.runs}")
-    settings = sorted({(clip, s) for _, clip, s, _ in runs}, key=lambda k: (k[0] != "1", k[1]))
-    seeds = sorted({seed for *_, seed in runs})
     olmo_available = olmo_verdicts([]) is not None
     rows = []
     for (arm, clip, s, seed), r in sorted(runs.items()):
         guard = {step for step, _, _, regime, _ in r["steps"] if regime == "spike"}
         n_inj, caught, called = detection(r["steps"], guard)
         row = {"arm": arm, "clip": clip, "staleness": s, "seed": seed, "injected": n_inj, "guard_spikes": called,
-               "guard_caught": caught, "endpoint": r["endpoint"]}
+               "guard_caught": caught, "olmo_skips": None, "olmo_caught": None, "endpoint": r["endpoint"]}
         if olmo_available and arm in ("injguard", "cleanguard"):
-            o = olmo_verdicts(r["steps"])
-            _, ocaught, ocalled = detection(r["steps"], o)
-            row.update({"olmo_skips": ocalled, "olmo_caught": ocaught})
+            _, row["olmo_caught"], row["olmo_skips"] = detection(r["steps"], olmo_verdicts(r["steps"]))
         rows.append(row)
-    with open(os.path.join(args.out, "spikes.csv"), "w", newline="") as f:
-        keys = ["arm", "clip", "staleness", "seed", "injected", "guard_spikes", "guard_caught", "olmo_skips",
-                "olmo_caught", "endpoint"]
-        w = csv.DictWriter(f, fieldnames=keys)
+    return rows
+
+
+def write_rows(rows, path):
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=ROW_KEYS)
         w.writeheader()
         for row in rows:
-            w.writerow({k: row.get(k, "") for k in keys})
+            w.writerow({k: "" if row[k] is None else f"{row[k]:.6g}" if isinstance(row[k], float) else row[k]
+                        for k in ROW_KEYS})
 
+
+def read_rows(path):
+    rows = []
+    with open(path, newline="") as f:
+        for row in csv.DictReader(f):
+            out = {"arm": row["arm"], "clip": row["clip"], "endpoint": analyze.fnum(row["endpoint"])}
+            for k in ("staleness", "seed", "injected", "guard_spikes", "guard_caught", "olmo_skips", "olmo_caught"):
+                out[k] = int(row[k]) if row[k] != "" else None
+            rows.append(out)
+    return rows
+
+
+def render(rows):
+    """The tables (markdown) from the per-run rows. OLMo-core's columns are filled where the rows have them."""
+    settings = sorted({(r["clip"], r["staleness"]) for r in rows}, key=lambda k: (k[0] != "1", k[1]))
+    seeds = sorted({r["seed"] for r in rows})
+    olmo_available = any(r["olmo_skips"] is not None for r in rows)
     by = {(r["arm"], r["clip"], r["staleness"], r["seed"]): r for r in rows}
     out = [f"Seeds {', '.join(map(str, seeds))}; injected: each step after 50 with probability 0.01, gradient x 1e3; "
-           "the guard: z-score of |g| and of the loss, 128 accepted steps, 6 sigma, from 64 held.", ""]
+           "the guard: z-score of |g| and of the loss, 128 steps, 6 sigma, from 64 held.", ""]
     out += ["### Detection", "",
             "| clipping | s | injected | guard: caught (recall) | guard: spikes (precision) | guard: false skips, "
             "clean runs | OLMo-core: caught (recall) | OLMo-core: skips (precision) | OLMo-core: false skips, clean runs |",
@@ -163,9 +179,9 @@ def main(argv=None):
         cells = [("1 (default)" if clip == "1" else "none"), str(s), str(n), ratio(caught, n),
                  precision(caught, called), f"{false_clean} in {len(cln)} runs"]
         if olmo_available:
-            ocaught = sum(r.get("olmo_caught", 0) for r in inj)
-            ocalled = sum(r.get("olmo_skips", 0) for r in inj)
-            ofalse = sum(r.get("olmo_skips", 0) for r in cln)
+            ocaught = sum(r["olmo_caught"] or 0 for r in inj)
+            ocalled = sum(r["olmo_skips"] or 0 for r in inj)
+            ofalse = sum(r["olmo_skips"] or 0 for r in cln)
             cells += [ratio(ocaught, n), precision(ocaught, ocalled), f"{ofalse} in {len(cln)} runs"]
         else:
             cells += ["not run: olmo_core not importable"] * 3
@@ -183,7 +199,19 @@ def main(argv=None):
             cells.append(interval(diffs))
         out.append("| " + " | ".join(cells) + " |")
     out += ["", "Differences are paired by seed (95 % t-interval over the seeds)."]
-    text = "\n".join(out) + "\n"
+    return "\n".join(out) + "\n"
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--runs", required=True)
+    ap.add_argument("--out", required=True)
+    args = ap.parse_args(argv)
+    rows = collect(args.runs)
+    if not rows:
+        sys.exit(f"spikes.py: no finished run in {args.runs}")
+    write_rows(rows, os.path.join(args.out, "spikes.csv"))
+    text = render(rows)
     with open(os.path.join(args.out, "spikes.md"), "w") as f:
         f.write(text)
     print(text)

@@ -425,3 +425,96 @@ def test_spikes_counts_recall_precision_false_skips_and_paired_differences(tmp_p
     with open(tmp_path / "spikes.csv") as f:
         rows = list(csv.DictReader(f))
     assert len(rows) == 8 and {r["arm"] for r in rows} == {"clean", "cleanguard", "inj", "injguard"}
+
+
+def test_fisher_exact_against_hand_computed_values():
+    # 0/5 against 3/5 collapses: margins 5, 5 and 3 of 10; P(0) = P(3) = C(5,3)/C(10,3) = 1/12, the tables
+    # no more probable than the observed one are x = 0 and x = 3: p = 1/6.
+    assert analyze.fisher_exact_p(0, 5, 3, 2) == pytest.approx(1 / 6)
+    # 4/4 against 0/4: P = 1/C(8,4) = 1/70 for each extreme table.
+    assert analyze.fisher_exact_p(4, 0, 0, 4) == pytest.approx(2 / 70)
+    assert analyze.fisher_exact_p(2, 3, 2, 3) == pytest.approx(1.0)
+
+
+def _records(arms, seeds, s=16, endpoint=lambda arm, seed: 0.5, drift=lambda arm, seed: 1.0,
+             outcome=lambda arm, seed: "learned"):
+    return {(a, s, seed): {"endpoint": endpoint(a, seed), "mean_acc": endpoint(a, seed), "outcome": outcome(a, seed),
+                           "collapse": 300 if outcome(a, seed) == "collapsed" else None, "skip_rate": 0.0,
+                           "drift": drift(a, seed), "sampler_kl": 0.01}
+            for a in arms for seed in seeds}
+
+
+def test_the_lr_control_is_withdrawn_when_its_drift_is_not_matched():
+    seeds = range(201, 207)
+    better = lambda a, seed: 0.6 + 0.001 * seed % 7 if a == "gacwin" else 0.5
+    matched = analyze.replication_rows(_records(["gacwin", "lrs-gacwin"], seeds, endpoint=better))
+    c8 = next(r for r in matched if r["contrast"] == "C8" and r["s"] == 16)
+    assert c8["drift_ratio"] == pytest.approx(1.0) and c8["verdict"] == "replicates"
+    off = analyze.replication_rows(_records(["gacwin", "lrs-gacwin"], seeds, endpoint=better,
+                                            drift=lambda a, seed: 1.15 if a == "lrs-gacwin" else 1.0))
+    c8 = next(r for r in off if r["contrast"] == "C8" and r["s"] == 16)
+    assert c8["verdict"] == "withdrawn (drift ratio 1.15)"
+
+
+def test_the_contrasts_count_collapses_and_give_fishers_p():
+    seeds = range(201, 211)
+    rows = analyze.replication_rows(_records(
+        ["gac", "grpo"], seeds, outcome=lambda a, seed: "collapsed" if a == "grpo" and seed < 206 else "learned"))
+    c1 = next(r for r in rows if r["contrast"] == "C1" and r["s"] == 16)
+    assert (c1["collapsed_row"], c1["collapsed_reference"]) == (0, 5)
+    assert c1["fisher_p"] == pytest.approx(analyze.fisher_exact_p(0, 10, 5, 5))
+    text, _ = analyze.replication_text(_records(["gac", "grpo"], seeds))
+    assert "| 16 | gac | 10 | 0.500 ± 0.000 |" in text
+
+
+def test_the_configured_staleness_null_alarms_in_every_run_at_or_above_16():
+    pool = {("grpo", s, seed): make_run(lambda t: 0.1, evals=evals_every_20([0.6] * 20))
+            for s in (8, 16, 32) for seed in (1, 2)}
+    pool[("grpo", 32, 1)] = make_run(lambda t: 0.1, evals=evals_every_20([0.6] * 15 + [0.1] * 5))
+    stats = {k: analyze.series_stats(r) for k, r in pool.items()}
+    out = []
+    rows = analyze.detector_table(out, pool, stats, {name: 0.5 for name, _ in analyze.SIGNALS}, "test")
+    s_row = next(r for r in rows if r[1] == "s")
+    # alarmed: the 4 runs at s >= 16; TP / FP / FN / TN = 1 / 3 / 0 / 2.
+    assert s_row[4:10] == [4, 4, 1, 3, 0, 2]
+
+
+DATA = SOURCE_DIR / "examples" / "grpo" / "data"
+RESULTS = SOURCE_DIR / "docs" / "RESULTS.md"
+
+
+def test_the_committed_tables_rebuild_from_the_committed_data(capsys):
+    assert analyze.main(["tables", "--check", str(RESULTS)]) == 0, capsys.readouterr().err
+
+
+def test_a_table_edited_by_hand_fails_the_check(tmp_path, capsys):
+    doc = RESULTS.read_text()
+    block = next(analyze.BLOCK.finditer(doc))
+    body = block.group("body")
+    digit = next(i for i, ch in enumerate(body) if ch.isdigit() and i > body.index("\n|"))
+    edited = body[:digit] + str((int(body[digit]) + 1) % 10) + body[digit + 1:]
+    (tmp_path / "RESULTS.md").write_text(doc.replace(body, edited, 1))
+    assert analyze.main(["tables", "--check", str(tmp_path / "RESULTS.md")]) == 1
+    assert f"the table {block.group('name')} differs" in capsys.readouterr().err
+
+
+def test_a_per_run_row_that_the_archive_does_not_give_fails_the_check(tmp_path, capsys):
+    import shutil
+    data = tmp_path / "data"
+    shutil.copytree(DATA, data)
+    rows = (data / "replication-runs.csv").read_text().splitlines()
+    cells = rows[1].split(",")
+    cells[3] = f"{float(cells[3]) + 0.01:.6g}"  # one run's endpoint
+    (data / "replication-runs.csv").write_text("\n".join([rows[0], ",".join(cells)] + rows[2:]) + "\n")
+    assert analyze.main(["tables", "--data", str(data), "--check", str(RESULTS)]) == 1
+    assert "replication-runs.csv differs" in capsys.readouterr().err
+
+
+def test_write_fills_empty_blocks_with_exactly_the_checked_tables(tmp_path):
+    doc = RESULTS.read_text()
+    empty = analyze.BLOCK.sub(lambda m: f"<!-- table {m.group('name')}: rebuilt by analyze.py tables -->\n"
+                                        f"<!-- end table {m.group('name')} -->", doc)
+    assert empty != doc
+    (tmp_path / "RESULTS.md").write_text(empty)
+    assert analyze.main(["tables", "--write", str(tmp_path / "RESULTS.md")]) == 0
+    assert (tmp_path / "RESULTS.md").read_text() == doc

@@ -591,7 +591,7 @@ base::StatusOr<controller::StepReport> AgentCore::Step(std::int64_t step, Gradie
   report.loss = guard_loss;
   // The spike guard, then the local decision (monitor: what local mode
   // would do; remote: the fallback), which move their windows: undone if
-  // the step fails. A spike enters neither window.
+  // the step fails. A spike does not enter GAC's window.
   before_step_ = triggered_;
   guard_before_step_ = guard_;
   std::optional<controller::SpikeVerdict> verdict;
@@ -620,9 +620,11 @@ base::StatusOr<controller::StepReport> AgentCore::Step(std::int64_t step, Gradie
     if (!local_spike && report.decision.regime == controller::Regime::kSpike) triggered_ = *before_step_;
     report.decide_seconds = Seconds(t1, Clock::now());
   }
-  // The guard's window takes the step unless it was a spike (or invalid).
-  if (report.decision.regime != controller::Regime::kSpike && !controller::StatsInvalid(stats)) {
-    guard_.Accept(std::sqrt(stats.grad_sq), guard_loss);
+  // The guard's history takes the step (a spike clamped to the bound it
+  // broke; an invalid step not at all).
+  if (!controller::StatsInvalid(stats)) {
+    guard_.Record(verdict.value_or(controller::SpikeVerdict{}), report.decision.regime == controller::Regime::kSpike,
+                  std::sqrt(stats.grad_sq), guard_loss);
   }
   const auto t2 = Clock::now();
   if (st.ok()) {

@@ -314,8 +314,8 @@ CommandSpec BacktestCommand() {
       {"per-run", "", "one row per run and alert instead of the summary"},
       {"max-grad-norm", "X", "spike guard: a step with |g| above X is a spike"},
       {"spike-sigma", "X", "spike guard: a z-score of |g| or of the loss above X is a spike (default 6)"},
-      {"spike-window", "N", "spike guard: the z-score over the last N accepted steps (default 128)"},
-      {"spike-warmup", "N", "spike guard: accepted steps held before the z-score applies (default N/2)"},
+      {"spike-window", "N", "spike guard: the z-score over the last N steps (default 128)"},
+      {"spike-warmup", "N", "spike guard: steps held before the z-score applies (default N/2)"},
       FormatFlagSpec(),
   };
   c.positionals = 1;

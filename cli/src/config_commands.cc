@@ -230,7 +230,7 @@ CommandSpec ConfigSetCommand() {
       "(--window-c-low, --window-c-high; 'gacctl calibrate --windowed' suggests them).\n"
       "The spike guard decides before GAC for agents in remote mode: a step with |g| above\n"
       "--max-grad-norm, or whose |g| or loss is more than --spike-sigma standard deviations\n"
-      "above its last --spike-window accepted steps, is skipped (regime spike). The flags\n"
+      "above its last --spike-window steps, is skipped (regime spike). The flags\n"
       "given change the run's guard; any z-score flag turns its z-score on; --spike-off\n"
       "turns the guard off.\n";
   c.flags = {{"c-low", "X", "|c_t| at or below: safe (default: unchanged)"},
@@ -239,8 +239,8 @@ CommandSpec ConfigSetCommand() {
              {"window-c-high", "X", "|m_t| at or above: skip, windowed trigger (default: unchanged)"},
              {"max-grad-norm", "X", "spike guard: skip a step with |g| above X; 0 = no bound (default: unchanged)"},
              {"spike-sigma", "X", "spike guard: skip a step whose |g| or loss z-score is above X (default 6)"},
-             {"spike-window", "N", "spike guard: the z-score over the last N accepted steps, 2-10000 (default 128)"},
-             {"spike-warmup", "N", "spike guard: accepted steps before the z-score applies (default N/2)"},
+             {"spike-window", "N", "spike guard: the z-score over the last N steps, 2-10000 (default 128)"},
+             {"spike-warmup", "N", "spike guard: steps held before the z-score applies (default N/2)"},
              {"spike-off", "", "turn the run's spike guard off"}};
   for (FlagSpec& f : ChangeFlags()) c.flags.push_back(std::move(f));
   c.positionals = 1;

@@ -58,11 +58,11 @@ const ReportField kReportFields[kReportFieldCount] = {
      "held. trigger='window' decides on it.",
      kAll, nullptr, [](const R& r) { return OptReal(r.decision.window_mean); }},
     {"grad_norm_z", ReportType::kReal, true, "",
-     "The spike guard's z-score of |g| against the recent accepted steps; None when its z-score is off or "
+     "The spike guard's z-score of |g| against the run's recent steps; None when its z-score is off or "
      "warming up.",
      kAll, "grad_norm_z", [](const R& r) { return OptReal(r.decision.grad_norm_z); }},
     {"loss_z", ReportType::kReal, true, "",
-     "The spike guard's z-score of the loss against the recent accepted steps; None without a loss.", kAll,
+     "The spike guard's z-score of the loss against the run's recent steps; None without a loss.", kAll,
      "loss_z", [](const R& r) { return OptReal(r.decision.loss_z); }},
     {"alpha", ReportType::kReal, false, "", "The gain on the gradient's component along p (1 = untouched).", kAll,
      "alpha", [](const R& r) { return Real(r.decision.alpha); }},

@@ -11,10 +11,15 @@ namespace gac::controller {
 
 namespace {
 
-// z of x against the newest `window` values of [first, last), or absent with
-// fewer than `warmup` of them.
+struct Score {
+  double z;
+  std::optional<double> bound;  // mean + sigma * sd; absent when sd is 0
+};
+
+// z of x against the newest `window` values of [first, last), and the bound
+// mean + sigma * sd, or absent with fewer than `warmup` of them.
 template <typename It>
-std::optional<double> ZScore(double x, It first, It last, int window, int warmup) {
+std::optional<Score> ZScore(double x, It first, It last, int window, int warmup, double sigma) {
   const auto held = std::distance(first, last);
   if (held > window) std::advance(first, held - window);
   const auto n = std::distance(first, last);
@@ -28,7 +33,9 @@ std::optional<double> ZScore(double x, It first, It last, int window, int warmup
   const double dev = x - mean;
   double z = sd > 0.0 ? dev / sd : (dev == 0.0 ? 0.0 : std::copysign(kMaxSpikeZ, dev));
   if (!std::isfinite(z)) z = std::copysign(kMaxSpikeZ, dev);
-  return std::clamp(z, -kMaxSpikeZ, kMaxSpikeZ);
+  Score out{std::clamp(z, -kMaxSpikeZ, kMaxSpikeZ), std::nullopt};
+  if (sd > 0.0 && std::isfinite(mean + sigma * sd)) out.bound = mean + sigma * sd;
+  return out;
 }
 
 template <typename Seq>
@@ -38,17 +45,30 @@ SpikeVerdict Judge(const SpikeSettings& s, double grad_norm, std::optional<doubl
   if (s.max_grad_norm > 0.0 && grad_norm > s.max_grad_norm) v.spike = true;
   if (!s.zscore) return v;
   const int warmup = s.effective_warmup();
-  v.grad_norm_z = ZScore(grad_norm, norms.begin(), norms.end(), s.window, warmup);
-  if (v.grad_norm_z && *v.grad_norm_z > s.sigma) v.spike = true;
+  if (const auto g = ZScore(grad_norm, norms.begin(), norms.end(), s.window, warmup, s.sigma)) {
+    v.grad_norm_z = g->z;
+    v.grad_norm_bound = g->bound;
+    if (g->z > s.sigma) v.spike = true;
+  }
   if (loss) {
     if (!std::isfinite(*loss)) {
       v.spike = true;
-    } else {
-      v.loss_z = ZScore(*loss, losses.begin(), losses.end(), s.window, warmup);
-      if (v.loss_z && *v.loss_z > s.sigma) v.spike = true;
+    } else if (const auto l = ZScore(*loss, losses.begin(), losses.end(), s.window, warmup, s.sigma)) {
+      v.loss_z = l->z;
+      v.loss_bound = l->bound;
+      if (l->z > s.sigma) v.spike = true;
     }
   }
   return v;
+}
+
+// One value's entry: see HistoryEntry.
+std::optional<double> Entry(bool spike, double x, const std::optional<double>& z,
+                            const std::optional<double>& bound) {
+  if (!std::isfinite(x)) return std::nullopt;
+  if (!spike) return x;
+  if (!z) return std::nullopt;
+  return bound ? std::min(x, *bound) : x;
 }
 
 void Push(std::deque<double>& d, double x, int window) {
@@ -79,6 +99,13 @@ base::Status ValidateSpikeSettings(const SpikeSettings& s) {
   return base::Status::Ok();
 }
 
+HistoryValues HistoryEntry(const SpikeVerdict& verdict, bool spike, double grad_norm, std::optional<double> loss) {
+  HistoryValues out;
+  out.grad_norm = Entry(spike, grad_norm, verdict.grad_norm_z, verdict.grad_norm_bound);
+  if (loss) out.loss = Entry(spike, *loss, verdict.loss_z, verdict.loss_bound);
+  return out;
+}
+
 SpikeVerdict JudgeSpike(const SpikeSettings& settings, double grad_norm, std::optional<double> loss,
                         const std::vector<double>& norms, const std::vector<double>& losses) {
   return Judge(settings, grad_norm, loss, norms, losses);
@@ -106,15 +133,15 @@ SpikeVerdict SpikeGuard::Judge(double grad_norm, std::optional<double> loss) con
   return controller::Judge(settings_, grad_norm, loss, norms_, losses_);
 }
 
-void SpikeGuard::Accept(double grad_norm, std::optional<double> loss) {
-  if (!std::isfinite(grad_norm)) return;
-  Push(norms_, grad_norm, settings_.window);
-  if (loss && std::isfinite(*loss)) Push(losses_, *loss, settings_.window);
+void SpikeGuard::Record(const SpikeVerdict& verdict, bool spike, double grad_norm, std::optional<double> loss) {
+  const HistoryValues entry = HistoryEntry(verdict, spike, grad_norm, loss);
+  if (entry.grad_norm) Push(norms_, *entry.grad_norm, settings_.window);
+  if (entry.loss) Push(losses_, *entry.loss, settings_.window);
 }
 
 SpikeVerdict SpikeGuard::Step(double grad_norm, std::optional<double> loss) {
   SpikeVerdict v = Judge(grad_norm, loss);
-  if (!v.spike) Accept(grad_norm, loss);
+  Record(v, v.spike, grad_norm, loss);
   return v;
 }
 

@@ -102,7 +102,7 @@ const StepField kStepFields[kStepFieldCount] = {
      "the agent's c_high for |m_t|, when it decided", GAC_OPT_FIELD(window_c_high, Real, real), nullptr},
     // The spike guard's z-scores (absent when its z-score is off or warming up).
     {"grad_norm_z", "grad_norm_z", FieldType::kReal, true, FieldRange::kAny, false, "",
-     "z-score of ||g|| against the run's recent accepted steps", GAC_OPT_FIELD(grad_norm_z, Real, real), nullptr},
+     "z-score of ||g|| against the run's recent steps", GAC_OPT_FIELD(grad_norm_z, Real, real), nullptr},
     {"loss_z", "loss_z", FieldType::kReal, true, FieldRange::kAny, false, "",
      "z-score of the loss against the run's recent accepted steps", GAC_OPT_FIELD(loss_z, Real, real), nullptr},
 };

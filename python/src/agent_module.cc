@@ -387,10 +387,11 @@ void BindAgent(py::module_& m) {
            "`window` cosines are held). window: 1 to 1000; m_t is reported (report.window_mean) with either\n"
            "trigger. window_c_low, window_c_high: 0 < window_c_low < window_c_high <= 1 (else ValueError).\n"
            "The spike guard, decided before GAC, off unless asked for: a step is skipped with the regime 'spike'\n"
-           "(it enters neither the snapshot nor a window) when |g| > max_grad_norm (> 0), or, with any of\n"
+           "(it enters neither the snapshot nor GAC's window) when |g| > max_grad_norm (> 0), or, with any of\n"
            "spike_sigma (default 6, > 0), spike_window (default 128, 2 to 10000), spike_warmup (2 to spike_window;\n"
            "default spike_window // 2), when the z-score of |g|, or of the loss given to step(), against the last\n"
-           "spike_window accepted steps is above spike_sigma (after spike_warmup accepted steps).")
+           "spike_window steps is above spike_sigma (after spike_warmup steps; a spike is held at the bound it broke,\n"
+           "so a level that persists is followed after a run of skips).")
       .def("step", &PyAgent::Step, "step"_a, "params"_a, "loss"_a = py::none(),
            "One GAC step over the gradients of `params` (model.parameters() or a list; the same tensors in the\n"
            "same order at every step; a list is converted once and reused). `step` must increase. Parameters\n"

@@ -226,24 +226,38 @@ def errors(binary, runs_dir, cal_dir):
 
 def guard_reference(norms, losses, injected, window, sigma, warmup, max_norm):
     """The spike guard's rule, written here: z against the last `window`
-    accepted values (sample standard deviation), from `warmup` held."""
+    held values (sample standard deviation), from `warmup` held; a step let
+    through is held as it is, a spike at min(x, mean + sigma sd)."""
     held_n, held_l, spikes, caught = [], [], [], 0
+
+    def score(x, held):
+        """(z, bound) or None while warming up; bound None when sd is 0."""
+        last = held[-window:]
+        if len(last) < max(warmup, 2):
+            return None
+        mean, sd = statistics.fmean(last), statistics.stdev(last)
+        if sd > 0:
+            return (x - mean) / sd, mean + sigma * sd
+        return (0.0 if x == mean else math.inf), None
+
+    def entry(x, sc, spike):
+        if not spike:
+            return x
+        if sc is None:
+            return None
+        return x if sc[1] is None else min(x, sc[1])
+
     for i, (n, l) in enumerate(zip(norms, losses)):
-        def z(x, held):
-            last = held[-window:]
-            if len(last) < max(warmup, 2):
-                return None
-            sd = statistics.stdev(last)
-            return (x - statistics.fmean(last)) / sd if sd > 0 else (0.0 if x == statistics.fmean(last) else math.inf)
-        zn, zl = z(n, held_n), (z(l, held_l) if l is not None else None)
-        spike = (max_norm > 0 and n > max_norm) or (zn is not None and zn > sigma) or (zl is not None and zl > sigma)
+        sn, sl = score(n, held_n), (score(l, held_l) if l is not None else None)
+        spike = (max_norm > 0 and n > max_norm) or (sn is not None and sn[0] > sigma) or \
+                (sl is not None and sl[0] > sigma)
         if spike:
             spikes.append(i + 1)
             caught += injected[i]
-        else:
-            held_n.append(n)
-            if l is not None:
-                held_l.append(l)
+        for held, x, sc in ((held_n, n, sn), (held_l, l, sl)):
+            e = entry(x, sc, spike) if x is not None else None
+            if e is not None:
+                held.append(e)
     return spikes, caught
 
 

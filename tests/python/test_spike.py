@@ -1,9 +1,9 @@
 """The spike guard through the Python package: gac.attach on a real
 optimizer, gac.Agent in each mode, the loss from a closure or a keyword.
 
-Checked against references computed here: the z-score from the accepted
-steps' norms (numpy-free, fp64), the cosine after a spike against the last
-accepted raw gradient (fp64), the weights and the optimizer's state bit for
+Checked against references computed here: the z-score from the held
+steps' norms, a spike's held at the bound it broke (numpy-free, fp64), the
+cosine after a spike against the last accepted raw gradient (fp64), the weights and the optimizer's state bit for
 bit."""
 
 from __future__ import annotations
@@ -51,6 +51,12 @@ def _z(x: float, held: List[float], window: int) -> float:
     return (x - statistics.fmean(last)) / statistics.stdev(last)
 
 
+def _at_bound(x: float, held: List[float], window: int, sigma: float) -> float:
+    """What a spike adds to the guard's history: x clamped to mean + sigma sd of the last `window` held."""
+    last = held[-window:]
+    return min(x, statistics.fmean(last) + sigma * statistics.stdev(last))
+
+
 @pytest.mark.parametrize("scale", [1e3])
 def test_attach_skips_the_spike_step_alone_and_keeps_weights_state_and_reference(scale: float) -> None:
     model, batches = _model_and_data(0)
@@ -59,7 +65,7 @@ def test_attach_skips_the_spike_step_alone_and_keeps_weights_state_and_reference
     att = gac.attach(opt, spike_sigma=6, spike_window=64, c_low=0.999, c_high=1.0)
     assert att.agent.mode == "local"  # asking for the guard asks for control
     assert (att.agent.spike_sigma, att.agent.spike_window, att.agent.spike_warmup) == (6.0, 64, 32)
-    accepted: List[float] = []
+    held: List[float] = []
     raw: List[torch.Tensor] = []
     regimes: List[str] = []
     for step, (x, y) in enumerate(batches[:120], start=1):
@@ -76,8 +82,8 @@ def test_attach_skips_the_spike_step_alone_and_keeps_weights_state_and_reference
         regimes.append(r.regime)
         norm = float(g.norm())
         assert r.grad_norm == pytest.approx(norm, rel=1e-5)
-        if len(accepted) >= 32:
-            assert r.grad_norm_z == pytest.approx(_z(norm, accepted, 64), rel=1e-4, abs=1e-6)
+        if len(held) >= 32:
+            assert r.grad_norm_z == pytest.approx(_z(norm, held, 64), rel=1e-4, abs=1e-6)
         else:
             assert r.grad_norm_z is None
         if step == SPIKE_STEP:
@@ -90,8 +96,9 @@ def test_attach_skips_the_spike_step_alone_and_keeps_weights_state_and_reference
                 assert all(torch.equal(state[i][k], after[i][k]) for k in state[i])
             # The guard's cosine is the step's own, against the last accepted gradient.
             assert r.cosine == pytest.approx(_cos(g, raw[-1]), abs=1e-5)
+            held.append(_at_bound(norm, held, 64, 6.0))
         else:
-            accepted.append(norm)
+            held.append(norm)
             if raw:
                 # The reference is the last accepted raw gradient: after the spike, step 79's.
                 assert r.cosine == pytest.approx(_cos(g, raw[-1]), abs=1e-5)
@@ -160,6 +167,7 @@ def test_the_loss_z_score_reads_a_loss_given_to_step_or_returned_by_a_closure() 
         assert returned is not None and r.loss == pytest.approx(float(returned))
         if step == 50:
             assert r.regime == "spike" and r.loss_z > 5
+            losses.append(_at_bound(r.loss, losses, 32, 5.0))  # held at the bound it broke
         else:
             assert r.regime != "spike"
             losses.append(r.loss)
@@ -250,8 +258,7 @@ def test_remote_mode_gacd_guards_with_the_runs_settings_on_the_agents_history(ga
             regimes.append(r.regime)
             if len(norms) >= 12:
                 assert r.grad_norm_z == pytest.approx(_z(norm, norms, 24), rel=1e-4, abs=1e-6)
-            if r.regime != "spike":
-                norms.append(norm)
+            norms.append(_at_bound(norm, norms, 24, 5.0) if r.regime == "spike" else norm)
             t.send(r)
         assert t.flush(30)
     assert [s for s, reg in enumerate(regimes, start=1) if reg == "spike"] == [40]

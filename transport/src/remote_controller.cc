@@ -34,10 +34,10 @@ struct RemoteController::Impl {
   base::Mutex window_mu;
   std::deque<double> recent GAC_GUARDED_BY(window_mu);
   int window GAC_GUARDED_BY(window_mu) = controller::TriggerSettings{}.window;
-  // The spike guard's history: the |g| and losses of the run's accepted
-  // steps (neither spike nor invalid), newest last (at most
-  // kMaxSpikeWindow), and how many of them gacd's guard reads (0 while the
-  // run has no z-score, as gacd last said).
+  // The spike guard's history: the |g| and losses of the run's valid
+  // steps, spikes clamped to the bound they broke (controller::HistoryEntry),
+  // newest last (at most kMaxSpikeWindow), and how many of them gacd's guard
+  // reads (0 while the run has no z-score, as gacd last said).
   std::deque<double> norms GAC_GUARDED_BY(window_mu);
   std::deque<double> losses GAC_GUARDED_BY(window_mu);
   int spike_window GAC_GUARDED_BY(window_mu) = 0;
@@ -195,9 +195,16 @@ base::StatusOr<controller::Decision> RemoteController::Decide(std::int64_t step,
     impl_->CountCall(st);
   }
   {
-    // A spike enters no window; a step gacd did not answer counts as
-    // accepted (the agent's own fallback decides it).
+    // A spike enters GAC's window not at all and the guard's history as
+    // HistoryEntry says, judged again here with the settings gacd decided
+    // with on the history it was sent; a step gacd did not answer counts as
+    // let through (the agent's own fallback decides it).
     const bool spike = st.ok() && held_off.empty() && resp.regime() == v1::REGIME_SPIKE;
+    controller::SpikeVerdict verdict;
+    if (spike) {
+      const base::StatusOr<controller::SpikeSettings> guard = proto::SpikeFromProto(resp.config().spike());
+      if (guard.ok()) verdict = controller::JudgeSpike(*guard, std::sqrt(stats.grad_sq), stats.loss, norms, losses);
+    }
     const std::optional<double> cosine = controller::StepCosine(stats);
     const auto push = [](std::deque<double>& d, double x, int cap) {
       d.push_back(x);
@@ -205,9 +212,11 @@ base::StatusOr<controller::Decision> RemoteController::Decide(std::int64_t step,
     };
     base::MutexLock lock(&impl_->window_mu);
     if (cosine && !spike) push(impl_->recent, *cosine, controller::kMaxWindow);
-    if (!spike && !controller::StatsInvalid(stats)) {
-      push(impl_->norms, std::sqrt(stats.grad_sq), controller::kMaxSpikeWindow);
-      if (stats.loss && std::isfinite(*stats.loss)) push(impl_->losses, *stats.loss, controller::kMaxSpikeWindow);
+    if (!controller::StatsInvalid(stats)) {
+      const controller::HistoryValues entry =
+          controller::HistoryEntry(verdict, spike, std::sqrt(stats.grad_sq), stats.loss);
+      if (entry.grad_norm) push(impl_->norms, *entry.grad_norm, controller::kMaxSpikeWindow);
+      if (entry.loss) push(impl_->losses, *entry.loss, controller::kMaxSpikeWindow);
     }
     if (st.ok() && held_off.empty()) {
       impl_->window = proto::ListingWindow(resp.config());

@@ -3,20 +3,27 @@
 // asked for:
 //
 //   max_grad_norm > 0 and |g| > max_grad_norm                  -> spike
-//   z-score on (zscore), at least `warmup` accepted steps held:
-//     z(|g|)  = (|g|  - mean) / std over the last `window` accepted norms  > sigma -> spike
-//     z(loss) = (loss - mean) / std over the last `window` accepted losses > sigma -> spike
+//   z-score on (zscore), at least `warmup` steps held:
+//     z(|g|)  = (|g|  - mean) / std over the last `window` held norms  > sigma -> spike
+//     z(loss) = (loss - mean) / std over the last `window` held losses > sigma -> spike
 //     (the loss only when the trainer gives one; a non-finite loss is a spike)
 //
 // std is the sample standard deviation (n - 1). One-sided: a norm far below
 // the mean is no spike. A spike step is skipped (the optimizer does not step)
-// and never enters the guard's window, GAC's window or the snapshot: the
-// reference stays the last accepted gradient. Steps with non-finite
-// statistics are GAC's `invalid` and never reach the guard.
+// and enters neither GAC's window nor the snapshot: the reference stays the
+// last accepted gradient. The guard's own history holds every judged step:
+// an accepted one as it is, a spike clamped to the bound it broke,
+// mean + sigma * std (HistoryEntry). One spike therefore moves the statistics
+// by no more than a value at the bound, while a level that persists (a new
+// learning rate, a harder batch mix) enters step by step and is followed
+// after a run of skips (at window 128 and sigma 6: 12 for |g|
+// doubling, 28 for x10, 66 for x1000, in a test) instead of being skipped for good.
+// Steps with non-finite statistics are GAC's `invalid` and never reach the
+// guard.
 //
 // SpikeSettings and SpikeVerdict are values; SpikeGuard keeps one run's
-// windows with no synchronisation (one per run, used by one thread);
-// JudgeSpike is pure.
+// history with no synchronisation (one per run, used by one thread);
+// JudgeSpike and HistoryEntry are pure.
 #ifndef GAC_CONTROLLER_SPIKE_H_
 #define GAC_CONTROLLER_SPIKE_H_
 
@@ -37,9 +44,9 @@ inline constexpr double kMaxSpikeZ = 1e9;
 struct SpikeSettings {
   double max_grad_norm = 0.0;  // > 0: the absolute bound on |g|; 0: none
   bool zscore = false;         // the z-score rule, on |g| and on the loss when given
-  int window = 128;            // accepted steps the mean and std are over, [2, kMaxSpikeWindow]
+  int window = 128;            // held steps the mean and std are over, [2, kMaxSpikeWindow]
   double sigma = 6.0;          // z above it is a spike; > 0
-  int warmup = 0;              // accepted steps held before the z-score applies, [2, window]; 0: max(2, window / 2)
+  int warmup = 0;              // steps held before the z-score applies, [2, window]; 0: max(2, window / 2)
 
   bool enabled() const { return max_grad_norm > 0.0 || zscore; }
   // warmup, or its default when 0.
@@ -53,16 +60,31 @@ base::Status ValidateSpikeSettings(const SpikeSettings& s);
 
 struct SpikeVerdict {
   bool spike = false;
-  // The z-scores of the step's norm and loss against the accepted steps'
+  // The z-scores of the step's norm and loss against the held steps'
   // (clamped to +-kMaxSpikeZ); absent with the z-score off, before the
   // warm-up, and for the loss without one.
   std::optional<double> grad_norm_z;
   std::optional<double> loss_z;
+  // The bounds they were judged against, mean + sigma * std of the held
+  // values; absent where the z-score is, and where std is 0.
+  std::optional<double> grad_norm_bound;
+  std::optional<double> loss_bound;
 };
 
+// What a judged step adds to the guard's history, per value (norm, loss):
+// a step let through, its value (a finite loss only); a spike, its value
+// clamped to the verdict's bound, its value itself where std was 0, and
+// nothing where the z-score did not apply (off, warming up) or the loss is
+// not finite. `spike` is the step's outcome, which in remote mode gacd gives.
+struct HistoryValues {
+  std::optional<double> grad_norm;
+  std::optional<double> loss;
+};
+HistoryValues HistoryEntry(const SpikeVerdict& verdict, bool spike, double grad_norm, std::optional<double> loss);
+
 // The guard's verdict on a step with norm `grad_norm` (finite) and optional
-// `loss`, given the accepted steps' norms and losses (oldest first; only the
-// newest `settings.window` of each are used).
+// `loss`, given the held norms and losses (oldest first; only the newest
+// `settings.window` of each are used).
 SpikeVerdict JudgeSpike(const SpikeSettings& settings, double grad_norm, std::optional<double> loss,
                         const std::vector<double>& norms, const std::vector<double>& losses);
 
@@ -83,16 +105,16 @@ class SpikeGuard {
   // REQUIRES: ValidateSpikeSettings(settings).ok()
   explicit SpikeGuard(SpikeSettings settings = {}) : settings_(settings) {}
 
-  // Judges the step; an accepted one (no spike) enters the windows.
+  // Judges the step and records it (Record with the verdict's outcome).
   SpikeVerdict Step(double grad_norm, std::optional<double> loss);
-  // JudgeSpike against the windows, remembering nothing.
+  // JudgeSpike against the history, remembering nothing.
   SpikeVerdict Judge(double grad_norm, std::optional<double> loss) const;
-  // Adds an accepted step's norm (and loss) to the windows.
-  void Accept(double grad_norm, std::optional<double> loss);
+  // Adds the step's HistoryEntry to the history.
+  void Record(const SpikeVerdict& verdict, bool spike, double grad_norm, std::optional<double> loss);
   void Clear();
 
   const SpikeSettings& settings() const { return settings_; }
-  // The accepted norms and losses held, oldest first.
+  // The norms and losses held, oldest first.
   std::vector<double> norms() const { return {norms_.begin(), norms_.end()}; }
   std::vector<double> losses() const { return {losses_.begin(), losses_.end()}; }
 

@@ -115,7 +115,7 @@ class Attachment:
         self._agent_made_in = agent_made_in
         self._calibration_window = CalibrationWindow(warmup) if warmup > 0 else None
         self._skip_window = skip_window
-        self._recent: Deque[bool] = collections.deque(maxlen=skip_window)
+        self._recent: Deque[str] = collections.deque(maxlen=skip_window)  # the withheld updates' regimes, "" if taken
         self._warned_at = -skip_window
         self._step = 0
         # What hook() installed; None when detached.
@@ -140,7 +140,7 @@ class Attachment:
     @property
     def skip_fraction(self) -> float:
         """The fraction of the last ``skip_window`` updates that GAC skipped (0 before the first)."""
-        return sum(self._recent) / len(self._recent) if self._recent else 0.0
+        return sum(1 for r in self._recent if r) / len(self._recent) if self._recent else 0.0
 
     @property
     def warming_up(self) -> bool:
@@ -255,7 +255,7 @@ class Attachment:
         self.skipped += withheld
         if report.regime == "project" and report.gradient_modified:
             self.projected += 1
-        self._recent.append(withheld)
+        self._recent.append(report.regime if withheld else "")
         self._warn_if_mostly_skipped()
         if self.telemetry is not None:
             scalars = dict(self.scalars()) if self.scalars is not None else {}
@@ -270,14 +270,27 @@ class Attachment:
 
     def _warn_if_mostly_skipped(self) -> None:
         n = len(self._recent)
-        skipped = sum(self._recent)
+        skipped = sum(1 for r in self._recent if r)
         if n < self._skip_window or 2 * skipped <= n or self.reports - self._warned_at < self._skip_window:
             return
         self._warned_at = self.reports
-        logger.warning(
-            "gac: %d of the last %d updates were skipped (|c_t| >= c_high = %.3g): the thresholds may not suit "
-            "this model. Calibrate them on it (gac.attach(..., warmup=N), gacctl calibrate) or observe only "
-            "(control=False).", skipped, n, self.agent.c_high)
+        by = collections.Counter(r for r in self._recent if r)
+        spikes, aligned = by.pop("spike", 0), by.pop("skip", 0)
+        causes = [f"{aligned} with |c_t| >= c_high = {self.agent.c_high:.3g}"] if aligned else []
+        causes += [f"{spikes} by the spike guard"] if spikes else []
+        causes += [f"{count} {regime}" for regime, count in sorted(by.items())]
+        advice = []
+        if aligned:
+            advice.append("the thresholds may not suit this model: calibrate them on it (gac.attach(..., warmup=N), "
+                          "gacctl calibrate) or observe only (control=False)")
+        if spikes:
+            advice.append("the gradient norm or the loss rose above the recent steps and stayed there (a learning-rate "
+                          "change, a data or loss-scale shift): the guard follows a level that persists after a run "
+                          "of skips; check the data, or loosen spike_sigma")
+        if by:
+            advice.append("non-finite gradients: check the loss scale and the data")
+        logger.warning("gac: %d of the last %d updates were skipped (%s): %s.", skipped, n, ", ".join(causes),
+                       "; ".join(advice))
 
     def _end_warmup(self, window: CalibrationWindow) -> None:
         self._calibration_window = None

@@ -204,7 +204,8 @@ def test_most_updates_skipped_warns_and_says_so(caplog: pytest.LogCaptureFixture
                 assert not caplog.records  # the window (20) is not full yet
     warnings = [r for r in caplog.records if r.name == "gac" and r.levelno == logging.WARNING]
     assert len(warnings) == 2  # at step 20, then not again before 20 more steps (at 40)
-    assert "19 of the last 20 updates were skipped" in warnings[0].getMessage()
+    assert "19 of the last 20 updates were skipped (19 with |c_t| >= c_high = 2e-09)" in warnings[0].getMessage()
+    assert "calibrate them" in warnings[0].getMessage() and "spike" not in warnings[0].getMessage()
     assert "20 of the last 20 updates were skipped" in warnings[1].getMessage()
     assert fractions[0] == 0.0 and fractions[1] == 0.5 and fractions[19] == 0.95 and fractions[-1] == 1.0
     assert att.metrics() == {"gac/skipped_total": 44.0, "gac/projected_total": 0.0, "gac/skip_fraction": 1.0}
@@ -313,3 +314,18 @@ def test_bad_arguments_raise_and_change_nothing() -> None:
     att.detach()
     att.detach()  # idempotent
     assert "step" not in vars(opt)
+
+
+def test_updates_skipped_by_the_spike_guard_are_named_as_such(caplog: pytest.LogCaptureFixture) -> None:
+    grads = Gradients(2)
+    opt = torch.optim.SGD(grads.model.parameters(), lr=0.1)
+    # Every gradient is above max_grad_norm; GAC's thresholds are out of reach.
+    att = gac.attach(opt, max_grad_norm=1e-9, c_low=0.999, c_high=1.0)
+    with caplog.at_level(logging.WARNING, logger="gac"):
+        for _ in range(20):
+            grads.backward(0.3)
+            opt.step()
+    warnings = [r.getMessage() for r in caplog.records if r.name == "gac" and r.levelno == logging.WARNING]
+    assert len(warnings) == 1
+    assert "20 of the last 20 updates were skipped (20 by the spike guard)" in warnings[0]
+    assert "check the data" in warnings[0] and "c_high" not in warnings[0]

@@ -118,6 +118,15 @@ class RemoteController(DecisionSource):
         reason: str = "",
         mode: Optional[Mode] = None,
     ) -> None: ...
+    def set_spike_guard(
+        self,
+        *,
+        max_grad_norm: Optional[float] = None,
+        spike_sigma: Optional[float] = None,
+        spike_window: Optional[int] = None,
+        spike_warmup: Optional[int] = None,
+        reason: str = "",
+    ) -> None: ...
     def set_run_thresholds(self, c_low: float, c_high: float, alpha_mode: AlphaMode = "paper", reason: str = "") -> None: ...  # deprecated: set_thresholds (removed in 0.3.0)
 
 def check_gacd(address: str, *, token: Optional[str] = None, tls: _Tls = None, timeout: float = 2.0) -> str: ...

@@ -272,17 +272,9 @@ class PyAgent {
     return resolved;
   }
 
-  // The spike guard's keywords: any of spike_sigma, spike_window,
-  // spike_warmup turns its z-score on; None keeps the default.
   void SetSpike(const py::object& max_grad_norm, const py::object& sigma, const py::object& window,
                 const py::object& warmup) {
-    controller::SpikeSettings& s = options_.spike;
-    if (!max_grad_norm.is_none()) s.max_grad_norm = max_grad_norm.cast<double>();
-    s.zscore = !sigma.is_none() || !window.is_none() || !warmup.is_none();
-    if (!sigma.is_none()) s.sigma = sigma.cast<double>();
-    if (!window.is_none()) s.window = window.cast<int>();
-    if (!warmup.is_none()) s.warmup = warmup.cast<int>();
-    ThrowIfError(controller::ValidateSpikeSettings(s));
+    options_.spike = SpikeFromKeywords(max_grad_norm, sigma, window, warmup);
   }
 
   // A step's loss: None, a number or a one-element tensor (read with float()).

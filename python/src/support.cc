@@ -36,4 +36,17 @@ controller::Trigger TriggerFromName(const std::string& name) {
   return *trigger;
 }
 
+controller::SpikeSettings SpikeFromKeywords(const pybind11::object& max_grad_norm, const pybind11::object& sigma,
+                                            const pybind11::object& window, const pybind11::object& warmup) {
+  controller::SpikeSettings s;
+  if (!max_grad_norm.is_none()) s.max_grad_norm = max_grad_norm.cast<double>();
+  s.zscore = !sigma.is_none() || !window.is_none() || !warmup.is_none();
+  if (!sigma.is_none()) s.sigma = sigma.cast<double>();
+  if (!window.is_none()) s.window = window.cast<int>();
+  if (!warmup.is_none()) s.warmup = warmup.cast<int>();
+  const base::Status st = controller::ValidateSpikeSettings(s);
+  if (!st.ok()) RaiseStatus(st);
+  return s;
+}
+
 }  // namespace gac::python

@@ -16,6 +16,7 @@
 #include <utility>
 
 #include "gac/controller/controller.h"
+#include "gac/controller/spike.h"
 #include "gac/controller/window.h"
 #include "gac/base/status.h"
 
@@ -43,6 +44,13 @@ T ValueOrRaise(base::StatusOr<T>&& value) {
 controller::AlphaMode AlphaModeFromName(const std::string& name);
 controller::Mode ModeFromName(const std::string& name);
 controller::Trigger TriggerFromName(const std::string& name);
+
+// The spike guard from the keywords every surface takes (None: not given):
+// max_grad_norm; any of spike_sigma, spike_window, spike_warmup turns the
+// z-score on, the others keeping their defaults. Raises InvalidArgumentError
+// naming the keyword for settings the controller refuses.
+controller::SpikeSettings SpikeFromKeywords(const pybind11::object& max_grad_norm, const pybind11::object& sigma,
+                                            const pybind11::object& window, const pybind11::object& warmup);
 
 // Issues a DeprecationWarning with `message` at the caller's line.
 // REQUIRES: the GIL is held. Raises when warnings are errors.

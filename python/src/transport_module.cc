@@ -315,6 +315,24 @@ void BindRemoteController(py::module_& m) {
           "Sets the run's thresholds on gacd (the token needs admin rights); the run keeps its mode unless `mode`\n"
           "('monitor', 'local' or 'remote') is given. `reason` goes to gacd's audit log. Waits up to 10 s.")
       .def(
+          "set_spike_guard",
+          [](RemoteController& rc, const py::object& max_grad_norm, const py::object& spike_sigma,
+             const py::object& spike_window, const py::object& spike_warmup, const std::string& reason) {
+            const controller::SpikeSettings s = SpikeFromKeywords(max_grad_norm, spike_sigma, spike_window,
+                                                                  spike_warmup);
+            base::Status st = [&] {
+              py::gil_scoped_release release;
+              return rc.SetSpikeGuard(s, reason);
+            }();
+            ThrowIfError(st);
+          },
+          py::kw_only(), "max_grad_norm"_a = py::none(), "spike_sigma"_a = py::none(), "spike_window"_a = py::none(),
+          "spike_warmup"_a = py::none(), "reason"_a = "",
+          "Replaces the run's spike guard on gacd (the token needs admin rights; the run's other settings are\n"
+          "kept), with the keywords of gac.Agent: max_grad_norm (> 0: the bound on |g|), and any of spike_sigma,\n"
+          "spike_window, spike_warmup for the z-score. With none of them the guard is turned off. ValueError,\n"
+          "before asking gacd, for settings the controller refuses. Waits up to 10 s.")
+      .def(
           "set_run_thresholds",
           [](RemoteController& rc, double c_low, double c_high, const std::string& alpha_mode,
              const std::string& reason) {

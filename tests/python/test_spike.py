@@ -271,3 +271,10 @@ def test_remote_mode_gacd_guards_with_the_runs_settings_on_the_agents_history(ga
     assert [int(row[header.index("step")]) for row in spikes] == [40]
     ctl("config", "set", run, "--spike-off", "--reason", "off again")
     assert "spike_guard off" in ctl("config", "get", run)
+    # The same through the Python API: set, refused before gacd is asked, off.
+    rc.set_spike_guard(max_grad_norm=100.0, spike_sigma=4, reason="from python")
+    assert "spike_guard |g| > 100 or z > 4 over 128 steps (after 64)" in ctl("config", "get", run)
+    with pytest.raises(ValueError, match="spike_window must be in"):
+        rc.set_spike_guard(spike_window=1)
+    rc.set_spike_guard(reason="off from python")
+    assert "spike_guard off" in ctl("config", "get", run)

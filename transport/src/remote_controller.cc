@@ -249,6 +249,13 @@ base::Status RemoteController::SetTrigger(const controller::TriggerSettings& tri
   return impl_->SetRunConfig(req, reason);
 }
 
+base::Status RemoteController::SetSpikeGuard(const controller::SpikeSettings& spike, const std::string& reason) {
+  GAC_RETURN_IF_ERROR(controller::ValidateSpikeSettings(spike));
+  v1::SetRunConfigRequest req;
+  *req.mutable_spike() = proto::ToProto(spike);
+  return impl_->SetRunConfig(req, reason);
+}
+
 base::Status RemoteController::SetRunThresholds(const controller::Thresholds& thresholds, controller::AlphaMode alpha_mode,
                                           const std::string& reason) {
   return SetThresholds(thresholds, alpha_mode, reason, controller::Mode::kRemote);

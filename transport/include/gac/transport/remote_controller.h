@@ -39,6 +39,7 @@
 #include <string>
 
 #include "gac/controller/decision_source.h"
+#include "gac/controller/spike.h"
 #include "gac/controller/window.h"
 
 namespace gac::transport {
@@ -69,6 +70,11 @@ class RemoteController final : public controller::DecisionSource {
   // rights; the rest of the run's settings are kept). Waits up to 10 s.
   base::Status SetTrigger(const controller::TriggerSettings& trigger, controller::AlphaMode alpha_mode,
                           const std::string& reason);
+  // Replaces the run's spike guard on gacd whole (admin rights; the rest of
+  // the run's settings are kept); a guard with neither rule turns it off.
+  // InvalidArgument, before asking gacd, for settings the controller
+  // refuses. Waits up to 10 s.
+  base::Status SetSpikeGuard(const controller::SpikeSettings& spike, const std::string& reason);
   // The former name, which also switched the run to remote mode: the same as
   // SetThresholds(thresholds, alpha_mode, reason, Mode::kRemote).
   [[deprecated("use SetThresholds (which keeps the run's mode unless asked)")]]

@@ -38,8 +38,12 @@
 # $REP_SEEDS (201-224), s in $REP_STALENESS ("16 32"), 432 runs, into
 # $OUT/replication, and its table (analyze.py replicate).
 #
+# `scripts/experiment.sh sizes` instead runs the size sweep (docs/RESULTS.md,
+# "Where c_t leaves its noise floor"): 21 synchronous runs into $OUT/sizes
+# and its table (analyze.py sizes).
+#
 # `scripts/experiment.sh spikes` instead runs the spike guard's experiment
-# (docs/RESULTS.md, "The spike guard"): 80 runs into $OUT/spikes and its
+# (docs/RESULTS.md, "The spike guard"): 120 runs into $OUT/spikes and its
 # table (examples/grpo/spikes.py).
 #
 # `scripts/experiment.sh pilot` instead runs the measurements that chose the
@@ -129,12 +133,37 @@ if [ "${1:-}" = pilot ]; then
   exit 0
 fi
 
+if [ "${1:-}" = sizes ]; then
+  # Where c_t leaves its noise floor (docs/RESULTS.md, "the size sweep"):
+  # synchronous GRPO in monitor mode on the calibration seeds $CAL_SEEDS, the
+  # configuration of "Setup" but for the policy: MLPs of 2 hidden layers of
+  # width 64-1024, the transformer (2 blocks, 4 heads, 1,500 warm-up steps)
+  # at widths 64 and 128. Longest first. Then analyze.py sizes: its table
+  # and sizes-runs.csv (one row per run).
+  SZ=$OUT/sizes
+  mkdir -p "$SZ"
+  : > "$SZ/jobs.txt"
+  for p in "tf-d128: --arch transformer --layers 2 --heads 4 --width 128 --sft-steps 1500" \
+           "mlp-w1024: --width 1024 --sft-steps 600" \
+           "tf-d64: --arch transformer --layers 2 --heads 4 --width 64 --sft-steps 1500" \
+           "mlp-w512: --width 512 --sft-steps 600" "mlp-w256: --width 256 --sft-steps 600" \
+           "mlp-w128: --width 128 --sft-steps 600" "mlp-w64: --width 64 --sft-steps 600"; do
+    for seed in $CAL_SEEDS; do echo "${p%%:*}_s0_seed$seed ${p#*:} --seed $seed" >> "$SZ/jobs.txt"; done
+  done
+  run_jobs "$SZ/jobs.txt" "$SZ/runs" "--steps $STEPS --lr $LR --prompts 64 --group 8 --eval-every 20 --window 20 \
+--every 1000 --pr-every 25 --mech-every 0 --staleness 0 --loss grpo --agent monitor $EXTRA"
+  "$PYTHON" examples/grpo/analyze.py sizes --runs "$SZ/runs" --out "$SZ"
+  exit 0
+fi
+
 if [ "${1:-}" = spikes ]; then
   # The spike guard on injected gradient spikes (docs/RESULTS.md, "The spike
   # guard"): seeds $SPIKE_SEEDS, s in {0, 16}, gradient clipping at 1 (the
   # default) and none, arms clean, clean+guard, inj, inj+guard; injected:
   # each step after 50 has its gradient multiplied by 1e3 with probability
-  # 0.01 (the same steps in every arm of a seed). GAC's thresholds are out of
+  # 0.01 (the same steps in every arm of a seed), and cleanolmo, injolmo:
+  # OLMo-core's skip-step rule in the trainer instead of gac's guard
+  # (--olmo-skip-sigma 6, window 128). GAC's thresholds are out of
   # reach (c_low 0.999, c_high 1, local mode): the guard alone decides. Then
   # examples/grpo/spikes.py: the guard's recall and false skips, held-out
   # accuracy, and OLMo-core's SkipStepOptimizer on the same steps when
@@ -152,6 +181,8 @@ if [ "${1:-}" = spikes ]; then
         echo "cleanguard_clip${clip}_s${s}_seed$seed $common --spike-sigma 6" >> "$SP/jobs.txt"
         echo "inj_clip${clip}_s${s}_seed$seed $common --inject-spikes 0.01" >> "$SP/jobs.txt"
         echo "injguard_clip${clip}_s${s}_seed$seed $common --inject-spikes 0.01 --spike-sigma 6" >> "$SP/jobs.txt"
+        echo "cleanolmo_clip${clip}_s${s}_seed$seed $common --olmo-skip-sigma 6" >> "$SP/jobs.txt"
+        echo "injolmo_clip${clip}_s${s}_seed$seed $common --inject-spikes 0.01 --olmo-skip-sigma 6" >> "$SP/jobs.txt"
       done
     done
   done

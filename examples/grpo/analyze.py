@@ -18,11 +18,15 @@
       drift over the lag window; replication.md, replication.csv (the
       contrasts) and replication-runs.csv (one row per run: the rows the
       tables are built from).
+  analyze.py sizes --runs DIR --out DIR
+      The size sweep (scripts/experiment.sh sizes): per policy, the
+      participation ratio, the noise-floor rms, on-policy q0.9 |c_t| and
+      their ratio; sizes.md and sizes-runs.csv (one row per run).
   analyze.py tables [--data DIR] [--check FILE.md | --write FILE.md]
       Every table of docs/RESULTS.md that has its data in the repository
-      (DIR, default examples/grpo/data: replication.tar.xz and spikes.tar.xz,
-      the per-step CSVs and logs; replication-runs.csv and spikes-runs.csv,
-      the per-run rows), rebuilt: printed, checked against the blocks
+      (DIR, default examples/grpo/data: replication.tar.xz, sizes.tar.xz and
+      spikes.tar.xz, the per-step CSVs and logs; replication-runs.csv,
+      sizes-runs.csv and spikes-runs.csv, the per-run rows), rebuilt: printed, checked against the blocks
       "<!-- table NAME: rebuilt by analyze.py tables -->" of FILE.md, or
       written into them. Checking also rebuilds the per-run rows from the
       archives and fails where they differ.
@@ -1340,6 +1344,72 @@ def replicate(args):
     print(text, end="")
 
 
+# --- the size sweep (docs/RESULTS.md, "Where c_t leaves its noise floor") ----------------
+
+SIZE_POLICIES = [("mlp-w64", "MLP w64"), ("mlp-w128", "MLP w128 (the example)"), ("mlp-w256", "MLP w256"),
+                 ("mlp-w512", "MLP w512"), ("mlp-w1024", "MLP w1024"), ("tf-d64", "transformer d64"),
+                 ("tf-d128", "transformer d128")]
+SIZE_RUN_KEYS = ["policy", "seed", "parameters", "pr_pop", "noise_rms", "q90", "start", "final", "cpu_s"]
+
+
+def size_record(r):
+    m = metrics(r)
+    params = re.search(r"([0-9]+) parameters", r["log"])
+    cpu = re.search(r"cpu_s=([0-9.]+)", r["log"])
+    return {"parameters": int(params.group(1)) if params else None, "pr_pop": m["pr_pop"],
+            "noise_rms": m["noise_rms"], "q90": m["q90"], "start": m["start"], "final": m["final"],
+            "cpu_s": float(cpu.group(1)) if cpu else None}
+
+
+def write_size_runs(records, path):
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(SIZE_RUN_KEYS)
+        for (policy, seed), rec in sorted(records.items()):
+            w.writerow([policy, seed] + ["" if rec[k] is None else f"{rec[k]:.6g}" if isinstance(rec[k], float)
+                                         else rec[k] for k in SIZE_RUN_KEYS[2:]])
+
+
+def read_size_runs(path):
+    with open(path, newline="") as f:
+        return {(row["policy"], int(row["seed"])): {k: (int(row[k]) if k == "parameters" and row[k] else fnum(row[k]))
+                                                     for k in SIZE_RUN_KEYS[2:]} for row in csv.DictReader(f)}
+
+
+def sizes_text(records):
+    """The size sweep's table from its per-run rows: per policy, mean ± sd over seeds."""
+    lines = ["| policy | parameters | runs | PR (population) | noise floor rms | on-policy q0.9 \\|c_t\\| | q0.9 / rms "
+             "| held-out start → end | CPU s per run |", "|---|---|---|---|---|---|---|---|---|"]
+    for name, label in SIZE_POLICIES:
+        rs = [rec for (p, _), rec in sorted(records.items()) if p == name]
+        if not rs:
+            continue
+        ratio = [r["q90"] / r["noise_rms"] for r in rs if r["q90"] is not None and r["noise_rms"]]
+        lines.append(f"| {label} | {rs[0]['parameters']:,} | {len(rs)} | {mean_sd([r['pr_pop'] for r in rs], 1)} "
+                     f"| {mean_sd([r['noise_rms'] for r in rs])} | {mean_sd([r['q90'] for r in rs])} "
+                     f"| {mean_sd(ratio, 2)} | {mean_sd([r['start'] for r in rs])} → {mean_sd([r['final'] for r in rs])} "
+                     f"| {fmt(mean([r['cpu_s'] for r in rs]), 0)} |")
+    return "\n".join(lines) + "\n"
+
+
+def load_sizes(runs_dir):
+    out = {}
+    for (policy, _, seed), r in load_finished(runs_dir).items():
+        out[(policy, seed)] = size_record(r)
+    return out
+
+
+def sizes(args):
+    records = load_sizes(args.runs)
+    if not records:
+        sys.exit(f"sizes: no finished runs in {args.runs}")
+    os.makedirs(args.out, exist_ok=True)
+    write_size_runs(records, os.path.join(args.out, "sizes-runs.csv"))
+    text = sizes_text(records)
+    open(os.path.join(args.out, "sizes.md"), "w").write(text)
+    print(text, end="")
+
+
 # --- the committed data and the tables rebuilt from it ---------------------------------------
 
 DATA_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
@@ -1403,11 +1473,19 @@ def build_tables(data, problems):
         tables["replication-detectors"] = "\n".join(out[2:]).rstrip("\n") + "\n"
         tables["replication-separation"] = separation_text(pool)
 
+        sz = os.path.join(tmp, "sizes")
+        extract(os.path.join(data, "sizes.tar.xz"), sz)
+        rebuilt = os.path.join(tmp, "sizes-runs.csv")
+        write_size_runs(load_sizes(os.path.join(sz, "runs")), rebuilt)
+        if open(rebuilt).read() != open(os.path.join(data, "sizes-runs.csv")).read():
+            problems.append("sizes-runs.csv differs from the rows rebuilt from sizes.tar.xz")
+        tables["sizes"] = sizes_text(read_size_runs(os.path.join(data, "sizes-runs.csv")))
+
         sp = os.path.join(tmp, "spikes")
         extract(os.path.join(data, "spikes.tar.xz"), sp)
         committed = spikes.read_rows(os.path.join(data, "spikes-runs.csv"))
         fresh = spikes.collect(os.path.join(sp, "runs"))
-        olmo = fresh and any(r["olmo_skips"] is not None for r in fresh)
+        olmo = fresh and any(r["olmo_replay_skips"] is not None for r in fresh)
         keys = [k for k in spikes.ROW_KEYS if olmo or not k.startswith("olmo_")]
         strip = lambda rows: [{k: (round(r[k], 6) if isinstance(r[k], float) else r[k]) for k in keys} for r in rows]
         if strip(committed) != strip(fresh):
@@ -1500,6 +1578,9 @@ def main(argv=None):
     q = sub.add_parser("replicate", help="the pre-registered replication's contrasts (docs/RESULTS.md)")
     q.add_argument("--runs", required=True)
     q.add_argument("--out", required=True)
+    z = sub.add_parser("sizes", help="the size sweep's table (scripts/experiment.sh sizes)")
+    z.add_argument("--runs", required=True)
+    z.add_argument("--out", required=True)
     t = sub.add_parser("tables", help="every table built from the committed data (examples/grpo/data)")
     t.add_argument("--data", default=DATA_DIR)
     mode = t.add_mutually_exclusive_group()
@@ -1507,7 +1588,7 @@ def main(argv=None):
     mode.add_argument("--write", metavar="MARKDOWN", help="replace the tables there by the rebuilt ones")
     args = ap.parse_args(argv)
     return {"calibrate": calibrate, "control": control, "pilot": pilot, "report": report,
-            "replicate": replicate, "tables": tables}[args.cmd](args)
+            "replicate": replicate, "sizes": sizes, "tables": tables}[args.cmd](args)
 
 
 if __name__ == "__main__":

@@ -46,11 +46,13 @@
 #include <map>
 #include <memory>
 #include <numeric>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
 
 #include "examples/grpo/grpo.h"
+#include "examples/grpo/olmo_skip.h"
 #include "examples/grpo/probes.h"
 #include "gac/agent/agent.h"
 #include "gac/controller/calibration.h"
@@ -105,6 +107,10 @@ struct Flags {
   // of its own, so runs with and without the guard inject at the same steps.
   double inject_rate = 0.0, inject_scale = 1e3;
   int inject_after = 50;
+  // OLMo-core's skip-step rule in the trainer (examples/grpo/olmo_skip.h),
+  // for comparison with gac's guard: off unless --olmo-skip-sigma.
+  double olmo_skip_sigma = 0.0;
+  int olmo_skip_window = 128;
   gac::grpo::LossOptions loss;
   gac::agent::Mode mode = gac::agent::Mode::kMonitor;
   std::string csv, calibrate_out, gacd, token, run;
@@ -129,6 +135,7 @@ struct Flags {
                "                [--sft-steps N] [--sft-batch B] [--sft-lr X]\n"
                "                [--spike-sigma X] [--spike-window N] [--spike-warmup N] [--max-grad-norm X]\n"
                "                [--inject-spikes P] [--inject-scale X] [--inject-after N]\n"
+               "                [--olmo-skip-sigma X] [--olmo-skip-window N]\n"
                "                [--gacd HOST:PORT [--token T] [--run ID]] [--smoke]\n",
                msg.c_str());
   std::exit(2);
@@ -231,6 +238,8 @@ Flags Parse(int argc, char** argv) {
     else if (a == "--inject-spikes" && x >= 0 && x < 1) f.inject_rate = x;
     else if (a == "--inject-scale" && x > 0) f.inject_scale = x;
     else if (a == "--inject-after" && x >= 0) f.inject_after = static_cast<int>(x);
+    else if (a == "--olmo-skip-sigma" && x > 0) f.olmo_skip_sigma = x;
+    else if (a == "--olmo-skip-window" && x >= 4) f.olmo_skip_window = static_cast<int>(x);
     else Usage("unknown flag or bad value: " + a + " " + v);
   }
   if (f.smoke) {
@@ -315,6 +324,8 @@ int main(int argc, char** argv) {
   std::mt19937_64 skip_rng(static_cast<std::uint64_t>(flags.seed) * 0x9e3779b97f4a7c15ull + 2);
   std::mt19937_64 probe_rng(static_cast<std::uint64_t>(flags.seed) * 0x9e3779b97f4a7c15ull + 3);
   std::mt19937_64 inject_rng(static_cast<std::uint64_t>(flags.seed) * 0x9e3779b97f4a7c15ull + 4);
+  std::optional<gac::grpo::OlmoSkipRule> olmo_rule;
+  if (flags.olmo_skip_sigma > 0.0) olmo_rule.emplace(flags.olmo_skip_sigma, flags.olmo_skip_window);
   at::Generator probe_gen = at::make_generator<at::CPUGeneratorImpl>(static_cast<std::uint64_t>(flags.seed) + 7919);
 
   // CPU by default; CUDA when this LibTorch has it and a GPU is visible.
@@ -506,7 +517,8 @@ int main(int argc, char** argv) {
                                                  project ? flags.beta : 1.0, probe_rng, probe_gen);
         }
         const bool random_skip = flags.random_skip > 0.0 && unit(skip_rng) < flags.random_skip;
-        const bool stepped = report->step_optimizer && !random_skip && forced_skips.count(step) == 0;
+        const bool olmo_skip = olmo_rule && olmo_rule->Skip(loss.loss.item<double>(), d.grad_norm);
+        const bool stepped = report->step_optimizer && !random_skip && !olmo_skip && forced_skips.count(step) == 0;
         // |gradient applied| / |raw gradient| (before clipping): 0 on a skip.
         double grad_scale = 0.0;
         if (stepped) {

@@ -2,28 +2,33 @@
 """The spike guard's experiment (scripts/experiment.sh spikes): its recall
 and precision on injected gradient spikes, its false skips on runs without
 any, the held-out accuracy with and without it against the same runs without
-injection, and OLMo-core's SkipStepOptimizer judging the same steps.
+injection, and OLMo-core's skip-step rule on the same seeds, both inside the
+trainer and replayed by the class itself.
 
 Runs: RUNS/<arm>_clip<1|none>_s<s>_seed<n>.csv (gac_grpo --csv; columns step,
-heldout_acc, loss, grad_norm, regime, injected) with their .log. Arms: clean
-(no injection, no guard), cleanguard (the guard, no injection), inj (spikes
-injected, no guard), injguard (both).
+heldout_acc, loss, grad_norm, regime, stepped, injected) with their .log.
+Arms: clean (no injection, no guard), cleanguard (gac's guard, no
+injection), inj (spikes injected, no guard), injguard (both), cleanolmo and
+injolmo (OLMo-core's rule in the trainer, gac_grpo --olmo-skip-sigma 6,
+instead of gac's guard).
 
-- recall = injected steps the guard called spikes / injected steps;
-  precision = those / every step it called a spike (injguard runs);
-  false skips = spikes in cleanguard runs (no step was injected there).
+- skips: steps the run's rule skipped (regime "spike" for gac's guard,
+  stepped == 0 for OLMo-core's rule; GAC's thresholds are out of reach);
+  recall = injected steps skipped / injected steps; precision = those /
+  every step skipped (inj* runs); false skips = skips in clean* runs (no
+  step was injected there).
 - The endpoint: the mean held-out accuracy of the last 5 evaluations
   (analyze.py's primary endpoint); differences from the clean run of the
   same seed, clipping and staleness, with a paired 95 % t-interval.
-- OLMo-core (`ai2-olmo-core`, olmo_core.optim.SkipStepOptimizer, when
-  importable): the class itself, fed each step's loss and grad_norm as its
-  train module does (latest_loss, latest_grad_norm; rolling_interval_length
-  128, sigma_factor 6) and asked step_skipped, on the injguard and cleanguard
-  runs' own steps. Its history keeps every step, skipped ones included, and
-  it needs both a loss and a norm; gac's guard holds a spike at the bound it
-  broke (mean + 6 sd), not as it was.
-  It is replayed on the recorded steps, not run inside the trainer: its
-  recall and false skips are measured, its effect on accuracy is not.
+- OLMo-core's class (`ai2-olmo-core`, olmo_core.optim.SkipStepOptimizer,
+  when importable), fed each step's loss and grad_norm as its train module
+  does (latest_loss, latest_grad_norm; rolling_interval_length 128,
+  sigma_factor 6) and asked step_skipped, on every guarded run's own steps:
+  on the *guard runs a replay (its recall and false skips on the same
+  steps); on the *olmo runs a check that the trainer's copy of the rule
+  (examples/grpo/olmo_skip.h) skipped exactly the steps the class would.
+  Its history keeps every step as it was, skipped ones included; gac's
+  guard holds a spike at the bound it broke (mean + 6 sd).
   To make it importable without its own torch pin (torch < 2.14):
       python -m pip install --target DIR cached-path dataclass-extensions rich bettermap \\
           safetensors importlib_resources pyyaml
@@ -48,8 +53,8 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import analyze  # noqa: E402  (the endpoint and the t-interval)
 
-ARMS = ["clean", "cleanguard", "inj", "injguard"]
-NAME = re.compile(r"^(clean|cleanguard|inj|injguard)_clip(1|none)_s(\d+)_seed(\d+)\.csv$")
+ARMS = ["clean", "cleanguard", "inj", "injguard", "cleanolmo", "injolmo"]
+NAME = re.compile(r"^(clean|cleanguard|inj|injguard|cleanolmo|injolmo)_clip(1|none)_s(\d+)_seed(\d+)\.csv$")
 
 
 def load(path):
@@ -59,7 +64,8 @@ def load(path):
         return None
     _, rows = analyze.read_csv(path)
     evals = [(int(r["step"]), float(r["heldout_acc"])) for r in rows if r["heldout_acc"] != ""]
-    steps = [(int(r["step"]), float(r["loss"]), float(r["grad_norm"]), r["regime"], r["injected"] == "1")
+    steps = [(int(r["step"]), float(r["loss"]), float(r["grad_norm"]),
+              "skipped" if r.get("stepped") == "0" and r["regime"] != "spike" else r["regime"], r["injected"] == "1")
              for r in rows]
     return {"steps": steps, "endpoint": analyze.last_evals_mean(evals)}
 
@@ -107,12 +113,13 @@ def interval(xs):
     return f"{m:+.3f} [{lo:+.3f}, {hi:+.3f}]"
 
 
-ROW_KEYS = ["arm", "clip", "staleness", "seed", "injected", "guard_spikes", "guard_caught", "olmo_skips",
-            "olmo_caught", "endpoint"]
+ROW_KEYS = ["arm", "clip", "staleness", "seed", "injected", "skips", "caught", "olmo_replay_skips",
+            "olmo_replay_caught", "olmo_replay_same", "endpoint"]
 
 
 def collect(runs_dir):
-    """The per-run rows (ROW_KEYS) of the finished runs in runs_dir; the OLMo-core columns when importable."""
+    """The per-run rows (ROW_KEYS) of the finished runs in runs_dir; the OLMo-core class's columns when it is
+    importable (olmo_replay_same: on an *olmo run, 1 when the class skips exactly the steps the trainer did)."""
     runs = {}
     for path in sorted(glob.glob(os.path.join(runs_dir, "*.csv"))):
         m = NAME.match(os.path.basename(path))
@@ -126,12 +133,17 @@ def collect(runs_dir):
     olmo_available = olmo_verdicts([]) is not None
     rows = []
     for (arm, clip, s, seed), r in sorted(runs.items()):
-        guard = {step for step, _, _, regime, _ in r["steps"] if regime == "spike"}
-        n_inj, caught, called = detection(r["steps"], guard)
-        row = {"arm": arm, "clip": clip, "staleness": s, "seed": seed, "injected": n_inj, "guard_spikes": called,
-               "guard_caught": caught, "olmo_skips": None, "olmo_caught": None, "endpoint": r["endpoint"]}
-        if olmo_available and arm in ("injguard", "cleanguard"):
-            _, row["olmo_caught"], row["olmo_skips"] = detection(r["steps"], olmo_verdicts(r["steps"]))
+        rule = "skipped" if arm.endswith("olmo") else "spike"
+        skipped = {step for step, _, _, regime, _ in r["steps"] if regime == rule}
+        n_inj, caught, called = detection(r["steps"], skipped)
+        row = {"arm": arm, "clip": clip, "staleness": s, "seed": seed, "injected": n_inj, "skips": called,
+               "caught": caught, "olmo_replay_skips": None, "olmo_replay_caught": None, "olmo_replay_same": None,
+               "endpoint": r["endpoint"]}
+        if olmo_available and arm not in ("clean", "inj"):
+            replay = olmo_verdicts(r["steps"])
+            _, row["olmo_replay_caught"], row["olmo_replay_skips"] = detection(r["steps"], replay)
+            if arm.endswith("olmo"):
+                row["olmo_replay_same"] = int(replay == skipped)
         rows.append(row)
     return rows
 
@@ -150,50 +162,60 @@ def read_rows(path):
     with open(path, newline="") as f:
         for row in csv.DictReader(f):
             out = {"arm": row["arm"], "clip": row["clip"], "endpoint": analyze.fnum(row["endpoint"])}
-            for k in ("staleness", "seed", "injected", "guard_spikes", "guard_caught", "olmo_skips", "olmo_caught"):
+            for k in ("staleness", "seed", "injected", "skips", "caught", "olmo_replay_skips", "olmo_replay_caught",
+                      "olmo_replay_same"):
                 out[k] = int(row[k]) if row[k] != "" else None
             rows.append(out)
     return rows
 
 
 def render(rows):
-    """The tables (markdown) from the per-run rows. OLMo-core's columns are filled where the rows have them."""
+    """The tables (markdown) from the per-run rows. The replay's columns are filled where the rows have them."""
     settings = sorted({(r["clip"], r["staleness"]) for r in rows}, key=lambda k: (k[0] != "1", k[1]))
     seeds = sorted({r["seed"] for r in rows})
-    olmo_available = any(r["olmo_skips"] is not None for r in rows)
+    replayed = any(r["olmo_replay_skips"] is not None for r in rows)
     by = {(r["arm"], r["clip"], r["staleness"], r["seed"]): r for r in rows}
     out = [f"Seeds {', '.join(map(str, seeds))}; injected: each step after 50 with probability 0.01, gradient x 1e3; "
-           "the guard: z-score of |g| and of the loss, 128 steps, 6 sigma, from 64 held.", ""]
+           "gac's guard: z-score of |g| and of the loss, 128 steps, 6 sigma, from 64 held; OLMo-core's rule: "
+           "the same numbers, its history keeping every step as it was.", ""]
     out += ["### Detection", "",
-            "| clipping | s | injected | guard: caught (recall) | guard: spikes (precision) | guard: false skips, "
-            "clean runs | OLMo-core: caught (recall) | OLMo-core: skips (precision) | OLMo-core: false skips, clean runs |",
-            "|---|---|---|---|---|---|---|---|---|"]
+            "| clipping | s | injected | gac's guard: caught (recall) | skips (precision) | false skips, clean runs "
+            "| OLMo-core's rule in the trainer: caught (recall) | skips (precision) | false skips, clean runs "
+            "| OLMo-core's class replayed on the guard runs: caught (recall) | skips (precision) "
+            "| false skips, clean runs |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    pick = lambda arm, clip, s: [by[k] for k in by if k[0] == arm and k[1] == clip and k[2] == s]
     for clip, s in settings:
-        inj = [by[k] for k in by if k[0] == "injguard" and k[1] == clip and k[2] == s]
-        cln = [by[k] for k in by if k[0] == "cleanguard" and k[1] == clip and k[2] == s]
-        n = sum(r["injected"] for r in inj)
-        caught = sum(r["guard_caught"] for r in inj)
-        called = sum(r["guard_spikes"] for r in inj)
-        false_clean = sum(r["guard_spikes"] for r in cln)
-
-        cells = [("1 (default)" if clip == "1" else "none"), str(s), str(n), ratio(caught, n),
-                 precision(caught, called), f"{false_clean} in {len(cln)} runs"]
-        if olmo_available:
-            ocaught = sum(r["olmo_caught"] or 0 for r in inj)
-            ocalled = sum(r["olmo_skips"] or 0 for r in inj)
-            ofalse = sum(r["olmo_skips"] or 0 for r in cln)
-            cells += [ratio(ocaught, n), precision(ocaught, ocalled), f"{ofalse} in {len(cln)} runs"]
-        else:
-            cells += ["not run: olmo_core not importable"] * 3
+        n = sum(r["injected"] for r in pick("injguard", clip, s))
+        cells = [("1 (default)" if clip == "1" else "none"), str(s), str(n)]
+        for inj, cln, caught_key, skips_key in (("injguard", "cleanguard", "caught", "skips"),
+                                                ("injolmo", "cleanolmo", "caught", "skips"),
+                                                ("injguard", "cleanguard", "olmo_replay_caught", "olmo_replay_skips")):
+            ri, rc = pick(inj, clip, s), pick(cln, clip, s)
+            if not ri or (skips_key.startswith("olmo") and not replayed):
+                cells += ["–", "–", "–"] if ri or not skips_key.startswith("olmo") else \
+                         ["not run: olmo_core not importable"] * 3
+                continue
+            caught = sum(r[caught_key] or 0 for r in ri)
+            called = sum(r[skips_key] or 0 for r in ri)
+            n_inj = sum(r["injected"] for r in ri)
+            cells += [ratio(caught, n_inj), precision(caught, called),
+                      f"{sum(r[skips_key] or 0 for r in rc)} in {len(rc)} runs"]
         out.append("| " + " | ".join(cells) + " |")
+    checked = [r for r in rows if r["olmo_replay_same"] is not None]
+    if checked:
+        out += ["", f"OLMo-core's class, replayed on the runs that used the trainer's copy of its rule, skips exactly "
+                    f"the steps the trainer skipped in {sum(r['olmo_replay_same'] for r in checked)} of "
+                    f"{len(checked)} runs."]
     out += ["", "### Held-out accuracy (mean of the last 5 evaluations)", "",
-            "| clipping | s | clean: mean | inj − clean | injguard − clean | cleanguard − clean |",
-            "|---|---|---|---|---|---|"]
+            "| clipping | s | clean: mean | inj − clean | injguard − clean | injolmo − clean | cleanguard − clean "
+            "| cleanolmo − clean |",
+            "|---|---|---|---|---|---|---|---|"]
     for clip, s in settings:
         clean = {seed: by[("clean", clip, s, seed)]["endpoint"] for seed in seeds if ("clean", clip, s, seed) in by}
         cells = [("1 (default)" if clip == "1" else "none"), str(s),
                  f"{statistics.mean(clean.values()):.3f}" if clean else "–"]
-        for arm in ("inj", "injguard", "cleanguard"):
+        for arm in ("inj", "injguard", "injolmo", "cleanguard", "cleanolmo"):
             diffs = [by[(arm, clip, s, seed)]["endpoint"] - clean[seed] for seed in clean
                      if (arm, clip, s, seed) in by and by[(arm, clip, s, seed)]["endpoint"] is not None]
             cells.append(interval(diffs))

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "examples/grpo/grpo.h"
+#include "examples/grpo/olmo_skip.h"
 #include "examples/grpo/probes.h"
 
 namespace gac::grpo {
@@ -432,6 +433,21 @@ TEST(PolicyLag, NamesParse) {
   EXPECT_TRUE(ParseLagRule(LagRuleName(LagRule::kVersions), &r));
   EXPECT_EQ(r, LagRule::kVersions);
   EXPECT_FALSE(ParseLagRule("updates", &r));
+}
+
+// OLMo-core's rule, by hand: window 8 (warm-up 4 values), 2 sigma. A
+// constant loss (sd 0) never skips; the norm 10 after {1, 1.1, 0.9, 1}
+// (mean 1, sd 0.0816) does; the next 10 is judged against a history that
+// holds the skipped one (mean 2.8, sd 4.02: 7.2 <= 8.05) and is not.
+TEST(OlmoSkipRule, SkippedStepsStayInItsHistory) {
+  gac::grpo::OlmoSkipRule rule(2.0, 8);
+  const double norms[] = {1.0, 1.1, 0.9, 1.0, 10.0, 10.0};
+  const bool skip[] = {false, false, false, false, true, false};
+  for (int i = 0; i < 6; ++i) EXPECT_EQ(rule.Skip(0.5, norms[i]), skip[i]) << "step " << i + 1;
+  // The loss alone: 5 after a history of 0.5 and one 0.6.
+  gac::grpo::OlmoSkipRule by_loss(2.0, 8);
+  for (double l : {0.5, 0.6, 0.5, 0.5}) EXPECT_FALSE(by_loss.Skip(l, 1.0));
+  EXPECT_TRUE(by_loss.Skip(5.0, 1.0));
 }
 
 }  // namespace

@@ -385,15 +385,16 @@ def test_control_prints_its_first_line_alone_and_the_drift_on_a_line_of_its_own(
     assert (tmp_path / "m.txt").read_text() == "3\n4\n"
 
 
-def _spike_run(path, injected, spikes, endpoint_acc, steps=60):
-    """A gac_grpo CSV with the columns examples/grpo/spikes.py reads, and its finished log."""
+def _spike_run(path, injected, spikes, endpoint_acc, steps=60, skipped=()):
+    """A gac_grpo CSV with the columns examples/grpo/spikes.py reads, and its finished log. spikes: steps gac's
+    guard called spikes (regime spike); skipped: steps skipped otherwise (stepped 0: OLMo-core's rule)."""
     with open(path, "w", newline="") as f:
         w = csv.writer(f)
-        w.writerow(["step", "heldout_acc", "loss", "grad_norm", "regime", "injected"])
+        w.writerow(["step", "heldout_acc", "loss", "grad_norm", "regime", "stepped", "injected"])
         for s in range(1, steps + 1):
             acc = endpoint_acc if s % 10 == 0 else ""
             w.writerow([s, acc, 0.5, 1000.0 if s in injected else 1.0, "spike" if s in spikes else "safe",
-                        1 if s in injected else 0])
+                        0 if s in spikes or s in skipped else 1, 1 if s in injected else 0])
     Path(str(path)[:-4] + ".log").write_text("summary: run=x\n")
 
 
@@ -410,6 +411,10 @@ def test_spikes_counts_recall_precision_false_skips_and_paired_differences(tmp_p
         # seed 1 catches both and one more; seed 2 misses step 30.
         _spike_run(runs / f"injguard_clip1_s0_seed{seed}.csv", {20, 30}, {20, 30, 50} if seed == 1 else {20},
                    clean_acc - 0.01)
+        # OLMo-core's rule in the trainer: catches both in each seed, one false skip in seed 1's clean run.
+        _spike_run(runs / f"injolmo_clip1_s0_seed{seed}.csv", {20, 30}, set(), clean_acc - 0.02, skipped={20, 30})
+        _spike_run(runs / f"cleanolmo_clip1_s0_seed{seed}.csv", set(), set(), clean_acc,
+                   skipped={45} if seed == 1 else set())
     assert spikes.main(["--runs", str(runs), "--out", str(tmp_path)]) == 0
     table = (tmp_path / "spikes.md").read_text()
     row = next(line for line in table.splitlines() if line.startswith("| 1 (default) | 0 | 4 |"))
@@ -417,14 +422,17 @@ def test_spikes_counts_recall_precision_false_skips_and_paired_differences(tmp_p
     assert cells[3] == "3 (0.75)"          # caught 3 of 4 injected
     assert cells[4] == "4 (0.75)"          # 4 spikes called, 3 of them injected
     assert cells[5] == "1 in 2 runs"       # the false skip of cleanguard seed 2
+    assert cells[6:9] == ["4 (1.00)", "4 (1.00)", "1 in 2 runs"]  # OLMo-core's rule in the trainer
     acc = next(line for line in table.splitlines() if line.startswith("| 1 (default) | 0 | 0.650 |"))
     cells = [c.strip() for c in acc.strip("|").split("|")]
     assert cells[3].startswith("-0.300 [")  # inj - clean, the same -0.3 for both seeds
     assert cells[4].startswith("-0.010 [")
-    assert cells[5] == "+0.000 [+0.000, +0.000]"
+    assert cells[5].startswith("-0.020 [")  # injolmo - clean
+    assert cells[6] == "+0.000 [+0.000, +0.000]"
     with open(tmp_path / "spikes.csv") as f:
         rows = list(csv.DictReader(f))
-    assert len(rows) == 8 and {r["arm"] for r in rows} == {"clean", "cleanguard", "inj", "injguard"}
+    assert len(rows) == 12 and {r["arm"] for r in rows} == {"clean", "cleanguard", "inj", "injguard", "cleanolmo",
+                                                            "injolmo"}
 
 
 def test_fisher_exact_against_hand_computed_values():

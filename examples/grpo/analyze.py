@@ -206,6 +206,11 @@ def moving(xs, n):
     return out
 
 
+def csv_cell(x):
+    """A per-run CSV's cell: empty for None, floats to 6 significant digits, the rest as str() gives."""
+    return "" if x is None else f"{x:.6g}" if isinstance(x, float) else x
+
+
 def fmt(x, digits=3):
     if x is None or (isinstance(x, float) and math.isnan(x)):
         return "-"
@@ -406,16 +411,22 @@ def metrics(r):
     }
 
 
-def load_all(runs_dir, exclude_seeds=()):
-    runs = {}
+def load_finished(runs_dir):
+    """{(variant, s, seed): run} of the finished runs in runs_dir."""
+    raw = {}
     for path in sorted(glob.glob(os.path.join(runs_dir, "*_s*_seed*.csv"))):
         key = run_key(path)
-        if key is None or key[2] in exclude_seeds:
-            continue
-        r = load_run(path)
+        r = load_run(path) if key else None
         if r is not None:
-            r["m"] = metrics(r)
-            runs[key] = r
+            raw[key] = r
+    return raw
+
+
+def load_all(runs_dir, exclude_seeds=()):
+    """load_finished without exclude_seeds' runs, each with its metrics as r["m"]."""
+    runs = {k: r for k, r in load_finished(runs_dir).items() if k[2] not in exclude_seeds}
+    for r in runs.values():
+        r["m"] = metrics(r)
     return runs
 
 
@@ -1230,8 +1241,7 @@ def write_replication_runs(records, path):
         w = csv.writer(f)
         w.writerow(REPLICATION_RUN_KEYS)
         for (v, s, seed), rec in sorted(records.items(), key=lambda kv: (kv[0][1], kv[0][0], kv[0][2])):
-            w.writerow([v, s, seed] + ["" if rec[k] is None else f"{rec[k]:.6g}" if isinstance(rec[k], float)
-                                       else rec[k] for k in REPLICATION_RUN_KEYS[3:]])
+            w.writerow([v, s, seed] + [csv_cell(rec[k]) for k in REPLICATION_RUN_KEYS[3:]])
 
 
 def read_replication_runs(path):
@@ -1316,17 +1326,6 @@ def replication_text(records):
     return "\n".join(lines) + "\n", rows
 
 
-def load_finished(runs_dir):
-    """{(variant, s, seed): run} of the finished runs in runs_dir."""
-    raw = {}
-    for path in sorted(glob.glob(os.path.join(runs_dir, "*_s*_seed*.csv"))):
-        key = run_key(path)
-        r = load_run(path) if key else None
-        if r is not None:
-            raw[key] = r
-    return raw
-
-
 def replicate(args):
     raw = load_finished(args.runs)
     if not raw:
@@ -1366,8 +1365,7 @@ def write_size_runs(records, path):
         w = csv.writer(f)
         w.writerow(SIZE_RUN_KEYS)
         for (policy, seed), rec in sorted(records.items()):
-            w.writerow([policy, seed] + ["" if rec[k] is None else f"{rec[k]:.6g}" if isinstance(rec[k], float)
-                                         else rec[k] for k in SIZE_RUN_KEYS[2:]])
+            w.writerow([policy, seed] + [csv_cell(rec[k]) for k in SIZE_RUN_KEYS[2:]])
 
 
 def read_size_runs(path):

@@ -153,8 +153,7 @@ def write_rows(rows, path):
         w = csv.DictWriter(f, fieldnames=ROW_KEYS)
         w.writeheader()
         for row in rows:
-            w.writerow({k: "" if row[k] is None else f"{row[k]:.6g}" if isinstance(row[k], float) else row[k]
-                        for k in ROW_KEYS})
+            w.writerow({k: analyze.csv_cell(row[k]) for k in ROW_KEYS})
 
 
 def read_rows(path):

@@ -44,8 +44,7 @@ controller::SpikeSettings SpikeFromKeywords(const pybind11::object& max_grad_nor
   if (!sigma.is_none()) s.sigma = sigma.cast<double>();
   if (!window.is_none()) s.window = window.cast<int>();
   if (!warmup.is_none()) s.warmup = warmup.cast<int>();
-  const base::Status st = controller::ValidateSpikeSettings(s);
-  if (!st.ok()) RaiseStatus(st);
+  ThrowIfError(controller::ValidateSpikeSettings(s));
   return s;
 }
 

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cmath>
 #include <deque>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -199,12 +200,16 @@ base::StatusOr<controller::Decision> RemoteController::Decide(std::int64_t step,
     // HistoryEntry says, judged again here with the settings gacd decided
     // with on the history it was sent; a step gacd did not answer counts as
     // let through (the agent's own fallback decides it).
-    const bool spike = st.ok() && held_off.empty() && resp.regime() == v1::REGIME_SPIKE;
-    controller::SpikeVerdict verdict;
-    if (spike) {
-      const base::StatusOr<controller::SpikeSettings> guard = proto::SpikeFromProto(resp.config().spike());
-      if (guard.ok()) verdict = controller::JudgeSpike(*guard, std::sqrt(stats.grad_sq), stats.loss, norms, losses);
+    const bool answered = st.ok() && held_off.empty();
+    const bool spike = answered && resp.regime() == v1::REGIME_SPIKE;
+    std::optional<controller::SpikeSettings> guard;  // the run's guard, as gacd answered
+    if (answered) {
+      base::StatusOr<controller::SpikeSettings> g = proto::SpikeFromProto(resp.config().spike());
+      if (g.ok()) guard = *g;
     }
+    const double norm = std::sqrt(stats.grad_sq);
+    controller::SpikeVerdict verdict;
+    if (spike && guard) verdict = controller::JudgeSpike(*guard, norm, stats.loss, norms, losses);
     const std::optional<double> cosine = controller::StepCosine(stats);
     const auto push = [](std::deque<double>& d, double x, int cap) {
       d.push_back(x);
@@ -213,15 +218,13 @@ base::StatusOr<controller::Decision> RemoteController::Decide(std::int64_t step,
     base::MutexLock lock(&impl_->window_mu);
     if (cosine && !spike) push(impl_->recent, *cosine, controller::kMaxWindow);
     if (!controller::StatsInvalid(stats)) {
-      const controller::HistoryValues entry =
-          controller::HistoryEntry(verdict, spike, std::sqrt(stats.grad_sq), stats.loss);
+      const controller::HistoryValues entry = controller::HistoryEntry(verdict, spike, norm, stats.loss);
       if (entry.grad_norm) push(impl_->norms, *entry.grad_norm, controller::kMaxSpikeWindow);
       if (entry.loss) push(impl_->losses, *entry.loss, controller::kMaxSpikeWindow);
     }
-    if (st.ok() && held_off.empty()) {
+    if (answered) {
       impl_->window = proto::ListingWindow(resp.config());
-      const base::StatusOr<controller::SpikeSettings> guard = proto::SpikeFromProto(resp.config().spike());
-      impl_->spike_window = guard.ok() && guard->zscore ? guard->window : 0;
+      impl_->spike_window = guard && guard->zscore ? guard->window : 0;
     }
   }
   if (!held_off.empty()) return base::Status::Unavailable(held_off);

@@ -602,7 +602,7 @@ base::StatusOr<controller::StepReport> AgentCore::Step(std::int64_t step, Gradie
     report.decision = controller::SpikeDecision(stats, *verdict, triggered_.window().mean());
   } else {
     report.decision = triggered_.Decide(stats);
-    if (verdict) controller::SetSpikeScores(*verdict, &report.decision);
+    if (verdict) report.decision.spike_verdict = *verdict;
   }
   const controller::DecisionRule rule{triggered_.per_step().thresholds(), triggered_.trigger()};
   if (options_.mode != controller::Mode::kRemote) report.rule = rule;

@@ -60,10 +60,10 @@ const ReportField kReportFields[kReportFieldCount] = {
     {"grad_norm_z", ReportType::kReal, true, "",
      "The spike guard's z-score of |g| against the run's recent steps; None when its z-score is off or "
      "warming up.",
-     kAll, "grad_norm_z", [](const R& r) { return OptReal(r.decision.grad_norm_z); }},
+     kAll, "grad_norm_z", [](const R& r) { return OptReal(r.decision.spike_verdict.grad_norm_z); }},
     {"loss_z", ReportType::kReal, true, "",
      "The spike guard's z-score of the loss against the run's recent steps; None without a loss.", kAll,
-     "loss_z", [](const R& r) { return OptReal(r.decision.loss_z); }},
+     "loss_z", [](const R& r) { return OptReal(r.decision.spike_verdict.loss_z); }},
     {"alpha", ReportType::kReal, false, "", "The gain on the gradient's component along p (1 = untouched).", kAll,
      "alpha", [](const R& r) { return Real(r.decision.alpha); }},
     {"projection_coeff", ReportType::kReal, false, "",

@@ -120,13 +120,8 @@ Decision SpikeDecision(const AlignmentStats& stats, const SpikeVerdict& verdict,
   d.ref_norm = std::sqrt(stats.ref_sq);
   d.cosine = StepCosine(stats);
   d.window_mean = window_mean;
-  SetSpikeScores(verdict, &d);
+  d.spike_verdict = verdict;
   return d;
-}
-
-void SetSpikeScores(const SpikeVerdict& verdict, Decision* decision) {
-  decision->grad_norm_z = verdict.grad_norm_z;
-  decision->loss_z = verdict.loss_z;
 }
 
 SpikeVerdict SpikeGuard::Judge(double grad_norm, std::optional<double> loss) const {

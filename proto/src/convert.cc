@@ -202,13 +202,14 @@ void EncodeDecision(const controller::Decision& decision, v1::DecideResponse* re
   response->set_alpha(decision.alpha);
   response->set_projection_coeff(decision.projection_coeff);
   response->set_apply_update(decision.apply_update);
-  if (decision.grad_norm_z) {
-    response->set_grad_norm_z(*decision.grad_norm_z);
+  const controller::SpikeVerdict& verdict = decision.spike_verdict;
+  if (verdict.grad_norm_z) {
+    response->set_grad_norm_z(*verdict.grad_norm_z);
   } else {
     response->clear_grad_norm_z();
   }
-  if (decision.loss_z) {
-    response->set_loss_z(*decision.loss_z);
+  if (verdict.loss_z) {
+    response->set_loss_z(*verdict.loss_z);
   } else {
     response->clear_loss_z();
   }
@@ -281,8 +282,8 @@ base::StatusOr<controller::Decision> DecodeDecision(const v1::DecideResponse& re
     d.window_mean = response.window_mean();
   }
   for (const auto& [field, has, value, out] :
-       {std::tuple{"grad_norm_z", response.has_grad_norm_z(), response.grad_norm_z(), &d.grad_norm_z},
-        std::tuple{"loss_z", response.has_loss_z(), response.loss_z(), &d.loss_z}}) {
+       {std::tuple{"grad_norm_z", response.has_grad_norm_z(), response.grad_norm_z(), &d.spike_verdict.grad_norm_z},
+        std::tuple{"loss_z", response.has_loss_z(), response.loss_z(), &d.spike_verdict.loss_z}}) {
     if (!has) continue;
     if (!std::isfinite(value)) {
       return base::Status::InvalidArgument(std::string(field) + " must be finite, got " + std::to_string(value));

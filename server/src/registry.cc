@@ -90,7 +90,7 @@ controller::Decision RunRegistry::Decide(const std::string& run, const controlle
   const std::optional<double> mean = window.mean();
   if (e.trigger.trigger == controller::Trigger::kWindow) d = controller::DecideOnMean(e.window_controller, stats, mean);
   d.window_mean = mean;
-  if (verdict) controller::SetSpikeScores(*verdict, &d);
+  if (verdict) d.spike_verdict = *verdict;
   return d;
 }
 

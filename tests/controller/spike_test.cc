@@ -290,7 +290,7 @@ TEST(SpikeDecisionTest, SkipsWithTheStepsCosineAndKeepsNoProjection) {
   EXPECT_NEAR(*d.cosine, 0.5, 1e-8);
   EXPECT_EQ(d.grad_norm, 2.0);
   EXPECT_EQ(*d.window_mean, 0.25);
-  EXPECT_EQ(*d.grad_norm_z, 7.5);
+  EXPECT_EQ(*d.spike_verdict.grad_norm_z, 7.5);
   EXPECT_STREQ(controller::RegimeName(Regime::kSpike), "spike");
   EXPECT_EQ(*controller::ParseRegime("spike"), Regime::kSpike);
 }

@@ -28,6 +28,7 @@
 #include <optional>
 
 #include "gac/base/status.h"
+#include "gac/controller/spike_verdict.h"
 
 namespace gac::controller {
 
@@ -101,10 +102,11 @@ struct Decision {
   // windowed trigger, gac/controller/window.h); absent while fewer than W
   // are held. Reported with the per-step trigger too, where it is not used.
   std::optional<double> window_mean;
-  // The spike guard's z-scores of |g| and of the loss (gac/controller/
-  // spike.h: SpikeVerdict); absent when the guard's z-score is off or warming up.
-  std::optional<double> grad_norm_z;
-  std::optional<double> loss_z;
+  // The spike guard's verdict (its z-scores and bounds, absent when its
+  // z-score is off or warming up). Set where the guard judged the step: its
+  // `spike` is the guard's own call; `regime` is the step's outcome (in
+  // remote mode gacd's, with only the z-scores sent back).
+  SpikeVerdict spike_verdict;
 };
 
 // Cosine after g' = g - (1-alpha)(dot/ref_sq) p, from the scalars alone.

@@ -34,6 +34,7 @@
 
 #include "gac/base/status.h"
 #include "gac/controller/controller.h"
+#include "gac/controller/spike_verdict.h"
 
 namespace gac::controller {
 
@@ -57,19 +58,6 @@ struct SpikeSettings {
 // sigma finite and > 0, warmup 0 or in [2, window]; otherwise InvalidArgument
 // naming the setting (as spike_<name>, the name every surface gives it).
 base::Status ValidateSpikeSettings(const SpikeSettings& s);
-
-struct SpikeVerdict {
-  bool spike = false;
-  // The z-scores of the step's norm and loss against the held steps'
-  // (clamped to +-kMaxSpikeZ); absent with the z-score off, before the
-  // warm-up, and for the loss without one.
-  std::optional<double> grad_norm_z;
-  std::optional<double> loss_z;
-  // The bounds they were judged against, mean + sigma * std of the held
-  // values; absent where the z-score is, and where std is 0.
-  std::optional<double> grad_norm_bound;
-  std::optional<double> loss_bound;
-};
 
 // What a judged step adds to the guard's history, per value (norm, loss):
 // a step let through, its value (a finite loss only); a spike, its value
@@ -95,10 +83,6 @@ SpikeVerdict JudgeSpike(const SpikeSettings& settings, double grad_norm, std::op
 // not enter). REQUIRES: !StatsInvalid(stats)
 Decision SpikeDecision(const AlignmentStats& stats, const SpikeVerdict& verdict,
                        std::optional<double> window_mean);
-
-// Puts the verdict's z-scores on `decision` (a step the guard let through
-// keeps GAC's decision and reports them).
-void SetSpikeScores(const SpikeVerdict& verdict, Decision* decision);
 
 class SpikeGuard {
  public:

@@ -273,6 +273,52 @@
     return `rgb(${rgb[0]},${rgb[1]},${rgb[2]})`;
   }
 
+  // The step record's fields the "Latest step" card shows (gacd's
+  // /api/v1/fields: label, decimals, place), asked once per page load.
+  let pageFields = null;
+  async function latestFields() {
+    if (!pageFields) {
+      const resp = await api('/api/v1/fields');
+      pageFields = resp.fields.filter((f) => f.page).sort((a, b) => a.page.place - b.page.place);
+    }
+    return pageFields;
+  }
+  // A field's element in the card: latest-<name, '_' as '-'>.
+  const latestName = (f) => 'latest-' + f.name.replace(/_/g, '-');
+
+  // Adds the fields' rows to the card, each before the first row placed
+  // after it (once).
+  function buildLatestCard(fields) {
+    const dl = $('#latest-fields');
+    if (dl.dataset.built) return;
+    for (const f of fields) {
+      const dt = document.createElement('dt');
+      dt.textContent = f.page.label;
+      dt.title = f.help + (f.unit ? ` (${f.unit})` : '');
+      dt.dataset.place = String(f.page.place);
+      const dd = document.createElement('dd');
+      dd.dataset.field = latestName(f);
+      dd.textContent = '–';
+      const after = [...dl.querySelectorAll('dt')].find((x) => Number(x.dataset.place) > f.page.place);
+      dl.insertBefore(dt, after || null);
+      dl.insertBefore(dd, after || null);
+    }
+    dl.dataset.built = '1';
+  }
+
+  // A record field's value as the card shows it; `shownRegime` is the
+  // regime's text (what GAC would have done, in monitor mode).
+  function latestText(f, value, shownRegime) {
+    if (value === null || value === undefined) return dash;
+    if (f.name === 'regime') return shownRegime;
+    switch (f.type) {
+      case 'integer': return fmtInt(value);
+      case 'real': return f.page.digits < 0 ? fmtNum(Number(value)) : fmtFixed(Number(value), f.page.digits);
+      case 'bool': return value ? 'yes' : 'no';
+      default: return String(value);
+    }
+  }
+
   // The step records of one rank, as columns (what uPlot draws).
   class Columns {
     constructor() {
@@ -282,7 +328,6 @@
       this.mean = [];
       this.gnorm = [];
       this.pnorm = [];
-      this.gnormz = [];
       this.regime = [];
       this.staleness = [];
       // The thresholds each step was decided with in the trainer (null: gacd's).
@@ -293,6 +338,7 @@
       this.regimeColor = [];
       this.one = [];
       this.scalars = new Map();  // name -> values, aligned with step
+      this.last = null;  // the newest record
     }
     get length() {
       return this.step.length;
@@ -306,8 +352,6 @@
         this.mean.push(r.window_mean === undefined ? null : r.window_mean);
         this.gnorm.push(r.grad_norm);
         this.pnorm.push(r.ref_norm);
-        // The spike guard's z-score of |g| (null: its z-score is off or warming up).
-        this.gnormz.push(r.grad_norm_z === undefined ? null : r.grad_norm_z);
         // A monitor-mode step's regime is what GAC would have done (as gacd's
         // regime_labels name it).
         const would = r.mode === 'monitor' && (r.regime === 'project' || r.regime === 'skip' || r.regime === 'spike');
@@ -323,6 +367,7 @@
           if (!this.scalars.has(name)) this.scalars.set(name, new Array(n).fill(null));
         }
         for (const [name, values] of this.scalars) values.push(name in r.scalars ? r.scalars[name] : null);
+        this.last = r;
       }
     }
     // Adds records that all come before the first one held.
@@ -330,7 +375,8 @@
       const older = new Columns();
       older.append(records);
       const n = this.length;
-      for (const k of ['step', 'cosine', 'after', 'mean', 'gnorm', 'pnorm', 'gnormz', 'regime', 'staleness', 'clow', 'chigh', 'wlow',
+      if (!this.last) this.last = older.last;
+      for (const k of ['step', 'cosine', 'after', 'mean', 'gnorm', 'pnorm', 'regime', 'staleness', 'clow', 'chigh', 'wlow',
         'whigh', 'regimeColor', 'one']) {
         this[k] = older[k].concat(this[k]);
       }
@@ -376,6 +422,7 @@
       this.syncing = false;
       this.hasLayers = false;
       this.configEdited = false;
+      this.fields = [];  // the record fields of the "Latest step" card
     }
 
     alive() {
@@ -395,14 +442,16 @@
       this.setupConfigForm();
       let head;
       try {
-        // The run's info, settings and latest step, without reading its history.
-        head = await api(this.path + '/summary?window=1');
+        // The run's info, settings and latest step, without reading its
+        // history, and what the "Latest step" card shows.
+        [head, this.fields] = await Promise.all([api(this.path + '/summary?window=1'), latestFields()]);
       } catch (e) {
         if (this.alive()) showApiError(e, 'run ' + this.run);
         return;
       }
       if (!this.alive()) return;
       setBanner('');
+      buildLatestCard(this.fields);
       this.applyInfo(head.info, Number(head.server_time_ns));
       this.showConfig(head.info.config);
       this.liveLoop();
@@ -689,15 +738,8 @@
       const c = this.cols;
       const i = c.length - 1;
       if (i < 0) return;
-      field('latest-step').textContent = fmtInt(c.step[i]);
-      field('latest-cosine').textContent = fmtFixed(c.cosine[i], 4);
+      for (const f of this.fields) field(latestName(f)).textContent = latestText(f, c.last[f.name], c.regime[i]);
       field('latest-window-mean').textContent = fmtFixed(c.mean[i], 4);
-      field('latest-cosine-after').textContent = fmtFixed(c.after[i], 4);
-      field('latest-regime').textContent = c.regime[i];
-      field('latest-grad-norm').textContent = fmtNum(c.gnorm[i]);
-      field('latest-ref-norm').textContent = fmtNum(c.pnorm[i]);
-      field('latest-grad-norm-z').textContent = fmtFixed(c.gnormz[i], 2);
-      field('latest-staleness').textContent = c.staleness[i] === null ? dash : fmtInt(c.staleness[i]);
       field('latest-rule').textContent = c.clow[i] === null
         ? 'gacd’s settings (below)'
         : `${fmtThresholds({ c_low: c.clow[i], c_high: c.chigh[i] })}, in the trainer`;

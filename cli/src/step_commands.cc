@@ -1,5 +1,6 @@
 // gacctl steps and tail.
 #include <algorithm>
+#include <climits>
 #include <functional>
 #include <map>
 #include <optional>
@@ -358,27 +359,68 @@ struct TailOptions {
   Format format = Format::kTable;
 };
 
+// gacctl tail's columns: the schema's fields that have one
+// (StepFieldViews::tail_header), by their places, with m_t (computed here,
+// as gacctl steps does) after the cosine and the trainer scalar "reward"
+// last.
+constexpr int kTailWindowMeanPlace = 30;
+
+struct TailColumn {
+  const proto::StepField* field;  // nullptr: m_t or the reward
+  Column column;
+  const char* help;
+};
+
+const std::vector<TailColumn>& TailLayout() {
+  static const auto* layout = [] {
+    std::vector<std::pair<int, TailColumn>> placed = {
+        {kTailWindowMeanPlace, {nullptr, {"window_mean", "M_T", true, 11}, "m_t, as gacctl steps gives it"}},
+        {INT_MAX, {nullptr, {"reward", "REWARD", true, 10}, "the trainer scalar \"reward\""}},
+    };
+    for (const proto::StepField& f : proto::kStepFields) {
+      if (f.views.tail_header == nullptr) continue;
+      const bool numeric = f.type != proto::FieldType::kEnum && f.type != proto::FieldType::kText;
+      placed.push_back({f.views.place,
+                        {&f, {f.name, f.views.tail_header, numeric, static_cast<std::size_t>(f.views.tail_width)},
+                         f.help}});
+    }
+    std::stable_sort(placed.begin(), placed.end(),
+                     [](const auto& a, const auto& b) { return a.first < b.first; });
+    auto* out = new std::vector<TailColumn>();
+    for (auto& [place, column] : placed) out->push_back(std::move(column));
+    return out;
+  }();
+  return *layout;
+}
+
 std::vector<Column> TailColumns() {
-  return {
-      {"step", "STEP", true, 6},      {"cosine", "C_T", true, 11},         {"window_mean", "M_T", true, 11},
-      {"regime", "REGIME", false, 7}, {"alpha", "ALPHA", true, 9},         {"grad_norm", "|G|", true, 9},
-      {"grad_norm_z", "Z", true, 9},  {"staleness", "STALENESS", true, 9}, {"reward", "REWARD", true, 10},
-  };
+  std::vector<Column> columns;
+  for (const TailColumn& c : TailLayout()) columns.push_back(c.column);
+  return columns;
 }
 
 std::vector<Cell> TailCells(const v1::StepRecord& r, std::optional<double> window_mean) {
-  auto reward = r.scalars().find("reward");
-  return {
-      Cell::Int(r.step()),
-      r.has_cosine() ? Cell::Real(r.cosine()) : Cell(),
-      window_mean ? Cell::Real(*window_mean) : Cell(),
-      Cell::Text(proto::EnumName(r.regime())),
-      Cell::Real(r.alpha()),
-      Cell::Real(r.grad_norm()),
-      r.has_grad_norm_z() ? Cell::Real(r.grad_norm_z()) : Cell(),
-      r.has_staleness() ? Cell::Int(r.staleness()) : Cell(),
-      reward == r.scalars().end() ? Cell() : Cell::Real(reward->second),
-  };
+  std::vector<Cell> cells;
+  for (const TailColumn& c : TailLayout()) {
+    if (c.field != nullptr) {
+      cells.push_back(FieldCell(*c.field, r));
+    } else if (c.column.name == "window_mean") {
+      cells.push_back(window_mean ? Cell::Real(*window_mean) : Cell());
+    } else {
+      auto reward = r.scalars().find("reward");
+      cells.push_back(reward == r.scalars().end() ? Cell() : Cell::Real(reward->second));
+    }
+  }
+  return cells;
+}
+
+// The help's paragraph on tail's columns.
+std::string TailColumnsHelp() {
+  std::string text;
+  for (const TailColumn& c : TailLayout()) {
+    text += "  " + c.column.name + " [" + c.column.table_header + "]: " + c.help + "\n";
+  }
+  return text;
 }
 
 // All records of `rank` from `start` on.
@@ -504,10 +546,8 @@ CommandSpec TailCommand() {
   c.args = "RUN";
   c.summary = "a run's last steps; with -f, new steps as they arrive, until interrupted";
   c.description =
-      "One line per step of one rank (rank 0 by default):\n"
-      "  step [STEP], cosine [C_T], window_mean [M_T] (m_t, as gacctl steps gives it), regime\n"
-      "  [REGIME], alpha [ALPHA], grad_norm [|G|], grad_norm_z [Z] (the spike guard's z-score of\n"
-      "  |g|), staleness [STALENESS], reward [REWARD] (the trainer scalar \"reward\").\n"
+      "One line per step of one rank (rank 0 by default), with these columns:\n" +
+      TailColumnsHelp() +
       "With -f gacctl asks gacd for newer steps every --interval and prints them as they\n"
       "come, until SIGINT or SIGTERM (exit 0). A run that does not exist yet is waited for;\n"
       "while gacd cannot be reached gacctl says so once and keeps trying.\n";

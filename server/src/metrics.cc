@@ -110,26 +110,20 @@ struct Metrics::Impl {
   // The cached series of one (run, rank). Pointers are owned by their
   // families and stay valid until RemoveSeries removes them.
   struct RankSeries {
-    // Created with the rank: every record sets them.
-    Gauge* grad_norm = nullptr;
-    Gauge* ref_norm = nullptr;
-    Gauge* alpha = nullptr;
-    Gauge* step = nullptr;
+    // The latest value of each schema field with a gauge, by the field's
+    // index in kStepFields: created by the first record that carries the
+    // field (every record, for a field that is not optional), then left at
+    // the last value reported (an absent optional field is "not known",
+    // never a value).
+    std::array<Gauge*, proto::kStepFieldCount> fields{};
+    // Created with the rank.
     Gauge* last_report = nullptr;
-    Gauge* agent_overhead = nullptr;
     // By mode, then regime: a mode's five series are created (at 0) by the
     // rank's first record in that mode.
     std::array<std::array<Counter*, kNumRegimes>, kNumModes> steps{};
     Counter* skipped = nullptr;
     Counter* fallbacks = nullptr;
     Counter* spikes = nullptr;
-    // Created by the first record that carries the field (absent is "not
-    // known", never a value), then left at the last value reported.
-    Gauge* cosine = nullptr;
-    Gauge* cosine_after = nullptr;
-    Gauge* staleness = nullptr;
-    Gauge* grad_norm_z = nullptr;
-    Gauge* loss_z = nullptr;
     Gauge* window_mean = nullptr;  // created when the window first fills
     // The rank's last valid cosines (sized by the run's window).
     std::optional<controller::AlignmentWindow> window;
@@ -201,22 +195,15 @@ struct Metrics::Impl {
   const std::shared_ptr<prometheus::Registry> registry_;
 
   // Families; owned by registry_. Each is internally synchronised.
-  Family<Gauge>& cosine_;
-  Family<Gauge>& cosine_after_;
-  Family<Gauge>& grad_norm_;
-  Family<Gauge>& ref_norm_;
-  Family<Gauge>& alpha_;
-  Family<Gauge>& staleness_;
-  Family<Gauge>& step_;
+  // The gauges of the schema's fields (StepFieldViews::gauge), by field
+  // index; nullptr for a field without one.
+  const std::array<Family<Gauge>*, proto::kStepFieldCount> field_gauges_;
   Family<Gauge>& last_report_;
   Family<Gauge>& trainer_scalar_;
-  Family<Gauge>& agent_overhead_;
   Family<Counter>& steps_;
   Family<Counter>& skipped_;
   Family<Counter>& fallbacks_;
   Family<Counter>& spikes_;
-  Family<Gauge>& grad_norm_z_;
-  Family<Gauge>& loss_z_;
   Family<Gauge>& c_low_;
   Family<Gauge>& c_high_;
   Family<Gauge>& window_c_low_;
@@ -270,13 +257,24 @@ struct Metrics::Impl {
 
 namespace {
 
-// The help of a gauge that exports one record field: the record schema's
-// help for it (gac/proto/record_schema.h), so the two never disagree.
-std::string FieldHelp(const char* field, const char* note) {
-  const proto::StepField* f = proto::FindStepField(field);
-  std::string help = std::string("Latest ") + (f != nullptr ? f->help : field) + " (the step record's " + field + ")";
-  if (*note != '\0') help += std::string(" ") + note;
-  return help;
+// The gauges of the record fields the schema gives one
+// (gac/proto/record_schema.h), by field index; their help is the schema's,
+// so the two never disagree.
+std::array<Family<Gauge>*, proto::kStepFieldCount> RegisterFieldGauges(prometheus::Registry& registry) {
+  std::array<Family<Gauge>*, proto::kStepFieldCount> out{};
+  for (std::size_t i = 0; i < proto::kStepFieldCount; ++i) {
+    const proto::StepField& f = proto::kStepFields[i];
+    if (f.views.gauge == nullptr) continue;
+    std::string help = std::string("Latest ") + f.help + " (the step record's " + f.name + ")";
+    if (f.optional) help += " (absent until reported)";
+    out[i] = &prometheus::BuildGauge().Name(f.views.gauge).Help(help).Register(registry);
+  }
+  return out;
+}
+
+// A field's value as a gauge shows it.
+double GaugeValue(const proto::StepField& f, const proto::FieldValue& v) {
+  return f.type == proto::FieldType::kReal ? v.real : static_cast<double>(v.integer);
 }
 
 }  // namespace
@@ -284,34 +282,7 @@ std::string FieldHelp(const char* field, const char* note) {
 Metrics::Impl::Impl(MetricsOptions options)
     : options_(std::move(options)),
       registry_(std::make_shared<prometheus::Registry>()),
-      cosine_(prometheus::BuildGauge()
-                  .Name("gac_cosine")
-                  .Help(FieldHelp("cosine", "(absent until a step reports one)"))
-                  .Register(*registry_)),
-      cosine_after_(prometheus::BuildGauge()
-                        .Name("gac_cosine_after")
-                        .Help(FieldHelp("cosine_after", "(absent until reported)"))
-                        .Register(*registry_)),
-      grad_norm_(prometheus::BuildGauge()
-                     .Name("gac_grad_norm")
-                     .Help(FieldHelp("grad_norm", ""))
-                     .Register(*registry_)),
-      ref_norm_(prometheus::BuildGauge()
-                    .Name("gac_ref_norm")
-                    .Help(FieldHelp("ref_norm", ""))
-                    .Register(*registry_)),
-      alpha_(prometheus::BuildGauge()
-                 .Name("gac_alpha")
-                 .Help(FieldHelp("alpha", ""))
-                 .Register(*registry_)),
-      staleness_(prometheus::BuildGauge()
-                     .Name("gac_staleness_steps")
-                     .Help(FieldHelp("staleness", "(absent until reported)"))
-                     .Register(*registry_)),
-      step_(prometheus::BuildGauge()
-                .Name("gac_step")
-                .Help(FieldHelp("step", ""))
-                .Register(*registry_)),
+      field_gauges_(RegisterFieldGauges(*registry_)),
       last_report_(prometheus::BuildGauge()
                        .Name("gac_last_report_timestamp_seconds")
                        .Help("Unix time of the latest step record (its wall time, else the receive time)")
@@ -319,10 +290,6 @@ Metrics::Impl::Impl(MetricsOptions options)
       trainer_scalar_(prometheus::BuildGauge()
                           .Name("gac_trainer_scalar")
                           .Help("Latest trainer scalar reported with a step, by name (at most 32 names per run)")
-                          .Register(*registry_)),
-      agent_overhead_(prometheus::BuildGauge()
-                          .Name("gac_agent_overhead_seconds")
-                          .Help(FieldHelp("agent_overhead_seconds", ""))
                           .Register(*registry_)),
       steps_(prometheus::BuildCounter()
                  .Name("gac_steps_total")
@@ -339,14 +306,6 @@ Metrics::Impl::Impl(MetricsOptions options)
       spikes_(prometheus::BuildCounter()
                   .Name("gac_spikes_total")
                   .Help("Steps the spike guard called a spike (regime spike; in monitor mode reported, not skipped)")
-                  .Register(*registry_)),
-      grad_norm_z_(prometheus::BuildGauge()
-                       .Name("gac_grad_norm_z")
-                       .Help(FieldHelp("grad_norm_z", "(absent until reported)"))
-                       .Register(*registry_)),
-      loss_z_(prometheus::BuildGauge()
-                  .Name("gac_loss_z")
-                  .Help(FieldHelp("loss_z", "(absent until reported)"))
                   .Register(*registry_)),
       c_low_(prometheus::BuildGauge()
                  .Name("gac_threshold_c_low")
@@ -494,12 +453,7 @@ Metrics::Impl::RankSeries& Metrics::Impl::Rank(const std::string& run, RunState&
   if (it != state.ranks.end()) return it->second;
   RankSeries& s = state.ranks[rank];
   const Labels labels = {{"run", run}, {"rank", std::to_string(rank)}};
-  s.grad_norm = &grad_norm_.Add(labels);
-  s.ref_norm = &ref_norm_.Add(labels);
-  s.alpha = &alpha_.Add(labels);
-  s.step = &step_.Add(labels);
   s.last_report = &last_report_.Add(labels);
-  s.agent_overhead = &agent_overhead_.Add(labels);
   s.skipped = &skipped_.Add(labels);
   s.fallbacks = &fallbacks_.Add(labels);
   s.spikes = &spikes_.Add(labels);
@@ -542,23 +496,16 @@ void Metrics::Impl::Finish(std::vector<Detached>& detached) {
 
 void Metrics::Impl::RemoveSeries(RunState& state) {
   for (auto& [rank, s] : state.ranks) {
-    RemoveIfSet(grad_norm_, s.grad_norm);
-    RemoveIfSet(ref_norm_, s.ref_norm);
-    RemoveIfSet(alpha_, s.alpha);
-    RemoveIfSet(step_, s.step);
+    for (std::size_t i = 0; i < proto::kStepFieldCount; ++i) {
+      if (field_gauges_[i] != nullptr) RemoveIfSet(*field_gauges_[i], s.fields[i]);
+    }
     RemoveIfSet(last_report_, s.last_report);
-    RemoveIfSet(agent_overhead_, s.agent_overhead);
     for (auto& by_regime : s.steps) {
       for (Counter*& c : by_regime) RemoveIfSet(steps_, c);
     }
     RemoveIfSet(skipped_, s.skipped);
     RemoveIfSet(fallbacks_, s.fallbacks);
     RemoveIfSet(spikes_, s.spikes);
-    RemoveIfSet(grad_norm_z_, s.grad_norm_z);
-    RemoveIfSet(loss_z_, s.loss_z);
-    RemoveIfSet(cosine_, s.cosine);
-    RemoveIfSet(cosine_after_, s.cosine_after);
-    RemoveIfSet(staleness_, s.staleness);
     RemoveIfSet(window_mean_, s.window_mean);
     for (auto& [name, g] : s.scalars) RemoveIfSet(trainer_scalar_, g);
     for (auto& [name, l] : s.layers) {
@@ -639,24 +586,23 @@ void Metrics::Impl::ApplyStep(const v1::StepRecord& record, std::chrono::system_
     ShowSettings(record.run(), state);
   }
   RankSeries& s = Rank(record.run(), state, record.rank());
-  s.grad_norm->Set(record.grad_norm());
-  s.ref_norm->Set(record.ref_norm());
-  s.alpha->Set(record.alpha());
-  s.step->Set(static_cast<double>(record.step()));
-  s.agent_overhead->Set(record.agent_overhead_seconds());
   s.last_report->Set(record.wall_time_ns() != 0 ? static_cast<double>(record.wall_time_ns()) / 1e9
                                                  : ToSeconds(now));
 
-  // A record without a cosine (first step, no reference, invalid statistics)
-  // leaves the gauge at its last value: writing NaN would break alert rules
-  // on the series, and deleting it would make the series flap. A series that
-  // never had a value is not created. The same holds for cosine_after and
-  // staleness; gac_steps_total{regime} shows why a value is absent.
-  if (record.has_cosine()) {
-    if (s.cosine == nullptr) {
-      s.cosine = &cosine_.Add({{"run", record.run()}, {"rank", std::to_string(record.rank())}});
+  // A record without a field's value (a cosine on the first step, without a
+  // reference, on invalid statistics) leaves its gauge at the last value:
+  // writing NaN would break alert rules on the series, and deleting it would
+  // make the series flap. A series that never had a value is not created;
+  // gac_steps_total{regime} shows why a value is absent.
+  for (std::size_t i = 0; i < proto::kStepFieldCount; ++i) {
+    if (field_gauges_[i] == nullptr) continue;
+    const proto::StepField& f = proto::kStepFields[i];
+    const proto::FieldValue v = f.get(record);
+    if (!v.present) continue;
+    if (s.fields[i] == nullptr) {
+      s.fields[i] = &field_gauges_[i]->Add({{"run", record.run()}, {"rank", std::to_string(record.rank())}});
     }
-    s.cosine->Set(record.cosine());
+    s.fields[i]->Set(GaugeValue(f, v));
   }
   // m_t from every stored step: a step without a window cosine (no
   // reference, invalid statistics) does not enter the window, as in the
@@ -676,28 +622,6 @@ void Metrics::Impl::ApplyStep(const v1::StepRecord& record, std::chrono::system_
       }
       s.window_mean->Set(*m);
     }
-  }
-  if (record.has_cosine_after()) {
-    if (s.cosine_after == nullptr) {
-      s.cosine_after = &cosine_after_.Add({{"run", record.run()}, {"rank", std::to_string(record.rank())}});
-    }
-    s.cosine_after->Set(record.cosine_after());
-  }
-  if (record.has_staleness()) {
-    if (s.staleness == nullptr) {
-      s.staleness = &staleness_.Add({{"run", record.run()}, {"rank", std::to_string(record.rank())}});
-    }
-    s.staleness->Set(static_cast<double>(record.staleness()));
-  }
-  if (record.has_grad_norm_z()) {
-    if (s.grad_norm_z == nullptr) {
-      s.grad_norm_z = &grad_norm_z_.Add({{"run", record.run()}, {"rank", std::to_string(record.rank())}});
-    }
-    s.grad_norm_z->Set(record.grad_norm_z());
-  }
-  if (record.has_loss_z()) {
-    if (s.loss_z == nullptr) s.loss_z = &loss_z_.Add({{"run", record.run()}, {"rank", std::to_string(record.rank())}});
-    s.loss_z->Set(record.loss_z());
   }
 
   const int regime = RegimeIndex(record.regime());

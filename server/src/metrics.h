@@ -6,14 +6,14 @@
 // exported at once (the least recently seen is evicted first).
 //
 // Series (see docs/OPERATIONS.md for the full list):
-//   per run/rank  gac_cosine, gac_cosine_after, gac_grad_norm, gac_ref_norm,
-//                 gac_alpha, gac_staleness_steps, gac_step,
+//   per run/rank  the latest value of each step record field the record
+//                 schema gives a gauge (gac/proto/record_schema.h,
+//                 StepFieldViews::gauge: gac_cosine, gac_grad_norm,
+//                 gac_staleness_steps, ...; an optional field's is absent
+//                 until reported),
 //                 gac_last_report_timestamp_seconds, gac_trainer_scalar{name},
-//                 gac_agent_overhead_seconds,
 //                 gac_steps_total{regime,mode}, gac_skipped_updates_total,
 //                 gac_controller_fallbacks_total, gac_spikes_total,
-//                 gac_grad_norm_z, gac_loss_z (the spike guard's z-scores,
-//                 absent until reported)
 //                 (mode is the step's: monitor, local or remote, UNSPECIFIED
 //                 read as monitor; a mode's five regime series appear with
 //                 the rank's first step in it, so at most 15 a rank. Monitor

@@ -7,6 +7,7 @@
 #include <google/protobuf/descriptor.h>
 #include <gtest/gtest.h>
 
+#include <map>
 #include <set>
 #include <string>
 
@@ -83,6 +84,85 @@ TEST(RecordSchemaTest, AccessorsReadAndWriteTheirField) {
 TEST(RecordSchemaTest, OptionalFieldsReadAbsentOnAnEmptyRecord) {
   const v1::StepRecord empty;
   for (const StepField& f : kStepFields) EXPECT_EQ(f.get(empty).present, !f.optional) << f.name;
+}
+
+// Each field is decided for each view that picks its fields (StepFieldViews):
+// shown there, or left out here with the reason. A field added to the table
+// fails here until all three are decided.
+TEST(RecordSchemaTest, EveryFieldIsInTheChoosingViewsOrSaysWhyNot) {
+  const std::map<std::string, std::string> no_gauge = {
+      {"rank", "a label of every per-rank series"},
+      {"world_size", "constant over a run: gacctl runs"},
+      {"regime", "gac_steps_total{regime}, gac_skipped_updates_total, gac_spikes_total"},
+      {"wall_time_ns", "gac_last_report_timestamp_seconds"},
+      {"mode", "gac_steps_total{mode}"},
+      {"fallback", "gac_controller_fallbacks_total"},
+      {"c_low", "the rule: gac_threshold_c_low (DecidedWith)"},
+      {"c_high", "the rule: gac_threshold_c_high"},
+      {"trigger", "the rule: the threshold gauges it selects"},
+      {"window", "the rule: gac_window_steps"},
+      {"window_c_low", "the rule: gac_threshold_window_c_low"},
+      {"window_c_high", "the rule: gac_threshold_window_c_high"},
+  };
+  const std::map<std::string, std::string> not_on_page = {
+      {"rank", "the rank selector"},
+      {"world_size", "the rank selector's choices"},
+      {"alpha", "shown through the regime (project) and the cosine after; gacctl steps lists it"},
+      {"wall_time_ns", "the card's \"last report\", from the run's last_seen_ns"},
+      {"agent_overhead_seconds", "an operator's figure: gac_agent_overhead_seconds and gacctl steps"},
+      {"mode", "the regime's text (monitor mode: what GAC would have done) and the regimes card"},
+      {"fallback", "gac_controller_fallbacks_total and gacctl steps"},
+      {"c_low", "the card's \"decided with\" and the charts' bands"},
+      {"c_high", "the card's \"decided with\" and the charts' bands"},
+      {"trigger", "the charts' bands"},
+      {"window", "the m_t chart's title"},
+      {"window_c_low", "the m_t chart's bands"},
+      {"window_c_high", "the m_t chart's bands"},
+      {"loss_z", "the spike guard's loss z-score: gac_loss_z and gacctl steps (the page marks spike steps)"},
+  };
+  const std::map<std::string, std::string> not_in_tail = {
+      {"rank", "tail follows one rank (--rank)"},
+      {"world_size", "constant over a run: gacctl runs"},
+      {"ref_norm", "|p| is the previous step's |g|, one row up"},
+      {"cosine_after", "tail is one line per step: gacctl steps has it"},
+      {"wall_time_ns", "tail prints as steps arrive"},
+      {"agent_overhead_seconds", "gacctl steps"},
+      {"mode", "constant over a run: gacctl runs (MODE)"},
+      {"fallback", "gacctl steps"},
+      {"c_low", "the rule: gacctl steps and gacctl config get"},
+      {"c_high", "the rule: gacctl steps"},
+      {"trigger", "the rule: gacctl steps"},
+      {"window", "the rule: gacctl steps"},
+      {"window_c_low", "the rule: gacctl steps"},
+      {"window_c_high", "the rule: gacctl steps"},
+      {"loss_z", "the spike guard's loss z-score: gacctl steps (tail shows the regime and |g|'s z)"},
+  };
+  // The places the short views' own values take (m_t; the page's "decided
+  // with" and "last report"; tail's reward).
+  std::set<int> page_places = {30, 90, 100}, tail_places = {30, 90};
+  std::set<std::string> gauges;
+  for (const StepField& f : kStepFields) {
+    const std::string name = f.name;
+    EXPECT_NE(f.views.gauge != nullptr, no_gauge.count(name) == 1)
+        << name << ": give it a gauge, or say in no_gauge why not";
+    if (f.views.gauge != nullptr) {
+      EXPECT_TRUE(gauges.insert(f.views.gauge).second) << "gauge named twice: " << f.views.gauge;
+      EXPECT_EQ(std::string(f.views.gauge).rfind("gac_", 0), 0u) << f.views.gauge;
+    }
+    EXPECT_NE(f.views.page_label != nullptr, not_on_page.count(name) == 1)
+        << name << ": give it a page label, or say in not_on_page why not";
+    EXPECT_NE(f.views.tail_header != nullptr, not_in_tail.count(name) == 1)
+        << name << ": give it a tail column, or say in not_in_tail why not";
+    if (f.views.page_label != nullptr) {
+      EXPECT_TRUE(page_places.insert(f.views.place).second) << name << ": place " << f.views.place << " taken";
+      EXPECT_GE(f.views.page_digits, -1) << name;
+    }
+    if (f.views.tail_header != nullptr) {
+      EXPECT_TRUE(tail_places.insert(f.views.place).second) << name << ": place " << f.views.place << " taken";
+      EXPECT_GT(f.views.tail_width, 0) << name;
+    }
+    if (f.views.page_label != nullptr || f.views.tail_header != nullptr) EXPECT_GT(f.views.place, 0) << name;
+  }
 }
 
 TEST(WireRulesTest, RunIds) {

@@ -405,10 +405,10 @@ TEST_F(HttpApiTest, DeprecatedQueryNamesAnswerWithAWarning) {
   EXPECT_EQ(runs->Header("warning"), "299 - \"'limit' is deprecated: use 'page_size'\"");
 }
 
-// A record with every field of the record schema set (valid on ingest, each
-// unlike its default) comes back from the JSON API as it went in.
-TEST_F(HttpApiTest, EveryFieldOfTheRecordSchemaRoundTripsThroughJson) {
-  v1::StepRecord want = MakeStep("exp-web/every", 0, 0.02);
+// A record of `run` with every field of the record schema set (valid on
+// ingest, each unlike its default).
+v1::StepRecord EveryFieldRecord(const std::string& run) {
+  v1::StepRecord r = MakeStep(run, 0, 0.02);
   for (std::size_t i = 0; i < proto::kStepFieldCount; ++i) {
     const proto::StepField& f = proto::kStepFields[i];
     proto::FieldValue v;
@@ -418,8 +418,14 @@ TEST_F(HttpApiTest, EveryFieldOfTheRecordSchemaRoundTripsThroughJson) {
       case proto::FieldType::kBool: v.integer = 1; break;
       default: v.integer = 100 + static_cast<std::int64_t>(i); break;
     }
-    f.set(v, &want);
+    f.set(v, &r);
   }
+  return r;
+}
+
+// Such a record comes back from the JSON API as it went in.
+TEST_F(HttpApiTest, EveryFieldOfTheRecordSchemaRoundTripsThroughJson) {
+  const v1::StepRecord want = EveryFieldRecord("exp-web/every");
   ASSERT_TRUE(Client(gacd_->address(), kWriterToken).Ingest({MakeBatch(1, {want})}).ok());
   auto reply = Get("/api/v1/runs/exp-web/every/steps?layers=1");
   ASSERT_TRUE(reply.has_value());
@@ -428,6 +434,56 @@ TEST_F(HttpApiTest, EveryFieldOfTheRecordSchemaRoundTripsThroughJson) {
   const ListValue& steps = List(JsonMember(page, "steps"));
   ASSERT_EQ(steps.values_size(), 1);
   ExpectStep(steps.values(0), want, true);
+}
+
+// /api/v1/fields describes the record schema's fields in its order, and
+// every gauge it names is exported with the value of the run's latest record.
+TEST_F(HttpApiTest, FieldsDescribeTheRecordAndEveryGaugeNamedIsExported) {
+  const v1::StepRecord r = EveryFieldRecord("exp-web/fields");
+  ASSERT_TRUE(Client(gacd_->address(), kWriterToken).Ingest({MakeBatch(1, {r})}).ok());
+  auto reply = Get("/api/v1/fields");
+  ASSERT_TRUE(reply.has_value());
+  ASSERT_EQ(reply->status, 200) << reply->body;
+  const Value doc = ParseJson(reply->body);
+  const ListValue& fields = List(JsonMember(doc, "fields"));
+  ASSERT_EQ(static_cast<std::size_t>(fields.values_size()), proto::kStepFieldCount);
+  auto metrics = HttpGet(gacd_->metrics_address(), "/metrics");
+  ASSERT_TRUE(metrics.has_value());
+  int gauges = 0, on_page = 0;
+  for (std::size_t i = 0; i < proto::kStepFieldCount; ++i) {
+    const proto::StepField& f = proto::kStepFields[i];
+    const Value& j = fields.values(static_cast<int>(i));
+    EXPECT_EQ(JsonMember(j, "name").string_value(), f.name);
+    EXPECT_EQ(JsonMember(j, "optional").bool_value(), f.optional) << f.name;
+    EXPECT_EQ(JsonMember(j, "help").string_value(), f.help) << f.name;
+    EXPECT_EQ(JsonMember(j, "unit").string_value(), f.unit) << f.name;
+    const Value& gauge = JsonMember(j, "gauge");
+    if (f.views.gauge == nullptr) {
+      EXPECT_EQ(gauge.kind_case(), Value::kNullValue) << f.name;
+    } else {
+      ++gauges;
+      EXPECT_EQ(gauge.string_value(), f.views.gauge);
+      // The exported series, and its value (the record's, written as a number).
+      const std::string series =
+          std::string(f.views.gauge) + "{rank=\"" + std::to_string(r.rank()) + "\",run=\"exp-web/fields\"} ";
+      const std::size_t at = metrics->find(series);
+      ASSERT_NE(at, std::string::npos) << series << " not in /metrics";
+      const double shown = std::stod(metrics->substr(at + series.size()));
+      const proto::FieldValue v = f.get(r);
+      EXPECT_EQ(shown, f.type == proto::FieldType::kReal ? v.real : static_cast<double>(v.integer)) << f.name;
+    }
+    const Value& page = JsonMember(j, "page");
+    if (f.views.page_label == nullptr) {
+      EXPECT_EQ(page.kind_case(), Value::kNullValue) << f.name;
+    } else {
+      ++on_page;
+      EXPECT_EQ(JsonMember(page, "label").string_value(), f.views.page_label);
+      EXPECT_EQ(JsonMember(page, "digits").number_value(), f.views.page_digits) << f.name;
+      EXPECT_EQ(JsonMember(page, "place").number_value(), f.views.place) << f.name;
+    }
+  }
+  EXPECT_GT(gauges, 0);
+  EXPECT_GT(on_page, 0);
 }
 
 // A run whose steps ran in monitor mode reads as what GAC would have done,

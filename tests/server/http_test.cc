@@ -138,6 +138,7 @@ TEST(HttpApiParsing, RoutesReadTheResourceFromTheEndOfThePath) {
       {"GET", "/api/v1/runs/steps", ApiRoute::kSummary, "steps", "GetRunSummary"},
       {"GET", "/api/v1/runs/a/../b/config", ApiRoute::kConfig, "a/../b", "GetRunConfig"},
       {"PUT", "/api/v1/runs/exp/config", ApiRoute::kConfig, "exp", "SetRunConfig"},
+      {"GET", "/api/v1/fields", ApiRoute::kFields, "", "GetStepFields"},
   };
   for (const Case& c : cases) {
     base::StatusOr<ApiRoute> r = ParseApiRoute(c.method, c.path);

@@ -18,6 +18,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -28,6 +29,7 @@
 #include <utility>
 #include <vector>
 
+#include "gac/proto/record_schema.h"
 #include "server/src/http/json.h"
 #include "tests/common/test_util.h"
 #include "tests/dashboards/synthetic_run.h"
@@ -357,6 +359,20 @@ TEST_F(WebPageTest, ShowsTheStoreLiveAndEditsThresholds) {
     EXPECT_EQ(browser_.Text(Field("latest-regime")), controller::RegimeName(*proto::FromProto(s.latest().regime())));
     EXPECT_EQ(Shown(browser_.Text(Field("latest-staleness"))), s.latest().staleness());
     EXPECT_NEAR(Shown(browser_.Text(Field("latest-grad-norm-z"))), s.latest().grad_norm_z(), 5.001e-3);
+    EXPECT_NEAR(Shown(browser_.Text(Field("latest-grad-norm"))), s.latest().grad_norm(), 5e-4 * s.latest().grad_norm());
+    EXPECT_NEAR(Shown(browser_.Text(Field("latest-ref-norm"))), s.latest().ref_norm(), 5e-4 * s.latest().ref_norm());
+    // The card's rows: the record schema's fields with a page label and the
+    // page's own (m_t 30, decided with 90, last report 100), by place.
+    std::vector<std::pair<int, std::string>> rows = {{30, "mt"}, {90, "decided with"}, {100, "last report"}};
+    for (const proto::StepField& f : proto::kStepFields) {
+      if (f.views.page_label != nullptr) rows.emplace_back(f.views.place, f.views.page_label);
+    }
+    std::stable_sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+    std::string labels;
+    for (const auto& [place, label] : rows) labels += (labels.empty() ? "" : "|") + label;
+    EXPECT_EQ(browser_.Eval("[...document.querySelectorAll('#latest-fields dt')].map((x) => x.textContent).join('|')")
+                  .string_value(),
+              labels);
     EXPECT_EQ(s.steps_by_regime().at("spike"), 1u);  // the guard's step, marked on the page
     for (const char* regime : {"safe", "project", "skip", "invalid", "spike"}) {
       EXPECT_EQ(Shown(browser_.Text(Field(std::string("count-") + regime))), s.steps_by_regime().at(regime))

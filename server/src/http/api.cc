@@ -249,6 +249,17 @@ void WriteField(JsonWriter& w, const proto::StepField& field, const v1::StepReco
   }
 }
 
+const char* FieldTypeName(proto::FieldType type) {
+  switch (type) {
+    case proto::FieldType::kInteger: return "integer";
+    case proto::FieldType::kReal: return "real";
+    case proto::FieldType::kText: return "text";
+    case proto::FieldType::kBool: return "bool";
+    case proto::FieldType::kEnum: return "enum";
+  }
+  return "unknown";
+}
+
 void WriteLayers(JsonWriter& w, const v1::StepRecord& r) {
   w.Key("layers");
   w.BeginArray();
@@ -390,6 +401,7 @@ const char* MethodName(ApiRoute::Kind kind, std::string_view http_method) {
     case ApiRoute::kSummary: return get ? "GetRunSummary" : nullptr;
     case ApiRoute::kSteps: return get ? "GetSteps" : nullptr;
     case ApiRoute::kConfig: return get ? "GetRunConfig" : http_method == "PUT" ? "SetRunConfig" : nullptr;
+    case ApiRoute::kFields: return get ? "GetStepFields" : nullptr;
   }
   return nullptr;
 }
@@ -429,6 +441,8 @@ base::StatusOr<ApiRoute> ParseApiRoute(std::string_view method, std::string_view
   ApiRoute route;
   if (path == kRunsPath || path == "/api/v1/runs/") {
     route.kind = ApiRoute::kRuns;
+  } else if (path == "/api/v1/fields") {
+    route.kind = ApiRoute::kFields;
   } else if (path.size() > kRunsPath.size() + 1 && path.substr(0, kRunsPath.size() + 1) == "/api/v1/runs/") {
     std::string_view rest = path.substr(kRunsPath.size() + 1);
     route.kind = ApiRoute::kSummary;
@@ -445,7 +459,7 @@ base::StatusOr<ApiRoute> ParseApiRoute(std::string_view method, std::string_view
     route.run = std::string(rest);
   } else {
     return base::Status::NotFound("no such endpoint: " + std::string(path) +
-                            " (see /api/v1/runs, /api/v1/runs/{run}, .../steps, .../config)");
+                            " (see /api/v1/runs, /api/v1/runs/{run}, .../steps, .../config, /api/v1/fields)");
   }
   route.method = MethodName(route.kind, method);
   if (route.method == nullptr) {
@@ -679,6 +693,50 @@ std::string EncodeSummary(const v1::RunSummary& summary, std::int64_t now_ns) {
   return out;
 }
 
+std::string EncodeStepFields() {
+  std::string out;
+  JsonWriter w(&out);
+  w.BeginObject();
+  w.Key("fields");
+  w.BeginArray();
+  for (const proto::StepField& f : proto::kStepFields) {
+    w.BeginObject();
+    w.Key("name");
+    w.String(f.name);
+    w.Key("type");
+    w.String(FieldTypeName(f.type));
+    w.Key("optional");
+    w.Bool(f.optional);
+    w.Key("unit");
+    w.String(f.unit);
+    w.Key("help");
+    w.String(f.help);
+    w.Key("gauge");
+    if (f.views.gauge != nullptr) {
+      w.String(f.views.gauge);
+    } else {
+      w.Null();
+    }
+    w.Key("page");
+    if (f.views.page_label != nullptr) {
+      w.BeginObject();
+      w.Key("label");
+      w.String(f.views.page_label);
+      w.Key("digits");
+      w.Int(f.views.page_digits);
+      w.Key("place");
+      w.Int(f.views.place);
+      w.EndObject();
+    } else {
+      w.Null();
+    }
+    w.EndObject();
+  }
+  w.EndArray();
+  w.EndObject();
+  return out;
+}
+
 std::string EncodeStepsPage(const std::string& run, const v1::GetStepsResponse& page, bool with_layers,
                             const std::vector<std::optional<double>>& window_means) {
   std::string out;
@@ -761,7 +819,7 @@ base::StatusOr<std::string> HttpApi::Serve(const HttpRequest& request, const Api
                                      std::vector<std::string>* warnings) {
   GAC_ASSIGN_OR_RETURN(const Principal* principal, core_->Authenticate(request.authorization));
   const Principal& p = *principal;
-  if (route.kind != ApiRoute::kRuns) {
+  if (route.kind != ApiRoute::kRuns && route.kind != ApiRoute::kFields) {
     const Right right = route.kind == ApiRoute::kConfig && request.method == "PUT" ? kAdmin : kRead;
     GAC_RETURN_IF_ERROR(Authenticator::Authorize(p, right, route.run));
   }
@@ -787,6 +845,9 @@ base::StatusOr<std::string> HttpApi::Serve(const HttpRequest& request, const Api
       if (request.method == "PUT") return SetConfig(p, route.run, request.body);
       GAC_RETURN_IF_ERROR(ParseQueryString(request.query, {}).status());
       return EncodeRunConfig(route.run, core_->registry().Get(route.run));
+    case ApiRoute::kFields:
+      GAC_RETURN_IF_ERROR(ParseQueryString(request.query, {}).status());
+      return EncodeStepFields();
   }
   return base::Status::Internal("unhandled route");
 }

@@ -63,8 +63,8 @@ struct HttpResponse {
 
 // The resource a path and method name.
 struct ApiRoute {
-  enum Kind { kRuns, kSummary, kSteps, kConfig } kind = kRuns;
-  std::string run;     // a valid run id; empty for kRuns
+  enum Kind { kRuns, kSummary, kSteps, kConfig, kFields } kind = kRuns;
+  std::string run;     // a valid run id; empty for kRuns and kFields
   const char* method;  // the gRPC method it mirrors, e.g. "GetSteps"
 };
 
@@ -118,6 +118,11 @@ std::string EncodeSummary(const v1::RunSummary& summary, std::int64_t now_ns);
 std::string EncodeStepsPage(const std::string& run, const v1::GetStepsResponse& page, bool with_layers,
                             const std::vector<std::optional<double>>& window_means);
 std::string EncodeRunConfig(const std::string& run, const v1::RunConfig& config);
+// GET /api/v1/fields: the step record's fields as the record schema
+// describes them (gac/proto/record_schema.h), in its order: name, type,
+// optional, unit, help, gauge (null: none) and page (null, or the label,
+// decimals and place of the field in the page's "Latest step").
+std::string EncodeStepFields();
 std::string EncodeError(const base::Status& status);
 
 class HttpApi {

@@ -2,9 +2,9 @@
 // `steps` table and shown as one column of a view, written down once.
 //
 // Every place that maps a step record field by field (the stores' binders
-// and readers, the HTTP JSON, gacctl's columns, the transport's builder)
-// walks kStepFields instead of naming the fields, so adding a field is: the
-// .proto and one row here. The stores add a column for each row their
+// and readers, the HTTP JSON, gacctl's columns, gacd's latest-value gauges,
+// the transport's builder) walks kStepFields instead of naming the fields, so
+// adding a field is: the .proto and one row here. The stores add a column for each row their
 // `steps` table lacks when they open (nullable for an optional field, else
 // NOT NULL DEFAULT 0); the in-memory report's rows, which fill the record,
 // are gac/controller/report_fields.h.
@@ -63,6 +63,20 @@ using FieldSetter = void (*)(const FieldValue& value, v1::StepRecord* record);
 // The name of an enum field's value ("unknown" for a value outside the enum).
 using EnumNamer = const char* (*)(std::int64_t value);
 
+// Where a field is shown beyond the views that show every field (the stores,
+// the HTTP JSON, gacctl steps). Zero-initialised ({}) where it is in none.
+// The short views (gacctl tail's columns, the page's "Latest step") show
+// their fields by `place`, between the values they compute themselves.
+struct StepFieldViews {
+  const char* gauge;        // gacd's gauge of its latest value per run and rank
+                            // (help: the field's); nullptr: no gauge
+  int place;                // its place in the short views, ascending
+  const char* tail_header;  // gacctl tail's column header; nullptr: not a column
+  int tail_width;           // that column's narrowest width
+  const char* page_label;   // its label in the page's "Latest step"; nullptr: not there
+  int page_digits;          // decimals the page shows; -1: 4 significant digits
+};
+
 struct StepField {
   const char* name;     // the wire name, also the JSON key and the CSV header
   const char* column;   // the column of the stores' `steps` table
@@ -75,6 +89,7 @@ struct StepField {
   FieldGetter get;
   FieldSetter set;
   EnumNamer enum_name;  // kEnum only, else nullptr
+  StepFieldViews views;
 };
 
 // The row fields of a StepRecord, in column order (range-for works on it).

@@ -14,6 +14,7 @@
 #include "gac/controller/decision_source.h"
 #include "gac/controller/report_fields.h"
 #include "gac/controller/spike.h"
+#include "gac/controller/spike_verdict.h"
 #include "gac/controller/step_report.h"
 #include "gac/controller/window.h"
 #include "gac/base/duration.h"

@@ -24,16 +24,21 @@
       their ratio; sizes.md and sizes-runs.csv (one row per run).
   analyze.py tables [--data DIR] [--check FILE.md | --write FILE.md]
       Every table of docs/RESULTS.md that has its data in the repository
-      (DIR, default examples/grpo/data: replication.tar.xz, sizes.tar.xz and
-      spikes.tar.xz, the per-step CSVs and logs; replication-runs.csv,
-      sizes-runs.csv and spikes-runs.csv, the per-run rows), rebuilt: printed, checked against the blocks
-      "<!-- table NAME: rebuilt by analyze.py tables -->" of FILE.md, or
-      written into them. Checking also rebuilds the per-run rows from the
-      archives and fails where they differ.
+      (DIR, default examples/grpo/data: replication.tar.xz, grid.tar.xz,
+      sizes.tar.xz and spikes.tar.xz, the per-step CSVs and logs;
+      replication-runs.csv, grid-runs.csv, sizes-runs.csv and
+      spikes-runs.csv, the per-run rows), rebuilt: printed, checked against
+      the blocks "<!-- table NAME: rebuilt by analyze.py tables -->" of
+      FILE.md, or written into them. Checking also rebuilds the per-run rows
+      and calibration.txt from the archives and fails where they differ. The
+      exploratory grid's tables (grid-*) are report's sections, from
+      grid-runs.csv and, for the detectors, grid.tar.xz; its thresholds are
+      the calibration stored in replication.tar.xz (the same runs).
   analyze.py pilot --runs DIR
       The table of the configuration pilot (scripts/experiment.sh pilot).
   analyze.py report --runs DIR --calibration FILE --out DIR [--no-plots]
-      summary.md (the tables), results.csv (one row per run), detectors.csv,
+      summary.md (the tables), results.csv (one row per run), grid-runs.csv
+      (one row per run: what the tables read), detectors.csv,
       comparisons.csv, and the plots results_heldout.png, results_ct.png,
       results_lambda.png, results_controls.png (with matplotlib; everything
       else needs only the standard library).
@@ -580,18 +585,27 @@ def calibration_values(runs, seeds):
     return {k: v for k, v in out.items() if v is not None}
 
 
-def calibrate(args):
-    paths = sorted(glob.glob(os.path.join(args.runs, "grpo_s0_seed*.csv")))
+def calibration_file(runs_dir):
+    """The thresholds of the calibration runs in runs_dir (their grpo_s0_seed*.csv), as calibrate writes them
+    (text, values); None without a finished run."""
+    paths = sorted(glob.glob(os.path.join(runs_dir, "grpo_s0_seed*.csv")))
     loaded = [(run_key(p)[2], load_run(p)) for p in paths if run_key(p)]
     loaded = [(seed, r) for seed, r in loaded if r is not None]
     if not loaded:
-        sys.exit("calibrate: no finished synchronous runs (grpo_s0_seed*.csv)")
+        return None
     out = calibration_values([r for _, r in loaded], sorted(seed for seed, _ in loaded))
+    return "".join(f"{k}={v:.6g}\n" if isinstance(v, float) else f"{k}={v}\n" for k, v in out.items()), out
+
+
+def calibrate(args):
+    found = calibration_file(args.runs)
+    if found is None:
+        sys.exit("calibrate: no finished synchronous runs (grpo_s0_seed*.csv)")
+    text, out = found
     if "c_low" not in out or "window_c_low" not in out:
         sys.exit("calibrate: no cosine / window_mean values after step 50")
     with open(args.out, "w") as f:
-        for k, v in out.items():
-            f.write(f"{k}={v:.6g}\n" if isinstance(v, float) else f"{k}={v}\n")
+        f.write(text)
     print(f"calibration from {out['runs']} synchronous runs (seeds {out['seeds']}, {out['steps']} steps): "
           + ", ".join(f"{k} {v:.4f}" for k, v in out.items() if isinstance(v, float)))
 
@@ -725,15 +739,15 @@ def comparison_pairs(s, present):
     return pairs
 
 
-def paired_rows(runs, seeds, stale, metric):
+def paired_rows(ms, seeds, stale, metric):
     """One dict per comparison (with at least one paired seed) of metric, with its 95 % and Bonferroni
-    intervals; m = the comparisons with n >= 2."""
-    present = {k[0] for k in runs}
+    intervals; m = the comparisons with n >= 2. ms: {(variant, s, seed): a run's metrics}."""
+    present = {k[0] for k in ms}
 
     def get(v, s, seed):
-        r = runs.get((v, s, seed))
+        r = ms.get((v, s, seed))
         if r is None and s == 0 and v in BASE_VARIANTS:
-            r = runs.get(("grpo", 0, seed))
+            r = ms.get(("grpo", 0, seed))
         return r
 
     rows = []
@@ -742,11 +756,11 @@ def paired_rows(runs, seeds, stale, metric):
             d, col_a, col_b = [], 0, 0
             for seed in seeds:
                 ra, rb = get(a, s, seed), get(b, s, seed)
-                if ra is None or rb is None or ra["m"][metric] is None or rb["m"][metric] is None:
+                if ra is None or rb is None or ra[metric] is None or rb[metric] is None:
                     continue
-                d.append(ra["m"][metric] - rb["m"][metric])
-                col_a += ra["m"]["outcome"] == "collapsed"
-                col_b += rb["m"]["outcome"] == "collapsed"
+                d.append(ra[metric] - rb[metric])
+                col_a += ra["outcome"] == "collapsed"
+                col_b += rb["outcome"] == "collapsed"
             if d:
                 rows.append({"s": s, "row": a, "ref": b, "metric": metric, "diffs": d, "n": len(d),
                              "row_collapsed": col_a, "ref_collapsed": col_b})
@@ -812,6 +826,189 @@ def detector_table(out, pool, stats, thr, title):
     return rows
 
 
+# The sections of the grid's summary (report), each a function of the runs' metrics
+# ({(variant, s, seed): metrics}) so that report and tables print the same text.
+
+def text_of(lines):
+    return "\n".join(lines) + "\n"
+
+
+def grid_axes(ms):
+    """(staleness values, seeds, variants in the tables' order) of the runs."""
+    order = BASE_VARIANTS + GAC_VARIANTS
+    variants = [v for v in order if any(k[0] == v for k in ms)]
+    controls = sorted({k[0] for k in ms if k[0] not in order})
+    return sorted({k[1] for k in ms}), sorted({k[2] for k in ms}), variants + controls
+
+
+def grid_ref(ms, seeds, v, s):
+    """The metrics of v at s over seeds; grpo at s = 0 stands for every loss (the ratio is 1: identical runs)."""
+    get = lambda v, s: [ms[(v, s, seed)] for seed in seeds if (v, s, seed) in ms]
+    return get(v, s) or (get("grpo", 0) if s == 0 and v in BASE_VARIANTS else [])
+
+
+def thresholds_text(cal, seeds):
+    num = lambda k, d=4: f"{cal[k]:.{d}f}" if isinstance(cal.get(k), float) else "-"
+    out = [f"Thresholds (calibrated once from {int(cal.get('runs', 0))} synchronous runs, "
+           f"{int(cal.get('steps', 0))} steps, seeds {cal.get('seeds', 'not recorded')}): c_low = {num('c_low')}, "
+           f"c_high = {num('c_high')} (raw q0.9 {num('c_q90')}, max {num('c_max')}); windowed trigger: "
+           f"c_low = {num('window_c_low')}, c_high = {num('window_c_high')} (raw q0.9 {num('window_q90')}, "
+           f"max {num('window_max')}). Test seeds: {seeds}."]
+    if calibration_seeds(cal) is None:
+        out += ["", "The calibration file does not record its seeds: its runs may share seeds with the runs "
+                    "tested here."]
+    return text_of(out)
+
+
+def outcome_text(ms):
+    stale, seeds, variants = grid_axes(ms)
+    lag_seen = any(m["lag"] is not None for m in ms.values())
+    scale_seen = any(m["grad_scale"] is not None for m in ms.values())
+    out = ["### Outcome and alignment, mean ± sd over seeds", "",
+           "| s | variant | n | held-out start → final | mean over evals | collapsed / never learned / learned "
+           "| skip / project rate | grad scale | lag (updates) | q0.9 \\|c\\| | mean c | noise floor mean / rms "
+           "| q0.9 \\|m\\| | PR (pop) | λ |",
+           "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for s in stale:
+        for v in variants:
+            M = grid_ref(ms, seeds, v, s)
+            if not M or (s == 0 and v in BASE_VARIANTS and v != "grpo"):
+                continue
+            counts = " / ".join(str(sum(1 for m in M if m["outcome"] == o)) for o in OUTCOMES)
+            out.append(
+                f"| {s} | {v} | {len(M)} | {mean_sd([m['start'] for m in M])} → {mean_sd([m['final'] for m in M])} "
+                f"| {mean_sd([m['mean_acc'] for m in M])} | {counts} "
+                f"| {fmt(mean([m['skip_rate'] for m in M]), 2)} / {fmt(mean([m['project_rate'] for m in M]), 2)} "
+                f"| {fmt(mean([m['grad_scale'] for m in M]), 2) if scale_seen else '-'} "
+                f"| {fmt(mean([m['lag'] for m in M]), 1) if lag_seen else '-'} "
+                f"| {mean_sd([m['q90'] for m in M], 2)} | {mean_sd([m['cmean'] for m in M], 2)} "
+                f"| {fmt(mean([m['noise_mean'] for m in M]), 2)} / {fmt(mean([m['noise_rms'] for m in M]), 2)} "
+                f"| {mean_sd([m['m_q90'] for m in M], 2)} | {fmt(mean([m['pr_pop'] for m in M]), 1)} "
+                f"| {mean_sd([m['lambda'] for m in M], 2)} |")
+    missing = [name for name, seen in (("lag_updates", lag_seen), ("grad_scale", scale_seen)) if not seen]
+    if missing:
+        out += ["", f"(no CSV here has the column {' or '.join(missing)}: '-' in its column of the table)"]
+    return text_of(out)
+
+
+def final_text(ms):
+    stale, seeds, variants = grid_axes(ms)
+    out = ["### Final held-out accuracy per seed", "",
+           "| s | variant | " + " | ".join(f"seed {x}" for x in seeds) + " |",
+           "|---|---|" + "---|" * len(seeds)]
+    mark = {"collapsed": "*", "never learned": "°", "learned": ""}
+    for s in stale:
+        for v in variants:
+            if s == 0 and v in BASE_VARIANTS and v != "grpo":
+                continue
+            cells = []
+            for seed in seeds:
+                m = ms.get((v, s, seed))
+                if m is None and s == 0 and v in BASE_VARIANTS:
+                    m = ms.get(("grpo", 0, seed))
+                cells.append("-" if m is None else fmt(m["final"]) + mark[m["outcome"]])
+            if any(c != "-" for c in cells):
+                out.append(f"| {s} | {v} | " + " | ".join(cells) + " |")
+    out += ["", "(* = collapsed, ° = never learned)"]
+    return text_of(out)
+
+
+PAIRED_METRICS = [("final", "final held-out accuracy"), ("mean_acc", "mean held-out accuracy over evaluations")]
+
+
+def paired_text(ms, metric, label):
+    """The paired table of metric and its rows (for comparisons.csv)."""
+    stale, seeds, _ = grid_axes(ms)
+    rows, m = paired_rows(ms, seeds, stale, metric)
+    out = [f"### Paired by seed: difference in {label} (row − reference)", "",
+           "| s | comparison | n | mean ± sd | 95 % CI | verdict | Bonferroni CI | Bonferroni verdict "
+           "| collapsed (row / ref) | seeds better | per seed |",
+           "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for row in rows:
+        d = row["diffs"]
+        out.append(f"| {row['s']} | {row['row']} − {row['ref']} | {row['n']} | {mean_sd(d)} "
+                   f"| {interval(row['lo'], row['hi'])} | {row['verdict']} | {interval(row['blo'], row['bhi'])} "
+                   f"| {row['bverdict']} | {row['row_collapsed']} / {row['ref_collapsed']} of {row['n']} "
+                   f"| {sum(x > 0 for x in d)}/{len(d)} | {' '.join(f'{x:+.3f}' for x in d)} |")
+    out += ["", f"Bonferroni: m = {m} comparisons with n ≥ 2 in this table, each interval at the "
+                f"{100 * (1 - 0.05 / m) if m else 100:.3f} % level (1 − 0.05/m)."]
+    return text_of(out), rows
+
+
+def bias_text(ms):
+    stale, seeds, _ = grid_axes(ms)
+    out = ["### Staleness bias (probe every 5 steps, steps > 50; GRPO in monitor mode, and the GAC runs)", "",
+           "| s | variant | λ = cos(b, g_prev) | λ² | \\|b\\| / \\|g_on\\| | cos(g_on, g_prev) | c_t mean "
+           "| project-step probes | <b, u> before → after GAC, in \\|g_on\\| | \\|b'\\| / \\|b\\| |",
+           "|---|---|---|---|---|---|---|---|---|---|"]
+    for s in stale:
+        for v in ["grpo", "is", "gac", "gacwin"]:
+            M = grid_ref(ms, seeds, v, s)
+            if not M:
+                continue
+            out.append(f"| {s} | {v} | {mean_sd([m['lambda'] for m in M], 3)} | {fmt(mean([m['lambda2'] for m in M]), 3)} "
+                       f"| {mean_sd([m['bias_rel'] for m in M], 2)} "
+                       f"| {mean_sd([m['on_align'] for m in M], 3)} | {mean_sd([m['cmean'] for m in M], 2)} "
+                       f"| {sum(m['probes_project'] for m in M)} | {fmt(mean([m['aligned_before'] for m in M]), 2)} → "
+                       f"{fmt(mean([m['aligned_after'] for m in M]), 2)} | {fmt(mean([m['bias_cut'] for m in M]), 2)} |")
+    return text_of(out)
+
+
+DETECTOR_POOLS = [("base losses in monitor mode (no controls)", lambda k: True), ("GRPO runs alone", lambda k: k[0] == "grpo")]
+
+
+def detector_texts(runs, cal):
+    """The two detector sections of the grid (runs: per-step runs with r["m"]) and their rows for detectors.csv."""
+    thr = thresholds(cal)
+    pool = detector_pool(runs)
+    stats = {k: series_stats(r) for k, r in pool.items()}
+    texts, rows = [], []
+    for title, keep in DETECTOR_POOLS:
+        out = []
+        rows += detector_table(out, {k: r for k, r in pool.items() if keep(k)}, stats, thr, title)
+        texts.append(text_of(out[:-1]))
+    return texts, rows
+
+
+# The per-run rows behind the grid's tables (grid-runs.csv): a run's metrics that the tables read, and its
+# CPU seconds (the log's cpu_s). Floats are written as repr gives them (they read back as the same number), so
+# that the tables built from these rows are exactly report's: a per-seed difference of two means of 20
+# evaluations often lies on a rounding boundary of the tables' three decimals.
+GRID_RUN_KEYS = ["variant", "staleness", "seed", "start", "final", "mean_acc", "outcome", "collapse", "skip_rate",
+                 "project_rate", "grad_scale", "lag", "q90", "cmean", "noise_mean", "noise_rms", "m_q90", "pr_pop",
+                 "lambda", "lambda2", "bias_rel", "on_align", "aligned_before", "aligned_after", "bias_cut",
+                 "probes_project", "cpu_s"]
+GRID_INT_KEYS = {"collapse", "probes_project"}
+
+
+def grid_record(r):
+    m = r["m"] if "m" in r else metrics(r)
+    cpu = re.search(r"cpu_s=([0-9.]+)", r["log"])
+    rec = {k: m[k] for k in GRID_RUN_KEYS[3:-1]}
+    rec["cpu_s"] = float(cpu.group(1)) if cpu else None
+    return rec
+
+
+def write_grid_runs(records, path):
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(GRID_RUN_KEYS)
+        for (v, s, seed), rec in sorted(records.items(), key=lambda kv: (kv[0][1], kv[0][0], kv[0][2])):
+            w.writerow([v, s, seed] + ["" if rec[k] is None else repr(rec[k]) if isinstance(rec[k], float)
+                                       else rec[k] for k in GRID_RUN_KEYS[3:]])
+
+
+def read_grid_runs(path):
+    records = {}
+    with open(path, newline="") as f:
+        for row in csv.DictReader(f):
+            rec = {k: (int(row[k]) if row[k] else None) if k in GRID_INT_KEYS else fnum(row[k])
+                   for k in GRID_RUN_KEYS[3:]}
+            rec["outcome"] = row["outcome"]
+            records[(row["variant"], int(row["staleness"]), int(row["seed"]))] = rec
+    return records
+
+
 def report(args):
     cal = read_calibration(args.calibration)
     cal_seeds = calibration_seeds(cal)
@@ -829,105 +1026,16 @@ def report(args):
         for (v, s, seed), r in sorted(runs.items(), key=lambda kv: (kv[0][1], kv[0][0], kv[0][2])):
             w.writerow([v, s, seed] + ["" if r["m"][k] is None else (f"{r['m'][k]:.5g}" if isinstance(r["m"][k], float)
                                                                      else r["m"][k]) for k in keys])
+    write_grid_runs({k: grid_record(r) for k, r in runs.items()}, os.path.join(args.out, "grid-runs.csv"))
 
-    stale = sorted({k[1] for k in runs})
-    seeds = sorted({k[2] for k in runs})
-    order = BASE_VARIANTS + GAC_VARIANTS
-    variants = [v for v in order if any(k[0] == v for k in runs)]
-    controls = sorted({k[0] for k in runs if k[0] not in order})
-    get = lambda v, s: [runs[(v, s, seed)] for seed in seeds if (v, s, seed) in runs]
-
-    def ref_runs(v, s):
-        # grpo at s = 0 stands for every loss (the ratio is 1: identical runs)
-        return get(v, s) or (get("grpo", 0) if s == 0 and v in BASE_VARIANTS else [])
-
-    out = []
-    num = lambda k, d=4: f"{cal[k]:.{d}f}" if isinstance(cal.get(k), float) else "-"
-    out.append(f"Thresholds (calibrated once from {int(cal.get('runs', 0))} synchronous runs, "
-               f"{int(cal.get('steps', 0))} steps, seeds {cal.get('seeds', 'not recorded')}): c_low = {num('c_low')}, "
-               f"c_high = {num('c_high')} (raw q0.9 {num('c_q90')}, max {num('c_max')}); windowed trigger: "
-               f"c_low = {num('window_c_low')}, c_high = {num('window_c_high')} (raw q0.9 {num('window_q90')}, "
-               f"max {num('window_max')}). Test seeds: {seeds}.")
-    if cal_seeds is None:
-        out.append("")
-        out.append("The calibration file does not record its seeds: its runs may share seeds with the runs "
-                   "tested here.")
-    out.append("")
-
-    # Main table.
-    lag_seen = any(r["m"]["lag"] is not None for r in runs.values())
-    scale_seen = any(r["m"]["grad_scale"] is not None for r in runs.values())
-    out.append("### Outcome and alignment, mean ± sd over seeds")
-    out.append("")
-    out.append("| s | variant | n | held-out start → final | mean over evals | collapsed / never learned / learned "
-               "| skip / project rate | grad scale | lag (updates) | q0.9 \\|c\\| | mean c | noise floor mean / rms "
-               "| q0.9 \\|m\\| | PR (pop) | λ |")
-    out.append("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
-    for s in stale:
-        for v in variants + controls:
-            rs = ref_runs(v, s)
-            if not rs or (s == 0 and v in BASE_VARIANTS and v != "grpo"):
-                continue
-            M = [r["m"] for r in rs]
-            counts = " / ".join(str(sum(1 for m in M if m["outcome"] == o)) for o in OUTCOMES)
-            out.append(
-                f"| {s} | {v} | {len(M)} | {mean_sd([m['start'] for m in M])} → {mean_sd([m['final'] for m in M])} "
-                f"| {mean_sd([m['mean_acc'] for m in M])} | {counts} "
-                f"| {fmt(mean([m['skip_rate'] for m in M]), 2)} / {fmt(mean([m['project_rate'] for m in M]), 2)} "
-                f"| {fmt(mean([m['grad_scale'] for m in M]), 2) if scale_seen else '-'} "
-                f"| {fmt(mean([m['lag'] for m in M]), 1) if lag_seen else '-'} "
-                f"| {mean_sd([m['q90'] for m in M], 2)} | {mean_sd([m['cmean'] for m in M], 2)} "
-                f"| {fmt(mean([m['noise_mean'] for m in M]), 2)} / {fmt(mean([m['noise_rms'] for m in M]), 2)} "
-                f"| {mean_sd([m['m_q90'] for m in M], 2)} | {fmt(mean([m['pr_pop'] for m in M]), 1)} "
-                f"| {mean_sd([m['lambda'] for m in M], 2)} |")
-    out.append("")
-    missing = [name for name, seen in (("lag_updates", lag_seen), ("grad_scale", scale_seen)) if not seen]
-    if missing:
-        out.append(f"(no CSV here has the column {' or '.join(missing)}: '-' in its column of the table)")
-        out.append("")
-
-    # Per-seed final accuracy.
-    out.append("### Final held-out accuracy per seed")
-    out.append("")
-    out.append("| s | variant | " + " | ".join(f"seed {x}" for x in seeds) + " |")
-    out.append("|---|---|" + "---|" * len(seeds))
-    mark = {"collapsed": "*", "never learned": "°", "learned": ""}
-    for s in stale:
-        for v in variants + controls:
-            if s == 0 and v in BASE_VARIANTS and v != "grpo":
-                continue
-            cells = []
-            for seed in seeds:
-                r = runs.get((v, s, seed))
-                if r is None and s == 0 and v in BASE_VARIANTS:
-                    r = runs.get(("grpo", 0, seed))
-                cells.append("-" if r is None else fmt(r["m"]["final"]) + mark[r["m"]["outcome"]])
-            if any(c != "-" for c in cells):
-                out.append(f"| {s} | {v} | " + " | ".join(cells) + " |")
-    out.append("")
-    out.append("(* = collapsed, ° = never learned)")
-    out.append("")
-
-    # Paired comparisons.
+    ms = {k: r["m"] for k, r in runs.items()}
+    stale, seeds, _ = grid_axes(ms)
+    sections = [thresholds_text(cal, seeds), outcome_text(ms), final_text(ms)]
     comp_rows = []
-    for metric, label in [("final", "final held-out accuracy"), ("mean_acc", "mean held-out accuracy over evaluations")]:
-        rows, m = paired_rows(runs, seeds, stale, metric)
+    for metric, label in PAIRED_METRICS:
+        text, rows = paired_text(ms, metric, label)
+        sections.append(text)
         comp_rows += rows
-        out.append(f"### Paired by seed: difference in {label} (row − reference)")
-        out.append("")
-        out.append("| s | comparison | n | mean ± sd | 95 % CI | verdict | Bonferroni CI | Bonferroni verdict "
-                   "| collapsed (row / ref) | seeds better | per seed |")
-        out.append("|---|---|---|---|---|---|---|---|---|---|---|")
-        for row in rows:
-            d = row["diffs"]
-            out.append(f"| {row['s']} | {row['row']} − {row['ref']} | {row['n']} | {mean_sd(d)} "
-                       f"| {interval(row['lo'], row['hi'])} | {row['verdict']} | {interval(row['blo'], row['bhi'])} "
-                       f"| {row['bverdict']} | {row['row_collapsed']} / {row['ref_collapsed']} of {row['n']} "
-                       f"| {sum(x > 0 for x in d)}/{len(d)} | {' '.join(f'{x:+.3f}' for x in d)} |")
-        out.append("")
-        out.append(f"Bonferroni: m = {m} comparisons with n ≥ 2 in this table, each interval at the "
-                   f"{100 * (1 - 0.05 / m) if m else 100:.3f} % level (1 − 0.05/m).")
-        out.append("")
     with open(os.path.join(args.out, "comparisons.csv"), "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(["staleness", "row", "reference", "metric", "n", "mean", "sd", "ci_low", "ci_high", "verdict",
@@ -939,40 +1047,18 @@ def report(args):
                         g(row["lo"]), g(row["hi"]), row["verdict"], row["m"], g(row["blo"]), g(row["bhi"]),
                         row["bverdict"], row["row_collapsed"], row["ref_collapsed"],
                         " ".join(f"{x:.6g}" for x in row["diffs"])])
-
-    # Mechanism.
-    out.append("### Staleness bias (probe every 5 steps, steps > 50; GRPO in monitor mode, and the GAC runs)")
-    out.append("")
-    out.append("| s | variant | λ = cos(b, g_prev) | λ² | \\|b\\| / \\|g_on\\| | cos(g_on, g_prev) | c_t mean "
-               "| project-step probes | <b, u> before → after GAC, in \\|g_on\\| | \\|b'\\| / \\|b\\| |")
-    out.append("|---|---|---|---|---|---|---|---|---|---|")
-    for s in stale:
-        for v in ["grpo", "is", "gac", "gacwin"]:
-            rs = ref_runs(v, s)
-            if not rs:
-                continue
-            M = [r["m"] for r in rs]
-            out.append(f"| {s} | {v} | {mean_sd([m['lambda'] for m in M], 3)} | {fmt(mean([m['lambda2'] for m in M]), 3)} "
-                       f"| {mean_sd([m['bias_rel'] for m in M], 2)} "
-                       f"| {mean_sd([m['on_align'] for m in M], 3)} | {mean_sd([m['cmean'] for m in M], 2)} "
-                       f"| {sum(m['probes_project'] for m in M)} | {fmt(mean([m['aligned_before'] for m in M]), 2)} → "
-                       f"{fmt(mean([m['aligned_after'] for m in M]), 2)} | {fmt(mean([m['bias_cut'] for m in M]), 2)} |")
-    out.append("")
-
-    # Detectors.
-    thr = thresholds(cal)
-    pool = detector_pool(runs)
-    stats = {k: series_stats(r) for k, r in pool.items()}
-    det_rows = detector_table(out, pool, stats, thr, "base losses in monitor mode (no controls)")
-    det_rows += detector_table(out, {k: r for k, r in pool.items() if k[0] == "grpo"}, stats, thr, "GRPO runs alone")
+    sections.append(bias_text(ms))
+    texts, det_rows = detector_texts(runs, cal)
+    sections += texts
     with open(os.path.join(args.out, "detectors.csv"), "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(["pool", "signal", "rule", "threshold", "alarmed", "at_first_eligible", "tp", "fp", "fn", "tn",
                     "unwarnable", "precision", "recall", "lead_median", "lead_q25", "lead_q75", "lead_min",
                     "lead_max", "leads"])
         w.writerows(det_rows)
-    open(os.path.join(args.out, "summary.md"), "w").write("\n".join(out) + "\n")
-    print("\n".join(out))
+    summary = "".join(text + "\n" for text in sections)
+    open(os.path.join(args.out, "summary.md"), "w").write(summary)
+    print(summary, end="")
     if not args.no_plots:
         plots(args, runs, stale, seeds, cal)
 
@@ -1470,6 +1556,26 @@ def build_tables(data, problems):
         detector_table(out, pool, {k: series_stats(r) for k, r in pool.items()}, thresholds(cal), "GRPO runs")
         tables["replication-detectors"] = "\n".join(out[2:]).rstrip("\n") + "\n"
         tables["replication-separation"] = separation_text(pool)
+        found = calibration_file(os.path.join(rep, "calibration-runs"))
+        if found is None or found[0] != open(os.path.join(rep, "calibration.txt")).read():
+            problems.append("calibration.txt in replication.tar.xz differs from the thresholds its calibration-runs give")
+
+        # The exploratory grid: its calibration is the replication's (the same runs and file; not stored twice).
+        gr = os.path.join(tmp, "grid")
+        extract(os.path.join(data, "grid.tar.xz"), gr)
+        runs = load_all(os.path.join(gr, "runs"), exclude_seeds=calibration_seeds(cal) or ())
+        rebuilt = os.path.join(tmp, "grid-runs.csv")
+        write_grid_runs({k: grid_record(r) for k, r in runs.items()}, rebuilt)
+        if open(rebuilt).read() != open(os.path.join(data, "grid-runs.csv")).read():
+            problems.append("grid-runs.csv differs from the rows rebuilt from grid.tar.xz")
+        ms = read_grid_runs(os.path.join(data, "grid-runs.csv"))
+        tables["grid-thresholds"] = thresholds_text(cal, grid_axes(ms)[1])
+        tables["grid-outcomes"] = outcome_text(ms)
+        tables["grid-final"] = final_text(ms)
+        tables["grid-paired-final"], tables["grid-paired-mean"] = (paired_text(ms, metric, label)[0]
+                                                                   for metric, label in PAIRED_METRICS)
+        tables["grid-bias"] = bias_text(ms)
+        tables["grid-detectors"], tables["grid-detectors-grpo"] = detector_texts(runs, cal)[0]
 
         sz = os.path.join(tmp, "sizes")
         extract(os.path.join(data, "sizes.tar.xz"), sz)

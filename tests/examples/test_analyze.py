@@ -526,3 +526,84 @@ def test_write_fills_empty_blocks_with_exactly_the_checked_tables(tmp_path):
     (tmp_path / "RESULTS.md").write_text(empty)
     assert analyze.main(["tables", "--write", str(tmp_path / "RESULTS.md")]) == 0
     assert (tmp_path / "RESULTS.md").read_text() == doc
+
+
+# --- the exploratory grid's tables (report's sections, rebuilt from grid-runs.csv) -----------
+
+GRID_BLOCKS = ["grid-thresholds", "grid-outcomes", "grid-final", "grid-paired-final", "grid-paired-mean", "grid-bias",
+               "grid-detectors", "grid-detectors-grpo"]
+
+
+def test_the_grid_tables_from_its_per_run_rows_are_reports_sections(tmp_path):
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    rising = [min(0.4 + 0.03 * i, 0.7) for i in range(1, 21)]
+    fallen = rising[:10] + [0.2] * 10
+    for seed in (1, 2, 3):
+        write_run(runs, f"grpo_s0_seed{seed}", accs=rising, cosine=lambda s: 0.2)
+        write_run(runs, f"grpo_s16_seed{seed}", accs=fallen if seed != 3 else rising,
+                  cosine=lambda s: 0.9 if s >= 150 else 0.3, kl=lambda s: 0.05 if s > 1 else 0.0)
+        write_run(runs, f"gac_s16_seed{seed}", accs=[a + 0.0005 * seed for a in rising], cosine=lambda s: 0.5,
+                  stepped=lambda s: 0 if s % 10 == 0 else 1, grad_scale=lambda s: 0.0 if s % 10 == 0 else 0.9,
+                  lag=lambda s: 3)
+        write_run(runs, f"mskip-gac_s16_seed{seed}", accs=fallen, cosine=lambda s: 0.9)
+    cal = tmp_path / "calibration.txt"
+    cal.write_text("c_low=0.5\nc_high=0.8\nwindow_c_low=0.5\nwindow_c_high=0.8\nruns=1\nsteps=350\nseeds=101\n")
+    out = tmp_path / "out"
+    analyze.main(["report", "--runs", str(runs), "--calibration", str(cal), "--out", str(out), "--no-plots"])
+    ms = analyze.read_grid_runs(out / "grid-runs.csv")
+    assert len(ms) == 12 and ms[("gac", 16, 2)]["skip_rate"] == pytest.approx(0.1)
+    assert ms[("grpo", 16, 1)]["outcome"] == "collapsed" and ms[("grpo", 16, 1)]["collapse"] == 220
+    # every section of summary.md, in its order, from the per-run rows (the detectors from the runs themselves)
+    cal_values = analyze.read_calibration(cal)
+    texts = [analyze.thresholds_text(cal_values, analyze.grid_axes(ms)[1]), analyze.outcome_text(ms),
+             analyze.final_text(ms)]
+    texts += [analyze.paired_text(ms, metric, label)[0] for metric, label in analyze.PAIRED_METRICS]
+    texts += [analyze.bias_text(ms)]
+    texts += analyze.detector_texts(analyze.load_all(str(runs)), cal_values)[0]
+    assert "".join(t + "\n" for t in texts) == (out / "summary.md").read_text()
+
+
+@pytest.mark.parametrize("name", ["grid-outcomes", "grid-final", "grid-paired-final", "grid-paired-mean", "grid-bias",
+                                  "grid-detectors", "grid-detectors-grpo"])
+def test_a_grid_table_edited_by_hand_fails_the_check(name, tmp_path, capsys):
+    doc = RESULTS.read_text()
+    body = {m.group("name"): m.group("body") for m in analyze.BLOCK.finditer(doc)}[name]
+    digit = next(i for i, ch in enumerate(body) if ch in "0123456789" and i > body.index("\n|"))
+    edited = body[:digit] + str((int(body[digit]) + 1) % 10) + body[digit + 1:]
+    (tmp_path / "RESULTS.md").write_text(doc.replace(body, edited, 1))
+    assert analyze.main(["tables", "--check", str(tmp_path / "RESULTS.md")]) == 1
+    err = capsys.readouterr().err
+    assert f"the table {name} differs" in err and err.count(" differs ") == 1
+
+
+def test_a_grid_run_row_that_the_archive_does_not_give_fails_the_check(tmp_path, capsys):
+    import shutil
+    data = tmp_path / "data"
+    shutil.copytree(DATA, data)
+    with open(data / "grid-runs.csv", newline="") as f:
+        rows = list(csv.reader(f))
+    header = rows[0]
+    i = next(j for j, r in enumerate(rows) if r[:3] == ["grpo", "16", "1"])
+    rows[i][header.index("final")] = repr(float(rows[i][header.index("final")]) + 0.01)  # one run's final accuracy
+    with open(data / "grid-runs.csv", "w", newline="") as f:
+        csv.writer(f).writerows(rows)
+    assert analyze.main(["tables", "--data", str(data), "--check", str(RESULTS)]) == 1
+    err = capsys.readouterr().err
+    assert "grid-runs.csv differs from the rows rebuilt from grid.tar.xz" in err
+    assert "the table grid-final differs" in err  # the tables are built from the committed rows
+
+
+def test_write_fills_the_empty_grid_blocks_with_exactly_the_checked_tables(tmp_path, capsys):
+    doc = RESULTS.read_text()
+    found = [m.group("name") for m in analyze.BLOCK.finditer(doc)]
+    assert all(name in found for name in GRID_BLOCKS)
+    empty = analyze.BLOCK.sub(lambda m: m.group(0) if m.group("name") not in GRID_BLOCKS else
+                              f"<!-- table {m.group('name')}: rebuilt by analyze.py tables -->\n"
+                              f"<!-- end table {m.group('name')} -->", doc)
+    assert empty != doc
+    (tmp_path / "RESULTS.md").write_text(empty)
+    assert analyze.main(["tables", "--check", str(tmp_path / "RESULTS.md")]) == 1
+    assert analyze.main(["tables", "--write", str(tmp_path / "RESULTS.md")]) == 0
+    assert (tmp_path / "RESULTS.md").read_text() == doc
+    assert analyze.main(["tables", "--check", str(tmp_path / "RESULTS.md")]) == 0

@@ -45,6 +45,10 @@ SnapshotDtype SnapshotDtypeFrom(const py::object& dtype) {
 
 const char* SnapshotDtypeName(SnapshotDtype d) { return d == SnapshotDtype::kFloat32 ? "float32" : "bfloat16"; }
 
+const char* ReferenceName(ReferencePolicy r) {
+  return r == ReferencePolicy::kRawGradient ? "raw_gradient" : "applied_update";
+}
+
 ReferencePolicy ReferenceFrom(const std::string& name) {
   if (name == "raw_gradient") return ReferencePolicy::kRawGradient;
   if (name == "applied_update") return ReferencePolicy::kAppliedUpdate;
@@ -177,6 +181,13 @@ class PyAgent {
   const AgentOptions& options() const { return options_; }
   py::object decision_source() const { return decision_source_; }
   py::object process_group() const { return process_group_; }
+
+  py::object layer_names() const {
+    if (layers_.empty()) return py::none();
+    py::list names;
+    for (const Layer& l : layers_) names.append(l.name);
+    return std::move(names);
+  }
 
  private:
   struct Layer {
@@ -429,6 +440,11 @@ void BindAgent(py::module_& m) {
                                return s.zscore ? py::object(py::int_(s.effective_warmup())) : py::none();
                              })
       .def_property_readonly("snapshot_dtype", [](const PyAgent& a) { return SnapshotDtypeName(a.options().snapshot_dtype); })
+      .def_property_readonly("reference", [](const PyAgent& a) { return ReferenceName(a.options().reference); },
+                             "'raw_gradient' (the paper's p) or 'applied_update'.")
+      .def_property_readonly("chunk_elements", [](const PyAgent& a) { return a.options().chunk_elements; })
+      .def_property_readonly("layer_names", &PyAgent::layer_names,
+                             "The names of the layers given (layers=...), in their order; None without layers.")
       .def_property_readonly("decision_source", &PyAgent::decision_source)
       .def_property_readonly("process_group", &PyAgent::process_group)
       .def_property_readonly("snapshot_bytes", [](const PyAgent& a) { return a.agent().snapshot_bytes(); },

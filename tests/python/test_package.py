@@ -237,6 +237,41 @@ def test_the_options_attach_passes_on_are_the_agents() -> None:
     assert set(AgentOptions.__annotations__) == set(positional + keyword) - {"mode"}
 
 
+# Each option gac.attach passes on (AgentOptions), given a value unlike its
+# default, reaches the C++ agent's options and reads back from the Agent's
+# property of that name (READ_AS: another name). An option added to
+# AgentOptions fails here until it has a value below, or a reason in
+# NOT_READ_BACK.
+OPTION_VALUES = {
+    "c_low": 0.07, "c_high": 0.4, "alpha_mode": "exact", "snapshot_dtype": "bfloat16",
+    "reference": "applied_update", "num_threads": 11, "chunk_elements": 4096, "trigger": "window", "window": 7,
+    "window_c_low": 0.11, "window_c_high": 0.45, "max_grad_norm": 12.5, "spike_sigma": 5.0, "spike_window": 32,
+    "spike_warmup": 9,
+}
+READ_AS = {"layers": "layer_names"}
+NOT_READ_BACK = {
+    "groups": "deprecated name of layers (test_agent.py: test_groups_is_a_deprecated_alias_of_layers)",
+    "process_group": "needs an initialised group: test_distributed.py gives one and reads agent.process_group",
+}
+
+
+def test_every_agent_option_reaches_the_agent() -> None:
+    torch = pytest.importorskip("torch")
+    from gac._attachment import AgentOptions
+    source = gac.RemoteController("127.0.0.1:1", run="options")
+    layer = [torch.zeros(3, requires_grad=True)]
+    values = dict(OPTION_VALUES, layers={"first": layer}, decision_source=source)
+    expected = dict(values, layers=["first"])
+    for name in AgentOptions.__annotations__:
+        if name in NOT_READ_BACK:
+            continue
+        assert name in values, f"give the new agent option {name} a value in OPTION_VALUES, or a reason in NOT_READ_BACK"
+        agent = gac.Agent(**{name: values[name]})
+        assert getattr(agent, READ_AS.get(name, name)) == expected[name], name
+        default = gac.Agent()
+        assert getattr(default, READ_AS.get(name, name)) != expected[name], f"{name}: the test value is the default"
+
+
 # The agent's options verl's config cannot carry (a YAML/Hydra value), each
 # with the reason; every other one is a gac_<name> key of the plug-in.
 VERL_LEAVES_OUT = {

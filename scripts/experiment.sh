@@ -48,8 +48,10 @@
 #
 # `scripts/experiment.sh pilot` instead runs the measurements that chose the
 # configuration (docs/RESULTS.md, "Choosing the setting"): candidate tasks and
-# policies x s in {0, 16} x seeds 1 2 (GRPO, monitor mode), into
-# $OUT/pilot, and prints their table (analyze.py pilot).
+# policies x s in {0, 16} x seeds 1 2 (GRPO, monitor mode; $SEEDS is not
+# read), into $OUT/pilot (the job list $OUT/pilot-jobs.txt), and prints their
+# table (analyze.py pilot: $OUT/pilot.md, $OUT/pilot-runs.csv; the rows in
+# the job list's order).
 #
 # Environment: OUT (results/grpo), BUILD (build), STEPS (400), SEEDS
 # ("1 2 3 4 5"), CAL_SEEDS ("101 102 103"), STALENESS ("0 4 8 16 32"),
@@ -129,7 +131,7 @@ if [ "${1:-}" = pilot ]; then
   echo "== pilot: $(wc -l < "$OUT/pilot-jobs.txt") runs"
   run_jobs "$OUT/pilot-jobs.txt" "$OUT/pilot" "--steps $STEPS --group 8 --eval-every 20 --window 20 --pr-every 25 \
 --mech-every 5 --every 1000 --loss grpo --agent monitor $EXTRA"
-  "$PYTHON" examples/grpo/analyze.py pilot --runs "$OUT/pilot"
+  "$PYTHON" examples/grpo/analyze.py pilot --runs "$OUT/pilot" --jobs "$OUT/pilot-jobs.txt" --out "$OUT"
   exit 0
 fi
 

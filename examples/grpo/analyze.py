@@ -25,17 +25,21 @@
   analyze.py tables [--data DIR] [--check FILE.md | --write FILE.md]
       Every table of docs/RESULTS.md that has its data in the repository
       (DIR, default examples/grpo/data: replication.tar.xz, grid.tar.xz,
-      sizes.tar.xz and spikes.tar.xz, the per-step CSVs and logs;
-      replication-runs.csv, grid-runs.csv, sizes-runs.csv and
-      spikes-runs.csv, the per-run rows), rebuilt: printed, checked against
-      the blocks "<!-- table NAME: rebuilt by analyze.py tables -->" of
-      FILE.md, or written into them. Checking also rebuilds the per-run rows
+      sizes.tar.xz, spikes.tar.xz and pilot.tar.xz, the per-step CSVs and
+      logs; replication-runs.csv, grid-runs.csv, sizes-runs.csv,
+      spikes-runs.csv and pilot-runs.csv, the per-run rows), rebuilt:
+      printed, checked against the blocks
+      "<!-- table NAME: rebuilt by analyze.py tables -->" of FILE.md, or
+      written into them. Checking also rebuilds the per-run rows
       and calibration.txt from the archives and fails where they differ. The
       exploratory grid's tables (grid-*) are report's sections, from
       grid-runs.csv and, for the detectors, grid.tar.xz; its thresholds are
       the calibration stored in replication.tar.xz (the same runs).
-  analyze.py pilot --runs DIR
-      The table of the configuration pilot (scripts/experiment.sh pilot).
+  analyze.py pilot --runs DIR [--jobs FILE] [--out DIR]
+      The table of the configuration pilot (scripts/experiment.sh pilot):
+      pilot.md and pilot-runs.csv (one row per run) in --out (default DIR).
+      Its rows follow the candidates' order in the job list FILE (default
+      DIR/../pilot-jobs.txt); candidates it does not list follow, by name.
   analyze.py report --runs DIR --calibration FILE --out DIR [--no-plots]
       summary.md (the tables), results.csv (one row per run), grid-runs.csv
       (one row per run: what the tables read), detectors.csv,
@@ -1065,33 +1069,106 @@ def report(args):
 
 # --- pilot -----------------------------------------------------------------------
 
-def pilot(args):
-    runs = load_all(args.runs)
-    names = sorted({k[0] for k in runs}, key=lambda n: min(os.path.getmtime(os.path.join(args.runs, f"{k[0]}_s{k[1]}_seed{k[2]}.csv"))
-                                                          for k in runs if k[0] == n))
+PILOT_RUN_KEYS = ["candidate", "staleness", "seed", "parameters", "start", "final", "outcome", "pr_pop", "pr_sample",
+                  "noise_mean", "noise_rms", "q90", "m_q90", "cmean", "lambda", "cpu_s"]
+PILOT_FLOAT_KEYS = PILOT_RUN_KEYS[4:6] + PILOT_RUN_KEYS[7:]
+
+
+def pilot_record(r):
+    """One pilot run's row: parameters, held-out start and end, outcome, and (over steps > 50) the participation
+    ratios, the noise floor, q0.9 of |c_t| and |m_t|, mean c_t, mean lambda; the run's CPU seconds."""
+    m = metrics(r)
+    params = re.search(r"([0-9]+) parameters", r["log"])
+    cpu = re.search(r"cpu_s=([0-9.]+)", r["log"])
+    rec = {k: m[k] for k in PILOT_FLOAT_KEYS[:-1]}
+    rec["parameters"] = int(params.group(1)) if params else None
+    rec["outcome"] = m["outcome"]
+    rec["cpu_s"] = float(cpu.group(1)) if cpu else None
+    return rec
+
+
+def pilot_candidates(jobs_path):
+    """The candidates in the order of their first run in the pilot's job list ("name flags" per line)."""
+    order = []
+    if jobs_path and os.path.exists(jobs_path):
+        for line in open(jobs_path):
+            key = run_key(line.split()[0] + ".csv") if line.split() else None
+            if key and key[0] not in order:
+                order.append(key[0])
+    return order
+
+
+def load_pilot(runs_dir, jobs_path=None):
+    """{(candidate, s, seed): row} of the finished runs in runs_dir, in the table's order: the candidates in the
+    order of the job list jobs_path, then any other (runs of an earlier job list) by name; within a candidate by
+    staleness, then seed. Never file times, which an archive does not keep."""
+    raw = load_finished(runs_dir)
+    listed = pilot_candidates(jobs_path)
+    rank = lambda k: (listed.index(k[0]) if k[0] in listed else len(listed), k[0], k[1], k[2])
+    return {k: pilot_record(raw[k]) for k in sorted(raw, key=rank)}
+
+
+def write_pilot_runs(records, path):
+    """One row per run in the records' order (the table's); floats in full (repr), so that the table built from
+    these rows is the one built from the runs."""
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(PILOT_RUN_KEYS)
+        for (name, s, seed), rec in records.items():
+            w.writerow([name, s, seed] + ["" if rec[k] is None else repr(rec[k]) if isinstance(rec[k], float)
+                                          else rec[k] for k in PILOT_RUN_KEYS[3:]])
+
+
+def read_pilot_runs(path):
+    records = {}
+    with open(path, newline="") as f:
+        for row in csv.DictReader(f):
+            rec = {k: fnum(row[k]) for k in PILOT_FLOAT_KEYS}
+            rec["parameters"] = int(row["parameters"]) if row["parameters"] else None
+            rec["outcome"] = row["outcome"]
+            records[(row["candidate"], int(row["staleness"]), int(row["seed"]))] = rec
+    return records
+
+
+def pilot_text(records):
+    """The pilot's table from its per-run rows: a row per candidate with runs at s = 0 and s = 16, in the order of
+    the rows' first appearance; mean ± sd (or mean) over seeds."""
     lines = ["| candidate | parameters | s = 0: held-out start → end | s = 16: start → end | collapsed (s = 0 / 16) "
              "| PR pop / sample | noise floor mean / rms | q0.9 \\|c\\| (s = 0) | q0.9 \\|m\\| (s = 0) "
              "| mean c (0 / 16) | λ (0 / 16) | CPU s per run |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
-    for n in names:
-        s0 = [r for k, r in runs.items() if k[0] == n and k[1] == 0]
-        s16 = [r for k, r in runs.items() if k[0] == n and k[1] == 16]
+    for n in dict.fromkeys(k[0] for k in records):
+        s0 = [rec for k, rec in records.items() if k[0] == n and k[1] == 0]
+        s16 = [rec for k, rec in records.items() if k[0] == n and k[1] == 16]
         if not s0 or not s16:
             continue
-        g = lambda rs, key: [r["m"][key] for r in rs]
-        params = re.search(r"([0-9]+) parameters", s0[0]["log"])
-        cpu = [float(m.group(1)) for r in s0 + s16 for m in [re.search(r"cpu_s=([0-9.]+)", r["log"])] if m]
-        ncol = lambda rs: sum(1 for r in rs if r["m"]["outcome"] == "collapsed")
+        g = lambda rs, key: [r[key] for r in rs]
+        ncol = lambda rs: sum(1 for r in rs if r["outcome"] == "collapsed")
+        params = s0[0]["parameters"]
         lines.append(
-            f"| {n} | {params.group(1) if params else '?'} | {mean_sd(g(s0, 'start'))} → {mean_sd(g(s0, 'final'))} "
+            f"| {n} | {'?' if params is None else f'{params:,}'} | {mean_sd(g(s0, 'start'))} → {mean_sd(g(s0, 'final'))} "
             f"| {mean_sd(g(s16, 'start'))} → {mean_sd(g(s16, 'final'))} | {ncol(s0)}/{len(s0)} / {ncol(s16)}/{len(s16)} "
             f"| {fmt(mean(g(s0, 'pr_pop')), 1)} / {fmt(mean(g(s0, 'pr_sample')), 1)} "
             f"| {fmt(mean(g(s0, 'noise_mean')), 2)} / {fmt(mean(g(s0, 'noise_rms')), 2)} "
             f"| {fmt(mean(g(s0, 'q90')), 2)} | {fmt(mean(g(s0, 'm_q90')), 2)} "
             f"| {fmt(mean(g(s0, 'cmean')), 2)} / {fmt(mean(g(s16, 'cmean')), 2)} "
-            f"| {fmt(mean(g(s0, 'lambda')), 3)} / {fmt(mean(g(s16, 'lambda')), 3)} | {fmt(mean(cpu), 0)} |")
-    open(os.path.join(args.runs, "pilot.md"), "w").write("\n".join(lines) + "\n")
-    print("\n".join(lines))
+            f"| {fmt(mean(g(s0, 'lambda')), 3)} / {fmt(mean(g(s16, 'lambda')), 3)} "
+            f"| {fmt(mean(g(s0 + s16, 'cpu_s')), 0)} |")
+    return "\n".join(lines) + "\n"
+
+
+def pilot(args):
+    jobs = args.jobs if args.jobs is not None else os.path.join(os.path.dirname(os.path.normpath(args.runs)),
+                                                                "pilot-jobs.txt")
+    records = load_pilot(args.runs, jobs)
+    if not records:
+        sys.exit(f"pilot: no finished runs in {args.runs}")
+    out = args.out or args.runs
+    os.makedirs(out, exist_ok=True)
+    write_pilot_runs(records, os.path.join(out, "pilot-runs.csv"))
+    text = pilot_text(records)
+    open(os.path.join(out, "pilot.md"), "w").write(text)
+    print(text, end="")
 
 
 # --- plots -----------------------------------------------------------------------
@@ -1596,6 +1673,14 @@ def build_tables(data, problems):
             problems.append("spikes-runs.csv differs from the rows rebuilt from spikes.tar.xz"
                             + ("" if olmo else " (OLMo-core's columns not checked: olmo_core not importable)"))
         tables["spikes"] = spikes.render(committed)
+
+        pi = os.path.join(tmp, "pilot")
+        extract(os.path.join(data, "pilot.tar.xz"), pi)
+        rebuilt = os.path.join(tmp, "pilot-runs.csv")
+        write_pilot_runs(load_pilot(os.path.join(pi, "runs"), os.path.join(pi, "jobs.txt")), rebuilt)
+        if open(rebuilt).read() != open(os.path.join(data, "pilot-runs.csv")).read():
+            problems.append("pilot-runs.csv differs from the rows rebuilt from pilot.tar.xz")
+        tables["pilot"] = pilot_text(read_pilot_runs(os.path.join(data, "pilot-runs.csv")))
     return tables
 
 
@@ -1672,8 +1757,10 @@ def main(argv=None):
     k.add_argument("--count-mask-out", help="also the same count per --block steps at random positions (cskip)")
     k.add_argument("--block", type=int, default=50)
     k.add_argument("--seed", type=int, default=0, help="the random masks' seed")
-    p = sub.add_parser("pilot")
+    p = sub.add_parser("pilot", help="the configuration pilot's table (scripts/experiment.sh pilot)")
     p.add_argument("--runs", required=True)
+    p.add_argument("--jobs", help="the pilot's job list, whose order the rows follow (default: RUNS/../pilot-jobs.txt)")
+    p.add_argument("--out", help="where pilot-runs.csv and pilot.md go (default: RUNS)")
     r = sub.add_parser("report")
     r.add_argument("--runs", required=True)
     r.add_argument("--calibration", required=True)

@@ -607,3 +607,106 @@ def test_write_fills_the_empty_grid_blocks_with_exactly_the_checked_tables(tmp_p
     assert analyze.main(["tables", "--write", str(tmp_path / "RESULTS.md")]) == 0
     assert (tmp_path / "RESULTS.md").read_text() == doc
     assert analyze.main(["tables", "--check", str(tmp_path / "RESULTS.md")]) == 0
+
+
+# --- the configuration pilot's table (rebuilt from pilot-runs.csv and pilot.tar.xz) -----------
+
+def write_pilot_runs_dir(runs, names):
+    """Runs of each candidate at s = 0 (learns) and s = 16 (seed 1 collapses), seeds 1 and 2, with the log lines
+    the pilot reads (parameters, cpu_s); written in the order of `names`, each a second later than the last."""
+    rising = [min(0.4 + 0.03 * i, 0.7) for i in range(1, 21)]
+    fallen = rising[:10] + [0.2] * 10
+    t = 1_000_000
+    for n in names:
+        for s in (0, 16):
+            for seed in (1, 2):
+                name = f"{n}_s{s}_seed{seed}"
+                write_run(str(runs), name, accs=fallen if (s, seed) == (16, 1) else rising,
+                          cosine=lambda step, s=s: 0.6 if s else 0.2)
+                with open(runs / f"{name}.log") as f:
+                    log = f.read()
+                log = log.replace("summary: ", "gac_grpo: run x, 26122 parameters, lr 0.001\nsummary: ")
+                (runs / f"{name}.log").write_text(log.rstrip("\n") + f" cpu_s={10 + seed}.0\n")
+                for ext in ("csv", "log"):
+                    os.utime(runs / f"{name}.{ext}", (t, t))
+                t += 1
+
+
+def test_the_pilot_rows_follow_the_job_list_not_the_file_times(tmp_path, capsys):
+    runs = tmp_path / "pilot"
+    runs.mkdir()
+    # written (and timed) b, c, a; the job list says c, a; b is a run of an earlier job list
+    write_pilot_runs_dir(runs, ["b-cand", "c-cand", "a-cand"])
+    jobs = tmp_path / "pilot-jobs.txt"
+    jobs.write_text("".join(f"{n}_s{s}_seed{seed} --prompts 32 --staleness {s} --seed {seed}\n"
+                            for n in ("c-cand", "a-cand") for s in (0, 16) for seed in (1, 2)))
+    assert analyze.main(["pilot", "--runs", str(runs), "--out", str(tmp_path / "out")]) is None  # RUNS/../pilot-jobs.txt
+    text = (tmp_path / "out" / "pilot.md").read_text()
+    assert capsys.readouterr().out == text
+    rows = [line.split(" | ")[0].lstrip("| ") for line in text.splitlines()[2:]]
+    assert rows == ["c-cand", "a-cand", "b-cand"]
+    assert "| c-cand | 26,122 | 0.400 ± 0.000 → 0.700 ± 0.000 | 0.400 ± 0.000 → 0.450 ± 0.354 | 0/2 / 1/2 |" in text
+    assert text.splitlines()[2].endswith("| 0.20 / 0.60 | - / - | 12 |")
+    # the table the tables subcommand builds from the per-run rows is the one pilot printed
+    assert analyze.pilot_text(analyze.read_pilot_runs(tmp_path / "out" / "pilot-runs.csv")) == text
+    # the file times do not matter; without a job list the candidates go by name
+    for i, p in enumerate(sorted(runs.iterdir(), reverse=True)):
+        os.utime(p, (i, i))
+    assert list(analyze.load_pilot(str(runs), str(jobs))) == list(analyze.load_pilot(str(runs), str(jobs)))
+    assert [k[0] for k in analyze.load_pilot(str(runs), str(jobs))][::4] == ["c-cand", "a-cand", "b-cand"]
+    assert [k[0] for k in analyze.load_pilot(str(runs), None)][::4] == ["a-cand", "b-cand", "c-cand"]
+
+
+def test_the_committed_pilot_table_follows_its_job_list(tmp_path):
+    analyze.extract(str(DATA / "pilot.tar.xz"), str(tmp_path))
+    order = analyze.pilot_candidates(str(tmp_path / "jobs.txt"))
+    assert len(order) >= 2
+    records = analyze.read_pilot_runs(DATA / "pilot-runs.csv")
+    assert list(dict.fromkeys(k[0] for k in records)) == order
+    doc = RESULTS.read_text()
+    body = {m.group("name"): m.group("body") for m in analyze.BLOCK.finditer(doc)}["pilot"]
+    assert [line.split(" | ")[0].lstrip("| ") for line in body.splitlines()[2:]] == order
+
+
+def test_a_pilot_table_edited_by_hand_fails_the_check(tmp_path, capsys):
+    doc = RESULTS.read_text()
+    body = {m.group("name"): m.group("body") for m in analyze.BLOCK.finditer(doc)}["pilot"]
+    digit = next(i for i, ch in enumerate(body) if ch in "0123456789" and i > body.index("\n|"))
+    edited = body[:digit] + str((int(body[digit]) + 1) % 10) + body[digit + 1:]
+    (tmp_path / "RESULTS.md").write_text(doc.replace(body, edited, 1))
+    assert analyze.main(["tables", "--check", str(tmp_path / "RESULTS.md")]) == 1
+    err = capsys.readouterr().err
+    assert "the table pilot differs" in err and err.count(" differs ") == 1
+    # rows swapped: the same numbers in another order fail too
+    lines = body.splitlines(keepends=True)
+    (tmp_path / "RESULTS.md").write_text(doc.replace(body, "".join(lines[:2] + lines[2:][::-1]), 1))
+    assert analyze.main(["tables", "--check", str(tmp_path / "RESULTS.md")]) == 1
+    assert "the table pilot differs" in capsys.readouterr().err
+
+
+def test_a_pilot_run_row_that_the_archive_does_not_give_fails_the_check(tmp_path, capsys):
+    import shutil
+    data = tmp_path / "data"
+    shutil.copytree(DATA, data)
+    with open(data / "pilot-runs.csv", newline="") as f:
+        rows = list(csv.reader(f))
+    header = rows[0]
+    i = next(j for j, r in enumerate(rows) if r[1] == "0" and r[2] == "1")
+    rows[i][header.index("final")] = repr(float(rows[i][header.index("final")]) + 0.1)  # one run's end accuracy
+    with open(data / "pilot-runs.csv", "w", newline="") as f:
+        csv.writer(f).writerows(rows)
+    assert analyze.main(["tables", "--data", str(data), "--check", str(RESULTS)]) == 1
+    err = capsys.readouterr().err
+    assert "pilot-runs.csv differs from the rows rebuilt from pilot.tar.xz" in err
+    assert "the table pilot differs" in err  # the table is built from the committed rows
+
+
+def test_write_fills_the_empty_pilot_block_with_exactly_the_checked_table(tmp_path, capsys):
+    doc = RESULTS.read_text()
+    empty = analyze.BLOCK.sub(lambda m: m.group(0) if m.group("name") != "pilot" else
+                              "<!-- table pilot: rebuilt by analyze.py tables -->\n<!-- end table pilot -->", doc)
+    assert empty != doc
+    (tmp_path / "RESULTS.md").write_text(empty)
+    assert analyze.main(["tables", "--check", str(tmp_path / "RESULTS.md")]) == 1
+    assert analyze.main(["tables", "--write", str(tmp_path / "RESULTS.md")]) == 0
+    assert (tmp_path / "RESULTS.md").read_text() == doc

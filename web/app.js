@@ -274,14 +274,18 @@
   }
 
   // The step record's fields the "Latest step" card shows (gacd's
-  // /api/v1/fields: label, decimals, place), asked once per page load.
-  let pageFields = null;
-  async function latestFields() {
+  // /api/v1/fields: label, decimals, place), asked once per page load. When
+  // they cannot be had (a gacd without the endpoint behind the same address)
+  // the run view still opens, with the card's own rows only, and the next
+  // view asks again.
+  let pageFields = null;  // the promise of the answer
+  function latestFields() {
     if (!pageFields) {
-      const resp = await api('/api/v1/fields');
-      pageFields = resp.fields.filter((f) => f.page).sort((a, b) => a.page.place - b.page.place);
+      pageFields = api('/api/v1/fields').then(
+        (resp) => resp.fields.filter((f) => f.page).sort((a, b) => a.page.place - b.page.place));
+      pageFields.catch(() => { pageFields = null; });
     }
-    return pageFields;
+    return pageFields.catch(() => []);
   }
   // A field's element in the card: latest-<name, '_' as '-'>.
   const latestName = (f) => 'latest-' + f.name.replace(/_/g, '-');
@@ -290,7 +294,7 @@
   // after it (once).
   function buildLatestCard(fields) {
     const dl = $('#latest-fields');
-    if (dl.dataset.built) return;
+    if (dl.dataset.built || !fields.length) return;
     for (const f of fields) {
       const dt = document.createElement('dt');
       dt.textContent = f.page.label;

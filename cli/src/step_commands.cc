@@ -361,12 +361,11 @@ struct TailOptions {
 
 // gacctl tail's columns: the schema's fields that have one
 // (StepFieldViews::tail_header), by their places, with m_t (computed here,
-// as gacctl steps does) after the cosine and the trainer scalar "reward"
-// last.
-constexpr int kTailWindowMeanPlace = 30;
-
+// as gacctl steps does) at proto::kPlaceWindowMean and the trainer scalar
+// "reward" last.
 struct TailColumn {
-  const proto::StepField* field;  // nullptr: m_t or the reward
+  enum Kind { kField, kWindowMean, kReward } kind;
+  const proto::StepField* field;  // kField only
   Column column;
   const char* help;
 };
@@ -374,14 +373,15 @@ struct TailColumn {
 const std::vector<TailColumn>& TailLayout() {
   static const auto* layout = [] {
     std::vector<std::pair<int, TailColumn>> placed = {
-        {kTailWindowMeanPlace, {nullptr, {"window_mean", "M_T", true, 11}, "m_t, as gacctl steps gives it"}},
-        {INT_MAX, {nullptr, {"reward", "REWARD", true, 10}, "the trainer scalar \"reward\""}},
+        {proto::kPlaceWindowMean,
+         {TailColumn::kWindowMean, nullptr, {"window_mean", "M_T", true, 11}, "m_t, as gacctl steps gives it"}},
+        {INT_MAX, {TailColumn::kReward, nullptr, {"reward", "REWARD", true, 10}, "the trainer scalar \"reward\""}},
     };
     for (const proto::StepField& f : proto::kStepFields) {
       if (f.views.tail_header == nullptr) continue;
       const bool numeric = f.type != proto::FieldType::kEnum && f.type != proto::FieldType::kText;
       placed.push_back({f.views.place,
-                        {&f, {f.name, f.views.tail_header, numeric, static_cast<std::size_t>(f.views.tail_width)},
+                        {TailColumn::kField, &f, {f.name, f.views.tail_header, numeric, static_cast<std::size_t>(f.views.tail_width)},
                          f.help}});
     }
     std::stable_sort(placed.begin(), placed.end(),
@@ -402,13 +402,23 @@ std::vector<Column> TailColumns() {
 std::vector<Cell> TailCells(const v1::StepRecord& r, std::optional<double> window_mean) {
   std::vector<Cell> cells;
   for (const TailColumn& c : TailLayout()) {
-    if (c.field != nullptr) {
-      cells.push_back(FieldCell(*c.field, r));
-    } else if (c.column.name == "window_mean") {
-      cells.push_back(window_mean ? Cell::Real(*window_mean) : Cell());
-    } else {
-      auto reward = r.scalars().find("reward");
-      cells.push_back(reward == r.scalars().end() ? Cell() : Cell::Real(reward->second));
+    switch (c.kind) {
+      case TailColumn::kField: {
+        // An enum as its name: tail shows a monitor-mode step's regime as
+        // recorded, where gacctl steps' table says what GAC would have done.
+        const proto::FieldValue v = c.field->get(r);
+        const bool named = v.present && c.field->type == proto::FieldType::kEnum;
+        cells.push_back(named ? Cell::Text(c.field->enum_name(v.integer)) : FieldCell(*c.field, r));
+        break;
+      }
+      case TailColumn::kWindowMean:
+        cells.push_back(window_mean ? Cell::Real(*window_mean) : Cell());
+        break;
+      case TailColumn::kReward: {
+        auto reward = r.scalars().find("reward");
+        cells.push_back(reward == r.scalars().end() ? Cell() : Cell::Real(reward->second));
+        break;
+      }
     }
   }
   return cells;

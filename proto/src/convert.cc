@@ -243,6 +243,7 @@ base::StatusOr<controller::Decision> DecodeDecision(const v1::DecideResponse& re
   GAC_ASSIGN_OR_RETURN(controller::Regime regime, FromProto(response.regime()));
   controller::Decision d;
   d.regime = regime;
+  d.spike_verdict.spike = regime == controller::Regime::kSpike;  // gacd's guard called it
   if (!std::isfinite(response.alpha()) || response.alpha() < 0.0 || response.alpha() > 1.0) {
     return base::Status::InvalidArgument("alpha must be in [0, 1], got " + std::to_string(response.alpha()));
   }

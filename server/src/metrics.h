@@ -6,19 +6,18 @@
 // exported at once (the least recently seen is evicted first).
 //
 // Series (see docs/OPERATIONS.md for the full list):
-//   per run/rank  the latest value of each step record field the record
-//                 schema gives a gauge (gac/proto/record_schema.h,
-//                 StepFieldViews::gauge: gac_cosine, gac_grad_norm,
-//                 gac_staleness_steps, ...; an optional field's is absent
-//                 until reported),
-//                 gac_last_report_timestamp_seconds, gac_trainer_scalar{name},
-//                 gac_steps_total{regime,mode}, gac_skipped_updates_total,
+//   per run/rank  gac_last_report_timestamp_seconds, gac_trainer_scalar{name},
 //                 gac_controller_fallbacks_total, gac_spikes_total,
+//                 gac_steps_total{regime,mode}, gac_skipped_updates_total
 //                 (mode is the step's: monitor, local or remote, UNSPECIFIED
 //                 read as monitor; a mode's five regime series appear with
 //                 the rank's first step in it, so at most 15 a rank. Monitor
 //                 regimes are what GAC would have done: gac_skipped_updates_total
 //                 counts skip, invalid and spike in local and remote mode only.)
+//                 the latest value of each step record field the record
+//                 schema gives a gauge (proto/src/record_schema.cc,
+//                 StepFieldViews::gauge; an optional field's is absent
+//                 until reported; docs/OPERATIONS.md lists them),
 //                 gac_window_mean (m_t: the signed mean of the rank's last W
 //                 c_t that this gacd stored, W the run's window; computed
 //                 here from every stored step, in the order they are stored,

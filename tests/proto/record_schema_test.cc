@@ -137,9 +137,9 @@ TEST(RecordSchemaTest, EveryFieldIsInTheChoosingViewsOrSaysWhyNot) {
       {"window_c_high", "the rule: gacctl steps"},
       {"loss_z", "the spike guard's loss z-score: gacctl steps (tail shows the regime and |g|'s z)"},
   };
-  // The places the short views' own values take (m_t; the page's "decided
-  // with" and "last report"; tail's reward).
-  std::set<int> page_places = {30, 90, 100}, tail_places = {30, 90};
+  // The places the short views' own values take (tail's reward comes last).
+  std::set<int> page_places = {kPlaceWindowMean, kPlaceDecidedWith, kPlaceLastReport},
+                tail_places = {kPlaceWindowMean};
   std::set<std::string> gauges;
   for (const StepField& f : kStepFields) {
     const std::string name = f.name;

@@ -536,6 +536,8 @@ TEST_F(HttpApiTest, ReadsNeedTheReadRightOnTheRun) {
   ExpectError(Get("/api/v1/runs/exp-web/a", kOtherToken), 403, "PERMISSION_DENIED", "summary, another scope");
   ExpectError(Get("/api/v1/runs/exp-web/a/config", kWriterToken), 403, "PERMISSION_DENIED", "config, write only");
   ExpectError(Get("/api/v1/runs", nullptr), 401, "UNAUTHENTICATED", "runs without a token");
+  ExpectError(Get("/api/v1/fields", nullptr), 401, "UNAUTHENTICATED", "fields without a token");
+  EXPECT_EQ(Get("/api/v1/fields", kWriterToken)->status, 200);  // any token: no run is read
   EXPECT_EQ(Get(path, kAdminToken)->status, 200);
 }
 
@@ -566,6 +568,7 @@ TEST_F(HttpApiTest, BadParametersUnknownRunsAndEndpoints) {
       {"/api/v1/runs/exp-web/a/steps?from=%zz", 400, "INVALID_ARGUMENT", "malformed query string"},
       {"/api/v1/runs/exp-web/a?window=x", 400, "INVALID_ARGUMENT", "window: expected a non-negative integer"},
       {"/api/v1/runs/exp-web/a/config?x=1", 400, "INVALID_ARGUMENT", "unknown parameter 'x'"},
+      {"/api/v1/fields?x=1", 400, "INVALID_ARGUMENT", "unknown parameter 'x'"},
       {"/api/v1/nothing", 404, "NOT_FOUND", "no such endpoint"},
   };
   for (const Case& c : cases) {
@@ -581,6 +584,9 @@ TEST_F(HttpApiTest, BadParametersUnknownRunsAndEndpoints) {
   auto del = HttpFetch(gacd_->metrics_address(), "DELETE", "/api/v1/runs/exp-web/a/config", {Bearer(kAdminToken)});
   ExpectError(del, 405, "UNIMPLEMENTED", "DELETE config");
   EXPECT_EQ(del->Header("allow"), "GET, PUT");
+  auto put = HttpFetch(gacd_->metrics_address(), "PUT", "/api/v1/fields", {Bearer(kAdminToken)}, "{}");
+  ExpectError(put, 405, "UNIMPLEMENTED", "PUT fields");
+  EXPECT_EQ(put->Header("allow"), "GET");
   // Counted with gRPC's errors.
   auto metrics = HttpGet(gacd_->metrics_address(), "/metrics");
   ASSERT_TRUE(metrics.has_value());

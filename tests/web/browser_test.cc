@@ -362,8 +362,10 @@ TEST_F(WebPageTest, ShowsTheStoreLiveAndEditsThresholds) {
     EXPECT_NEAR(Shown(browser_.Text(Field("latest-grad-norm"))), s.latest().grad_norm(), 5e-4 * s.latest().grad_norm());
     EXPECT_NEAR(Shown(browser_.Text(Field("latest-ref-norm"))), s.latest().ref_norm(), 5e-4 * s.latest().ref_norm());
     // The card's rows: the record schema's fields with a page label and the
-    // page's own (m_t 30, decided with 90, last report 100), by place.
-    std::vector<std::pair<int, std::string>> rows = {{30, "mt"}, {90, "decided with"}, {100, "last report"}};
+    // page's own (m_t, "decided with", "last report"; data-place in
+    // web/index.html), by place.
+    std::vector<std::pair<int, std::string>> rows = {
+        {proto::kPlaceWindowMean, "mt"}, {proto::kPlaceDecidedWith, "decided with"}, {proto::kPlaceLastReport, "last report"}};
     for (const proto::StepField& f : proto::kStepFields) {
       if (f.views.page_label != nullptr) rows.emplace_back(f.views.place, f.views.page_label);
     }

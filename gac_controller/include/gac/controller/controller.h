@@ -103,9 +103,9 @@ struct Decision {
   // are held. Reported with the per-step trigger too, where it is not used.
   std::optional<double> window_mean;
   // The spike guard's verdict (its z-scores and bounds, absent when its
-  // z-score is off or warming up). Set where the guard judged the step: its
-  // `spike` is the guard's own call; `regime` is the step's outcome (in
-  // remote mode gacd's, with only the z-scores sent back).
+  // z-score is off or warming up), set where the guard judged the step. In
+  // remote mode gacd's answer carries its call (regime spike) and the
+  // z-scores, not the bounds.
   SpikeVerdict spike_verdict;
 };
 

@@ -77,6 +77,13 @@ struct StepFieldViews {
   int page_digits;          // decimals the page shows; -1: 4 significant digits
 };
 
+// The places of the values the short views compute themselves, between the
+// fields': m_t (both views), the page's "decided with" and "last report".
+// gacctl tail's reward comes after every field.
+inline constexpr int kPlaceWindowMean = 30;
+inline constexpr int kPlaceDecidedWith = 90;
+inline constexpr int kPlaceLastReport = 100;
+
 struct StepField {
   const char* name;     // the wire name, also the JSON key and the CSV header
   const char* column;   // the column of the stores' `steps` table

@@ -215,9 +215,24 @@ def moving(xs, n):
     return out
 
 
-def csv_cell(x):
-    """A per-run CSV's cell: empty for None, floats to 6 significant digits, the rest as str() gives."""
-    return "" if x is None else f"{x:.6g}" if isinstance(x, float) else x
+def csv_cell(x, exact=False):
+    """A per-run CSV's cell: empty for None, floats to 6 significant digits (with exact, in full: repr), the rest
+    as str() gives."""
+    if x is None:
+        return ""
+    if isinstance(x, float):
+        return repr(x) if exact else f"{x:.6g}"
+    return x
+
+
+def write_run_rows(path, header, rows, exact=False):
+    """A per-run CSV: `header`, then one line per (key, record) of `rows`, in their order: the key tuple's cells,
+    then the record's values of the header's remaining columns (csv_cell)."""
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(header)
+        for key, rec in rows:
+            w.writerow(list(key) + [csv_cell(rec[k], exact) for k in header[len(key):]])
 
 
 def fmt(x, digits=3):
@@ -994,12 +1009,8 @@ def grid_record(r):
 
 
 def write_grid_runs(records, path):
-    with open(path, "w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(GRID_RUN_KEYS)
-        for (v, s, seed), rec in sorted(records.items(), key=lambda kv: (kv[0][1], kv[0][0], kv[0][2])):
-            w.writerow([v, s, seed] + ["" if rec[k] is None else repr(rec[k]) if isinstance(rec[k], float)
-                                       else rec[k] for k in GRID_RUN_KEYS[3:]])
+    write_run_rows(path, GRID_RUN_KEYS, sorted(records.items(), key=lambda kv: (kv[0][1], kv[0][0], kv[0][2])),
+                   exact=True)
 
 
 def read_grid_runs(path):
@@ -1111,12 +1122,7 @@ def load_pilot(runs_dir, jobs_path=None):
 def write_pilot_runs(records, path):
     """One row per run in the records' order (the table's); floats in full (repr), so that the table built from
     these rows is the one built from the runs."""
-    with open(path, "w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(PILOT_RUN_KEYS)
-        for (name, s, seed), rec in records.items():
-            w.writerow([name, s, seed] + ["" if rec[k] is None else repr(rec[k]) if isinstance(rec[k], float)
-                                          else rec[k] for k in PILOT_RUN_KEYS[3:]])
+    write_run_rows(path, PILOT_RUN_KEYS, records.items(), exact=True)
 
 
 def read_pilot_runs(path):
@@ -1400,11 +1406,7 @@ def replication_record(r):
 
 
 def write_replication_runs(records, path):
-    with open(path, "w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(REPLICATION_RUN_KEYS)
-        for (v, s, seed), rec in sorted(records.items(), key=lambda kv: (kv[0][1], kv[0][0], kv[0][2])):
-            w.writerow([v, s, seed] + [csv_cell(rec[k]) for k in REPLICATION_RUN_KEYS[3:]])
+    write_run_rows(path, REPLICATION_RUN_KEYS, sorted(records.items(), key=lambda kv: (kv[0][1], kv[0][0], kv[0][2])))
 
 
 def read_replication_runs(path):
@@ -1524,11 +1526,7 @@ def size_record(r):
 
 
 def write_size_runs(records, path):
-    with open(path, "w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(SIZE_RUN_KEYS)
-        for (policy, seed), rec in sorted(records.items()):
-            w.writerow([policy, seed] + [csv_cell(rec[k]) for k in SIZE_RUN_KEYS[2:]])
+    write_run_rows(path, SIZE_RUN_KEYS, sorted(records.items()))
 
 
 def read_size_runs(path):
@@ -1612,6 +1610,15 @@ def committed_tables(data, problems):
     return dict(tables)
 
 
+def check_rebuilt_rows(data, tmp, name, archive, write, problems):
+    """Writes the per-run rows rebuilt from `archive` with write(path) and notes a problem where the committed
+    rows (`name` in data) differ."""
+    rebuilt = os.path.join(tmp, name)
+    write(rebuilt)
+    if open(rebuilt).read() != open(os.path.join(data, name)).read():
+        problems.append(f"{name} differs from the rows rebuilt from {archive}")
+
+
 def build_tables(data, problems):
     import tempfile
     spikes = spikes_module()
@@ -1620,10 +1627,9 @@ def build_tables(data, problems):
         rep = os.path.join(tmp, "replication")
         extract(os.path.join(data, "replication.tar.xz"), rep)
         raw = load_finished(os.path.join(rep, "runs"))
-        rebuilt = os.path.join(tmp, "replication-runs.csv")
-        write_replication_runs({k: replication_record(r) for k, r in raw.items()}, rebuilt)
-        if open(rebuilt).read() != open(os.path.join(data, "replication-runs.csv")).read():
-            problems.append("replication-runs.csv differs from the rows rebuilt from replication.tar.xz")
+        check_rebuilt_rows(data, tmp, "replication-runs.csv", "replication.tar.xz",
+                           lambda path: write_replication_runs({k: replication_record(r) for k, r in raw.items()}, path),
+                           problems)
         tables["replication"] = replication_text(read_replication_runs(os.path.join(data, "replication-runs.csv")))[0]
         cal = read_calibration(os.path.join(rep, "calibration.txt"))
         pool = {k: r for k, r in raw.items() if k[0] == "grpo"}
@@ -1641,10 +1647,8 @@ def build_tables(data, problems):
         gr = os.path.join(tmp, "grid")
         extract(os.path.join(data, "grid.tar.xz"), gr)
         runs = load_all(os.path.join(gr, "runs"), exclude_seeds=calibration_seeds(cal) or ())
-        rebuilt = os.path.join(tmp, "grid-runs.csv")
-        write_grid_runs({k: grid_record(r) for k, r in runs.items()}, rebuilt)
-        if open(rebuilt).read() != open(os.path.join(data, "grid-runs.csv")).read():
-            problems.append("grid-runs.csv differs from the rows rebuilt from grid.tar.xz")
+        check_rebuilt_rows(data, tmp, "grid-runs.csv", "grid.tar.xz",
+                           lambda path: write_grid_runs({k: grid_record(r) for k, r in runs.items()}, path), problems)
         ms = read_grid_runs(os.path.join(data, "grid-runs.csv"))
         tables["grid-thresholds"] = thresholds_text(cal, grid_axes(ms)[1])
         tables["grid-outcomes"] = outcome_text(ms)
@@ -1656,10 +1660,8 @@ def build_tables(data, problems):
 
         sz = os.path.join(tmp, "sizes")
         extract(os.path.join(data, "sizes.tar.xz"), sz)
-        rebuilt = os.path.join(tmp, "sizes-runs.csv")
-        write_size_runs(load_sizes(os.path.join(sz, "runs")), rebuilt)
-        if open(rebuilt).read() != open(os.path.join(data, "sizes-runs.csv")).read():
-            problems.append("sizes-runs.csv differs from the rows rebuilt from sizes.tar.xz")
+        check_rebuilt_rows(data, tmp, "sizes-runs.csv", "sizes.tar.xz",
+                           lambda path: write_size_runs(load_sizes(os.path.join(sz, "runs")), path), problems)
         tables["sizes"] = sizes_text(read_size_runs(os.path.join(data, "sizes-runs.csv")))
 
         sp = os.path.join(tmp, "spikes")
@@ -1676,10 +1678,9 @@ def build_tables(data, problems):
 
         pi = os.path.join(tmp, "pilot")
         extract(os.path.join(data, "pilot.tar.xz"), pi)
-        rebuilt = os.path.join(tmp, "pilot-runs.csv")
-        write_pilot_runs(load_pilot(os.path.join(pi, "runs"), os.path.join(pi, "jobs.txt")), rebuilt)
-        if open(rebuilt).read() != open(os.path.join(data, "pilot-runs.csv")).read():
-            problems.append("pilot-runs.csv differs from the rows rebuilt from pilot.tar.xz")
+        check_rebuilt_rows(data, tmp, "pilot-runs.csv", "pilot.tar.xz",
+                           lambda path: write_pilot_runs(load_pilot(os.path.join(pi, "runs"),
+                                                                    os.path.join(pi, "jobs.txt")), path), problems)
         tables["pilot"] = pilot_text(read_pilot_runs(os.path.join(data, "pilot-runs.csv")))
     return tables
 

@@ -506,22 +506,39 @@ def test_a_table_edited_by_hand_fails_the_check(tmp_path, capsys):
     assert f"the table {block.group('name')} differs" in capsys.readouterr().err
 
 
-def test_a_per_run_row_that_the_archive_does_not_give_fails_the_check(tmp_path, capsys):
+def data_with_an_edited_row(tmp_path, name, pick, column, delta):
+    """A copy of the committed data whose per-run rows `name` have `column` of the first row that pick(row)
+    accepts moved by `delta`."""
     import shutil
     data = tmp_path / "data"
     shutil.copytree(DATA, data)
-    rows = (data / "replication-runs.csv").read_text().splitlines()
-    cells = rows[1].split(",")
-    cells[3] = f"{float(cells[3]) + 0.01:.6g}"  # one run's endpoint
-    (data / "replication-runs.csv").write_text("\n".join([rows[0], ",".join(cells)] + rows[2:]) + "\n")
+    with open(data / name, newline="") as f:
+        rows = list(csv.reader(f))
+    header = rows[0]
+    i = next(j for j, r in enumerate(rows[1:], 1) if pick(r))
+    rows[i][header.index(column)] = repr(float(rows[i][header.index(column)]) + delta)
+    with open(data / name, "w", newline="") as f:
+        csv.writer(f).writerows(rows)
+    return data
+
+
+def emptied(doc, names=None):
+    """`doc` with its rebuilt blocks named in `names` (all when None) emptied."""
+    return analyze.BLOCK.sub(lambda m: m.group(0) if names is not None and m.group("name") not in names else
+                             f"<!-- table {m.group('name')}: rebuilt by analyze.py tables -->\n"
+                             f"<!-- end table {m.group('name')} -->", doc)
+
+
+def test_a_per_run_row_that_the_archive_does_not_give_fails_the_check(tmp_path, capsys):
+    data = data_with_an_edited_row(tmp_path, "replication-runs.csv", lambda r: True, "endpoint",
+                                   0.01)  # one run's endpoint
     assert analyze.main(["tables", "--data", str(data), "--check", str(RESULTS)]) == 1
     assert "replication-runs.csv differs" in capsys.readouterr().err
 
 
 def test_write_fills_empty_blocks_with_exactly_the_checked_tables(tmp_path):
     doc = RESULTS.read_text()
-    empty = analyze.BLOCK.sub(lambda m: f"<!-- table {m.group('name')}: rebuilt by analyze.py tables -->\n"
-                                        f"<!-- end table {m.group('name')} -->", doc)
+    empty = emptied(doc)
     assert empty != doc
     (tmp_path / "RESULTS.md").write_text(empty)
     assert analyze.main(["tables", "--write", str(tmp_path / "RESULTS.md")]) == 0
@@ -578,16 +595,8 @@ def test_a_grid_table_edited_by_hand_fails_the_check(name, tmp_path, capsys):
 
 
 def test_a_grid_run_row_that_the_archive_does_not_give_fails_the_check(tmp_path, capsys):
-    import shutil
-    data = tmp_path / "data"
-    shutil.copytree(DATA, data)
-    with open(data / "grid-runs.csv", newline="") as f:
-        rows = list(csv.reader(f))
-    header = rows[0]
-    i = next(j for j, r in enumerate(rows) if r[:3] == ["grpo", "16", "1"])
-    rows[i][header.index("final")] = repr(float(rows[i][header.index("final")]) + 0.01)  # one run's final accuracy
-    with open(data / "grid-runs.csv", "w", newline="") as f:
-        csv.writer(f).writerows(rows)
+    data = data_with_an_edited_row(tmp_path, "grid-runs.csv", lambda r: r[:3] == ["grpo", "16", "1"], "final",
+                                   0.01)  # one run's final accuracy
     assert analyze.main(["tables", "--data", str(data), "--check", str(RESULTS)]) == 1
     err = capsys.readouterr().err
     assert "grid-runs.csv differs from the rows rebuilt from grid.tar.xz" in err
@@ -598,9 +607,7 @@ def test_write_fills_the_empty_grid_blocks_with_exactly_the_checked_tables(tmp_p
     doc = RESULTS.read_text()
     found = [m.group("name") for m in analyze.BLOCK.finditer(doc)]
     assert all(name in found for name in GRID_BLOCKS)
-    empty = analyze.BLOCK.sub(lambda m: m.group(0) if m.group("name") not in GRID_BLOCKS else
-                              f"<!-- table {m.group('name')}: rebuilt by analyze.py tables -->\n"
-                              f"<!-- end table {m.group('name')} -->", doc)
+    empty = emptied(doc, GRID_BLOCKS)
     assert empty != doc
     (tmp_path / "RESULTS.md").write_text(empty)
     assert analyze.main(["tables", "--check", str(tmp_path / "RESULTS.md")]) == 1
@@ -685,16 +692,8 @@ def test_a_pilot_table_edited_by_hand_fails_the_check(tmp_path, capsys):
 
 
 def test_a_pilot_run_row_that_the_archive_does_not_give_fails_the_check(tmp_path, capsys):
-    import shutil
-    data = tmp_path / "data"
-    shutil.copytree(DATA, data)
-    with open(data / "pilot-runs.csv", newline="") as f:
-        rows = list(csv.reader(f))
-    header = rows[0]
-    i = next(j for j, r in enumerate(rows) if r[1] == "0" and r[2] == "1")
-    rows[i][header.index("final")] = repr(float(rows[i][header.index("final")]) + 0.1)  # one run's end accuracy
-    with open(data / "pilot-runs.csv", "w", newline="") as f:
-        csv.writer(f).writerows(rows)
+    data = data_with_an_edited_row(tmp_path, "pilot-runs.csv", lambda r: r[1] == "0" and r[2] == "1", "final",
+                                   0.1)  # one run's end accuracy
     assert analyze.main(["tables", "--data", str(data), "--check", str(RESULTS)]) == 1
     err = capsys.readouterr().err
     assert "pilot-runs.csv differs from the rows rebuilt from pilot.tar.xz" in err
@@ -703,8 +702,7 @@ def test_a_pilot_run_row_that_the_archive_does_not_give_fails_the_check(tmp_path
 
 def test_write_fills_the_empty_pilot_block_with_exactly_the_checked_table(tmp_path, capsys):
     doc = RESULTS.read_text()
-    empty = analyze.BLOCK.sub(lambda m: m.group(0) if m.group("name") != "pilot" else
-                              "<!-- table pilot: rebuilt by analyze.py tables -->\n<!-- end table pilot -->", doc)
+    empty = emptied(doc, ["pilot"])
     assert empty != doc
     (tmp_path / "RESULTS.md").write_text(empty)
     assert analyze.main(["tables", "--check", str(tmp_path / "RESULTS.md")]) == 1

@@ -73,10 +73,14 @@ std::vector<Column> StepColumns() {
   return columns;
 }
 
+// How a monitor-mode step's regime reads in a table.
+enum class MonitorRegime { kWouldHave, kAsRecorded };
+
 // One field of `r` as a cell: by the field's type; a time in ns since the
 // epoch as a UTC time; an enum as its name (a monitor-mode step's regime
-// shown as what GAC would have done).
-Cell FieldCell(const proto::StepField& f, const v1::StepRecord& r) {
+// shown, by default, as what GAC would have done).
+Cell FieldCell(const proto::StepField& f, const v1::StepRecord& r,
+               MonitorRegime monitor = MonitorRegime::kWouldHave) {
   const proto::FieldValue v = f.get(r);
   if (!v.present) return Cell();
   switch (f.type) {
@@ -88,7 +92,9 @@ Cell FieldCell(const proto::StepField& f, const v1::StepRecord& r) {
       return Cell::Bool(v.integer != 0);
     case proto::FieldType::kEnum: {
       Cell cell = Cell::Text(f.enum_name(v.integer));
-      if (f.name == std::string("regime")) return std::move(cell).WithDisplay(proto::RegimeInModeName(r.regime(), r.mode()));
+      if (f.name == std::string("regime") && monitor == MonitorRegime::kWouldHave) {
+        return std::move(cell).WithDisplay(proto::RegimeInModeName(r.regime(), r.mode()));
+      }
       return cell;
     }
     case proto::FieldType::kText:
@@ -403,14 +409,11 @@ std::vector<Cell> TailCells(const v1::StepRecord& r, std::optional<double> windo
   std::vector<Cell> cells;
   for (const TailColumn& c : TailLayout()) {
     switch (c.kind) {
-      case TailColumn::kField: {
-        // An enum as its name: tail shows a monitor-mode step's regime as
-        // recorded, where gacctl steps' table says what GAC would have done.
-        const proto::FieldValue v = c.field->get(r);
-        const bool named = v.present && c.field->type == proto::FieldType::kEnum;
-        cells.push_back(named ? Cell::Text(c.field->enum_name(v.integer)) : FieldCell(*c.field, r));
+      case TailColumn::kField:
+        // A monitor-mode step's regime as recorded, where gacctl steps'
+        // table says what GAC would have done.
+        cells.push_back(FieldCell(*c.field, r, MonitorRegime::kAsRecorded));
         break;
-      }
       case TailColumn::kWindowMean:
         cells.push_back(window_mean ? Cell::Real(*window_mean) : Cell());
         break;

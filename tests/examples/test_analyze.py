@@ -594,13 +594,18 @@ def test_a_grid_table_edited_by_hand_fails_the_check(name, tmp_path, capsys):
     assert f"the table {name} differs" in err and err.count(" differs ") == 1
 
 
-def test_a_grid_run_row_that_the_archive_does_not_give_fails_the_check(tmp_path, capsys):
-    data = data_with_an_edited_row(tmp_path, "grid-runs.csv", lambda r: r[:3] == ["grpo", "16", "1"], "final",
-                                   0.01)  # one run's final accuracy
+# One run's final accuracy in the grid's and the pilot's committed rows: the
+# rows no longer match their archive, and the table built from them differs.
+@pytest.mark.parametrize("name, pick, delta, archive, table", [
+    ("grid-runs.csv", lambda r: r[:3] == ["grpo", "16", "1"], 0.01, "grid.tar.xz", "grid-final"),
+    ("pilot-runs.csv", lambda r: r[1] == "0" and r[2] == "1", 0.1, "pilot.tar.xz", "pilot"),
+], ids=["grid", "pilot"])
+def test_an_edited_run_row_fails_the_check(tmp_path, capsys, name, pick, delta, archive, table):
+    data = data_with_an_edited_row(tmp_path, name, pick, "final", delta)
     assert analyze.main(["tables", "--data", str(data), "--check", str(RESULTS)]) == 1
     err = capsys.readouterr().err
-    assert "grid-runs.csv differs from the rows rebuilt from grid.tar.xz" in err
-    assert "the table grid-final differs" in err  # the tables are built from the committed rows
+    assert f"{name} differs from the rows rebuilt from {archive}" in err
+    assert f"the table {table} differs" in err  # the tables are built from the committed rows
 
 
 def test_write_fills_the_empty_grid_blocks_with_exactly_the_checked_tables(tmp_path, capsys):
@@ -689,15 +694,6 @@ def test_a_pilot_table_edited_by_hand_fails_the_check(tmp_path, capsys):
     (tmp_path / "RESULTS.md").write_text(doc.replace(body, "".join(lines[:2] + lines[2:][::-1]), 1))
     assert analyze.main(["tables", "--check", str(tmp_path / "RESULTS.md")]) == 1
     assert "the table pilot differs" in capsys.readouterr().err
-
-
-def test_a_pilot_run_row_that_the_archive_does_not_give_fails_the_check(tmp_path, capsys):
-    data = data_with_an_edited_row(tmp_path, "pilot-runs.csv", lambda r: r[1] == "0" and r[2] == "1", "final",
-                                   0.1)  # one run's end accuracy
-    assert analyze.main(["tables", "--data", str(data), "--check", str(RESULTS)]) == 1
-    err = capsys.readouterr().err
-    assert "pilot-runs.csv differs from the rows rebuilt from pilot.tar.xz" in err
-    assert "the table pilot differs" in err  # the table is built from the committed rows
 
 
 def test_write_fills_the_empty_pilot_block_with_exactly_the_checked_table(tmp_path, capsys):

@@ -32,6 +32,29 @@ constexpr unsigned kAll = kViewPython | kViewLogger;
 
 using R = StepReport;
 
+// The Decision's optional reals that the remote decision carries.
+std::optional<double> Z(const std::optional<SpikeScore>& score) {
+  return score ? std::optional<double>(score->z) : std::nullopt;
+}
+constexpr DecisionSlot kCosine{[](const Decision& d) { return d.cosine; },
+                               [](Decision& d, double v) { d.cosine = v; }, true};
+constexpr DecisionSlot kCosineAfter{[](const Decision& d) { return d.cosine_after; },
+                                    [](Decision& d, double v) { d.cosine_after = v; }, true};
+constexpr DecisionSlot kWindowMean{[](const Decision& d) { return d.window_mean; },
+                                   [](Decision& d, double v) { d.window_mean = v; }, true};
+// A remote verdict's score carries its z only.
+constexpr DecisionSlot kGradNormZ{[](const Decision& d) { return Z(d.spike_verdict.grad_norm); },
+                                  [](Decision& d, double v) { d.spike_verdict.grad_norm = SpikeScore{v, std::nullopt}; },
+                                  false};
+constexpr DecisionSlot kLossZ{[](const Decision& d) { return Z(d.spike_verdict.loss); },
+                              [](Decision& d, double v) { d.spike_verdict.loss = SpikeScore{v, std::nullopt}; }, false};
+
+// A decision slot's value in the report.
+template <const DecisionSlot& slot>
+ReportValue Decided(const R& r) {
+  return OptReal(slot.get(r.decision));
+}
+
 }  // namespace
 
 // Order: the order of the Python properties and of to_dict()'s keys.
@@ -49,21 +72,21 @@ const ReportField kReportFields[kReportFieldCount] = {
      [](const R& r) { return Int(static_cast<std::int64_t>(r.decision.regime)); }},
     {"cosine", ReportType::kReal, true, "",
      "c_t = cos(g, p); None on the first step, after a reset and with non-finite gradients.", kAll, "cosine",
-     [](const R& r) { return OptReal(r.decision.cosine); }},
+     Decided<kCosine>, &kCosine},
     {"cosine_after", ReportType::kReal, true, "",
      "The cosine of the applied update with p; None for skip, invalid and no reference.", kAll, "cosine_after",
-     [](const R& r) { return OptReal(r.decision.cosine_after); }},
+     Decided<kCosineAfter>, &kCosineAfter},
     {"window_mean", ReportType::kReal, true, "",
      "m_t, the signed mean of the agent's last `window` cosines, this one included; None until that many are "
      "held. trigger='window' decides on it.",
-     kAll, nullptr, [](const R& r) { return OptReal(r.decision.window_mean); }},
+     kAll, nullptr, Decided<kWindowMean>, &kWindowMean},
     {"grad_norm_z", ReportType::kReal, true, "",
      "The spike guard's z-score of |g| against the run's recent steps; None when its z-score is off or "
      "warming up.",
-     kAll, "grad_norm_z", [](const R& r) { return OptReal(r.decision.spike_verdict.grad_norm_z); }},
+     kAll, "grad_norm_z", Decided<kGradNormZ>, &kGradNormZ},
     {"loss_z", ReportType::kReal, true, "",
      "The spike guard's z-score of the loss against the run's recent steps; None without a loss.", kAll,
-     "loss_z", [](const R& r) { return OptReal(r.decision.spike_verdict.loss_z); }},
+     "loss_z", Decided<kLossZ>, &kLossZ},
     {"alpha", ReportType::kReal, false, "", "The gain on the gradient's component along p (1 = untouched).", kAll,
      "alpha", [](const R& r) { return Real(r.decision.alpha); }},
     {"projection_coeff", ReportType::kReal, false, "",

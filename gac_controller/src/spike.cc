@@ -11,15 +11,10 @@ namespace gac::controller {
 
 namespace {
 
-struct Score {
-  double z;
-  std::optional<double> bound;  // mean + sigma * sd; absent when sd is 0
-};
-
 // z of x against the newest `window` values of [first, last), and the bound
 // mean + sigma * sd, or absent with fewer than `warmup` of them.
 template <typename It>
-std::optional<Score> ZScore(double x, It first, It last, int window, int warmup, double sigma) {
+std::optional<SpikeScore> ZScore(double x, It first, It last, int window, int warmup, double sigma) {
   const auto held = std::distance(first, last);
   if (held > window) std::advance(first, held - window);
   const auto n = std::distance(first, last);
@@ -33,7 +28,7 @@ std::optional<Score> ZScore(double x, It first, It last, int window, int warmup,
   const double dev = x - mean;
   double z = sd > 0.0 ? dev / sd : (dev == 0.0 ? 0.0 : std::copysign(kMaxSpikeZ, dev));
   if (!std::isfinite(z)) z = std::copysign(kMaxSpikeZ, dev);
-  Score out{std::clamp(z, -kMaxSpikeZ, kMaxSpikeZ), std::nullopt};
+  SpikeScore out{std::clamp(z, -kMaxSpikeZ, kMaxSpikeZ), std::nullopt};
   if (sd > 0.0 && std::isfinite(mean + sigma * sd)) out.bound = mean + sigma * sd;
   return out;
 }
@@ -45,30 +40,25 @@ SpikeVerdict Judge(const SpikeSettings& s, double grad_norm, std::optional<doubl
   if (s.max_grad_norm > 0.0 && grad_norm > s.max_grad_norm) v.spike = true;
   if (!s.zscore) return v;
   const int warmup = s.effective_warmup();
-  if (const auto g = ZScore(grad_norm, norms.begin(), norms.end(), s.window, warmup, s.sigma)) {
-    v.grad_norm_z = g->z;
-    v.grad_norm_bound = g->bound;
-    if (g->z > s.sigma) v.spike = true;
-  }
+  v.grad_norm = ZScore(grad_norm, norms.begin(), norms.end(), s.window, warmup, s.sigma);
+  if (v.grad_norm && v.grad_norm->z > s.sigma) v.spike = true;
   if (loss) {
     if (!std::isfinite(*loss)) {
       v.spike = true;
-    } else if (const auto l = ZScore(*loss, losses.begin(), losses.end(), s.window, warmup, s.sigma)) {
-      v.loss_z = l->z;
-      v.loss_bound = l->bound;
-      if (l->z > s.sigma) v.spike = true;
+    } else {
+      v.loss = ZScore(*loss, losses.begin(), losses.end(), s.window, warmup, s.sigma);
+      if (v.loss && v.loss->z > s.sigma) v.spike = true;
     }
   }
   return v;
 }
 
 // One value's entry: see HistoryEntry.
-std::optional<double> Entry(bool spike, double x, const std::optional<double>& z,
-                            const std::optional<double>& bound) {
+std::optional<double> Entry(bool spike, double x, const std::optional<SpikeScore>& score) {
   if (!std::isfinite(x)) return std::nullopt;
   if (!spike) return x;
-  if (!z) return std::nullopt;
-  return bound ? std::min(x, *bound) : x;
+  if (!score) return std::nullopt;
+  return score->bound ? std::min(x, *score->bound) : x;
 }
 
 void Push(std::deque<double>& d, double x, int window) {
@@ -101,8 +91,8 @@ base::Status ValidateSpikeSettings(const SpikeSettings& s) {
 
 HistoryValues HistoryEntry(const SpikeVerdict& verdict, bool spike, double grad_norm, std::optional<double> loss) {
   HistoryValues out;
-  out.grad_norm = Entry(spike, grad_norm, verdict.grad_norm_z, verdict.grad_norm_bound);
-  if (loss) out.loss = Entry(spike, *loss, verdict.loss_z, verdict.loss_bound);
+  out.grad_norm = Entry(spike, grad_norm, verdict.grad_norm);
+  if (loss) out.loss = Entry(spike, *loss, verdict.loss);
   return out;
 }
 

@@ -2,7 +2,14 @@
 
 #include <algorithm>
 #include <cmath>
-#include <tuple>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <google/protobuf/descriptor.h>
+#include <google/protobuf/message.h>
+
+#include "gac/controller/report_fields.h"
 
 namespace gac::proto {
 
@@ -182,36 +189,48 @@ controller::AlignmentStats StatsFromProto(const v1::DecideRequest& request) {
   return stats;
 }
 
+namespace {
+
+// The response's fields that the report table's decision slots fill, in the
+// table's order: each slot's row names an optional double of DecideResponse
+// (a test checks that every one does, and that no optional double of the
+// response is left without a slot).
+struct WireSlot {
+  const controller::ReportField* row;
+  const google::protobuf::FieldDescriptor* field;
+};
+
+const std::vector<WireSlot>& DecisionWireSlots() {
+  static const std::vector<WireSlot> slots = [] {
+    std::vector<WireSlot> out;
+    const google::protobuf::Descriptor* message = v1::DecideResponse::descriptor();
+    for (const controller::ReportField& row : controller::kReportFields) {
+      if (row.decided == nullptr) continue;
+      const google::protobuf::FieldDescriptor* field = message->FindFieldByName(row.name);
+      if (field != nullptr && field->cpp_type() == google::protobuf::FieldDescriptor::CPPTYPE_DOUBLE &&
+          field->has_presence()) {
+        out.push_back({&row, field});
+      }
+    }
+    return out;
+  }();
+  return slots;
+}
+
+}  // namespace
+
 void EncodeDecision(const controller::Decision& decision, v1::DecideResponse* response) {
   response->set_regime(ToProto(decision.regime));
-  if (decision.cosine) {
-    response->set_cosine(*decision.cosine);
-  } else {
-    response->clear_cosine();
-  }
-  if (decision.cosine_after) {
-    response->set_cosine_after(*decision.cosine_after);
-  } else {
-    response->clear_cosine_after();
-  }
-  if (decision.window_mean) {
-    response->set_window_mean(*decision.window_mean);
-  } else {
-    response->clear_window_mean();
-  }
   response->set_alpha(decision.alpha);
   response->set_projection_coeff(decision.projection_coeff);
   response->set_apply_update(decision.apply_update);
-  const controller::SpikeVerdict& verdict = decision.spike_verdict;
-  if (verdict.grad_norm_z) {
-    response->set_grad_norm_z(*verdict.grad_norm_z);
-  } else {
-    response->clear_grad_norm_z();
-  }
-  if (verdict.loss_z) {
-    response->set_loss_z(*verdict.loss_z);
-  } else {
-    response->clear_loss_z();
+  const google::protobuf::Reflection* reflection = response->GetReflection();
+  for (const WireSlot& slot : DecisionWireSlots()) {
+    if (const std::optional<double> value = slot.row->decided->get(decision)) {
+      reflection->SetDouble(response, slot.field, *value);
+    } else {
+      reflection->ClearField(response, slot.field);
+    }
   }
 }
 
@@ -270,26 +289,16 @@ base::StatusOr<controller::Decision> DecodeDecision(const v1::DecideResponse& re
     return base::Status::InvalidArgument(std::string("apply_update must be ") + (should_apply ? "true" : "false") +
                                    " for regime " + controller::RegimeName(d.regime));
   }
-  if (response.has_cosine()) {
-    GAC_RETURN_IF_ERROR(CheckCosine("cosine", response.cosine()));
-    d.cosine = response.cosine();
-  }
-  if (response.has_cosine_after()) {
-    GAC_RETURN_IF_ERROR(CheckCosine("cosine_after", response.cosine_after()));
-    d.cosine_after = response.cosine_after();
-  }
-  if (response.has_window_mean()) {
-    GAC_RETURN_IF_ERROR(CheckCosine("window_mean", response.window_mean()));
-    d.window_mean = response.window_mean();
-  }
-  for (const auto& [field, has, value, out] :
-       {std::tuple{"grad_norm_z", response.has_grad_norm_z(), response.grad_norm_z(), &d.spike_verdict.grad_norm_z},
-        std::tuple{"loss_z", response.has_loss_z(), response.loss_z(), &d.spike_verdict.loss_z}}) {
-    if (!has) continue;
-    if (!std::isfinite(value)) {
-      return base::Status::InvalidArgument(std::string(field) + " must be finite, got " + std::to_string(value));
+  const google::protobuf::Reflection* reflection = response.GetReflection();
+  for (const WireSlot& slot : DecisionWireSlots()) {
+    if (!reflection->HasField(response, slot.field)) continue;
+    const double value = reflection->GetDouble(response, slot.field);
+    if (slot.row->decided->cosine) {
+      GAC_RETURN_IF_ERROR(CheckCosine(slot.row->name, value));
+    } else if (!std::isfinite(value)) {
+      return base::Status::InvalidArgument(std::string(slot.row->name) + " must be finite, got " + std::to_string(value));
     }
-    *out = value;
+    slot.row->decided->set(d, value);
   }
   d.alpha = response.alpha();
   d.projection_coeff = coeff;

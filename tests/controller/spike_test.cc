@@ -123,14 +123,14 @@ TEST(SpikeGuardTest, FollowsTheReferenceOnARandomStreamWithSpikes) {
         const bool spike = (zs && zs->z > s.sigma) || (lzs && lzs->z > s.sigma);
         const SpikeVerdict v = guard.Step(norm, loss_given);
         ASSERT_EQ(v.spike, spike) << "window " << window << " step " << step;
-        ASSERT_EQ(v.grad_norm_z.has_value(), zs.has_value());
-        if (zs && v.grad_norm_z) {
-          EXPECT_NEAR(*v.grad_norm_z, std::clamp(zs->z, -controller::kMaxSpikeZ, controller::kMaxSpikeZ),
+        ASSERT_EQ(v.grad_norm.has_value(), zs.has_value());
+        if (zs && v.grad_norm) {
+          EXPECT_NEAR(v.grad_norm->z, std::clamp(zs->z, -controller::kMaxSpikeZ, controller::kMaxSpikeZ),
                       1e-9 * std::max(1.0, std::fabs(zs->z)));
         }
-        ASSERT_EQ(v.loss_z.has_value(), lzs.has_value());
-        if (lzs && v.loss_z) {
-          EXPECT_NEAR(*v.loss_z, lzs->z, 1e-9 * std::max(1.0, std::fabs(lzs->z)));
+        ASSERT_EQ(v.loss.has_value(), lzs.has_value());
+        if (lzs && v.loss) {
+          EXPECT_NEAR(v.loss->z, lzs->z, 1e-9 * std::max(1.0, std::fabs(lzs->z)));
         }
         if (!spike) {
           norms.push_back(norm);
@@ -202,8 +202,8 @@ TEST(SpikeGuardTest, ASpikeEntersAtTheBoundItBroke) {
   for (double x : base) EXPECT_FALSE(guard.Step(x, 0.5 * x).spike);
   const SpikeVerdict v = guard.Step(1000.0, 0.5);  // mean 3, sd sqrt(2.5)
   EXPECT_TRUE(v.spike);
-  ASSERT_TRUE(v.grad_norm_bound.has_value());
-  EXPECT_DOUBLE_EQ(*v.grad_norm_bound, 3.0 + 2.0 * std::sqrt(2.5));
+  ASSERT_TRUE(v.grad_norm && v.grad_norm->bound.has_value());
+  EXPECT_DOUBLE_EQ(*v.grad_norm->bound, 3.0 + 2.0 * std::sqrt(2.5));
   EXPECT_DOUBLE_EQ(guard.norms().back(), 3.0 + 2.0 * std::sqrt(2.5));
   EXPECT_DOUBLE_EQ(guard.losses().back(), 0.5);  // its loss was in range: held as it is
   // A spike by max_grad_norm alone, in range for the z-score: held as it is.
@@ -218,7 +218,8 @@ TEST(SpikeGuardTest, ASpikeEntersAtTheBoundItBroke) {
   for (int i = 0; i < 4; ++i) flat.Step(2.0, std::nullopt);
   const SpikeVerdict up = flat.Step(3.0, std::nullopt);
   EXPECT_TRUE(up.spike);
-  EXPECT_FALSE(up.grad_norm_bound.has_value());
+  ASSERT_TRUE(up.grad_norm.has_value());
+  EXPECT_FALSE(up.grad_norm->bound.has_value());
   EXPECT_EQ(flat.norms().back(), 3.0);
   EXPECT_FALSE(flat.Step(2.5, std::nullopt).spike);
   // A non-finite loss: the norm is held, the loss is not.
@@ -235,8 +236,8 @@ TEST(SpikeGuardTest, MaxGradNormAloneNeedsNoHistory) {
   EXPECT_FALSE(guard.Step(5.0, std::nullopt).spike);  // at the bound: not above it
   const SpikeVerdict v = guard.Step(5.000001, 1.0);
   EXPECT_TRUE(v.spike);
-  EXPECT_FALSE(v.grad_norm_z.has_value());  // the z-score is off
-  EXPECT_FALSE(v.loss_z.has_value());
+  EXPECT_FALSE(v.grad_norm.has_value());  // the z-score is off
+  EXPECT_FALSE(v.loss.has_value());
   EXPECT_EQ(guard.norms(), std::vector<double>{5.0});
 }
 
@@ -248,13 +249,13 @@ TEST(SpikeGuardTest, EqualValuesGiveAClampedZAndANonFiniteLossIsASpike) {
   for (int i = 0; i < 4; ++i) EXPECT_FALSE(guard.Step(2.0, 1.0).spike);
   SpikeVerdict same = guard.Judge(2.0, 1.0);
   EXPECT_FALSE(same.spike);
-  EXPECT_EQ(*same.grad_norm_z, 0.0);
+  EXPECT_EQ(same.grad_norm->z, 0.0);
   SpikeVerdict above = guard.Judge(2.5, 1.0);
   EXPECT_TRUE(above.spike);
-  EXPECT_EQ(*above.grad_norm_z, controller::kMaxSpikeZ);
+  EXPECT_EQ(above.grad_norm->z, controller::kMaxSpikeZ);
   SpikeVerdict below = guard.Judge(1.0, 1.0);
   EXPECT_FALSE(below.spike);  // one-sided
-  EXPECT_EQ(*below.grad_norm_z, -controller::kMaxSpikeZ);
+  EXPECT_EQ(below.grad_norm->z, -controller::kMaxSpikeZ);
   EXPECT_TRUE(guard.Judge(2.0, kNaN).spike);
   EXPECT_TRUE(guard.Judge(2.0, kInf).spike);
   guard.Clear();
@@ -270,8 +271,8 @@ TEST(SpikeGuardTest, JudgeSpikeUsesTheNewestWindowOfTheGivenValues) {
   // The old 100s are outside the window of 3.
   const std::vector<double> norms = {100.0, 100.0, 1.0, 2.0, 3.0};
   const SpikeVerdict v = controller::JudgeSpike(s, 5.0, std::nullopt, norms, {});
-  ASSERT_TRUE(v.grad_norm_z.has_value());
-  EXPECT_DOUBLE_EQ(*v.grad_norm_z, 3.0);  // mean 2, sd 1
+  ASSERT_TRUE(v.grad_norm.has_value());
+  EXPECT_DOUBLE_EQ(v.grad_norm->z, 3.0);  // mean 2, sd 1
   EXPECT_TRUE(v.spike);
 }
 
@@ -279,7 +280,7 @@ TEST(SpikeDecisionTest, SkipsWithTheStepsCosineAndKeepsNoProjection) {
   const AlignmentStats stats{1.0, 4.0, 1.0, true};
   SpikeVerdict v;
   v.spike = true;
-  v.grad_norm_z = 7.5;
+  v.grad_norm = controller::SpikeScore{7.5, 9.0};
   const controller::Decision d = controller::SpikeDecision(stats, v, 0.25);
   EXPECT_EQ(d.regime, Regime::kSpike);
   EXPECT_FALSE(d.apply_update);
@@ -290,7 +291,9 @@ TEST(SpikeDecisionTest, SkipsWithTheStepsCosineAndKeepsNoProjection) {
   EXPECT_NEAR(*d.cosine, 0.5, 1e-8);
   EXPECT_EQ(d.grad_norm, 2.0);
   EXPECT_EQ(*d.window_mean, 0.25);
-  EXPECT_EQ(*d.spike_verdict.grad_norm_z, 7.5);
+  ASSERT_TRUE(d.spike_verdict.grad_norm.has_value());
+  EXPECT_EQ(d.spike_verdict.grad_norm->z, 7.5);
+  EXPECT_EQ(d.spike_verdict.grad_norm->bound, 9.0);
   EXPECT_STREQ(controller::RegimeName(Regime::kSpike), "spike");
   EXPECT_EQ(*controller::ParseRegime("spike"), Regime::kSpike);
 }

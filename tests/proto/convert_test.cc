@@ -4,14 +4,19 @@
 // bit, while answers no controller gives are refused.
 #include "gac/proto/convert.h"
 
+#include <google/protobuf/descriptor.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <iterator>
 #include <limits>
+#include <optional>
 #include <random>
+#include <set>
 #include <string>
 #include <utility>
+
+#include "gac/controller/report_fields.h"
 
 namespace gac::proto {
 namespace {
@@ -127,6 +132,67 @@ TEST(ConvertTest, ControllerDecisionsSurviveTheWireBitForBit) {
   }
 }
 
+// The remote decision's optional reals are filled by walking the report
+// table's decision slots: every slot names one of the response's optional
+// doubles, and no optional double of the response is left without one.
+TEST(ConvertTest, DecisionSlotsAreExactlyTheResponsesOptionalReals) {
+  std::set<std::string> slots;
+  for (const controller::ReportField& row : controller::kReportFields) {
+    if (row.decided != nullptr) slots.insert(row.name);
+  }
+  std::set<std::string> wire;
+  const google::protobuf::Descriptor* message = v1::DecideResponse::descriptor();
+  for (int i = 0; i < message->field_count(); ++i) {
+    const google::protobuf::FieldDescriptor* f = message->field(i);
+    if (f->type() == google::protobuf::FieldDescriptor::TYPE_DOUBLE && f->has_presence()) wire.insert(f->name());
+  }
+  EXPECT_EQ(slots, wire);
+  EXPECT_EQ(wire, (std::set<std::string>{"cosine", "cosine_after", "window_mean", "grad_norm_z", "loss_z"}));
+}
+
+// Each of them crosses the wire in its own field, and is absent there when
+// the decision has none; a remote verdict's score carries its z only.
+TEST(ConvertTest, EveryOptionalRealOfADecisionCrossesTheWire) {
+  const controller::AlignmentStats stats{0.0, 4.0, 1.0, true};  // cosine 0: safe
+  controller::Decision d = controller::Controller::Create({0.05, 0.3}, controller::AlphaMode::kPaper)->Decide(stats);
+  ASSERT_EQ(d.regime, controller::Regime::kSafe);
+  d.cosine_after = -0.25;
+  d.window_mean = 0.125;
+  d.spike_verdict.grad_norm = controller::SpikeScore{2.5, 9.0};
+  d.spike_verdict.loss = controller::SpikeScore{-1e6, std::nullopt};
+  v1::DecideResponse resp;
+  EncodeDecision(d, &resp);
+  ASSERT_TRUE(resp.has_cosine() && resp.has_cosine_after() && resp.has_window_mean() && resp.has_grad_norm_z() &&
+              resp.has_loss_z());
+  EXPECT_EQ(resp.cosine(), 0.0);
+  EXPECT_EQ(resp.cosine_after(), -0.25);
+  EXPECT_EQ(resp.window_mean(), 0.125);
+  EXPECT_EQ(resp.grad_norm_z(), 2.5);
+  EXPECT_EQ(resp.loss_z(), -1e6);
+  v1::DecideResponse wire;
+  ASSERT_TRUE(wire.ParseFromString(resp.SerializeAsString()));
+  base::StatusOr<controller::Decision> back = DecodeDecision(wire, stats);
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back->cosine, std::optional<double>(0.0));
+  EXPECT_EQ(back->cosine_after, std::optional<double>(-0.25));
+  EXPECT_EQ(back->window_mean, std::optional<double>(0.125));
+  ASSERT_TRUE(back->spike_verdict.grad_norm && back->spike_verdict.loss);
+  EXPECT_EQ(back->spike_verdict.grad_norm->z, 2.5);
+  EXPECT_FALSE(back->spike_verdict.grad_norm->bound.has_value());
+  EXPECT_EQ(back->spike_verdict.loss->z, -1e6);
+
+  // A response reused for a decision without them has none left.
+  const controller::Decision first =
+      controller::Controller::Create({0.05, 0.3}, controller::AlphaMode::kPaper)->Decide({0.0, 4.0, 0.0, false});
+  EncodeDecision(first, &resp);
+  EXPECT_FALSE(resp.has_cosine() || resp.has_cosine_after() || resp.has_window_mean() || resp.has_grad_norm_z() ||
+               resp.has_loss_z());
+  back = DecodeDecision(resp, {0.0, 4.0, 0.0, false});
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_FALSE(back->cosine || back->cosine_after || back->window_mean || back->spike_verdict.grad_norm ||
+               back->spike_verdict.loss);
+}
+
 // What a broken or hostile gacd might answer: each is refused with a
 // message that names the field.
 TEST(ConvertTest, AnswersNoControllerGivesAreRefused) {
@@ -167,6 +233,10 @@ TEST(ConvertTest, AnswersNoControllerGivesAreRefused) {
       {"project that does not apply", [](v1::DecideResponse* r) { r->set_apply_update(false); }, "apply_update"},
       {"cosine above 1", [](v1::DecideResponse* r) { r->set_cosine(1.5); }, "cosine"},
       {"NaN cosine after", [](v1::DecideResponse* r) { r->set_cosine_after(std::nan("")); }, "cosine_after"},
+      {"window mean below -1", [](v1::DecideResponse* r) { r->set_window_mean(-1.01); }, "window_mean"},
+      {"infinite norm z", [](v1::DecideResponse* r) { r->set_grad_norm_z(-std::numeric_limits<double>::infinity()); },
+       "grad_norm_z"},
+      {"NaN loss z", [](v1::DecideResponse* r) { r->set_loss_z(std::nan("")); }, "loss_z"},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.what);

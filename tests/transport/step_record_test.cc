@@ -24,8 +24,8 @@ controller::StepReport ProjectReport() {
   report.decision.projection_coeff = 0.15;
   report.decision.grad_norm = 2.0;
   report.decision.ref_norm = 3.0;
-  report.decision.spike_verdict.grad_norm_z = 2.5;
-  report.decision.spike_verdict.loss_z = -1.25;
+  report.decision.spike_verdict.grad_norm = controller::SpikeScore{2.5, 4.0};
+  report.decision.spike_verdict.loss = controller::SpikeScore{-1.25, std::nullopt};
   report.loss = 0.75;
   report.stats_seconds = 1e-4;
   report.apply_seconds = 2e-4;

@@ -7,7 +7,10 @@
 //   - the telemetry record (gac/transport/step_record.h): a row with a
 //     `record` name fills that field of gac.v1.StepRecord, whose own table
 //     (gac/proto/record_schema.h) drives the stores, the HTTP JSON, the
-//     page, gacctl and the metrics.
+//     page, gacctl and the metrics;
+//   - the remote decision (gac.v1.DecideResponse, proto/src/convert.cc): a
+//     row with a `decided` slot is a Decision's optional real that the
+//     response carries in its optional field of the row's name.
 // Adding a report field is: the StepReport member, one row here, and, when
 // gacd should keep it, the .proto field and its record schema row.
 //
@@ -20,6 +23,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "gac/controller/step_report.h"
@@ -52,6 +56,14 @@ enum ReportView : unsigned {
   kViewLogger = 1u << 1,  // a key of report.to_dict() (numeric: enums as their index, bools 0/1)
 };
 
+// Where a Decision holds a row's value, for the rows the remote decision's
+// wire carries.
+struct DecisionSlot {
+  std::optional<double> (*get)(const Decision& decision);
+  void (*set)(Decision& decision, double value);
+  bool cosine;  // a cosine, in [-1, 1] up to rounding; else any finite value
+};
+
 struct ReportField {
   const char* name;    // the Python property, the logger key after its prefix
   ReportType type;
@@ -61,6 +73,7 @@ struct ReportField {
   unsigned views;      // ReportView bits
   const char* record;  // the gac.v1.StepRecord field it fills, or nullptr
   ReportValue (*get)(const StepReport& report);
+  const DecisionSlot* decided = nullptr;  // unless the remote decision carries it
 };
 
 inline constexpr std::size_t kReportFieldCount = 31;

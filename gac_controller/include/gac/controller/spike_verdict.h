@@ -10,17 +10,20 @@
 
 namespace gac::controller {
 
+// One value's score against the held values: its z (clamped to
+// +-kMaxSpikeZ) and the bound it was judged against, mean + sigma * std of
+// the held values (absent where std is 0).
+struct SpikeScore {
+  double z = 0.0;
+  std::optional<double> bound;
+};
+
 struct SpikeVerdict {
   bool spike = false;
-  // The z-scores of the step's norm and loss against the held steps'
-  // (clamped to +-kMaxSpikeZ); absent with the z-score off, before the
-  // warm-up, and for the loss without one.
-  std::optional<double> grad_norm_z;
-  std::optional<double> loss_z;
-  // The bounds they were judged against, mean + sigma * std of the held
-  // values; absent where the z-score is, and where std is 0.
-  std::optional<double> grad_norm_bound;
-  std::optional<double> loss_bound;
+  // The scores of the step's norm and of its loss; absent with the z-score
+  // off, before the warm-up, and for the loss without one.
+  std::optional<SpikeScore> grad_norm;
+  std::optional<SpikeScore> loss;
 };
 
 }  // namespace gac::controller

@@ -845,9 +845,11 @@ base::StatusOr<std::string> HttpApi::Serve(const HttpRequest& request, const Api
       if (request.method == "PUT") return SetConfig(p, route.run, request.body);
       GAC_RETURN_IF_ERROR(ParseQueryString(request.query, {}).status());
       return EncodeRunConfig(route.run, core_->registry().Get(route.run));
-    case ApiRoute::kFields:
+    case ApiRoute::kFields: {
       GAC_RETURN_IF_ERROR(ParseQueryString(request.query, {}).status());
-      return EncodeStepFields();
+      static const std::string* const fields = new std::string(EncodeStepFields());  // a constant table
+      return *fields;
+    }
   }
   return base::Status::Internal("unhandled route");
 }

@@ -12,7 +12,9 @@
 //     row with a `decided` slot is a Decision's optional real that the
 //     response carries in its optional field of the row's name.
 // Adding a report field is: the StepReport member, one row here, and, when
-// gacd should keep it, the .proto field and its record schema row.
+// gacd should keep it, the .proto field and its record schema row; when
+// gacd decides it too (remote mode), DecideResponse's field and the row's
+// `decided` slot.
 //
 // Not rows: `decision` (the whole Decision) and `layers` (a list), which the
 // Python binding exposes as objects.

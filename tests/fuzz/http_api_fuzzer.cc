@@ -60,7 +60,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       return 0;
     }
     GAC_FUZZ_CHECK(route->method != nullptr, path);
-    if (route->kind == server::ApiRoute::kRuns) {
+    if (route->kind == server::ApiRoute::kRuns || route->kind == server::ApiRoute::kFields) {
       GAC_FUZZ_CHECK(route->run.empty(), path);
     } else {
       GAC_FUZZ_CHECK(server::ValidateRunId(route->run).ok(), "a valid run id: " + route->run);

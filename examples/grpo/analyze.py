@@ -235,6 +235,29 @@ def write_run_rows(path, header, rows, exact=False):
             w.writerow(list(key) + [csv_cell(rec[k], exact) for k in header[len(key):]])
 
 
+def read_run_rows(path, header, key_len, ints=(), texts=()):
+    """A per-run CSV that write_run_rows wrote, read back: {key: record}. The key is the first key_len cells (the
+    first text, the rest integers); the record's cells are integers (ints), text (texts) or numbers (fnum), an
+    empty integer or number None."""
+    with open(path, newline="") as f:
+        return {tuple([row[header[0]]] + [int(row[k]) for k in header[1:key_len]]):
+                {k: row[k] if k in texts else (int(row[k]) if row[k] else None) if k in ints else fnum(row[k])
+                 for k in header[key_len:]}
+                for row in csv.DictReader(f)}
+
+
+def log_parameters(log):
+    """The policy's parameter count a run's log gives ("N parameters"), or None."""
+    found = re.search(r"([0-9]+) parameters", log)
+    return int(found.group(1)) if found else None
+
+
+def log_cpu_seconds(log):
+    """The run's CPU seconds its log gives (cpu_s=...), or None."""
+    found = re.search(r"cpu_s=([0-9.]+)", log)
+    return float(found.group(1)) if found else None
+
+
 def fmt(x, digits=3):
     if x is None or (isinstance(x, float) and math.isnan(x)):
         return "-"
@@ -997,15 +1020,11 @@ GRID_RUN_KEYS = ["variant", "staleness", "seed", "start", "final", "mean_acc", "
                  "project_rate", "grad_scale", "lag", "q90", "cmean", "noise_mean", "noise_rms", "m_q90", "pr_pop",
                  "lambda", "lambda2", "bias_rel", "on_align", "aligned_before", "aligned_after", "bias_cut",
                  "probes_project", "cpu_s"]
-GRID_INT_KEYS = {"collapse", "probes_project"}
 
 
 def grid_record(r):
     m = r["m"] if "m" in r else metrics(r)
-    cpu = re.search(r"cpu_s=([0-9.]+)", r["log"])
-    rec = {k: m[k] for k in GRID_RUN_KEYS[3:-1]}
-    rec["cpu_s"] = float(cpu.group(1)) if cpu else None
-    return rec
+    return {**{k: m[k] for k in GRID_RUN_KEYS[3:-1]}, "cpu_s": log_cpu_seconds(r["log"])}
 
 
 def write_grid_runs(records, path):
@@ -1014,14 +1033,7 @@ def write_grid_runs(records, path):
 
 
 def read_grid_runs(path):
-    records = {}
-    with open(path, newline="") as f:
-        for row in csv.DictReader(f):
-            rec = {k: (int(row[k]) if row[k] else None) if k in GRID_INT_KEYS else fnum(row[k])
-                   for k in GRID_RUN_KEYS[3:]}
-            rec["outcome"] = row["outcome"]
-            records[(row["variant"], int(row["staleness"]), int(row["seed"]))] = rec
-    return records
+    return read_run_rows(path, GRID_RUN_KEYS, 3, ints={"collapse", "probes_project"}, texts={"outcome"})
 
 
 def report(args):
@@ -1082,20 +1094,14 @@ def report(args):
 
 PILOT_RUN_KEYS = ["candidate", "staleness", "seed", "parameters", "start", "final", "outcome", "pr_pop", "pr_sample",
                   "noise_mean", "noise_rms", "q90", "m_q90", "cmean", "lambda", "cpu_s"]
-PILOT_FLOAT_KEYS = PILOT_RUN_KEYS[4:6] + PILOT_RUN_KEYS[7:]
 
 
 def pilot_record(r):
     """One pilot run's row: parameters, held-out start and end, outcome, and (over steps > 50) the participation
     ratios, the noise floor, q0.9 of |c_t| and |m_t|, mean c_t, mean lambda; the run's CPU seconds."""
     m = metrics(r)
-    params = re.search(r"([0-9]+) parameters", r["log"])
-    cpu = re.search(r"cpu_s=([0-9.]+)", r["log"])
-    rec = {k: m[k] for k in PILOT_FLOAT_KEYS[:-1]}
-    rec["parameters"] = int(params.group(1)) if params else None
-    rec["outcome"] = m["outcome"]
-    rec["cpu_s"] = float(cpu.group(1)) if cpu else None
-    return rec
+    return {"parameters": log_parameters(r["log"]), **{k: m[k] for k in PILOT_RUN_KEYS[4:-1]},
+            "cpu_s": log_cpu_seconds(r["log"])}
 
 
 def pilot_candidates(jobs_path):
@@ -1126,14 +1132,7 @@ def write_pilot_runs(records, path):
 
 
 def read_pilot_runs(path):
-    records = {}
-    with open(path, newline="") as f:
-        for row in csv.DictReader(f):
-            rec = {k: fnum(row[k]) for k in PILOT_FLOAT_KEYS}
-            rec["parameters"] = int(row["parameters"]) if row["parameters"] else None
-            rec["outcome"] = row["outcome"]
-            records[(row["candidate"], int(row["staleness"]), int(row["seed"]))] = rec
-    return records
+    return read_run_rows(path, PILOT_RUN_KEYS, 3, ints={"parameters"}, texts={"outcome"})
 
 
 def pilot_text(records):
@@ -1410,14 +1409,7 @@ def write_replication_runs(records, path):
 
 
 def read_replication_runs(path):
-    records = {}
-    with open(path, newline="") as f:
-        for row in csv.DictReader(f):
-            rec = {k: fnum(row[k]) for k in ("endpoint", "mean_acc", "skip_rate", "drift", "sampler_kl")}
-            rec["outcome"] = row["outcome"]
-            rec["collapse"] = int(row["collapse"]) if row["collapse"] else None
-            records[(row["arm"], int(row["staleness"]), int(row["seed"]))] = rec
-    return records
+    return read_run_rows(path, REPLICATION_RUN_KEYS, 3, ints={"collapse"}, texts={"outcome"})
 
 
 def drift_ratio(records, s, row, ref):
@@ -1518,11 +1510,8 @@ SIZE_RUN_KEYS = ["policy", "seed", "parameters", "pr_pop", "noise_rms", "q90", "
 
 def size_record(r):
     m = metrics(r)
-    params = re.search(r"([0-9]+) parameters", r["log"])
-    cpu = re.search(r"cpu_s=([0-9.]+)", r["log"])
-    return {"parameters": int(params.group(1)) if params else None, "pr_pop": m["pr_pop"],
-            "noise_rms": m["noise_rms"], "q90": m["q90"], "start": m["start"], "final": m["final"],
-            "cpu_s": float(cpu.group(1)) if cpu else None}
+    return {"parameters": log_parameters(r["log"]), **{k: m[k] for k in SIZE_RUN_KEYS[3:-1]},
+            "cpu_s": log_cpu_seconds(r["log"])}
 
 
 def write_size_runs(records, path):
@@ -1530,9 +1519,7 @@ def write_size_runs(records, path):
 
 
 def read_size_runs(path):
-    with open(path, newline="") as f:
-        return {(row["policy"], int(row["seed"])): {k: (int(row[k]) if k == "parameters" and row[k] else fnum(row[k]))
-                                                     for k in SIZE_RUN_KEYS[2:]} for row in csv.DictReader(f)}
+    return read_run_rows(path, SIZE_RUN_KEYS, 2, ints={"parameters"})
 
 
 def sizes_text(records):

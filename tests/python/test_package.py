@@ -262,13 +262,13 @@ def test_every_agent_option_reaches_the_agent() -> None:
     layer = [torch.zeros(3, requires_grad=True)]
     values = dict(OPTION_VALUES, layers={"first": layer}, decision_source=source)
     expected = dict(values, layers=["first"])
+    default = gac.Agent()
     for name in AgentOptions.__annotations__:
         if name in NOT_READ_BACK:
             continue
         assert name in values, f"give the new agent option {name} a value in OPTION_VALUES, or a reason in NOT_READ_BACK"
         agent = gac.Agent(**{name: values[name]})
         assert getattr(agent, READ_AS.get(name, name)) == expected[name], name
-        default = gac.Agent()
         assert getattr(default, READ_AS.get(name, name)) != expected[name], f"{name}: the test value is the default"
 
 

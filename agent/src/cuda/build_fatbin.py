@@ -136,6 +136,24 @@ def _archs(text: str) -> List[str]:
     return [a for a in text.replace(",", ";").split(";") if a]
 
 
+def program_source(sources: List[str]) -> str:
+    """The one program NVRTC compiles: an #include of each source."""
+    return "".join(f'#include "{os.path.abspath(s)}"\n' for s in sources)
+
+
+def arch_option(kind: str, arch: str) -> str:
+    """NVRTC's option for a cubin ('cubin') or PTX ('ptx') of `arch`."""
+    return f"-arch={'sm' if kind == 'cubin' else 'compute'}_{arch}"
+
+
+def compile_options(nvidia: str, include: str) -> List[str]:
+    """NVRTC's options besides the architecture (shared with check_kernels.py)."""
+    # -default-device: the lambdas inside kernels are device code (nvcc infers it).
+    return ["-std=c++17", "-default-device", f"-I{include}",
+            f"-I{os.path.join(nvidia, 'cuda_runtime', 'include')}",
+            f"-I{os.path.join(nvidia, 'cuda_cccl', 'include')}"]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--nvidia", required=True, help="the nvidia/ folder of the PyPI CUDA packages")
@@ -158,17 +176,13 @@ def main() -> None:
     if cached and os.path.exists(cached):
         shutil.copyfile(cached, args.output)
         return
-    source = "".join(f'#include "{os.path.abspath(s)}"\n' for s in args.sources)
-    # -default-device: the lambdas inside kernels are device code (nvcc infers it).
-    common = ["-std=c++17", "-default-device", f"-I{args.include}",
-              f"-I{os.path.join(args.nvidia, 'cuda_runtime', 'include')}",
-              f"-I{os.path.join(args.nvidia, 'cuda_cccl', 'include')}"]
+    source = program_source(args.sources)
+    common = compile_options(args.nvidia, args.include)
     jobs = [("cubin", a) for a in cubins] + [("ptx", a) for a in ptxs]
 
     def build(job: Tuple[str, str]) -> Tuple[str, str, bytes]:
         kind, arch = job
-        image, log = nvrtc.compile(source, [f"-arch={'sm' if kind == 'cubin' else 'compute'}_{arch}", *common],
-                                   kind == "cubin")
+        image, log = nvrtc.compile(source, [arch_option(kind, arch), *common], kind == "cubin")
         if log:
             print(f"build_fatbin: {kind} {arch}: {log}", file=sys.stderr)
         return kind, arch, image

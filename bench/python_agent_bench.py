@@ -23,6 +23,11 @@ workload, as bench/agent_bench does):
   adamw    the optimizer's own step on the same parameters: the fastest
            torch.optim.AdamW torch offers here (fused=True where it has it,
            else foreach)
+  torch    agent.step of a third agent in monitor mode on the torch-ops
+           path (passes="torch", what runs on devices gac has no kernels
+           for): the portable path's cost against clip_grad_norm_ (a tenth
+           of the rounds on the many-tensor workload, where each step costs
+           a few small torch operations per tensor)
 
 The agent's three are interleaved, each following each other equally often,
 and their ratios are medians over rounds of the per-round ratios (the
@@ -136,6 +141,17 @@ def run(w: Workload, rounds: int, threads: int) -> Dict[str, List[float]]:
         monitor_agent.step(s, w.params)
         return time.perf_counter() - t0
 
+    torch_agent = gac.Agent(1e-3, 1.0, mode="monitor", passes="torch")
+    torch_agent.step(1, w.params)
+
+    def torch_ops() -> float:
+        s = next_step()
+        t0 = time.perf_counter()
+        report = torch_agent.step(s, w.params)
+        t = time.perf_counter() - t0
+        assert report.passes == "torch"
+        return t
+
     try:
         optimizer = torch.optim.AdamW(w.params, lr=1e-6, fused=True)
         optimizer.step()
@@ -167,9 +183,10 @@ def run(w: Workload, rounds: int, threads: int) -> Dict[str, List[float]]:
     # next (by 20-100 us on 2,000 tensors here, even a property read), and
     # that would land on the agent call after them. The monitor-mode agent
     # follows them, timed alike.
-    for name, op in (("clip", clip), ("adamw", adamw), ("monitor", monitor)):
+    for name, op, n in (("clip", clip, rounds), ("adamw", adamw, rounds), ("monitor", monitor, rounds),
+                        ("torch", torch_ops, max(rounds // 10, 3) if len(w.params) > 500 else rounds)):
         times[name] = []
-        for k in range(rounds + 2):
+        for k in range(n + 2):
             w.restore(k)
             t = op()
             if k >= 2:
@@ -213,7 +230,8 @@ def main() -> int:
     print(f"python_agent_bench: torch {torch.__version__}, agent kernels {probe.kernel_isa}, {threads} threads")
     print(f"{'workload':28s} {'python':>10s} {'gen':>10s} {'c++':>10s} {'same call':>9s} "
           f"{'python/c++ [q1, q3]':>22s} {'python-c++':>10s} {'gen/c++':>8s} {'clip':>10s} {'python/clip':>11s} "
-          f"{'monitor':>10s} {'monitor/clip':>12s} {'adamw':>10s} {'python/adamw':>12s}")
+          f"{'monitor':>10s} {'monitor/clip':>12s} {'adamw':>10s} {'python/adamw':>12s} {'torch':>10s} "
+          f"{'torch/clip':>10s}")
     verdicts: List[Tuple[str, float, float, float]] = []
     others: List[Tuple[str, float, float]] = []
     host = ""
@@ -228,7 +246,8 @@ def main() -> int:
               f"{same:>9.4f} {f'{ratio:.3f} [{q1:.3f}, {q3:.3f}]':>22s} {fmt(extra):>10s} "
               f"{paired(t['gen'], t['c++']):>8.2f} {fmt(med['clip']):>10s} {med['python'] / med['clip']:>11.3f} "
               f"{fmt(med['monitor']):>10s} {med['monitor'] / med['clip']:>12.3f} {fmt(med['adamw']):>10s} "
-              f"{med['python'] / med['adamw']:>12.3f}", flush=True)
+              f"{med['python'] / med['adamw']:>12.3f} {fmt(med['torch']):>10s} {med['torch'] / med['clip']:>10.2f}",
+              flush=True)
         verdicts.append((w.name, same, ratio, target))
         others.append((w.name, med["monitor"] / med["clip"], med["python"] / med["adamw"]))
         host = (f"host overhead, {w.name}: python {fmt(med['python'])} (of which reading the tensors from "

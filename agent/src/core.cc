@@ -4,6 +4,7 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <mutex>
 #include <numeric>
@@ -19,6 +20,7 @@
 #include "agent/src/cpu/thread_pool.h"
 #include "agent/src/device_passes.h"
 #include "agent/src/plan.h"
+#include "agent/src/self_check.h"
 
 namespace gac::agent {
 
@@ -48,6 +50,24 @@ std::optional<cpu::ElemType> ToElemType(DType t) {
 
 std::size_t ElemSize(cpu::ElemType t) { return t == cpu::ElemType::kF32 ? 4 : 2; }
 
+// No two indices of the layout address the same element: sorted by stride,
+// each dimension's stride passes the furthest element of the ones before it.
+// (A sufficient test; torch's layouts that fail it share memory.)
+bool NonOverlapping(const std::int64_t* sizes, const std::int64_t* strides, int ndim) {
+  std::vector<int> dims;
+  for (int d = 0; d < ndim; ++d) {
+    if (sizes[d] == 0) return true;
+    if (sizes[d] > 1) dims.push_back(d);
+  }
+  std::sort(dims.begin(), dims.end(), [&](int a, int b) { return strides[a] < strides[b]; });
+  std::int64_t furthest = 0;
+  for (int d : dims) {
+    if (strides[d] <= furthest) return false;
+    furthest += strides[d] * (sizes[d] - 1);
+  }
+  return true;
+}
+
 void MarkAbsent(Plan::Slot const& s, cpu::Span* spans) {
   for (std::int64_t c = s.first_chunk; c < s.end_chunk; ++c) spans[c].g = nullptr;
 }
@@ -58,6 +78,7 @@ void MarkAbsent(Plan::Slot const& s, cpu::Span* spans) {
 base::Status GatherOne(Plan& plan, std::size_t i, const TensorView& g, bool absent, controller::StepReport* report) {
   const Plan::Slot& s = plan.slots[i];
   cpu::Span* const spans = plan.spans.data();
+  plan.present[i] = absent ? 0 : plan.counted[i] != 0 ? 1 : 2;
   if (absent) {
     MarkAbsent(s, spans);
     return base::Status::Ok();
@@ -76,6 +97,9 @@ base::Status GatherOne(Plan& plan, std::size_t i, const TensorView& g, bool abse
     return base::Status::InvalidArgument("gradient of parameter " + std::to_string(i) +
                                          " does not have the parameter's shape");
   }
+  report->elements += s.numel;
+  ++report->tensors;
+  if (plan.front_only()) return base::Status::Ok();  // the front reads any layout
   // A non-empty contiguous gradient has the contiguous strides on every
   // dimension of more than one element, so it matches a contiguous snapshot.
   const bool fast = g.non_overlapping_and_dense &&
@@ -88,10 +112,10 @@ base::Status GatherOne(Plan& plan, std::size_t i, const TensorView& g, bool abse
       spans[c].g = data + (c - s.first_chunk) * chunk_bytes;
       spans[c].gt = *type;
     }
-  } else if (plan.device_passes != nullptr) {
+  } else if (plan.device_passes != nullptr && !NonOverlapping(g.sizes, g.strides, g.ndim)) {
     return base::Status::Unimplemented("gradient of parameter " + std::to_string(i) +
-                                       " is not dense in the layout of its first step; on a GPU the agent reads "
-                                       "dense gradients only (call reset() after changing a layout)");
+                                       " has elements that share memory (a stride of 0, as expand() gives); on a "
+                                       "GPU the agent reads gradients whose elements are distinct");
   } else {
     MarkAbsent(s, spans);
     Plan::Strided st{&s, g, plan.strided_dims.size()};
@@ -99,8 +123,6 @@ base::Status GatherOne(Plan& plan, std::size_t i, const TensorView& g, bool abse
     plan.strided_dims.insert(plan.strided_dims.end(), g.strides, g.strides + g.ndim);
     plan.strided.push_back(st);
   }
-  report->elements += s.numel;
-  ++report->tensors;
   return base::Status::Ok();
 }
 
@@ -135,9 +157,8 @@ base::Status GatherGradients(Plan& plan, GradientSource& source, controller::Ste
 
 // Fast path, one thread: each block's chunks are summed right after the block
 // is gathered.
-base::Status SumSerially(Plan& plan, GradientSource& parameters, controller::StepReport* report, bool fused) {
-  const cpu::Kernels& k = cpu::BestKernels();
-  const auto pass = fused ? k.stats_snapshot_spans : k.stats_spans;
+base::Status SumSerially(Plan& plan, GradientSource& parameters, controller::StepReport* report) {
+  const auto pass = cpu::BestKernels().stats_spans;
   cpu::Partial sum;
   std::int64_t summed = 0;
   GAC_RETURN_IF_ERROR(GatherGradients(plan, parameters, report, [&](std::int64_t end) {
@@ -156,10 +177,8 @@ base::Status SumSerially(Plan& plan, GradientSource& parameters, controller::Ste
 // tasks stop (frontier -1) and nothing was written. The per-chunk partials
 // are added in chunk order, so the sums are the serial path's bits whatever
 // the thread count.
-base::Status SumInParallel(Plan& plan, ThreadPool& pool, GradientSource& parameters, controller::StepReport* report,
-                           bool fused) {
-  const cpu::Kernels& k = cpu::BestKernels();
-  const auto pass = fused ? k.stats_snapshot_spans : k.stats_spans;
+base::Status SumInParallel(Plan& plan, ThreadPool& pool, GradientSource& parameters, controller::StepReport* report) {
+  const auto pass = cpu::BestKernels().stats_spans;
   std::atomic<std::int64_t> frontier{0};
   base::Status gathered;
   const std::function<void()> gather_first = [&] {
@@ -188,12 +207,29 @@ base::Status SumInParallel(Plan& plan, ThreadPool& pool, GradientSource& paramet
   return base::Status::Ok();
 }
 
-// Fast path on a GPU: the dense gradients' sums, the groups' too, come from
-// the device, all-reduced there by a DeviceReducer unless strided gradients
-// (summed on the host by the slow path) must join them first.
+// On a GPU: the sums, the groups' too, come from the device, all-reduced
+// there by a DeviceReducer. Gradients not dense in their snapshot's layout
+// go to the device passes' strided path.
 base::Status SumOnDevice(Plan& plan, Reducer* reducer, GradientSource& parameters, controller::StepReport* report,
                          bool* all_reduced) {
   GAC_RETURN_IF_ERROR(GatherGradients(plan, parameters, report, [](std::int64_t) {}));
+  plan.device_strided.clear();
+  for (const Plan::Strided& st : plan.strided) {
+    const Plan::Slot& s = *st.slot;
+    StridedTensor t;
+    t.g = st.grad.data;
+    t.gt = static_cast<cuda::ElemType>(*ToElemType(st.grad.dtype));
+    t.p = plan.SnapshotAt(s);
+    t.n = s.numel;
+    t.segment = plan.group_of[static_cast<std::size_t>(plan.SlotIndex(s))];
+    t.counted = plan.counted[static_cast<std::size_t>(plan.SlotIndex(s))] != 0;
+    t.ndim = s.sizes.size();
+    t.sizes = s.sizes.data();
+    t.g_strides = plan.strided_dims.data() + st.strides_at;
+    t.p_strides = s.snap_strides.data();
+    t.p_row_major = s.snap_contiguous;
+    plan.device_strided.push_back(t);
+  }
   const cpu::Span* const spans = plan.spans.data();
   for (std::size_t i = 0; i < plan.slots.size(); ++i) {
     const Plan::Slot& s = plan.slots[i];
@@ -204,9 +240,48 @@ base::Status SumOnDevice(Plan& plan, Reducer* reducer, GradientSource& parameter
     t.p = plan.snap_base + s.offset * static_cast<std::int64_t>(plan.snap_elem_size);
     t.n = s.numel;
     t.segment = plan.group_of[i];
+    t.counted = plan.counted[i] != 0;
   }
-  return plan.device_passes->Statistics(plan.device_tensors, plan.has_reference, reducer, plan.reduced.data(),
-                                        all_reduced, parameters.Stream(plan.device.index));
+  return plan.device_passes->Statistics(plan.device_tensors, plan.device_strided, plan.has_reference, reducer,
+                                        plan.reduced.data(), all_reduced, parameters.Stream(plan.device.index));
+}
+
+// The front's passes (any device): the gather checks the gradients and
+// marks which are present; the front reads them.
+base::Status SumOnFront(Plan& plan, GradientSource& parameters, controller::StepReport* report) {
+  GAC_RETURN_IF_ERROR(GatherGradients(plan, parameters, report, [](std::int64_t) {}));
+  return plan.front->Statistics(plan.present, plan.has_reference, plan.reduced.data());
+}
+
+// The first-contact check (self_check.h): the kernels' local sums of this
+// step against the front's. A difference beyond the tolerance makes the
+// front's sums this step's and the front's passes the plan's from now on (the
+// front's snapshot was kept alike while checking); a conclusive agreement
+// ends the check. Either verdict holds for the device in every agent.
+base::Status CheckKernels(Plan& plan, std::vector<std::string>* warnings) {
+  std::vector<double> reference(plan.reduced.size(), 0.0);
+  GAC_RETURN_IF_ERROR(plan.front->Statistics(plan.present, plan.has_reference, reference.data()));
+  const std::size_t groups = (plan.reduced.size() - 1) / 3 - 1;  // device plans carry the non-finite count too
+  const SelfCheckResult r = CompareSums(plan.reduced.data(), reference.data(), groups, plan.has_reference);
+  if (r.max_difference > kSelfCheckTolerance) {
+    RecordSelfCheck(plan.device.index, false);
+    char figures[128];
+    std::snprintf(figures, sizeof figures, "%.3g in %s (relative; tolerance %.0e)", r.max_difference,
+                  r.worst.c_str(), kSelfCheckTolerance);
+    warnings->push_back("gac: on " + plan.device.str() + " the statistics of gac's CUDA kernels (gac_stats, " +
+                        "gac_finalize) differ from the front's (" + plan.front->name() + ") by " + figures +
+                        ": this device uses the front's passes from now on (slower). Please report it with the "
+                        "output of `python -m gac --selftest`.");
+    std::copy(reference.begin(), reference.end(), plan.reduced.begin());
+    plan.device_passes.reset();
+    plan.checking = false;
+    plan.passes_name = plan.front->name();
+  } else if (r.conclusive) {
+    RecordSelfCheck(plan.device.index, true);
+    plan.front.reset();
+    plan.checking = false;
+  }
+  return base::Status::Ok();
 }
 
 // Calls f(a, b) for every index of `sizes` in row-major order, with the
@@ -281,6 +356,7 @@ void CopyOut(const Plan& plan, const Plan::Strided& st, const StridedCopy& c, bo
 void SumStrided(Plan& plan) {
   const cpu::Kernels& k = cpu::BestKernels();
   for (const Plan::Strided& st : plan.strided) {
+    if (plan.counted[static_cast<std::size_t>(plan.SlotIndex(*st.slot))] == 0) continue;
     const StridedCopy c = CopyIn(plan, st);
     const cpu::Partial part = k.stats(c.g.data(), *ToElemType(st.grad.dtype),
                                       plan.has_reference ? c.p.data() : nullptr, plan.snap_type, st.slot->numel);
@@ -404,6 +480,14 @@ base::StatusOr<std::unique_ptr<AgentCore>> AgentCore::Create(AgentOptions option
     return base::Status::InvalidArgument("remote mode needs options.decision_source (e.g. a RemoteController)");
   }
   GAC_RETURN_IF_ERROR(TakeDeprecatedGroups(&options));
+  std::vector<int> uncounted = options.uncounted;
+  std::sort(uncounted.begin(), uncounted.end());
+  if (!uncounted.empty() && uncounted.front() < 0) {
+    return base::Status::InvalidArgument("uncounted names parameter " + std::to_string(uncounted.front()));
+  }
+  if (std::adjacent_find(uncounted.begin(), uncounted.end()) != uncounted.end()) {
+    return base::Status::InvalidArgument("uncounted names a parameter twice");
+  }
   std::vector<bool> grouped;
   for (const AgentOptions::LayerSpec& g : options.layers) {
     if (g.name.empty()) return base::Status::InvalidArgument("layer with an empty name");
@@ -469,34 +553,34 @@ base::Status AgentCore::ComputeStatistics(GradientSource& parameters, controller
   plan.strided_dims.clear();
   std::fill(plan.reduced.begin(), plan.reduced.end(), 0.0);
   bool all_reduced = false;
-  // Monitor mode writes the snapshot whatever the decision: on the CPU, in
-  // the statistics pass itself (per-layer sums read the snapshot again
-  // after that pass, so not with layers).
-  plan.snapshot_in_stats =
-      plan.device_passes == nullptr && options_.mode == controller::Mode::kMonitor && options_.layers.empty();
+  // No pass writes the snapshot before the decision: a spike or an invalid
+  // step keeps the last accepted gradient, on every device and in every mode.
   base::Status st;
-  if (plan.device_passes != nullptr) {
-    st = SumOnDevice(plan, options_.reducer.get(), parameters, report, &all_reduced);
+  if (plan.front_only()) {
+    st = SumOnFront(plan, parameters, report);
+  } else if (plan.device_passes != nullptr) {
+    // While checking, the kernels' sums stay local (compared with the
+    // front's, then all-reduced on the host).
+    st = SumOnDevice(plan, plan.checking ? nullptr : options_.reducer.get(), parameters, report, &all_reduced);
+    if (st.ok() && plan.checking) st = CheckKernels(plan, &warnings_);
   } else if (plan.serial(pool_->num_threads())) {
-    st = SumSerially(plan, parameters, report, plan.snapshot_in_stats);
+    st = SumSerially(plan, parameters, report);
   } else {
-    st = SumInParallel(plan, *pool_, parameters, report, plan.snapshot_in_stats);
+    st = SumInParallel(plan, *pool_, parameters, report);
   }
   if (st.ok()) {
     report->strided_tensors = static_cast<std::int32_t>(plan.strided.size());
-    SumStrided(plan);
-    if (plan.device_passes == nullptr) SumLayers(plan, options_.layers);
+    report->passes = plan.passes_name;
+    if (plan.device_passes == nullptr && plan.front == nullptr) {
+      SumStrided(plan);
+      SumLayers(plan, options_.layers);
+    }
     if (options_.reducer && !all_reduced) {
       st = options_.reducer->AllReduceSum(plan.reduced.data(), plan.reduced.size());
       if (!st.ok()) st = base::Status::Unavailable("all-reduce of the GAC statistics failed: " + st.ToString());
     }
   }
-  if (!st.ok()) {
-    // A pass that wrote the snapshot as it went may have written part of
-    // it: the next step has no reference (the gradients are untouched).
-    if (plan.snapshot_in_stats) plan.has_reference = false;
-    return st;
-  }
+  if (!st.ok()) return st;
   for (std::size_t g = 0; g < options_.layers.size(); ++g) {
     report->layers.push_back(controller::LayerStats{options_.layers[g].name, plan.reduced[3 + 3 * g], plan.reduced[4 + 3 * g],
                                         plan.reduced[5 + 3 * g]});
@@ -533,17 +617,18 @@ base::Status AgentCore::ApplyDecision(controller::StepReport* report) {
   // A spike keeps the snapshot (the last accepted gradient), as invalid does.
   const bool write_snapshot = regime != controller::Regime::kInvalid && regime != controller::Regime::kSpike &&
                               (!snapshot_projected || report->step_optimizer);
-  if (plan.snapshot_in_stats) {
-    // The dense gradients' snapshot is written already. A non-finite
-    // gradient (invalid) overwrote it too: the next step has no reference.
-    ApplyStrided(plan, false, 0.0f, false);
-    plan.has_reference = regime != controller::Regime::kInvalid;
-    return base::Status::Ok();
-  }
   if (!project && !write_snapshot) return base::Status::Ok();
   const float coeff = static_cast<float>(report->decision.projection_coeff);
-  if (plan.device_passes != nullptr) {  // enqueued on the current stream, not waited for
+  if (plan.front_only()) {
+    GAC_RETURN_IF_ERROR(plan.front->Apply(project, coeff, snapshot_projected));
+  } else if (plan.device_passes != nullptr) {  // enqueued on the current stream, not waited for
+    // While checking, the front keeps its own snapshot alike (in stream
+    // order, as the kernels' pass): the gradient before the projection, or
+    // the projected one.
+    const bool check_after = plan.checking && snapshot_projected;
+    if (plan.checking && !check_after) GAC_RETURN_IF_ERROR(plan.front->Apply(false, 0.0f, false));
     GAC_RETURN_IF_ERROR(plan.device_passes->Apply(project, coeff, snapshot_projected, stream_));
+    if (check_after) GAC_RETURN_IF_ERROR(plan.front->Apply(false, 0.0f, false));
   } else {
     const cpu::Kernels& k = cpu::BestKernels();
     const auto apply = [&](std::int64_t first, std::int64_t count) {
@@ -562,7 +647,7 @@ base::Status AgentCore::ApplyDecision(controller::StepReport* report) {
       });
     }
   }
-  ApplyStrided(plan, project, coeff, snapshot_projected);
+  if (plan.device_passes == nullptr && plan.front == nullptr) ApplyStrided(plan, project, coeff, snapshot_projected);
   report->gradient_modified = project;
   if (write_snapshot) plan.has_reference = true;
   return base::Status::Ok();

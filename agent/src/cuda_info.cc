@@ -83,7 +83,11 @@ CudaEnvironment QueryCudaEnvironment() {
   int count = 0;
   cudaError_t e = cudaGetDeviceCount(&count);
   if (e != cudaSuccess) {
-    env.error = std::string(cudaGetErrorName(e)) + ": " + cudaGetErrorString(e);
+    // Without libcuda at all the runtime says the driver is too old, which
+    // reads as "upgrade it".
+    env.error = e == cudaErrorInsufficientDriver && env.driver_version == 0
+                    ? "no NVIDIA driver found (libcuda.so.1 does not load)"
+                    : std::string(cudaGetErrorName(e)) + ": " + cudaGetErrorString(e);
     (void)cudaGetLastError();
     return env;
   }

@@ -16,18 +16,36 @@
 
 namespace gac::agent {
 
+// A gradient the kernels cannot read in place: not dense in its snapshot
+// slice's layout (a strided view, or a layout that changed since the first
+// step). The pointers stay valid until the step's Apply() returns.
+struct StridedTensor {
+  void* g = nullptr;
+  cuda::ElemType gt = cuda::ElemType::kF32;
+  void* p = nullptr;  // the snapshot slice
+  std::int64_t n = 0;
+  std::int32_t segment = -1;
+  bool counted = true;
+  int ndim = 0;
+  const std::int64_t* sizes = nullptr;
+  const std::int64_t* g_strides = nullptr;
+  const std::int64_t* p_strides = nullptr;  // the slice's layout
+  bool p_row_major = false;                 // p_strides are the row-major strides of sizes
+};
+
 class DevicePasses {
  public:
   virtual ~DevicePasses() = default;
 
-  // Sums the statistics of `tensors` (dot, |g|^2, |p|^2 with with_p, else
-  // |g|^2 only) on the device, per segment (= parameter group) too, and
-  // writes them to out[0, cuda::ResultSize(num_groups)) on the host. When
-  // `reducer` can reduce device memory the sums are all-reduced there first
-  // and *all_reduced is set; otherwise they are local and the caller reduces.
-  // Waits for the device only for the copy of the sums. Runs on `stream`
-  // (a cudaStream_t; null: the default stream).
-  virtual base::Status Statistics(const std::vector<cuda::TensorRef>& tensors, bool with_p, Reducer* reducer,
+  // Sums the statistics of `tensors` and `strided` (dot, |g|^2, |p|^2 with
+  // with_p, else |g|^2 only) on the device, per segment (= parameter group)
+  // too, and writes them to out[0, cuda::ResultSize(num_groups)) on the host.
+  // When `reducer` can reduce device memory the sums are all-reduced there
+  // first and *all_reduced is set; otherwise they are local and the caller
+  // reduces. Waits for the device only for the copy of the sums. Runs on
+  // `stream` (a cudaStream_t; null: the default stream).
+  virtual base::Status Statistics(const std::vector<cuda::TensorRef>& tensors,
+                                  const std::vector<StridedTensor>& strided, bool with_p, Reducer* reducer,
                                   double* out, bool* all_reduced, void* stream) = 0;
 
   // Enqueues, over the tensors of the last Statistics(): with `project`,

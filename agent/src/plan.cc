@@ -10,6 +10,9 @@
 #include <sys/mman.h>
 #endif
 
+#include "agent/src/self_check.h"
+#include "gac/agent/cuda_info.h"
+
 namespace gac::agent {
 namespace {
 
@@ -54,6 +57,79 @@ base::StatusOr<SnapshotMemory> HostSnapshot(std::size_t bytes) {
   return SnapshotMemory(static_cast<char*>(p), [](char* q) { std::free(q); });
 }
 
+// Snapshot elements to leave before a slice on a GPU, so that the slice has
+// its gradient's misalignment: the kernels then read both with 16-byte
+// vectors after the same short prologue (multi_tensor.h, VectorHead). The
+// slices start on kSliceAlignElements boundaries of a 256-byte aligned
+// allocation. The gradient's address at the plan's first step decides; a
+// gradient that moves to another misalignment later takes the scalar path.
+std::int64_t SlicePad(const TensorView& g, int snap_elem_size) {
+  if (g.data == nullptr || (g.dtype != DType::kF32 && g.dtype != DType::kBF16 && g.dtype != DType::kF16)) return 0;
+  const int g_size = g.dtype == DType::kF32 ? 4 : 2;
+  const auto to_boundary = static_cast<int>((16 - (reinterpret_cast<std::uintptr_t>(g.data) & 15u)) & 15u);
+  if (to_boundary % g_size != 0) return 0;
+  const int per_vector = 16 / snap_elem_size;  // snapshot elements per 16 bytes
+  return (per_vector - to_boundary / g_size % per_vector) % per_vector;
+}
+
+// Why gac's kernels cannot read gradients on the plan's device (a GPU),
+// or "" when they can.
+std::string NoKernels(const Plan& plan) {
+  if (plan.device.kind != DeviceId::Kind::kCuda) return "gac has no kernels for " + plan.device.str();
+#ifdef GAC_AGENT_CUDA
+  const CudaEnvironment env = QueryCudaEnvironment();
+  if (!env.error.empty()) return env.error;
+  for (const CudaDeviceInfo& d : env.devices) {
+    if (d.index != plan.device.index) continue;
+    if (!d.image.empty()) return "";
+    return "gac's kernels carry no image for " + plan.device.str() + " (" + d.name + ", compute capability " +
+           std::to_string(d.major) + "." + std::to_string(d.minor) + ")";
+  }
+  return "CUDA does not list " + plan.device.str();
+#else
+  return "this build of the agent has no CUDA kernels (they are built when nvcc is found)";
+#endif
+}
+
+// The passes of a plan (AgentOptions::passes): gac's kernels, the front's,
+// or the CUDA kernels checked against the front's on their first steps on
+// a GPU (self_check.h).
+base::Status ChoosePasses(Plan& plan, const AgentOptions& options) {
+  const FrontPassesRequest request{plan.device.index, PersistentName(plan.device.str()),
+                                   options.snapshot_dtype == SnapshotDtype::kBFloat16, plan.group_of,
+                                   static_cast<int>(options.layers.size())};
+  const auto use_front = [&](const std::string& why) -> base::Status {
+    if (!options.front_passes) return base::Status::InvalidArgument(why + "; no front passes were given");
+    GAC_ASSIGN_OR_RETURN(plan.front, options.front_passes(request));
+    plan.passes_name = plan.front->name();
+    return base::Status::Ok();
+  };
+  if (options.passes == PassesChoice::kFront) return use_front("passes=front");
+  if (plan.device.kind == DeviceId::Kind::kCpu) return base::Status::Ok();
+  const std::string no_kernels = NoKernels(plan);
+  if (!no_kernels.empty()) {
+    if (options.passes == PassesChoice::kKernels || !options.front_passes) {
+      return base::Status::Unimplemented("the gradients are on " + plan.device.str() + ": " + no_kernels);
+    }
+    return use_front(no_kernels);
+  }
+  const SelfCheckState checked = SelfCheckStateOf(plan.device.index);
+  if (options.passes == PassesChoice::kAuto && options.front_passes && checked == SelfCheckState::kFailed) {
+    return use_front("gac's kernels failed their check on " + plan.device.str());
+  }
+#ifdef GAC_AGENT_CUDA
+  GAC_ASSIGN_OR_RETURN(plan.device_passes, CreateCudaPasses(plan.device.index,
+                                                            options.snapshot_dtype == SnapshotDtype::kBFloat16,
+                                                            static_cast<int>(options.layers.size())));
+  plan.passes_name = "cuda";
+#endif
+  if (options.passes == PassesChoice::kAuto && options.front_passes && checked == SelfCheckState::kUnchecked) {
+    GAC_ASSIGN_OR_RETURN(plan.front, options.front_passes(request));
+    plan.checking = true;
+  }
+  return base::Status::Ok();
+}
+
 }  // namespace
 
 bool SameLayout(const std::int64_t* sizes, int ndim, const std::int64_t* a, const std::int64_t* b) {
@@ -74,6 +150,7 @@ bool SameSizes(const Dims& a, const std::int64_t* b, int ndim) {
 
 base::StatusOr<std::unique_ptr<Plan>> Plan::Build(GradientSource& source, const AgentOptions& options) {
   auto plan = std::make_unique<Plan>();
+  const int snap_elem_size = options.snapshot_dtype == SnapshotDtype::kBFloat16 ? 2 : 4;
   const std::size_t count = source.size();
   plan->slots.resize(count);
   std::int64_t total = 0;
@@ -101,8 +178,9 @@ base::StatusOr<std::unique_ptr<Plan>> Plan::Build(GradientSource& source, const 
     }
     s.snap_contiguous =
         SameLayout(s.sizes.data(), s.sizes.size(), s.snap_strides.data(), ContiguousStrides(s.sizes).data());
-    s.offset = total;
-    total += (s.numel + kSliceAlignElements - 1) / kSliceAlignElements * kSliceAlignElements;
+    const std::int64_t pad = plan->device.kind == DeviceId::Kind::kCpu ? 0 : SlicePad(g, snap_elem_size);
+    s.offset = total + pad;
+    total += (pad + s.numel + kSliceAlignElements - 1) / kSliceAlignElements * kSliceAlignElements;
     s.first_chunk = static_cast<std::int64_t>(plan->spans.size());
     for (std::int64_t b = 0; b < s.numel; b += options.chunk_elements) {
       cpu::Span span;
@@ -112,42 +190,6 @@ base::StatusOr<std::unique_ptr<Plan>> Plan::Build(GradientSource& source, const 
     s.end_chunk = static_cast<std::int64_t>(plan->spans.size());
   }
   plan->chunk_elements = options.chunk_elements;
-  const bool bf16 = options.snapshot_dtype == SnapshotDtype::kBFloat16;
-  const bool on_cuda = plan->device.kind == DeviceId::Kind::kCuda;
-  if (plan->device.kind != DeviceId::Kind::kCpu) {
-#ifdef GAC_AGENT_CUDA
-    if (on_cuda) {
-      base::StatusOr<std::unique_ptr<DevicePasses>> passes =
-          CreateCudaPasses(plan->device.index, bf16, static_cast<int>(options.layers.size()));
-      if (!passes.ok()) return passes.status();
-      plan->device_passes = std::move(*passes);
-      plan->device_tensors.resize(count);
-    }
-#endif
-    if (plan->device_passes == nullptr) {
-      return base::Status::Unimplemented(
-          "the gradients are on " + plan->device.str() + "; this build of the agent reads CPU gradients only" +
-          (on_cuda ? " (the CUDA passes are built when nvcc is found)" : ""));
-    }
-  }
-  plan->snap_type = bf16 ? cpu::ElemType::kBF16 : cpu::ElemType::kF32;
-  plan->snap_elem_size = bf16 ? 2 : 4;
-  plan->snapshot_bytes = static_cast<std::size_t>(std::max<std::int64_t>(total, 1)) * plan->snap_elem_size;
-  if (plan->device_passes != nullptr) {
-    GAC_ASSIGN_OR_RETURN(char* base, plan->device_passes->AllocateSnapshot(plan->snapshot_bytes));
-    plan->snapshot = SnapshotMemory(base, [](char*) {});  // the device passes free it
-  } else {
-    GAC_ASSIGN_OR_RETURN(SnapshotMemory memory, HostSnapshot(plan->snapshot_bytes));
-    plan->snapshot = std::move(memory);
-  }
-  plan->snap_base = plan->snapshot.get();
-  for (const Slot& s : plan->slots) {
-    for (std::int64_t c = s.first_chunk; c < s.end_chunk; ++c) {
-      const std::int64_t element = s.offset + (c - s.first_chunk) * options.chunk_elements;
-      plan->spans[c].p = plan->snap_base + element * static_cast<std::int64_t>(plan->snap_elem_size);
-    }
-  }
-  plan->partials.resize(plan->spans.size());
   plan->group_of.assign(count, -1);
   for (std::size_t g = 0; g < options.layers.size(); ++g) {
     for (int i : options.layers[g].parameters) {  // Agent::Create checked i >= 0 and no repeats
@@ -158,6 +200,44 @@ base::StatusOr<std::unique_ptr<Plan>> Plan::Build(GradientSource& source, const 
       plan->group_of[static_cast<std::size_t>(i)] = static_cast<int>(g);
     }
   }
+  plan->counted.assign(count, 1);
+  for (int i : options.uncounted) {  // AgentCore::Create checked i >= 0 and no repeats
+    if (static_cast<std::size_t>(i) >= count) {
+      return base::Status::InvalidArgument("uncounted parameter " + std::to_string(i) + " of " +
+                                           std::to_string(count));
+    }
+    plan->counted[static_cast<std::size_t>(i)] = 0;
+  }
+  for (std::size_t i = 0; i < count; ++i) {
+    const Slot& s = plan->slots[i];
+    for (std::int64_t c = s.first_chunk; c < s.end_chunk; ++c) plan->spans[c].counted = plan->counted[i] != 0;
+  }
+  plan->present.assign(count, 0);
+  GAC_RETURN_IF_ERROR(ChoosePasses(*plan, options));
+  if (plan->device_passes != nullptr) plan->device_tensors.resize(count);
+  const bool bf16 = options.snapshot_dtype == SnapshotDtype::kBFloat16;
+  plan->snap_type = bf16 ? cpu::ElemType::kBF16 : cpu::ElemType::kF32;
+  plan->snap_elem_size = bf16 ? 2 : 4;
+  if (plan->front_only()) {
+    plan->snapshot_bytes = static_cast<std::size_t>(plan->front->snapshot_bytes());  // the front's own
+  } else {
+    plan->snapshot_bytes = static_cast<std::size_t>(std::max<std::int64_t>(total, 1)) * plan->snap_elem_size;
+    if (plan->device_passes != nullptr) {
+      GAC_ASSIGN_OR_RETURN(char* base, plan->device_passes->AllocateSnapshot(plan->snapshot_bytes));
+      plan->snapshot = SnapshotMemory(base, [](char*) {});  // the device passes free it
+    } else {
+      GAC_ASSIGN_OR_RETURN(SnapshotMemory memory, HostSnapshot(plan->snapshot_bytes));
+      plan->snapshot = std::move(memory);
+    }
+    plan->snap_base = plan->snapshot.get();
+    for (const Slot& s : plan->slots) {
+      for (std::int64_t c = s.first_chunk; c < s.end_chunk; ++c) {
+        const std::int64_t element = s.offset + (c - s.first_chunk) * options.chunk_elements;
+        plan->spans[c].p = plan->snap_base + element * static_cast<std::int64_t>(plan->snap_elem_size);
+      }
+    }
+  }
+  plan->partials.resize(plan->spans.size());
   plan->reduced.assign(3 + 3 * options.layers.size() + (plan->device_passes ? 1 : 0), 0.0);
 
   // Tasks: runs of chunks with roughly equal element counts, kTasksPerThread

@@ -27,7 +27,9 @@ inline constexpr std::int64_t kSerialElements = std::int64_t{1} << 18;
 // Pass tasks per thread. (16 per thread, for statistics tasks that follow the
 // gather more closely, measured no better on 2,000 x 4 KiB tensors.)
 inline constexpr std::int64_t kTasksPerThread = 4;
-// Snapshot slices start on 64-byte boundaries (16 fp32 / 32 bf16 elements).
+// Snapshot slices start on boundaries of 32 elements (128 / 64 bytes of fp32
+// / bf16); on a GPU, a few elements after one, with the gradient's
+// misalignment (plan.cc, SlicePad).
 inline constexpr std::int64_t kSliceAlignElements = 32;
 
 // A tensor's sizes or strides, inline up to 5 dimensions.
@@ -84,6 +86,7 @@ struct Plan {
   static base::StatusOr<std::unique_ptr<Plan>> Build(GradientSource& source, const AgentOptions& options);
 
   std::int64_t num_tasks() const { return static_cast<std::int64_t>(task_first_chunk.size()) - 1; }
+  bool front_only() const { return front != nullptr && !checking; }
   // Runs on the calling thread only: one task, or one thread.
   bool serial(int num_threads) const {
     return device_passes == nullptr && (num_tasks() <= 1 || num_threads == 1);
@@ -102,14 +105,23 @@ struct Plan {
   std::vector<Strided> strided;                // per step
   std::vector<std::int64_t> strided_dims;      // per step: the strided gradients' strides
   std::vector<int> group_of;                   // per slot: its parameter group, or -1
+  std::vector<char> counted;                   // per slot: in this rank's sums (AgentOptions::uncounted)
   // Per step: (dot, grad_sq, ref_sq) of the step, then 3 per group; device plans then
   // the non-finite count. What the all-reduce sums.
   std::vector<double> reduced;
   // Gradients on a GPU: the passes run there (the spans then only carry
   // device pointers for the gather) and the snapshot lives on that device.
   DeviceId device;
-  std::unique_ptr<DevicePasses> device_passes;  // null for CPU plans
+  std::unique_ptr<DevicePasses> device_passes;  // null for CPU plans and the front's
+  // The front's passes (gac/agent/front_passes.h): the ones in use when no
+  // kernels are (front_only()), or, while `checking`, the reference the CUDA
+  // kernels are compared with on their first steps on a device.
+  std::unique_ptr<FrontPasses> front;
+  bool checking = false;
+  std::vector<char> present;  // per slot, per step: 0 no gradient, 1 counted, 2 held but not counted
+  const char* passes_name = "cpu";  // what the report's `passes` says: "cpu", "cuda" or the front's name
   std::vector<cuda::TensorRef> device_tensors;  // per slot, per step
+  std::vector<StridedTensor> device_strided;    // per step: the strided gradients on the device
   std::int64_t chunk_elements = 0;
   // The flat snapshot (snapshot dtype): host memory, or device memory the
   // device passes own.
@@ -119,7 +131,6 @@ struct Plan {
   std::size_t snap_elem_size = 4;
   cpu::ElemType snap_type = cpu::ElemType::kF32;
   bool has_reference = false;  // the snapshot holds a previous gradient
-  bool snapshot_in_stats = false;  // this step's statistics pass wrote the snapshot (monitor mode)
   bool stepped = false;        // a step completed since Build
   std::int64_t last_step = 0;
 };

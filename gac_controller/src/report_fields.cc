@@ -119,6 +119,15 @@ const ReportField kReportFields[kReportFieldCount] = {
      [](const R& r) { return Int(r.tensors); }},
     {"strided_tensors", ReportType::kInteger, false, "", "Gradients that took the slower strided path (not dense).",
      kAll, nullptr, [](const R& r) { return Int(r.strided_tensors); }},
+    {"passes", ReportType::kText, false, "",
+     "Which passes read the gradients: 'cpu' or 'cuda' (gac's kernels) or 'torch' (torch operations); text: not "
+     "in numeric dicts.",
+     kAll, nullptr,
+     [](const R& r) {
+       ReportValue v;
+       v.text = r.passes;
+       return v;
+     }},
     {"stats_seconds", ReportType::kReal, false, "s", "Statistics pass, all-reduce and local decision.", kAll, nullptr,
      [](const R& r) { return Real(r.stats_seconds); }},
     {"decide_seconds", ReportType::kReal, false, "s", "Remote decision (remote mode).", kAll, nullptr,

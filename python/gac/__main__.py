@@ -4,8 +4,9 @@ Prints gac's version and the wheel it was installed from, Python, the torch
 found and whether gac supports it (torch >= 2.6), the CUDA runtime gac
 carries and the architectures of its kernels, the CUDA driver and the GPUs
 found and whether gac's kernels run on each; with ``--gacd ADDRESS``,
-whether gacd answers there (its gRPC health service). ``--json`` prints the
-same as one JSON object.
+whether gacd answers there (its gRPC health service); with ``--selftest``,
+gac's kernels and its torch-ops path run on every device against fp64
+(gac/_selftest.py). ``--json`` prints the same as one JSON object.
 
 Exit status: 0 when everything works; 1 when something does not (listed
 last): a torch gac does not support, a GPU none of gac's kernels runs on,
@@ -166,6 +167,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     token.add_argument("--token-file", metavar="F", help="read the bearer token from F")
     parser.add_argument("--tls", metavar="PEM", help="gacd's TLS roots (a PEM file); default plaintext")
     parser.add_argument("--timeout", type=float, default=3.0, metavar="S", help="seconds to wait for gacd (3)")
+    parser.add_argument("--selftest", action="store_true",
+                        help="run gac's passes (its kernels and the torch-ops path) on every device against fp64")
     args = parser.parse_args(argv)
     if (args.token or args.token_file or args.tls) and not args.gacd:
         parser.error("--token, --token-file and --tls go with --gacd")
@@ -176,10 +179,22 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         except OSError as e:
             parser.error(f"--token-file: {e}")
     info = collect(args.gacd, secret, args.tls, args.timeout)
+    if args.selftest:
+        if info["torch"] is None:
+            info["problems"].append("--selftest needs torch")
+        else:
+            from gac import _selftest
+
+            info["selftest"] = _selftest.run()
+            info["problems"] += info["selftest"]["problems"]
     if args.json:
         print(json.dumps(info, indent=2))
     else:
         print("\n".join(_report(info)))
+        if "selftest" in info:
+            from gac import _selftest
+
+            print("\n".join(_selftest.report_lines(info["selftest"])))
         for p in info["problems"]:
             print(f"problem: {p}", file=sys.stderr)
     return 1 if info["problems"] else 0

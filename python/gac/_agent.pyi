@@ -6,6 +6,7 @@ import torch
 import torch.distributed
 
 from gac._controller import AlphaMode, DecisionSource, Mode, StepReport, Trigger
+from gac._dist import ReplicatedOn
 
 class Agent:
     def __init__(
@@ -31,6 +32,8 @@ class Agent:
         spike_sigma: Optional[float] = None,
         spike_window: Optional[int] = None,
         spike_warmup: Optional[int] = None,
+        passes: Literal["auto", "kernels", "torch"] = "auto",
+        replicated_on: Optional[ReplicatedOn] = None,
     ) -> None: ...
     def step(self, step: int, params: Iterable[torch.Tensor],
              loss: Union[float, torch.Tensor, None] = None) -> StepReport: ...
@@ -72,11 +75,15 @@ class Agent:
     @property
     def chunk_elements(self) -> int: ...
     @property
+    def passes(self) -> Literal["auto", "kernels", "torch"]: ...
+    @property
     def layer_names(self) -> Optional[List[str]]: ...
     @property
     def decision_source(self) -> Optional[DecisionSource]: ...
     @property
     def process_group(self) -> Optional[torch.distributed.ProcessGroup]: ...
+    @property
+    def replicated_on(self) -> Optional[ReplicatedOn]: ...
     @property
     def snapshot_bytes(self) -> int: ...
     @property

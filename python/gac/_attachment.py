@@ -32,6 +32,7 @@ if TYPE_CHECKING:
 
     from gac._agent import Agent
     from gac._controller import AlphaMode, CalibrationStats, DecisionSource, Mode, StepReport, Trigger
+    from gac._dist import ReplicatedOn
     from gac._targets import StepFunction, StepTarget
     from gac._transport import Telemetry
 
@@ -70,6 +71,8 @@ class AgentOptions(TypedDict, total=False):
     spike_sigma: Optional[float]
     spike_window: Optional[int]
     spike_warmup: Optional[int]
+    passes: Literal["auto", "kernels", "torch"]
+    replicated_on: Optional[ReplicatedOn]
 
 
 # The options of the spike guard: asking for any of them asks for control.

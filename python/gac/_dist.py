@@ -9,7 +9,8 @@ rank's GPU for NCCL, the CPU for Gloo).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Dict, List, Optional, Protocol, Sequence, Tuple, cast
+from typing import (TYPE_CHECKING, Any, Callable, Dict, List, Mapping, NamedTuple, Optional, Protocol, Sequence,
+                    Set, Union, cast)
 
 if TYPE_CHECKING:
     import torch
@@ -94,58 +95,182 @@ class AllReduce:
         return sums
 
 
-def dtensor_group(params: Sequence[object]) -> Optional[torch.distributed.ProcessGroup]:
-    """The group over which the local shards of DTensor parameters (FSDP2's
-    ``fully_shard``, HSDP) are summed so that every element counts once: the
-    mesh dimension their placements shard (``Shard``), not the ones they
-    replicate (``Replicate``: every replica holds the same shard, and summing
-    over it would count it once per replica). None when no dimension is
-    sharded (every rank holds whole gradients). gac.Agent calls it on its
-    first step when no ``process_group`` is given.
+class Reduction(NamedTuple):
+    """How one rank's statistics join the others'. ``group``: the group the
+    sums are all-reduced over (None: no all-reduce, every rank holds whole
+    gradients). ``uncounted``: the parameters (indices) this rank holds
+    but leaves out of its sums, because another rank of ``group`` holds the
+    same values and counts them."""
 
-    Raises ValueError for what one group cannot sum exactly: plain tensors
-    beside DTensors, several meshes, placements that differ between
-    parameters on a dimension (tensor parallelism), or ``Partial``
-    placements (gradients not yet reduced); pass ``process_group=`` then.
+    group: Optional[torch.distributed.ProcessGroup]
+    uncounted: List[int]
+
+
+# What replicated_on maps a plain tensor to: the group of the ranks that hold
+# the same values (None: each rank holds its own part).
+ReplicatedOn = Union[Mapping[Any, Optional["torch.distributed.ProcessGroup"]],
+                     Callable[[Any], Optional["torch.distributed.ProcessGroup"]]]
+
+
+def plan_reduction(params: Sequence[object], process_group: Optional[object] = None,
+                   replicated_on: Optional[ReplicatedOn] = None) -> Reduction:
+    """Every parameter's contribution summed over exactly the ranks that hold
+    distinct parts of it, and counted once: what gac.Agent works out on its
+    first step (no collective: the parameters' placements say it all).
+
+    A DTensor parameter (FSDP2, HSDP, tensor parallelism, experts on their
+    own mesh, any mix of ``Shard``, ``Replicate`` and torch's strided shard
+    per mesh dimension) is held identically by the ranks of its mesh that
+    share its coordinates on the dimensions it is sharded over; of those in
+    the summing group, the lowest rank counts it. A plain tensor is the
+    rank's own part, unless ``replicated_on`` names the group of ranks that
+    hold the same values (``{param: group}`` or a function of the
+    parameter; None for "its own part"): then the lowest of those in the
+    summing group counts it. For a DTensor, ``replicated_on`` names a
+    replication its mesh does not show (an embedding tied across pipeline
+    stages, each on its own mesh): the rank counts it when it is the lowest
+    holder both on its mesh and in that group. The summing group is ``process_group`` when
+    given; else, for DTensors, the group of their one sharded mesh dimension,
+    or the world when they are sharded over several dimensions or meshes
+    that each span the world; None when nothing is sharded.
+
+    Raises ValueError for what cannot be counted exactly: a ``Partial``
+    placement (gradients not yet reduced), a plain tensor beside DTensors
+    with no ``replicated_on`` entry, a group that misses a part of a
+    sharded parameter, meshes that span part of the world when no group is
+    given (the other ranks may hold other pipeline stages or replicas, which
+    the placements cannot tell apart). Assumed, and not checkable: ranks of
+    the group outside a parameter's mesh hold other parameters (pipeline
+    stages), never replicas of it.
     """
     import torch.distributed as dist
 
-    mesh: Optional[DeviceMesh] = None
-    kinds: Optional[Tuple[str, ...]] = None
-    for i, param in enumerate(params):
-        if not hasattr(param, "device_mesh") or not hasattr(param, "placements"):
-            raise ValueError(f"gac: parameter {i} is a plain tensor beside DTensor parameters; "
-                             "pass process_group= to say over which group the statistics are summed")
-        p = cast(_DTensor, param)
-        if mesh is None:
-            mesh = p.device_mesh
-        elif p.device_mesh != mesh:
-            raise ValueError(f"gac: parameter {i} lives on another device mesh than parameter 0; "
-                             "pass process_group= explicitly")
-        these = tuple(_kind(pl, i) for pl in p.placements)
-        if kinds is None:
-            kinds = these
-        elif these != kinds:
-            raise ValueError(f"gac: parameter {i} is placed {these} and parameter 0 {kinds}: placements that "
-                             "differ between parameters (tensor parallelism) are not summed by one group; "
-                             "pass process_group= explicitly")
-    if mesh is None or kinds is None:
-        return None
-    sharded = [d for d, k in enumerate(kinds) if k == "shard"]
+    world = dist.get_world_size()
+    rank = dist.get_rank()
+    dtensors = [(i, cast(_DTensor, p)) for i, p in enumerate(params) if _is_dtensor(p)]
+    plain = [i for i, p in enumerate(params) if not _is_dtensor(p)]
+    for i, p in dtensors:
+        for d, placement in enumerate(p.placements):
+            _kind(placement, i, d)
+        grad = getattr(p, "grad", None)
+        if grad is not None and _is_dtensor(grad):
+            for d, placement in enumerate(cast(_DTensor, grad).placements):
+                _kind(placement, i, d)
+    replicas = _replicated_on(params, list(range(len(params))), replicated_on)
+    if dtensors and any(i not in replicas for i in plain):
+        i = next(i for i in plain if i not in replicas)
+        raise ValueError(f"gac: parameter {i} is a plain tensor beside DTensor parameters: say which ranks hold the "
+                         "same values, replicated_on={param: group} (None: each rank holds its own part), or make "
+                         "it a DTensor")
+    group = process_group
+    if group is None:
+        if not dtensors:
+            if any(g is not None for g in replicas.values()):
+                raise ValueError("gac: replicated_on names the ranks that hold the same values within the group "
+                                 "that sums the statistics; pass that group as process_group= too")
+            return Reduction(None, [])
+        group = _group_of_meshes([p for _, p in dtensors], world)
+        if group is None:
+            return Reduction(None, [])
+    if not isinstance(group, dist.ProcessGroup):
+        raise TypeError("gac: beside DTensor parameters or replicated_on, process_group must be a "
+                        f"torch.distributed ProcessGroup, got a {type(group).__name__}")
+    members = set(range(world)) if group is dist.group.WORLD else set(dist.get_process_group_ranks(group))
+
+    def lowest_of(g: Optional[torch.distributed.ProcessGroup]) -> bool:
+        """This rank is the lowest of g's ranks in the summing group (no g: true)."""
+        if g is None:
+            return True
+        holders = set(dist.get_process_group_ranks(g)) & members
+        return rank not in holders or min(holders) == rank
+
+    uncounted = []
+    for i, p in dtensors:
+        if _lowest_holder(i, p, members) != rank or not lowest_of(replicas.get(i)):
+            uncounted.append(i)
+    for i in plain:
+        if not lowest_of(replicas.get(i)):
+            uncounted.append(i)
+    return Reduction(group, sorted(uncounted))
+
+
+def _is_dtensor(p: object) -> bool:
+    return hasattr(p, "device_mesh") and hasattr(p, "placements")
+
+
+def _replicated_on(params: Sequence[object], indices: List[int],
+                   replicated_on: Optional[ReplicatedOn]) -> Dict[int, Optional[torch.distributed.ProcessGroup]]:
+    """The parameters replicated_on says something of: index -> group."""
+    if replicated_on is None:
+        return {}
+    out = {}
+    for i in indices:
+        if callable(replicated_on):
+            out[i] = replicated_on(params[i])
+        elif params[i] in replicated_on:  # tensors hash by identity
+            out[i] = replicated_on[params[i]]
+    return out
+
+
+def _group_of_meshes(params: Sequence[_DTensor], world: int) -> Optional[torch.distributed.ProcessGroup]:
+    """The summing group when none is given: see plan_reduction."""
+    import torch.distributed as dist
+
+    meshes: List[DeviceMesh] = []
+    sharded = set()
+    for p in params:
+        if not any(p.device_mesh is m or p.device_mesh == m for m in meshes):
+            meshes.append(p.device_mesh)
+        m = next(k for k, m in enumerate(meshes) if p.device_mesh is m or p.device_mesh == m)
+        sharded |= {(m, d) for d, pl in enumerate(p.placements) if pl.is_shard()}
     if not sharded:
         return None
+    partial = [m for m in meshes if m.size() != world]
+    if partial:
+        raise ValueError(f"gac: the parameters' device mesh spans {partial[0].size()} of the world's {world} "
+                         "ranks; the others hold other pipeline stages or replicas, which the placements cannot "
+                         "tell apart. Pass process_group=dist.group.WORLD when they hold other parameters "
+                         "(pipeline parallelism: each part is counted once), or the group of the mesh's ranks "
+                         "when they hold replicas of these")
     if len(sharded) == 1:
-        return mesh.get_group(sharded[0]) if mesh.ndim > 1 else mesh.get_group()
-    if len(sharded) == mesh.ndim and mesh.size() == dist.get_world_size():
-        return dist.group.WORLD
-    raise ValueError(f"gac: the parameters are sharded on mesh dimensions {sharded} of {mesh.ndim}; "
-                     "pass process_group= with the group over those dimensions")
+        m, d = next(iter(sharded))
+        mesh = meshes[m]
+        return mesh.get_group(d) if mesh.ndim > 1 else mesh.get_group()
+    return dist.group.WORLD
 
 
-def _kind(placement: Placement, i: int) -> str:
+def _lowest_holder(i: int, p: _DTensor, members: Set[int]) -> int:
+    """The lowest rank of `members` that holds the same part of parameter i as
+    this rank: same coordinates on its sharded mesh dimensions. ValueError when
+    `members` misses a part of it."""
+    mesh = p.device_mesh
+    ranks = mesh.mesh  # the mesh's ranks, one tensor dimension per mesh dimension
+    coordinate = mesh.get_coordinate()
+    assert coordinate is not None, "a DTensor parameter on a mesh without this rank"
+    sharded = [d for d, pl in enumerate(p.placements) if pl.is_shard()]
+    index = tuple(coordinate[d] if d in sharded else slice(None) for d in range(mesh.ndim))
+    holders = {int(r) for r in ranks[index].flatten().tolist()} & members
+    # Every part needs a holder in the group, or its sums are missing.
+    parts = {tuple(int(c) for c in (ranks == r).nonzero()[0][sharded].tolist()) for r in members
+             if bool((ranks == r).any())}
+    needed = 1
+    for d in sharded:
+        needed *= mesh.size(d)
+    if len(parts) < needed:
+        names = [str(n) for n in mesh.mesh_dim_names] if mesh.mesh_dim_names else [str(d) for d in range(mesh.ndim)]
+        raise ValueError(f"gac: parameter {i} is sharded over mesh dimensions {[names[d] for d in sharded]}, "
+                         f"and the group that sums the statistics holds {len(parts)} of its {needed} parts: the "
+                         "others would be missing. Pass a group that spans every dimension the parameters are "
+                         "sharded over (dist.group.WORLD spans them all)")
+    return min(holders)
+
+
+def _kind(placement: Placement, i: int, d: int) -> str:
     if placement.is_shard():
-        return "shard"
+        return "shard"  # torch's strided shard (FSDP x TP) too: which elements, not how often
     if placement.is_replicate():
         return "replicate"
-    raise ValueError(f"gac: parameter {i} has placement {placement} (gradients not yet reduced); "
-                     "call agent.step after the data-parallel reduction")
+    raise ValueError(f"gac: parameter {i} is placed {placement} (Partial) on mesh dimension {d}: its gradient is "
+                     "not yet reduced over that dimension. Call agent.step after the gradients are reduced (after "
+                     "backward, once FSDP or the parallel plan has reduced them), or redistribute them to "
+                     "Shard or Replicate first")

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "gac/agent/core.h"
+#include "gac/agent/front_passes.h"
 #include "gac/agent/cuda_info.h"
 #include "python/src/parameter_list.h"
 #include "python/src/support.h"
@@ -91,6 +92,59 @@ class PythonReducer final : public agent::Reducer {
   int world_size_ = 1;
 };
 
+const char* PassesName(agent::PassesChoice p) {
+  switch (p) {
+    case agent::PassesChoice::kKernels: return "kernels";
+    case agent::PassesChoice::kFront: return "torch";
+    default: return "auto";
+  }
+}
+
+agent::PassesChoice PassesFrom(const std::string& name) {
+  if (name == "auto") return agent::PassesChoice::kAuto;
+  if (name == "kernels") return agent::PassesChoice::kKernels;
+  if (name == "torch") return agent::PassesChoice::kFront;
+  RaiseInvalidArgument("passes must be 'auto', 'kernels' or 'torch', got '" + name + "'");
+}
+
+// The torch-ops path (gac/_torch_ops.py) as the core's front passes. The
+// core runs with the GIL released: each call takes it.
+class TorchOpsPasses final : public agent::FrontPasses {
+ public:
+  explicit TorchOpsPasses(py::object impl)
+      : impl_(std::move(impl)), snapshot_bytes_(impl_.attr("snapshot_bytes").cast<std::int64_t>()) {}
+  ~TorchOpsPasses() override {
+    py::gil_scoped_acquire gil;
+    impl_ = py::object();
+  }
+
+  base::Status Statistics(const std::vector<char>& present, bool with_p, double* out) override {
+    py::gil_scoped_acquire gil;
+    try {
+      const py::list values = impl_.attr("statistics")(py::bytes(present.data(), present.size()), with_p);
+      for (std::size_t k = 0; k < values.size(); ++k) out[k] = values[k].cast<double>();
+      return base::Status::Ok();
+    } catch (py::error_already_set& e) {
+      return base::Status::Internal(std::string("the torch-ops path's statistics failed: ") + e.what());
+    }
+  }
+  base::Status Apply(bool project, float coeff, bool snapshot_projected) override {
+    py::gil_scoped_acquire gil;
+    try {
+      impl_.attr("apply")(project, coeff, snapshot_projected);
+      return base::Status::Ok();
+    } catch (py::error_already_set& e) {
+      return base::Status::Internal(std::string("the torch-ops path's apply pass failed: ") + e.what());
+    }
+  }
+  std::int64_t snapshot_bytes() const override { return snapshot_bytes_; }
+  const char* name() const override { return "torch"; }
+
+ private:
+  py::object impl_;
+  const std::int64_t snapshot_bytes_;
+};
+
 // gac.Agent. Holds the options the C++ agent is made from; layers given as
 // tensors are turned into indices of the parameter list on the
 // first step after creation or reset() (the C++ agent takes indices), which
@@ -102,7 +156,8 @@ class PyAgent {
           const py::object& groups, const py::object& process_group, const py::object& decision_source,
           int num_threads, std::int64_t chunk_elements, const std::string& trigger, int window,
           double window_c_low, double window_c_high, const py::object& max_grad_norm, const py::object& spike_sigma,
-          const py::object& spike_window, const py::object& spike_warmup) {
+          const py::object& spike_window, const py::object& spike_warmup, const std::string& passes,
+          const py::object& replicated_on) {
     options_.thresholds = controller::Thresholds{c_low, c_high};
     options_.alpha_mode = AlphaModeFromName(alpha_mode);
     options_.trigger.trigger = TriggerFromName(trigger);
@@ -119,6 +174,8 @@ class PyAgent {
     options_.reference = ReferenceFrom(reference);
     options_.num_threads = num_threads;
     options_.chunk_elements = chunk_elements;
+    options_.passes = PassesFrom(passes);
+    options_.front_passes = [this](const agent::FrontPassesRequest& r) { return MakeTorchOps(r); };
     if (!decision_source.is_none()) {
       if (!py::isinstance<controller::DecisionSource>(decision_source)) {
         throw py::type_error("decision_source must be a gac.RemoteController or a gac.DecisionSource subclass, got a " +
@@ -131,6 +188,13 @@ class PyAgent {
     if (!process_group.is_none()) {
       options_.reducer = std::make_shared<PythonReducer>(py::module_::import("gac._dist").attr("AllReduce")(process_group));
       process_group_ = process_group;
+    }
+    if (!replicated_on.is_none()) {
+      if (!py::isinstance<py::dict>(replicated_on) && !PyCallable_Check(replicated_on.ptr())) {
+        throw py::type_error("replicated_on must be a dict {parameter: group or None} or a function of a parameter, got a " +
+                             py::str(py::type::of(replicated_on).attr("__name__")).cast<std::string>());
+      }
+      replicated_on_ = replicated_on;
     }
     if (!groups.is_none()) {
       WarnDeprecated("Agent(groups=...) is deprecated; use Agent(layers=...)");
@@ -181,6 +245,8 @@ class PyAgent {
   const AgentOptions& options() const { return options_; }
   py::object decision_source() const { return decision_source_; }
   py::object process_group() const { return process_group_; }
+  py::object replicated_on() const { return replicated_on_; }
+  const char* passes() const { return PassesName(options_.passes); }
 
   py::object layer_names() const {
     if (layers_.empty()) return py::none();
@@ -225,21 +291,26 @@ class PyAgent {
   }
 
   // Before the first step after creation or reset(): the layers as indices of
-  // `tensors`, and, for DTensor parameters when no process_group was given,
-  // the group their shards are summed over (gac._dist.dtensor_group: the
-  // mesh's sharded dimensions; replicas are counted once). Re-creates the
-  // core when either differs from what it has (it has no plan yet, so
-  // nothing is lost but the fallback count, which is carried over).
+  // `tensors`, and, for DTensor parameters or with replicated_on, how the
+  // ranks' sums join (gac._dist.plan_reduction: the group, when no
+  // process_group was given, and the parameters another rank counts).
+  // Re-creates the core when any of them differs from what it has (it has no
+  // plan yet, so nothing is lost but the fallback count, which is carried
+  // over).
   void Configure(const std::vector<py::object>& tensors) {
     std::vector<AgentOptions::LayerSpec> resolved = ResolveLayers(tensors);
     std::shared_ptr<agent::Reducer> reducer = options_.reducer;
+    std::vector<int> uncounted;
+    py::object group = py::none();
+    if (reader_.has_dtensor() || !replicated_on_.is_none()) {
+      py::list list;
+      for (const py::object& t : tensors) list.append(t);
+      const py::object reduction =
+          py::module_::import("gac._dist").attr("plan_reduction")(list, process_group_, replicated_on_);
+      group = reduction.attr("group");
+      uncounted = reduction.attr("uncounted").cast<std::vector<int>>();
+    }
     if (process_group_.is_none()) {
-      py::object group = py::none();
-      if (reader_.has_dtensor()) {
-        py::list list;
-        for (const py::object& t : tensors) list.append(t);
-        group = py::module_::import("gac._dist").attr("dtensor_group")(list);
-      }
       if (group.is_none()) {
         auto_group_ = py::none();
         auto_reducer_.reset();
@@ -249,7 +320,8 @@ class PyAgent {
       }
       reducer = auto_reducer_;
     }
-    bool same = reducer == agent_->options().reducer && resolved.size() == agent_->options().layers.size();
+    bool same = reducer == agent_->options().reducer && resolved.size() == agent_->options().layers.size() &&
+                uncounted == agent_->options().uncounted;
     for (std::size_t g = 0; same && g < resolved.size(); ++g) {
       same = resolved[g].parameters == agent_->options().layers[g].parameters;
     }
@@ -258,6 +330,7 @@ class PyAgent {
     options.mode = agent_->options().mode;
     options.layers = std::move(resolved);
     options.reducer = std::move(reducer);
+    options.uncounted = std::move(uncounted);
     std::unique_ptr<AgentCore> fresh = ValueOrRaise(AgentCore::Create(std::move(options)));
     fallbacks_before_ += agent_->fallbacks();
     agent_ = std::move(fresh);
@@ -281,6 +354,21 @@ class PyAgent {
       resolved.push_back(std::move(pg));
     }
     return resolved;
+  }
+
+  // The core's front passes: the torch-ops path over the parameters of the
+  // step that builds the plan.
+  base::StatusOr<std::unique_ptr<agent::FrontPasses>> MakeTorchOps(const agent::FrontPassesRequest& r) {
+    py::gil_scoped_acquire gil;
+    try {
+      py::list params;
+      for (const py::object& t : params_.objects()) params.append(t);
+      py::object impl = py::module_::import("gac._torch_ops")
+                            .attr("TorchOpsPasses")(params, r.bf16_snapshot, r.group_of, r.num_groups);
+      return std::unique_ptr<agent::FrontPasses>(new TorchOpsPasses(std::move(impl)));
+    } catch (py::error_already_set& e) {
+      return base::Status::Unavailable(std::string("the torch-ops path cannot start: ") + e.what());
+    }
   }
 
   void SetSpike(const py::object& max_grad_norm, const py::object& sigma, const py::object& window,
@@ -321,6 +409,9 @@ class PyAgent {
       return r;
     }();
     reader_.Release();
+    for (const std::string& warning : agent_->TakeWarnings()) {
+      if (PyErr_WarnEx(PyExc_RuntimeWarning, warning.c_str(), 1) != 0) throw py::error_already_set();
+    }
     if (!report.ok()) RaiseStep(report.status());
     planned_ = true;
     return py::cast(std::move(*report));
@@ -336,6 +427,7 @@ class PyAgent {
   std::uint64_t fallbacks_before_ = 0;  // of agents replaced by ResolveLayers
   py::object decision_source_ = py::none();
   py::object process_group_ = py::none();
+  py::object replicated_on_ = py::none();  // gac._dist.plan_reduction's
   py::object auto_group_ = py::none();  // the DTensors' group when process_group_ is None
   std::shared_ptr<agent::Reducer> auto_reducer_;
 };
@@ -365,14 +457,14 @@ void BindAgent(py::module_& m) {
       .def(py::init<double, double, const std::string&, const std::string&, const py::object&, const std::string&,
                     const py::object&, const py::object&, const py::object&, const py::object&, int, std::int64_t,
                     const std::string&, int, double, double, const py::object&, const py::object&,
-                    const py::object&, const py::object&>(),
+                    const py::object&, const py::object&, const std::string&, const py::object&>(),
            "c_low"_a = 0.05, "c_high"_a = 0.3, py::kw_only(), "mode"_a = "local", "alpha_mode"_a = "paper",
            "snapshot_dtype"_a = "float32", "reference"_a = "raw_gradient", "layers"_a = py::none(), "groups"_a = py::none(),
            "process_group"_a = py::none(), "decision_source"_a = py::none(), "num_threads"_a = 0,
            "chunk_elements"_a = std::int64_t{1} << 16, "trigger"_a = "per_step", "window"_a = 20,
            "window_c_low"_a = controller::Thresholds{}.c_low, "window_c_high"_a = controller::Thresholds{}.c_high,
            "max_grad_norm"_a = py::none(), "spike_sigma"_a = py::none(), "spike_window"_a = py::none(),
-           "spike_warmup"_a = py::none(),
+           "spike_warmup"_a = py::none(), "passes"_a = "auto", "replicated_on"_a = py::none(),
            "c_low, c_high: thresholds of |c_t|, 0 < c_low < c_high <= 1 (else ValueError).\n"
            "mode: 'local' (decide and apply in-process), 'monitor' (measure only, never change the update) or\n"
            "'remote' (decision_source decides; on a miss the local decision is used and counted).\n"
@@ -382,7 +474,10 @@ void BindAgent(py::module_& m) {
            "layers: {name: [parameters]} for a per-layer breakdown in report.layers (one more read of them);\n"
            "groups: its former name (deprecated).\n"
            "process_group: a torch.distributed ProcessGroup over which sharded gradients' sums are all-reduced;\n"
-           "every rank then reaches the same decision. decision_source: a gac.RemoteController or a\n"
+           "every rank then reaches the same decision (DTensor parameters need none: their placements say it).\n"
+           "replicated_on: for plain tensors, which ranks hold the same values ({param: group or None} or a\n"
+           "function of a parameter; None: each rank holds its own part): of those in the summing group, the\n"
+           "lowest counts them, so every value is counted once. decision_source: a gac.RemoteController or a\n"
            "gac.DecisionSource subclass (required for mode='remote'). num_threads: threads of the passes (0: the\n"
            "hardware's, at most 8). chunk_elements: elements per work item.\n"
            "trigger: 'per_step' (the regime of |c_t|, by c_low and c_high; the default) or 'window' (the regime\n"
@@ -394,7 +489,11 @@ void BindAgent(py::module_& m) {
            "spike_sigma (default 6, > 0), spike_window (default 128, 2 to 10000), spike_warmup (2 to spike_window;\n"
            "default spike_window // 2), when the z-score of |g|, or of the loss given to step(), against the last\n"
            "spike_window steps is above spike_sigma (after spike_warmup steps; a spike is held at the bound it broke,\n"
-           "so a level that persists is followed after a run of skips).")
+           "so a level that persists is followed after a run of skips).\n"
+           "passes: 'auto' (gac's kernels on the CPU and on NVIDIA GPUs they carry an image for, checked against torch\n"
+           "operations on their first steps on each GPU; torch operations on any other device: ROCm, XPU, MPS, older\n"
+           "GPUs), 'kernels' (gac's kernels only) or 'torch' (torch operations on every device). report.passes says\n"
+           "which ran.")
       .def("step", &PyAgent::Step, "step"_a, "params"_a, "loss"_a = py::none(),
            "One GAC step over the gradients of `params` (model.parameters() or a list; the same tensors in the\n"
            "same order at every step; a list is converted once and reused). `step` must increase. Parameters\n"
@@ -443,10 +542,12 @@ void BindAgent(py::module_& m) {
       .def_property_readonly("reference", [](const PyAgent& a) { return ReferenceName(a.options().reference); },
                              "'raw_gradient' (the paper's p) or 'applied_update'.")
       .def_property_readonly("chunk_elements", [](const PyAgent& a) { return a.options().chunk_elements; })
+      .def_property_readonly("passes", &PyAgent::passes, "'auto', 'kernels' or 'torch' (as given).")
       .def_property_readonly("layer_names", &PyAgent::layer_names,
                              "The names of the layers given (layers=...), in their order; None without layers.")
       .def_property_readonly("decision_source", &PyAgent::decision_source)
       .def_property_readonly("process_group", &PyAgent::process_group)
+      .def_property_readonly("replicated_on", &PyAgent::replicated_on)
       .def_property_readonly("snapshot_bytes", [](const PyAgent& a) { return a.agent().snapshot_bytes(); },
                              "Bytes held by the snapshot (0 before the first step).")
       .def_property_readonly("num_threads", [](const PyAgent& a) { return a.agent().options().num_threads; })

@@ -167,31 +167,6 @@ TEST_P(KernelsTest, StatsSpansMatchOneCallPerRun) {
   }
 }
 
-// The fused pass of monitor mode: stats_spans' bits, then snapshot_spans'
-// result, over spans long enough to be cut into several pieces.
-TEST_P(KernelsTest, StatsSnapshotSpansAreStatsThenSnapshot) {
-  for (bool with_p : {true, false}) {
-    SCOPED_TRACE(with_p ? "with snapshot" : "norm only");
-    at::Tensor p = p_.clone(), want_p = p_.clone();
-    const std::vector<Span> spans = MakeSpans(g_, g_type_.elem, p, /*skip_second=*/true);
-    const std::vector<Span> want_spans = MakeSpans(g_, g_type_.elem, want_p, /*skip_second=*/true);
-    const auto count = static_cast<std::int64_t>(spans.size());
-    std::vector<Partial> out(spans.size()), want_out(spans.size());
-    Partial sum, want_sum;
-    kernels_->stats_snapshot_spans(spans.data(), count, p_type_.elem, with_p, out.data(), &sum);
-    kernels_->stats_spans(want_spans.data(), count, p_type_.elem, with_p, want_out.data(), &want_sum);
-    kernels_->snapshot_spans(want_spans.data(), count, p_type_.elem);
-    for (std::size_t i = 0; i < spans.size(); ++i) {
-      EXPECT_TRUE(SameBits(out[i].dot, want_out[i].dot) && SameBits(out[i].grad_sq, want_out[i].grad_sq) &&
-                  SameBits(out[i].ref_sq, want_out[i].ref_sq))
-          << "span " << i;
-    }
-    EXPECT_TRUE(SameBits(sum.dot, want_sum.dot) && SameBits(sum.grad_sq, want_sum.grad_sq) &&
-                SameBits(sum.ref_sq, want_sum.ref_sq));
-    EXPECT_TRUE(at::equal(p, want_p));
-  }
-}
-
 TEST_P(KernelsTest, ApplySpansMatchOneCallPerRun) {
   for (int pass = 0; pass < 3; ++pass) {
     const bool snapshot_only = pass == 2;

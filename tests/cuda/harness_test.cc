@@ -41,14 +41,16 @@ Change MustUpdate(ChunkTable& table, const std::vector<TensorRef>& refs) {
   return c.ok() ? *c : Change::kNone;
 }
 
-// Every element of every listed tensor, once, through the chunks in order.
+// Every element of every listed tensor, once, through the chunks in order:
+// the tensors' chunks grouped by segment (none first, then 0, 1, ...), each
+// tensor's chunks together, in list order within a segment.
 void ExpectCovers(const ChunkTable& table, const std::vector<TensorRef>& refs) {
   std::vector<const TensorRef*> listed;
   for (const TensorRef& r : refs) {
     if (r.g != nullptr && r.n > 0) listed.push_back(&r);
   }
   ASSERT_EQ(table.tensors().size(), listed.size());
-  std::size_t c = 0;
+  std::int32_t max_segment = -1;
   for (std::size_t t = 0; t < listed.size(); ++t) {
     const TensorDesc& d = table.tensors()[t];
     EXPECT_EQ(d.g, listed[t]->g);
@@ -56,21 +58,29 @@ void ExpectCovers(const ChunkTable& table, const std::vector<TensorRef>& refs) {
     EXPECT_EQ(d.n, listed[t]->n);
     EXPECT_EQ(d.gt, static_cast<std::uint8_t>(listed[t]->gt));
     EXPECT_EQ(d.segment, listed[t]->segment);
-    std::int64_t next = 0;
-    while (next < d.n) {
-      ASSERT_LT(c, table.chunks().size());
-      const ChunkDesc& chunk = table.chunks()[c++];
-      EXPECT_EQ(chunk.tensor, static_cast<std::int32_t>(t));
-      EXPECT_EQ(ChunkOffset(chunk), next);
-      const int len = ChunkLength(d, chunk);
-      EXPECT_GT(len, 0);
-      EXPECT_LE(len, kChunkElements);
-      if (next + kChunkElements < d.n) {
-        EXPECT_EQ(len, kChunkElements);
+    max_segment = std::max(max_segment, d.segment);
+  }
+  std::size_t c = 0;
+  for (std::int32_t segment = -1; segment <= max_segment; ++segment) {
+    for (std::size_t t = 0; t < listed.size(); ++t) {
+      const TensorDesc& d = table.tensors()[t];
+      if (d.segment != segment) continue;
+      std::int64_t next = 0;
+      while (next < d.n) {
+        ASSERT_LT(c, table.chunks().size());
+        const ChunkDesc& chunk = table.chunks()[c++];
+        EXPECT_EQ(chunk.tensor, static_cast<std::int32_t>(t));
+        EXPECT_EQ(ChunkOffset(chunk), next);
+        const int len = ChunkLength(d, chunk);
+        EXPECT_GT(len, 0);
+        EXPECT_LE(len, kChunkElements);
+        if (next + kChunkElements < d.n) {
+          EXPECT_EQ(len, kChunkElements);
+        }
+        next += len;
       }
-      next += len;
+      EXPECT_EQ(next, d.n);
     }
-    EXPECT_EQ(next, d.n);
   }
   EXPECT_EQ(c, table.chunks().size());
 }
@@ -99,7 +109,9 @@ TEST(ChunkTableTest, SkipsEmptyAndAbsentTensors) {
   ExpectCovers(table, refs);
   EXPECT_EQ(table.tensors().size(), 3u);
   EXPECT_EQ(table.num_chunks(), 1 + 3 + 2);
-  EXPECT_EQ(ChunkLength(table.tensors()[2], table.chunks()[5]), 1);
+  // Segment order: tensor 2 (no segment) first, then tensor 1 (0), tensor 0 (1).
+  EXPECT_EQ(ChunkLength(table.tensors()[2], table.chunks()[1]), 1);
+  EXPECT_EQ(table.chunks()[5].tensor, 0);
   EXPECT_TRUE(table.fits_inline());
 }
 
@@ -125,8 +137,9 @@ TEST(ChunkTableTest, ReportsWhatChanged) {
 
   refs[0].gt = ElemType::kBF16;
   EXPECT_EQ(MustUpdate(table, refs), Change::kTensors);
-  refs[0].segment = 0;
-  EXPECT_EQ(MustUpdate(table, refs), Change::kTensors);
+  refs[0].segment = 0;  // the chunks move to the segment's range
+  EXPECT_EQ(MustUpdate(table, refs), Change::kLayout);
+  ExpectCovers(table, refs);
   refs[0].p = Addr(0x9800);
   EXPECT_EQ(MustUpdate(table, refs), Change::kTensors);
 
@@ -239,10 +252,11 @@ TEST(ChunkTableTest, RandomListsAreCoveredExactly) {
 // are independent), recording which elements each hands out.
 struct Recorder {
   std::vector<int>* hits;
+  int head = 0;
   int vector_groups = 0;
   int len = 0;
   void Vector(int i) {
-    EXPECT_EQ(i % kVecElements, 0);
+    EXPECT_EQ((i - head) % kVecElements, 0);
     EXPECT_LE(i + kVecElements, len);
     for (int j = 0; j < kVecElements; ++j) ++(*hits)[static_cast<std::size_t>(i + j)];
     ++vector_groups;
@@ -258,19 +272,51 @@ TEST(VisitChunkTest, EveryElementOnceForAnyLength) {
   std::vector<int> lengths = {0, 1, 7, 8, 9, 255, 256, 257, 2047, 2048, 2049, 2055, 4096, 10000, 16383, kChunkElements};
   for (int len = 0; len < 600; ++len) lengths.push_back(len);
   for (int len : lengths) {
-    for (bool vector : {false, true}) {
-      SCOPED_TRACE("len " + std::to_string(len) + (vector ? " vector" : " scalar"));
+    // -1: scalar only; 0: aligned; 1-7: a scalar prologue first.
+    for (int head = -1; head < kVecElements; ++head) {
+      const int h = std::min(head, len);
+      SCOPED_TRACE("len " + std::to_string(len) + " head " + std::to_string(h));
       std::vector<int> hits(static_cast<std::size_t>(len), 0);
       int groups = 0;
       for (int tid = kBlockThreads - 1; tid >= 0; --tid) {
-        Recorder r{&hits, 0, len};
-        VisitChunk(tid, kBlockThreads, len, vector, r);
+        Recorder r{&hits, h, 0, len};
+        VisitChunk(tid, kBlockThreads, len, h, r);
         groups += r.vector_groups;
       }
       for (int i = 0; i < len; ++i) ASSERT_EQ(hits[static_cast<std::size_t>(i)], 1) << "element " << i;
-      EXPECT_EQ(groups, vector ? len / kVecElements : 0);
+      EXPECT_EQ(groups, h >= 0 ? (len - h) / kVecElements : 0);
     }
   }
+}
+
+// The prologue puts both arrays on a 16-byte boundary, or there is none.
+TEST(VisitChunkTest, VectorHeadAlignsBothArrays) {
+  for (int g_size : {2, 4}) {
+    for (int p_size : {2, 4}) {
+      for (std::uintptr_t g = 0x1000; g < 0x1010; g += static_cast<std::uintptr_t>(g_size)) {
+        for (std::uintptr_t p = 0x9000; p < 0x9010; p += static_cast<std::uintptr_t>(p_size)) {
+          const int head = VectorHead(g, g_size, p, p_size, kChunkElements);
+          SCOPED_TRACE("g " + std::to_string(g % 16) + "/" + std::to_string(g_size) + ", p " + std::to_string(p % 16) +
+                       "/" + std::to_string(p_size) + ": head " + std::to_string(head));
+          int fewest = -1;
+          for (int h = kVecElements - 1; h >= 0; --h) {
+            if ((g + static_cast<std::uintptr_t>(h * g_size)) % 16 == 0 &&
+                (p + static_cast<std::uintptr_t>(h * p_size)) % 16 == 0) {
+              fewest = h;
+            }
+          }
+          const bool exists = fewest >= 0;
+          if (!exists) {
+            EXPECT_EQ(head, -1);
+            continue;
+          }
+          EXPECT_EQ(head, fewest);
+        }
+      }
+    }
+  }
+  EXPECT_EQ(VectorHead(0x1004, 4, 0x2004, 4, 2), 2) << "at most the chunk's length";
+  EXPECT_EQ(VectorHead(0x1001, 2, 0x2001, 2, 100), -1) << "an element straddling the boundary";
 }
 
 // Warp accesses stay contiguous: the k-th vector group of thread t is t
@@ -283,10 +329,10 @@ struct AccessRecorder {
 
 TEST(VisitChunkTest, WarpAccessesAreContiguous) {
   for (int len : {3 * kBlockThreads * kVecElements + 37, 1000, kChunkElements, 5}) {
-    for (bool vector : {false, true}) {
+    for (int head : {-1, 0}) {
       std::vector<AccessRecorder> threads(32);
       for (int tid = 0; tid < 32; ++tid) {
-        VisitChunk(tid, kBlockThreads, len, vector, threads[static_cast<std::size_t>(tid)]);
+        VisitChunk(tid, kBlockThreads, len, head, threads[static_cast<std::size_t>(tid)]);
       }
       const AccessRecorder& first = threads[0];
       for (int tid = 1; tid < 32; ++tid) {
@@ -331,10 +377,10 @@ TEST(HarnessEmulationTest, ListCoverageThroughTablesAndBlocks) {
     const ChunkDesc c = table.chunks()[block];
     const TensorDesc t = table.tensors()[static_cast<std::size_t>(c.tensor)];
     const std::size_t which = reinterpret_cast<std::uintptr_t>(t.g) - 1;
-    const bool vector = block % 2 == 0;  // both paths
+    const int head = static_cast<int>(block % 4) - 1;  // scalar, aligned, two prologues
     for (int tid = 0; tid < kBlockThreads; ++tid) {
       ElementRecorder r{&hits[which], ChunkOffset(c)};
-      VisitChunk(tid, kBlockThreads, ChunkLength(t, c), vector, r);
+      VisitChunk(tid, kBlockThreads, ChunkLength(t, c), std::min(head, ChunkLength(t, c)), r);
     }
   }
   for (std::size_t i = 0; i < hits.size(); ++i) {
@@ -386,7 +432,7 @@ void EmulateChunk(const float* g, const float* p, int len, bool vector, double* 
   std::vector<float> thread_sums[3];
   for (int tid = 0; tid < kBlockThreads; ++tid) {
     EmulatedLanes v{g, p};
-    VisitChunk(tid, kBlockThreads, len, vector, v);
+    VisitChunk(tid, kBlockThreads, len, vector ? 0 : -1, v);
     const float* lanes[3] = {v.dot, v.gg, v.pp};
     for (int k = 0; k < 3; ++k) thread_sums[k].push_back((lanes[k][0] + lanes[k][2]) + (lanes[k][1] + lanes[k][3]));
   }

@@ -4,7 +4,9 @@
 // table), lists around the inline-table limits, a tensor of more than 2^31
 // elements, non-finite input, segments, the launch count per step, the
 // chunk-table cache, several streams and NCCL. Every case is skipped when
-// there is no usable GPU (no device, or no driver at all).
+// there is no usable GPU (no device, or no driver at all). Built against the
+// host emulation of CUDA (tests/cuda/emu, GAC_CUDA_EMU), every case runs in
+// every test run.
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 #ifdef GAC_TEST_NCCL
@@ -24,6 +26,10 @@
 #include <vector>
 
 #include "agent/src/cuda/cuda_passes.h"
+#include "tests/cuda/host_codecs.h"
+#ifdef GAC_CUDA_EMU
+#include "gac_cuda_emu/control.h"
+#endif
 
 namespace gac::agent::cuda {
 namespace {
@@ -35,89 +41,6 @@ bool HaveGpu() {
     return false;
   }
   return count > 0;
-}
-
-// Host codecs, written independently of the device ones: round to nearest
-// even by the remainder, the CPU's _Float16 for fp16.
-std::uint16_t HostBf16Bits(float f) {
-  if (std::isnan(f)) return 0x7FC0;
-  std::uint32_t b;
-  std::memcpy(&b, &f, sizeof b);
-  std::uint32_t upper = b >> 16;
-  const std::uint32_t rest = b & 0xFFFFu;
-  if (rest > 0x8000u || (rest == 0x8000u && (upper & 1u) != 0)) ++upper;
-  return static_cast<std::uint16_t>(upper);
-}
-float HostBf16ToFloat(std::uint16_t h) {
-  const std::uint32_t b = static_cast<std::uint32_t>(h) << 16;
-  float f;
-  std::memcpy(&f, &b, sizeof f);
-  return f;
-}
-std::uint16_t HostF16Bits(float f) {
-  const _Float16 h = static_cast<_Float16>(f);
-  std::uint16_t bits;
-  std::memcpy(&bits, &h, sizeof bits);
-  return bits;
-}
-float HostF16ToFloat(std::uint16_t bits) {
-  _Float16 h;
-  std::memcpy(&h, &bits, sizeof h);
-  return static_cast<float>(h);
-}
-
-std::size_t Size(ElemType t) { return static_cast<std::size_t>(ElemSize(t)); }
-
-// Raw bits of element i (fp32 bits, or the 16-bit pattern).
-std::uint32_t Bits(ElemType t, const std::uint8_t* base, std::int64_t i) {
-  if (t == ElemType::kF32) {
-    std::uint32_t b;
-    std::memcpy(&b, base + 4 * i, 4);
-    return b;
-  }
-  std::uint16_t h;
-  std::memcpy(&h, base + 2 * i, 2);
-  return h;
-}
-float Load(ElemType t, const std::uint8_t* base, std::int64_t i) {
-  const std::uint32_t b = Bits(t, base, i);
-  switch (t) {
-    case ElemType::kBF16: return HostBf16ToFloat(static_cast<std::uint16_t>(b));
-    case ElemType::kF16: return HostF16ToFloat(static_cast<std::uint16_t>(b));
-    default: {
-      float f;
-      std::memcpy(&f, &b, 4);
-      return f;
-    }
-  }
-}
-// The bits of v stored as t.
-std::uint32_t Encode(ElemType t, float v) {
-  switch (t) {
-    case ElemType::kBF16: return HostBf16Bits(v);
-    case ElemType::kF16: return HostF16Bits(v);
-    default: {
-      std::uint32_t b;
-      std::memcpy(&b, &v, 4);
-      return b;
-    }
-  }
-}
-void Store(ElemType t, std::uint8_t* base, std::int64_t i, float v) {
-  const std::uint32_t b = Encode(t, v);
-  if (t == ElemType::kF32) {
-    std::memcpy(base + 4 * i, &b, 4);
-  } else {
-    const std::uint16_t h = static_cast<std::uint16_t>(b);
-    std::memcpy(base + 2 * i, &h, 2);
-  }
-}
-const char* Name(ElemType t) {
-  switch (t) {
-    case ElemType::kBF16: return "bf16";
-    case ElemType::kF16: return "f16";
-    default: return "f32";
-  }
 }
 
 class DeviceBuffer {
@@ -429,10 +352,21 @@ TEST(MultiTensorPassesOptionsTest, RejectsBadOptions) {
 }
 
 TEST(MultiTensorPassesOptionsTest, WithoutGpuCreationFailsCleanly) {
+#ifdef GAC_CUDA_EMU
+  gac_cuda_emu::SetDriver(gac_cuda_emu::Driver::kMissing);  // a machine without the driver
+#else
   if (HaveGpu()) GTEST_SKIP() << "a GPU is present";
+#endif
   base::StatusOr<std::unique_ptr<MultiTensorPasses>> passes = MultiTensorPasses::Create(ElemType::kF32);
   ASSERT_FALSE(passes.ok());
   EXPECT_EQ(passes.status().code(), base::StatusCode::kUnavailable) << passes.status().ToString();
+  int driver = -1;
+  if (cudaDriverGetVersion(&driver) == cudaSuccess && driver == 0) {
+    EXPECT_NE(passes.status().message().find("no NVIDIA driver found"), std::string::npos) << passes.status().ToString();
+  }
+#ifdef GAC_CUDA_EMU
+  gac_cuda_emu::Reset();
+#endif
 }
 
 TEST_F(CudaPassesTest, ZeroSizeAndAbsentTensors) {
@@ -659,6 +593,10 @@ TEST_F(CudaPassesTest, SameResultOnEveryStreamAndRun) {
 // A tensor of more than 2^31 elements (bf16 gradient and snapshot, 2 x 4 GiB):
 // elements beyond 2^31 are read and written where they are.
 TEST_F(CudaPassesTest, TensorBeyond32BitIndexing) {
+#ifdef GAC_CUDA_EMU
+  GTEST_SKIP() << "8 GiB of host memory on the emulator: EmuTest.GacKernelsBeyond32BitIndexingByTheBlockFilter runs "
+                  "the blocks around 2^31 of such a tensor instead";
+#endif
   const std::int64_t n = (std::int64_t{1} << 31) + 4099;
   const std::size_t bytes = static_cast<std::size_t>(n) * 2;
   std::size_t free_bytes = 0, total_bytes = 0;

@@ -246,12 +246,13 @@ OPTION_VALUES = {
     "c_low": 0.07, "c_high": 0.4, "alpha_mode": "exact", "snapshot_dtype": "bfloat16",
     "reference": "applied_update", "num_threads": 11, "chunk_elements": 4096, "trigger": "window", "window": 7,
     "window_c_low": 0.11, "window_c_high": 0.45, "max_grad_norm": 12.5, "spike_sigma": 5.0, "spike_window": 32,
-    "spike_warmup": 9,
+    "spike_warmup": 9, "passes": "torch",
 }
 READ_AS = {"layers": "layer_names"}
 NOT_READ_BACK = {
     "groups": "deprecated name of layers (test_agent.py: test_groups_is_a_deprecated_alias_of_layers)",
     "process_group": "needs an initialised group: test_distributed.py gives one and reads agent.process_group",
+    "replicated_on": "names groups, which need an initialised group: test_parallel.py gives them",
 }
 
 
@@ -279,6 +280,7 @@ VERL_LEAVES_OUT = {
     "layers": "parameter objects, not config values",
     "groups": "deprecated (layers)",
     "process_group": "the plug-in finds the data-parallel group itself",
+    "replicated_on": "parameter objects and groups, not config values",
     "decision_source": "an object; remote mode comes from gac_address",
     "num_threads": "the agent's default (one per core, up to 8) suits a trainer's process",
     "chunk_elements": "a benchmark knob",

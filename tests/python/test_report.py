@@ -16,7 +16,7 @@ import gac
 
 FIELDS = ["step", "loss", "mode", "regime", "cosine", "cosine_after", "window_mean", "grad_norm_z", "loss_z", "alpha", "projection_coeff", "grad_norm", "ref_norm",
           "step_optimizer", "skipped", "gradient_modified", "fallback", "remote_error", "elements", "tensors",
-          "strided_tensors", "stats_seconds", "decide_seconds", "apply_seconds", "agent_overhead_seconds",
+          "strided_tensors", "passes", "stats_seconds", "decide_seconds", "apply_seconds", "agent_overhead_seconds",
           "c_low", "c_high", "trigger", "window", "window_c_low", "window_c_high"]
 
 
@@ -40,8 +40,8 @@ def test_numeric_dict_has_every_field_as_a_number() -> None:
         d = r.to_dict()
         assert all(k.startswith("gac/") for k in d)
         assert all(type(v) in (int, float) for v in d.values()), d
-        # Text (remote_error) and absent values (no loss given, no z-score, no reference) are left out.
-        expected = [f for f in FIELDS if f != "remote_error" and getattr(r, f) is not None]
+        # Text (remote_error, passes) and absent values (no loss given, no z-score, no reference) are left out.
+        expected = [f for f in FIELDS if f not in ("remote_error", "passes") and getattr(r, f) is not None]
         assert [k for k in d if k.count("/") == 1] == ["gac/" + f for f in expected], name
         assert d["gac/regime"] == gac.REGIMES.index(r.regime) == ["safe", "project", "skip", "invalid", "spike"].index(r.regime)
         assert d["gac/mode"] == gac.MODES.index("local") == 1

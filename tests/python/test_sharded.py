@@ -93,7 +93,7 @@ def test_every_rank_matches_the_unsharded_fp64_computation(tmp_path: Path, kind:
         assert local == [total] * world
 
 
-def test_dtensor_group_refuses_what_one_group_cannot_sum(tmp_path: Path) -> None:
+def test_plan_reduction_of_one_mesh(tmp_path: Path) -> None:
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor import Replicate, Shard, distribute_tensor
 
@@ -104,17 +104,18 @@ def test_dtensor_group_refuses_what_one_group_cannot_sum(tmp_path: Path) -> None
         sharded = torch.nn.Parameter(distribute_tensor(torch.randn(4, 3), mesh, [Shard(0)]))
         replicated = torch.nn.Parameter(distribute_tensor(torch.randn(3), mesh, [Replicate()]))
         plain = torch.nn.Parameter(torch.randn(3))
-        assert _dist.dtensor_group([sharded]) is not None
-        assert _dist.dtensor_group([replicated]) is None
-        for params, message in [([sharded, plain], "plain tensor beside DTensor"),
-                                ([sharded, replicated], "placements that differ")]:
-            with pytest.raises(ValueError, match=message):
-                _dist.dtensor_group(params)
-            agent = gac.Agent(0.05, 0.3)
-            for p in params:
-                p.grad = torch.ones_like(p)
-            with pytest.raises(ValueError, match=message):
-                agent.step(1, params)
+        assert _dist.plan_reduction([sharded]).group is not None
+        assert _dist.plan_reduction([replicated]) == (None, [])
+        # Placements that differ between parameters (tensor parallelism): one
+        # group all the same, each value counted once.
+        assert _dist.plan_reduction([sharded, replicated]).uncounted == []
+        with pytest.raises(ValueError, match="plain tensor beside DTensor"):
+            _dist.plan_reduction([sharded, plain])
+        agent = gac.Agent(0.05, 0.3)
+        for p in (sharded, plain):
+            p.grad = torch.ones_like(p)
+        with pytest.raises(ValueError, match="plain tensor beside DTensor"):
+            agent.step(1, [sharded, plain])
         # A DTensor parameter's snapshot is its local shard; a step sums it.
         agent = gac.Agent(0.05, 0.3)
         sharded.grad = distribute_tensor(torch.ones(4, 3), mesh, [Shard(0)])

@@ -31,6 +31,9 @@ struct Span {
   void* p = nullptr;
   std::int64_t n = 0;
   ElemType gt = ElemType::kF32;
+  // False: the statistics passes skip the span (another rank counts the same
+  // values); the apply passes do not.
+  bool counted = true;
 };
 
 struct Kernels {
@@ -55,12 +58,6 @@ struct Kernels {
   void (*project_snapshot_spans)(const Span* spans, std::int64_t count, ElemType pt, float coeff,
                                  bool snapshot_projected);
   void (*snapshot_spans)(const Span* spans, std::int64_t count, ElemType pt);
-  // stats_spans (same bits, same out/sum contract) and snapshot_spans in one
-  // pass: each span is read once, in cache-sized pieces whose snapshot is
-  // written right after their statistics (monitor mode, where the snapshot
-  // is written whatever the decision).
-  void (*stats_snapshot_spans)(const Span* spans, std::int64_t count, ElemType pt, bool with_p, Partial* out,
-                               Partial* sum);
 
   const char* isa;  // "avx512", "avx2" or "baseline"
 };

@@ -416,30 +416,6 @@ void Snapshot(const void* g, ElemType gt, void* p, ElemType pt, std::int64_t n) 
   });
 }
 
-// Elements per piece of the fused pass: g and p of a piece (64 KiB in fp32)
-// stay in L2 between the statistics and the snapshot. A multiple of kBlock.
-constexpr std::int64_t kFusedPiece = 8192;
-static_assert(kFusedPiece % kBlock == 0, "pieces must start on block boundaries");
-
-// The statistics of g against p (|g|^2 only without with_p), then p <- g,
-// piece by piece: one read of g and p and one write of p, where the two
-// passes would read g twice. The statistics are Stats()'s bits.
-Partial StatsSnapshot(const void* g, ElemType gt, void* p, ElemType pt, std::int64_t n, bool with_p) {
-  return Dispatch2(gt, pt, [&](auto* gtag, auto* ptag) {
-    using G = std::remove_pointer_t<decltype(gtag)>;
-    using P = std::remove_pointer_t<decltype(ptag)>;
-    const G* gg = static_cast<const G*>(g);
-    P* pp = static_cast<P*>(p);
-    Partial r;
-    for (std::int64_t b = 0; b < n; b += kFusedPiece) {
-      const std::int64_t m = std::min(kFusedPiece, n - b);
-      r = with_p ? StatsT(gg + b, pp + b, m, r) : NormT(gg + b, m, r);
-      SnapshotT(gg + b, pp + b, m);
-    }
-    return r;
-  });
-}
-
 // Spans are often small and scattered (e.g. separately allocated 4 KiB
 // tensors), where the hardware prefetchers stop at every span and, after the
 // caches and TLBs have been flushed, each span starts with a page walk for g
@@ -481,29 +457,12 @@ void StatsSpans(const Span* spans, std::int64_t count, ElemType pt, bool with_p,
     PrefetchAhead<0>(spans, i, count, with_p);
     const Span& s = spans[i];
     Partial r;  // zero for a skipped span
-    if (s.g != nullptr) {
+    if (s.g != nullptr && s.counted) {
       // fp32 with a snapshot, the common case, is inlined.
       r = s.gt == ElemType::kF32 && pt == ElemType::kF32 && with_p
               ? StatsT(static_cast<const float*>(s.g), static_cast<const float*>(s.p), s.n)
               : Stats(s.g, s.gt, with_p ? s.p : nullptr, pt, s.n);
     }
-    if (out != nullptr) out[i] = r;
-    total.dot += r.dot;
-    total.grad_sq += r.grad_sq;
-    total.ref_sq += r.ref_sq;
-  }
-  if (sum != nullptr) *sum = total;
-}
-
-void StatsSnapshotSpans(const Span* spans, std::int64_t count, ElemType pt, bool with_p, Partial* out,
-                        Partial* sum) {
-  Partial total = sum != nullptr ? *sum : Partial{};
-  for (std::int64_t i = 0; i < std::min(count, kSpansAhead); ++i) PrefetchSpan<1>(spans[i], true);
-  for (std::int64_t i = 0; i < count; ++i) {
-    PrefetchAhead<1>(spans, i, count);
-    const Span& s = spans[i];
-    Partial r;
-    if (s.g != nullptr) r = StatsSnapshot(s.g, s.gt, s.p, pt, s.n, with_p);
     if (out != nullptr) out[i] = r;
     total.dot += r.dot;
     total.grad_sq += r.grad_sq;
@@ -549,7 +508,7 @@ void SnapshotSpans(const Span* spans, std::int64_t count, ElemType pt) {
 #define GAC_STR(x) GAC_STR2(x)
 extern const Kernels kKernels = {&Stats,      &ProjectSnapshot,      &Snapshot,
                                  &StatsSpans, &ProjectSnapshotSpans, &SnapshotSpans,
-                                 &StatsSnapshotSpans, GAC_STR(GAC_KERNEL_ISA)};
+                                 GAC_STR(GAC_KERNEL_ISA)};
 
 }  // namespace GAC_KERNEL_ISA
 }  // namespace gac::agent::cpu

@@ -74,13 +74,13 @@ __device__ __forceinline__ void Project(const Table& table, const PassArgs& args
   device::WithGradType(t.gt, t.g, [&](auto* g_base) {
     using G = std::remove_pointer_t<decltype(g_base)>;
     G* g = g_base + offset;
-    const bool vector = device::Aligned16(g, p);
+    const int head = device::Head(g, p, len);
     if (args.flag != 0) {
       ProjectVisitor<G, P, true> v{g, p, args.coeff};
-      VisitChunk(tid, kBlockThreads, len, vector, v);
+      VisitChunk(tid, kBlockThreads, len, head, v);
     } else {
       ProjectVisitor<G, P, false> v{g, p, args.coeff};
-      VisitChunk(tid, kBlockThreads, len, vector, v);
+      VisitChunk(tid, kBlockThreads, len, head, v);
     }
   });
 }
@@ -96,7 +96,7 @@ __device__ __forceinline__ void Snapshot(const Table& table, const PassArgs& arg
     using G = std::remove_pointer_t<decltype(g_base)>;
     const G* g = g_base + offset;
     SnapshotVisitor<G, P> v{g, p};
-    VisitChunk(static_cast<int>(threadIdx.x), kBlockThreads, len, device::Aligned16(g, p), v);
+    VisitChunk(static_cast<int>(threadIdx.x), kBlockThreads, len, device::Head(g, p, len), v);
   });
 }
 
@@ -116,6 +116,29 @@ GAC_APPLY_KERNEL(gac_snapshot_f32_device, Snapshot, float, DeviceTable)
 GAC_APPLY_KERNEL(gac_snapshot_bf16_inline, Snapshot, device::Bf16, InlineTable)
 GAC_APPLY_KERNEL(gac_snapshot_bf16_device, Snapshot, device::Bf16, DeviceTable)
 #undef GAC_APPLY_KERNEL
+
+// One element per thread and step of a grid-stride loop: the strided path is
+// for the rare gradient that is not dense in its snapshot's layout.
+extern "C" __global__ void __launch_bounds__(kBlockThreads)
+    gac_strided_copy(const __grid_constant__ StridedCopyArgs args) {
+  const std::int64_t step = static_cast<std::int64_t>(gridDim.x) * kBlockThreads;
+  for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * kBlockThreads + threadIdx.x; i < args.n; i += step) {
+    std::int64_t rest = i;
+    std::int64_t src = 0;
+    std::int64_t dst = 0;
+    for (int d = args.ndim - 1; d >= 0; --d) {
+      const std::int64_t index = rest % args.sizes[d];
+      rest /= args.sizes[d];
+      src += index * args.src_strides[d];
+      dst += index * args.dst_strides[d];
+    }
+    if (args.elem_bytes == 4) {
+      static_cast<std::uint32_t*>(args.dst)[dst] = static_cast<const std::uint32_t*>(args.src)[src];
+    } else {
+      static_cast<std::uint16_t*>(args.dst)[dst] = static_cast<const std::uint16_t*>(args.src)[src];
+    }
+  }
+}
 
 #ifndef __CUDACC_RTC__
 
@@ -146,6 +169,11 @@ cudaError_t LaunchSnapshot(ElemType pt, const InlineTable* table, const DeviceTa
   } else {
     gac_snapshot_f32_device<<<num_chunks, kBlockThreads, 0, stream>>>(device_table, args);
   }
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchStridedCopy(const StridedCopyArgs& args, cudaStream_t stream) {
+  gac_strided_copy<<<StridedCopyBlocks(args.n), kBlockThreads, 0, stream>>>(args);
   return cudaGetLastError();
 }
 #endif  // __CUDACC_RTC__

@@ -50,16 +50,13 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import build_fatbin  # noqa: E402  (beside this file)
 
 # Spill bytes allowed per kernel and architecture, stores and loads each.
-# Measured with NVRTC 12.9.86 on the kernels of commit 2c16c52: 10 of the 91
-# (kernel, architecture) pairs spill, 4 to 16 bytes stored and 8 to 52
-# loaded (gac_project_f32_device on sm_90: 4 stored, 52 loaded), with 30 to
-# 54 registers; the kernel changes in progress then (gac_finalize's
-# per-segment sums, the vector path's misaligned prologue) loaded up to 88.
-# These are a few 8-byte values in an L1-resident stack frame, reloaded at
-# several places (hence loads above stores), which cost nothing measurable
-# in these memory-bound kernels. 128 passes them and fails a kernel that
-# starts spilling its vectors or its unrolled sums (hundreds of bytes);
-# tighten it with --max-spill-bytes once the kernels settle.
+# Measured with NVRTC 12.9.86 (docs/BENCHMARKS.md, "Registers and spills"):
+# 6 of the 98 (kernel, architecture) pairs spill, 4 to 12 bytes stored and
+# 8 to 88 loaded (gac_project_f32_inline on sm_120: 12 stored, 88 loaded),
+# with 30 to 50 registers: a few 8-byte values in a stack frame of 8 bytes,
+# reloaded at several places (hence loads above stores). 128 passes them and
+# fails a kernel that starts spilling its vectors or its unrolled sums
+# (hundreds of bytes); --max-spill-bytes tightens it.
 MAX_SPILL_BYTES = 128
 
 # Registers of one SM (every architecture from sm_80 to sm_120): a block of

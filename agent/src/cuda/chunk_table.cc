@@ -11,7 +11,7 @@ namespace {
 constexpr std::int64_t kMaxEntries = std::numeric_limits<std::int32_t>::max();
 
 bool SameEntry(const TensorRef& a, const TensorRef& b) {
-  return a.g == b.g && a.p == b.p && a.n == b.n && a.gt == b.gt && a.segment == b.segment;
+  return a.g == b.g && a.p == b.p && a.n == b.n && a.gt == b.gt && a.segment == b.segment && a.counted == b.counted;
 }
 
 TensorDesc Describe(const TensorRef& r) {
@@ -21,6 +21,7 @@ TensorDesc Describe(const TensorRef& r) {
   d.n = r.n;
   d.segment = r.segment;
   d.gt = static_cast<std::uint8_t>(r.gt);
+  d.flags = r.counted ? 0 : kTensorUncounted;
   return d;
 }
 
@@ -36,8 +37,12 @@ base::StatusOr<ChunkTable::Change> ChunkTable::Update(const TensorRef* refs, std
     const TensorRef& r = refs[i];
     if (r.n < 0) return base::Status::InvalidArgument("tensor " + std::to_string(i) + " has a negative length");
     const std::int64_t key = LayoutKey(r);
-    if (!layout && key != LayoutKey(refs_[i])) layout = true;
-    if (key == 0) continue;
+    if (key == 0) {
+      if (!layout && LayoutKey(refs_[i]) != 0) layout = true;
+      continue;
+    }
+    // The chunks' order depends on the segments too.
+    if (!layout && (key != LayoutKey(refs_[i]) || r.segment != refs_[i].segment)) layout = true;
     if (r.p == nullptr) return base::Status::InvalidArgument("tensor " + std::to_string(i) + " has no snapshot pointer");
     if (r.gt != ElemType::kF32 && r.gt != ElemType::kBF16 && r.gt != ElemType::kF16) {
       return base::Status::InvalidArgument("tensor " + std::to_string(i) + " has an unknown element type");
@@ -65,12 +70,18 @@ base::StatusOr<ChunkTable::Change> ChunkTable::Update(const TensorRef* refs, std
   }
   if (!layout) return Change::kTensors;
 
-  chunks_.clear();
-  chunks_.reserve(static_cast<std::size_t>(num_chunks));
+  // In segment order (no segment first), tensor order within a segment: the
+  // finalize kernel sums each segment's partials as one contiguous range.
+  std::vector<std::int64_t> first(static_cast<std::size_t>(num_segments_) + 2, 0);  // by segment + 1
+  for (const TensorDesc& t : tensors_) {
+    first[static_cast<std::size_t>(t.segment) + 2] += (t.n + kChunkElements - 1) / kChunkElements;
+  }
+  for (std::size_t s = 1; s < first.size(); ++s) first[s] += first[s - 1];
+  chunks_.resize(static_cast<std::size_t>(num_chunks));
   for (std::size_t t = 0; t < tensors_.size(); ++t) {
-    const std::int64_t n = tensors_[t].n;
-    for (std::int64_t c = 0; c * kChunkElements < n; ++c) {
-      chunks_.push_back(ChunkDesc{static_cast<std::int32_t>(t), static_cast<std::int32_t>(c)});
+    std::int64_t& next = first[static_cast<std::size_t>(tensors_[t].segment) + 1];
+    for (std::int64_t c = 0; c * kChunkElements < tensors_[t].n; ++c) {
+      chunks_[static_cast<std::size_t>(next++)] = ChunkDesc{static_cast<std::int32_t>(t), static_cast<std::int32_t>(c)};
     }
   }
   return Change::kLayout;

@@ -19,8 +19,8 @@ class ChunkTable {
  public:
   enum class Change : std::uint8_t {
     kNone = 0,     // same tables as before
-    kTensors = 1,  // tensor entries changed (pointers, types, segments); same chunks
-    kLayout = 2,   // the chunk list changed too (sizes, or which tensors take part)
+    kTensors = 1,  // tensor entries changed (pointers, types, counted); same chunks
+    kLayout = 2,   // the chunk list changed too (sizes, segments, or which tensors take part)
   };
 
   // Segments are numbered [0, num_segments).
@@ -28,7 +28,10 @@ class ChunkTable {
 
   // Takes the list for the next passes. Tensors with n == 0 or g == null are
   // left out of the tables (an empty or absent gradient adds nothing and
-  // keeps its snapshot). The first call reports kLayout.
+  // keeps its snapshot). The chunks are in segment order (the tensors of no
+  // segment first, then segment 0, 1, ...), each tensor's chunks together
+  // and in order, tensors in list order within a segment. The first call
+  // reports kLayout.
   // Errors (the previous tables stay in place): InvalidArgument for n < 0, a
   // null p, an unknown element type or segment; OutOfRange for more than
   // 2^31 - 1 chunks or tensors.
@@ -52,7 +55,7 @@ class ChunkTable {
 
  private:
   // Which refs take part and with how many elements: the chunk list is a
-  // function of this alone.
+  // function of this and of the segments.
   static std::int64_t LayoutKey(const TensorRef& r) { return r.g != nullptr && r.n > 0 ? r.n : 0; }
 
   int num_segments_;

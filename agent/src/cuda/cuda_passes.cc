@@ -9,6 +9,7 @@
 #include <cstring>
 #include <string>
 
+#include "agent/src/cuda/cuda_util.h"
 #include "agent/src/cuda/kernels.h"
 
 namespace gac::agent::cuda {
@@ -16,48 +17,8 @@ namespace gac::agent::cuda {
 namespace {
 
 // Segments beyond this are refused: each is a block of the finalize kernel
-// that reads every chunk's partial.
+// and three entries of the result that is copied back at every step.
 constexpr int kMaxSegments = 1 << 16;
-
-base::Status CudaStatus(const std::string& what, cudaError_t e) {
-  std::string msg = what + ": " + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ")";
-  switch (e) {
-    case cudaErrorMemoryAllocation: return base::Status(base::StatusCode::kResourceExhausted, std::move(msg));
-    case cudaErrorNoDevice:
-    case cudaErrorInsufficientDriver:
-    case cudaErrorInitializationError:
-    case cudaErrorDevicesUnavailable: return base::Status::Unavailable(std::move(msg));
-    // A GPU the kernels carry no image for, or PTX newer than the driver.
-    case cudaErrorNoKernelImageForDevice:
-    case cudaErrorUnsupportedPtxVersion:
-      return base::Status::Unimplemented(msg + ": gac's kernels do not run on this GPU (python -m gac)");
-    default: return base::Status::Internal(std::move(msg));
-  }
-}
-
-// Makes `device` current for the scope and restores the previous one.
-class DeviceScope {
- public:
-  explicit DeviceScope(int device) {
-    cudaError_t e = cudaGetDevice(&previous_);
-    if (e == cudaSuccess && previous_ != device) {
-      e = cudaSetDevice(device);
-      switched_ = e == cudaSuccess;
-    }
-    if (e != cudaSuccess) status_ = CudaStatus("selecting CUDA device " + std::to_string(device), e);
-  }
-  ~DeviceScope() {
-    if (switched_) cudaSetDevice(previous_);
-  }
-  DeviceScope(const DeviceScope&) = delete;
-  DeviceScope& operator=(const DeviceScope&) = delete;
-  const base::Status& status() const { return status_; }
-
- private:
-  int previous_ = -1;
-  bool switched_ = false;
-  base::Status status_;
-};
 
 }  // namespace
 
@@ -84,11 +45,12 @@ base::StatusOr<std::unique_ptr<MultiTensorPasses>> MultiTensorPasses::Create(Ele
     e = cudaEventCreateWithFlags(ev, cudaEventDisableTiming);
     if (e != cudaSuccess) return CudaStatus("cudaEventCreate", e);
   }
+  // Not cleared: the reduction writes every entry at every step (a memset on
+  // the legacy stream would not be ordered before a non-blocking stream's
+  // kernels anyway).
   const std::size_t result_bytes = passes->result_size() * sizeof(double);
   e = cudaMalloc(reinterpret_cast<void**>(&passes->result_dev_), result_bytes);
   if (e != cudaSuccess) return CudaStatus("cudaMalloc of the statistics buffer", e);
-  e = cudaMemset(passes->result_dev_, 0, result_bytes);
-  if (e != cudaSuccess) return CudaStatus("cudaMemset of the statistics buffer", e);
   e = cudaMallocHost(reinterpret_cast<void**>(&passes->result_host_), result_bytes);
   if (e != cudaSuccess) return CudaStatus("cudaMallocHost of the statistics buffer", e);
   return passes;
@@ -96,7 +58,8 @@ base::StatusOr<std::unique_ptr<MultiTensorPasses>> MultiTensorPasses::Create(Ele
 
 // cudaFree waits for the device, so no kernel still reads what is freed.
 MultiTensorPasses::~MultiTensorPasses() {
-  const DeviceScope scope(device_);
+  DeviceScope scope;
+  (void)scope.Enter(device_);
   if (upload_pending_) cudaEventSynchronize(upload_done_);
   cudaFree(table_dev_);
   cudaFree(partials_dev_);
@@ -108,14 +71,23 @@ MultiTensorPasses::~MultiTensorPasses() {
   }
 }
 
-base::Status MultiTensorPasses::Follow(cudaStream_t stream) {
-  if (have_stream_ && stream != last_stream_) {
-    cudaError_t e = cudaEventRecord(order_, last_stream_);
-    if (e == cudaSuccess) e = cudaStreamWaitEvent(stream, order_, 0);
+base::Status MultiTensorPasses::Begin(DeviceScope& scope, cudaStream_t stream) {
+  GAC_RETURN_IF_ERROR(scope.Enter(device_));
+  GAC_RETURN_IF_ERROR(CheckNotCapturing(stream));
+  // After this object's work on another stream, through the event recorded
+  // there when that work was enqueued (that stream may be gone by now).
+  if (ordered_ && stream != order_stream_) {
+    const cudaError_t e = cudaStreamWaitEvent(stream, order_, 0);
     if (e != cudaSuccess) return CudaStatus("ordering after the previous stream", e);
   }
-  have_stream_ = true;
-  last_stream_ = stream;
+  return base::Status::Ok();
+}
+
+base::Status MultiTensorPasses::Enqueued(cudaStream_t stream) {
+  const cudaError_t e = cudaEventRecord(order_, stream);
+  if (e != cudaSuccess) return CudaStatus("recording the passes' order", e);
+  ordered_ = true;
+  order_stream_ = stream;
   return base::Status::Ok();
 }
 
@@ -132,10 +104,8 @@ base::Status MultiTensorPasses::CheckReady() const {
 }
 
 base::Status MultiTensorPasses::SetTensors(const TensorRef* refs, std::size_t count, cudaStream_t stream) {
-  const DeviceScope scope(device_);
-  if (!scope.status().ok()) return scope.status();
-  base::Status st = Follow(stream);
-  if (!st.ok()) return st;
+  DeviceScope scope;
+  GAC_RETURN_IF_ERROR(Begin(scope, stream));
   base::StatusOr<ChunkTable::Change> change = table_.Update(refs, count);
   if (!change.ok()) {
     have_tensors_ = false;  // no pass may run on the previous list by mistake
@@ -143,14 +113,16 @@ base::Status MultiTensorPasses::SetTensors(const TensorRef* refs, std::size_t co
   }
   if (*change == ChunkTable::Change::kNone) {
     have_tensors_ = true;
-    return base::Status::Ok();
+    return scope.Exit();
   }
+  base::Status st;
   if (*change == ChunkTable::Change::kLayout) st = ReservePartials(stream);
   if (st.ok()) {
     if (table_.fits_inline()) {
       table_.FillInline(inline_.get());
     } else {
       st = Upload(*change, stream);
+      if (st.ok()) st = Enqueued(stream);
     }
   }
   if (!st.ok()) {
@@ -161,7 +133,7 @@ base::Status MultiTensorPasses::SetTensors(const TensorRef* refs, std::size_t co
     return st;
   }
   have_tensors_ = true;
-  return base::Status::Ok();
+  return scope.Exit();
 }
 
 base::Status MultiTensorPasses::ReservePartials(cudaStream_t stream) {
@@ -221,11 +193,9 @@ base::Status MultiTensorPasses::Upload(ChunkTable::Change change, cudaStream_t s
 }
 
 base::Status MultiTensorPasses::EnqueueStatistics(bool with_p, cudaStream_t stream) {
-  const DeviceScope scope(device_);
-  if (!scope.status().ok()) return scope.status();
-  base::Status st = CheckReady();
-  if (st.ok()) st = Follow(stream);
-  if (!st.ok()) return st;
+  DeviceScope scope;
+  GAC_RETURN_IF_ERROR(CheckReady());
+  GAC_RETURN_IF_ERROR(Begin(scope, stream));
   const int num_chunks = static_cast<int>(table_.num_chunks());
   if (num_chunks > 0) {
     const PassArgs args{partials_dev_, 0.0f, with_p ? 1 : 0};
@@ -237,18 +207,18 @@ base::Status MultiTensorPasses::EnqueueStatistics(bool with_p, cudaStream_t stre
   ++launches_;
   const cudaError_t e = kernels::LaunchFinalize(partials_dev_, num_chunks, num_segments_, result_dev_, stream);
   if (e != cudaSuccess) return CudaStatus("launching the statistics reduction", e);
-  return base::Status::Ok();
+  GAC_RETURN_IF_ERROR(Enqueued(stream));
+  return scope.Exit();
 }
 
 base::Status MultiTensorPasses::EnqueueAllReduce(ncclComm_t comm, cudaStream_t stream) {
 #ifdef GAC_CUDA_WITH_NCCL
-  const DeviceScope scope(device_);
-  if (!scope.status().ok()) return scope.status();
-  base::Status st = Follow(stream);
-  if (!st.ok()) return st;
+  DeviceScope scope;
+  GAC_RETURN_IF_ERROR(Begin(scope, stream));
   const ncclResult_t r = ncclAllReduce(result_dev_, result_dev_, result_size(), ncclFloat64, ncclSum, comm, stream);
   if (r != ncclSuccess) return base::Status::Unavailable(std::string("ncclAllReduce: ") + ncclGetErrorString(r));
-  return base::Status::Ok();
+  GAC_RETURN_IF_ERROR(Enqueued(stream));
+  return scope.Exit();
 #else
   (void)comm;
   (void)stream;
@@ -257,26 +227,25 @@ base::Status MultiTensorPasses::EnqueueAllReduce(ncclComm_t comm, cudaStream_t s
 }
 
 base::StatusOr<StatsView> MultiTensorPasses::ReadResult(cudaStream_t stream) {
-  const DeviceScope scope(device_);
-  if (!scope.status().ok()) return scope.status();
-  base::Status st = Follow(stream);
-  if (!st.ok()) return st;
+  DeviceScope scope;
+  GAC_RETURN_IF_ERROR(Begin(scope, stream));
   cudaError_t e =
       cudaMemcpyAsync(result_host_, result_dev_, result_size() * sizeof(double), cudaMemcpyDeviceToHost, stream);
   if (e == cudaSuccess) e = cudaEventRecord(result_ready_, stream);
   if (e == cudaSuccess) e = cudaEventSynchronize(result_ready_);
   if (e != cudaSuccess) return CudaStatus("reading the statistics back", e);
+  // Everything enqueued before, on any stream, is done: `stream` waited for it.
+  ordered_ = false;
+  GAC_RETURN_IF_ERROR(scope.Exit());
   return StatsView{result_host_, num_segments_};
 }
 
 base::Status MultiTensorPasses::LaunchApply(bool project, float coeff, bool snapshot_projected, cudaStream_t stream) {
-  const DeviceScope scope(device_);
-  if (!scope.status().ok()) return scope.status();
-  base::Status st = CheckReady();
-  if (st.ok()) st = Follow(stream);
-  if (!st.ok()) return st;
+  DeviceScope scope;
+  GAC_RETURN_IF_ERROR(CheckReady());
+  GAC_RETURN_IF_ERROR(Begin(scope, stream));
   const int num_chunks = static_cast<int>(table_.num_chunks());
-  if (num_chunks == 0) return base::Status::Ok();
+  if (num_chunks == 0) return scope.Exit();
   const PassArgs args{nullptr, coeff, snapshot_projected ? 1 : 0};
   const InlineTable* inline_table = table_.fits_inline() ? inline_.get() : nullptr;
   ++launches_;
@@ -286,7 +255,8 @@ base::Status MultiTensorPasses::LaunchApply(bool project, float coeff, bool snap
   if (e != cudaSuccess) {
     return CudaStatus(project ? "launching the projection kernel" : "launching the snapshot kernel", e);
   }
-  return base::Status::Ok();
+  GAC_RETURN_IF_ERROR(Enqueued(stream));
+  return scope.Exit();
 }
 
 base::Status MultiTensorPasses::EnqueueProjectSnapshot(float coeff, bool snapshot_projected, cudaStream_t stream) {
@@ -294,5 +264,20 @@ base::Status MultiTensorPasses::EnqueueProjectSnapshot(float coeff, bool snapsho
 }
 
 base::Status MultiTensorPasses::EnqueueSnapshot(cudaStream_t stream) { return LaunchApply(false, 0.0f, false, stream); }
+
+base::Status MultiTensorPasses::EnqueueStridedCopy(const StridedCopyArgs& args, cudaStream_t stream) {
+  if (args.ndim < 0 || args.ndim > kMaxStridedDims || (args.elem_bytes != 2 && args.elem_bytes != 4) || args.n < 0) {
+    return base::Status::InvalidArgument("a strided copy of " + std::to_string(args.ndim) + " dimensions and " +
+                                         std::to_string(args.elem_bytes) + "-byte elements");
+  }
+  if (args.n == 0) return base::Status::Ok();
+  DeviceScope scope;
+  GAC_RETURN_IF_ERROR(Begin(scope, stream));
+  ++launches_;
+  const cudaError_t e = kernels::LaunchStridedCopy(args, stream);
+  if (e != cudaSuccess) return CudaStatus("launching the strided copy", e);
+  GAC_RETURN_IF_ERROR(Enqueued(stream));
+  return scope.Exit();
+}
 
 }  // namespace gac::agent::cuda

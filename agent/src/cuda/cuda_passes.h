@@ -14,9 +14,13 @@
 //   EnqueueProjectSnapshot() or EnqueueSnapshot()   1 launch, not waited for
 //
 // Every call may use a different stream: a call on a new stream is ordered
-// after everything this object enqueued before (an event). The object works
-// on the device that was current at Create() and switches to it for each
-// call. Not thread-safe: one thread (the trainer's) uses it.
+// after everything this object enqueued before, through an event recorded on
+// the earlier stream when that work was enqueued (never later: the caller's
+// stream may be destroyed between calls). The object works on the device
+// that was current at Create() and makes it current for each call, putting
+// back what was current (gac/agent/src/cuda/cuda_util.h). A call on a stream
+// that is capturing a CUDA graph is refused (FailedPrecondition) before
+// anything is enqueued. Not thread-safe: one thread (the trainer's) uses it.
 #ifndef GAC_AGENT_SRC_CUDA_CUDA_PASSES_H_
 #define GAC_AGENT_SRC_CUDA_CUDA_PASSES_H_
 
@@ -34,6 +38,8 @@ typedef struct CUevent_st* cudaEvent_t;
 typedef struct ncclComm* ncclComm_t;
 
 namespace gac::agent::cuda {
+
+class DeviceScope;
 
 // The statistics of a step, as ReadResult() returns them (host copy).
 struct StatsView {
@@ -83,6 +89,10 @@ class MultiTensorPasses {
   base::Status EnqueueProjectSnapshot(float coeff, bool snapshot_projected, cudaStream_t stream);
   // Enqueues p <- g (converted, round to nearest even). Does not wait.
   base::Status EnqueueSnapshot(cudaStream_t stream);
+  // Enqueues the element-by-element copy of `args` (multi_tensor.h; nothing
+  // when args.n is 0). Does not wait. InvalidArgument for more than
+  // kMaxStridedDims dimensions or an element size other than 2 or 4.
+  base::Status EnqueueStridedCopy(const StridedCopyArgs& args, cudaStream_t stream);
 
   // fp64 device buffer of result_size() entries (layout in multi_tensor.h),
   // e.g. for another reducer to all-reduce in place.
@@ -102,8 +112,12 @@ class MultiTensorPasses {
 
  private:
   MultiTensorPasses(int device, ElemType snapshot_type, int num_segments);
-  // Orders work on `stream` after this object's work on the previous stream.
-  base::Status Follow(cudaStream_t stream);
+  // Makes this object's device current in `scope`, refuses a capturing
+  // stream, and orders `stream` after this object's earlier work.
+  base::Status Begin(DeviceScope& scope, cudaStream_t stream);
+  // Records that work was enqueued on `stream` (the event later calls on
+  // other streams wait for).
+  base::Status Enqueued(cudaStream_t stream);
   // Copies the changed tables to the device (device-table mode).
   base::Status Upload(ChunkTable::Change change, cudaStream_t stream);
   // Grows the partials buffer to the current chunk count.
@@ -130,10 +144,10 @@ class MultiTensorPasses {
   double* result_dev_ = nullptr;
   double* result_host_ = nullptr;  // pinned
   cudaEvent_t upload_done_ = nullptr;
-  cudaEvent_t order_ = nullptr;
+  cudaEvent_t order_ = nullptr;  // recorded after the last enqueued work
   cudaEvent_t result_ready_ = nullptr;
-  bool have_stream_ = false;
-  cudaStream_t last_stream_ = nullptr;
+  bool ordered_ = false;         // order_ holds work not yet waited for
+  cudaStream_t order_stream_ = nullptr;  // where order_ was recorded
   std::uint64_t launches_ = 0;
   std::uint64_t table_uploads_ = 0;
 };

@@ -119,8 +119,11 @@ __device__ __forceinline__ void Copy8(const T* src, T* dst) {
   for (int k = 0; k < kWords; ++k) reinterpret_cast<uint4*>(dst)[k] = reinterpret_cast<const uint4*>(src)[k];
 }
 
-__device__ __forceinline__ bool Aligned16(const void* a, const void* b) {
-  return ((reinterpret_cast<std::uintptr_t>(a) | reinterpret_cast<std::uintptr_t>(b)) & 15u) == 0;
+// The scalar prologue of a chunk before its vector path (VectorHead), or -1.
+template <typename G, typename P>
+__device__ __forceinline__ int Head(const G* g, const P* p, int len) {
+  return VectorHead(reinterpret_cast<std::uintptr_t>(g), static_cast<int>(sizeof(G)),
+                    reinterpret_cast<std::uintptr_t>(p), static_cast<int>(sizeof(P)), len);
 }
 
 // Sums v[0..N) over the block's kThreads threads (a multiple of 32, at most

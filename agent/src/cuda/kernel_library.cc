@@ -27,13 +27,14 @@ enum Kernel {
   kProject = kStats + 4,
   kSnapshot = kProject + 4,
   kFinalize = kSnapshot + 4,
+  kStridedCopy,
   kNumKernels,
 };
 constexpr const char* kNames[kNumKernels] = {
     "gac_stats_f32_inline",    "gac_stats_f32_device",    "gac_stats_bf16_inline",    "gac_stats_bf16_device",
     "gac_project_f32_inline",  "gac_project_f32_device",  "gac_project_bf16_inline",  "gac_project_bf16_device",
     "gac_snapshot_f32_inline", "gac_snapshot_f32_device", "gac_snapshot_bf16_inline", "gac_snapshot_bf16_device",
-    "gac_finalize"};
+    "gac_finalize",            "gac_strided_copy"};
 
 struct Library {
   cudaError_t error = cudaSuccess;
@@ -95,6 +96,11 @@ cudaError_t LaunchProjectSnapshot(ElemType pt, const InlineTable* table, const D
 cudaError_t LaunchSnapshot(ElemType pt, const InlineTable* table, const DeviceTable& device_table, const PassArgs& args,
                            int num_chunks, cudaStream_t stream) {
   return LaunchTablePass(kSnapshot, pt, table, device_table, args, num_chunks, stream);
+}
+
+cudaError_t LaunchStridedCopy(const StridedCopyArgs& args, cudaStream_t stream) {
+  void* params[] = {const_cast<StridedCopyArgs*>(&args)};
+  return Launch(kStridedCopy, StridedCopyBlocks(args.n), kBlockThreads, params, stream);
 }
 
 }  // namespace kernels

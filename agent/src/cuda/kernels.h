@@ -29,6 +29,9 @@ cudaError_t LaunchProjectSnapshot(ElemType pt, const InlineTable* table, const D
 cudaError_t LaunchSnapshot(ElemType pt, const InlineTable* table, const DeviceTable& device_table, const PassArgs& args,
                            int num_chunks, cudaStream_t stream);
 
+// The element-by-element copy of StridedCopyArgs (args.n > 0).
+cudaError_t LaunchStridedCopy(const StridedCopyArgs& args, cudaStream_t stream);
+
 }  // namespace gac::agent::cuda::kernels
 
 #endif  // GAC_AGENT_SRC_CUDA_KERNELS_H_

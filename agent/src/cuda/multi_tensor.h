@@ -50,6 +50,9 @@ struct TensorRef {
   std::int64_t n = 0;  // elements; 0: skipped
   ElemType gt = ElemType::kF32;
   std::int32_t segment = -1;  // also summed into this segment; -1: none
+  // False: left out of the statistics (another rank counts the same values),
+  // still projected and snapshotted.
+  bool counted = true;
 };
 
 // Elements per chunk. Chunk offsets are multiples of 16 bytes for every
@@ -70,9 +73,13 @@ struct TensorDesc {
   void* p;
   std::int64_t n;
   std::int32_t segment;
-  std::uint8_t gt;  // ElemType
-  std::uint8_t reserved[3];
+  std::uint8_t gt;     // ElemType
+  std::uint8_t flags;  // kTensorUncounted
+  std::uint8_t reserved[2];
 };
+// TensorDesc::flags: the statistics pass writes zero partials for the
+// tensor's chunks without reading them (TensorRef::counted false).
+constexpr std::uint8_t kTensorUncounted = 1;
 static_assert(sizeof(TensorDesc) == 32, "TensorDesc is read as 32 bytes");
 
 // Elements [chunk * kChunkElements, min(n, (chunk + 1) * kChunkElements)) of
@@ -118,6 +125,31 @@ struct PassArgs {
 static_assert(sizeof(InlineTable) + sizeof(PassArgs) <= kKernelParamBytes,
               "the inline table must fit the kernel-parameter limit");
 
+// A gradient that is not dense in its snapshot slice's layout (a strided
+// view, or a layout that changed since the first step) is copied into
+// scratch memory in row-major index order, and back after the apply pass,
+// element by element: dst[Σ idx·dst_strides] = src[Σ idx·src_strides] for
+// every index idx of `sizes` (strides in elements).
+constexpr int kMaxStridedDims = 8;
+struct StridedCopyArgs {
+  const void* src;
+  void* dst;
+  std::int64_t n;           // elements: the product of sizes
+  std::int32_t ndim;        // at most kMaxStridedDims
+  std::int32_t elem_bytes;  // 2 or 4
+  std::int64_t sizes[kMaxStridedDims];
+  std::int64_t src_strides[kMaxStridedDims];
+  std::int64_t dst_strides[kMaxStridedDims];
+};
+static_assert(sizeof(StridedCopyArgs) <= kKernelParamBytes, "the copy's arguments must fit the parameter limit");
+
+// Blocks of a strided copy of n > 0 elements: a thread per element, at most
+// 65,535 blocks (a grid-stride loop covers the rest).
+GAC_HOST_DEVICE int StridedCopyBlocks(std::int64_t n) {
+  const std::int64_t blocks = (n + kBlockThreads - 1) / kBlockThreads;
+  return blocks < 65535 ? static_cast<int>(blocks) : 65535;
+}
+
 GAC_HOST_DEVICE std::int64_t ChunkOffset(const ChunkDesc& c) {
   return static_cast<std::int64_t>(c.chunk) * kChunkElements;
 }
@@ -128,19 +160,44 @@ GAC_HOST_DEVICE int ChunkLength(const TensorDesc& t, const ChunkDesc& c) {
   return rest < kChunkElements ? static_cast<int>(rest) : kChunkElements;
 }
 
+// Where the vector path of a chunk starts: the fewest elements (fewer than
+// kVecElements) after which both its gradient (at address g, elements of
+// g_size bytes) and its snapshot (p, p_size) sit on a 16-byte boundary, at
+// most len; -1 when there is none (the chunk takes the scalar path). Views
+// into flat buffers (DDP buckets, FSDP1, DeepSpeed) are often 2- or 4-byte
+// aligned, so the snapshot slice is placed with the gradient's misalignment
+// (plan.cc) and only this prologue is scalar. Without a snapshot, pass g
+// for p.
+GAC_HOST_DEVICE int VectorHead(std::uintptr_t g, int g_size, std::uintptr_t p, int p_size, int len) {
+  const int to_boundary = static_cast<int>((16 - (g & 15u)) & 15u);
+  if (to_boundary % g_size != 0) return -1;
+  for (int head = to_boundary / g_size; head < kVecElements; head += 16 / g_size) {
+    if (((p + static_cast<std::uintptr_t>(head) * static_cast<std::uintptr_t>(p_size)) & 15u) == 0) {
+      return head < len ? head : len;
+    }
+  }
+  return -1;
+}
+
 // Hands thread `tid` of `threads` its elements of a chunk of `len` elements:
-//  - with `vector` (both arrays 16-byte aligned at the chunk start), groups of
-//    kVecElements elements at offsets i = kVecElements * (tid + k * threads)
-//    through v.Vector(i), up to the last whole group;
+//  - with a vector path (head >= 0, from VectorHead): elements [0, head), one
+//    each to threads [0, head), through v.Scalar(i, 0); then groups of
+//    kVecElements elements at offsets i = head + kVecElements * (tid + k *
+//    threads) through v.Vector(i), up to the last whole group;
 //  - then every remaining element i through v.Scalar(i, lane), lane in
 //    [0, kVecElements): one pass hands a thread up to kVecElements elements
 //    threads apart, so a warp's accesses stay contiguous and the lane is a
 //    compile-time constant after unrolling (accumulators stay in registers).
 // Every element of [0, len) is handed out exactly once over all threads.
+// REQUIRES: head < threads.
 template <typename Visitor>
-GAC_HOST_DEVICE void VisitChunk(int tid, int threads, int len, bool vector, Visitor& v) {
-  const int vec_end = vector ? len / kVecElements * kVecElements : 0;
-  for (int i = tid * kVecElements; i < vec_end; i += threads * kVecElements) v.Vector(i);
+GAC_HOST_DEVICE void VisitChunk(int tid, int threads, int len, int head, Visitor& v) {
+  int vec_end = 0;
+  if (head >= 0) {
+    if (tid < head) v.Scalar(tid, 0);
+    vec_end = head + (len - head) / kVecElements * kVecElements;
+    for (int i = head + tid * kVecElements; i < vec_end; i += threads * kVecElements) v.Vector(i);
+  }
   for (int base = vec_end + tid; base < len; base += threads * kVecElements) {
     GAC_UNROLL
     for (int lane = 0; lane < kVecElements; ++lane) {

@@ -58,8 +58,8 @@ template <typename G, typename P, bool kWithP>
 __device__ __forceinline__ void ChunkStats(const G* g, const P* p, int len, float (&out)[3]) {
   StatsVisitor<G, P, kWithP> v{g, p, {}, {}, {}};
   // p is not read without kWithP, so only g's alignment matters then.
-  const void* other = kWithP ? static_cast<const void*>(p) : static_cast<const void*>(g);
-  VisitChunk(static_cast<int>(threadIdx.x), kBlockThreads, len, device::Aligned16(g, other), v);
+  const int head = kWithP ? device::Head(g, p, len) : device::Head(g, g, len);
+  VisitChunk(static_cast<int>(threadIdx.x), kBlockThreads, len, head, v);
   out[0] = SumLanes(v.dot);
   out[1] = SumLanes(v.gg);
   out[2] = SumLanes(v.pp);
@@ -69,6 +69,10 @@ template <typename P, typename Table>
 __device__ __forceinline__ void Stats(const Table& table, const PassArgs& args) {
   const ChunkDesc c = table.chunks[blockIdx.x];
   const TensorDesc t = table.tensors[c.tensor];
+  if ((t.flags & kTensorUncounted) != 0) {  // another rank counts it; the whole block returns here
+    if (threadIdx.x == 0) args.partials[blockIdx.x] = ChunkPartial{0.0f, 0.0f, 0.0f, t.segment};
+    return;
+  }
   const std::int64_t offset = ChunkOffset(c);
   const int len = ChunkLength(t, c);
   const P* p = static_cast<const P*>(t.p) + offset;
@@ -99,16 +103,35 @@ GAC_STATS_KERNEL(gac_stats_bf16_inline, device::Bf16, InlineTable)
 GAC_STATS_KERNEL(gac_stats_bf16_device, device::Bf16, DeviceTable)
 #undef GAC_STATS_KERNEL
 
-// Block b sums the chunks of segment b - 1 (block 0: all chunks) in fp64;
-// block 0 also counts the non-finite partials.
+// The first of partials[0, num_chunks) whose segment is >= s: the partials
+// are in segment order (ChunkTable orders the chunks so).
+__device__ __forceinline__ int FirstOfSegment(const ChunkPartial* __restrict__ partials, int num_chunks, int s) {
+  int lo = 0;
+  int hi = num_chunks;
+  while (lo < hi) {
+    const int mid = lo + (hi - lo) / 2;
+    if (partials[mid].segment < s) {
+      lo = mid + 1;
+    } else {
+      hi = mid;
+    }
+  }
+  return lo;
+}
+
+// Block 0 sums every chunk in fp64 and counts the non-finite partials; block
+// b > 0 sums the chunks of segment b - 1, a contiguous range it finds by
+// binary search. Linear in chunks + segments (each chunk is read by block 0
+// and by its segment's block).
 extern "C" __global__ void __launch_bounds__(kFinalizeThreads)
     gac_finalize(const ChunkPartial* __restrict__ partials, int num_chunks, int num_segments,
                  double* __restrict__ out) {
   const int segment = static_cast<int>(blockIdx.x) - 1;
+  const int first = segment < 0 ? 0 : FirstOfSegment(partials, num_chunks, segment);
+  const int end = segment < 0 ? num_chunks : FirstOfSegment(partials, num_chunks, segment + 1);
   double sums[4] = {0.0, 0.0, 0.0, 0.0};
-  for (int c = static_cast<int>(threadIdx.x); c < num_chunks; c += kFinalizeThreads) {
+  for (int c = first + static_cast<int>(threadIdx.x); c < end; c += kFinalizeThreads) {
     const ChunkPartial q = partials[c];
-    if (segment >= 0 && q.segment != segment) continue;
     sums[0] += q.dot;
     sums[1] += q.gg;
     sums[2] += q.pp;
@@ -116,10 +139,10 @@ extern "C" __global__ void __launch_bounds__(kFinalizeThreads)
   }
   BlockSum<kFinalizeThreads>(sums);
   if (threadIdx.x != 0) return;
-  const std::size_t first = segment < 0 ? kResultDot : ResultSegment(segment);
-  out[first + 0] = sums[0];
-  out[first + 1] = sums[1];
-  out[first + 2] = sums[2];
+  const std::size_t at = segment < 0 ? kResultDot : ResultSegment(segment);
+  out[at + 0] = sums[0];
+  out[at + 1] = sums[1];
+  out[at + 2] = sums[2];
   if (segment < 0) out[ResultNonFinite(num_segments)] = sums[3];
 }
 

@@ -5,14 +5,23 @@
 
 #include <string>
 
+#include "agent/src/cuda/cuda_util.h"
+
 namespace gac::agent {
+
+using cuda::DeviceScope;
 
 base::StatusOr<std::unique_ptr<NcclReducer>> NcclReducer::Create(ncclComm_t comm, cudaStream_t stream) {
   int rank = 0;
   int size = 0;
-  if (ncclCommUserRank(comm, &rank) != ncclSuccess || ncclCommCount(comm, &size) != ncclSuccess) {
+  int device = -1;
+  if (ncclCommUserRank(comm, &rank) != ncclSuccess || ncclCommCount(comm, &size) != ncclSuccess ||
+      ncclCommCuDevice(comm, &device) != ncclSuccess) {
     return base::Status::InvalidArgument("NCCL communicator is not valid");
   }
+  // The buffer and the event on the communicator's device, whatever is current.
+  DeviceScope scope;
+  GAC_RETURN_IF_ERROR(scope.Enter(device));
   void* buf = nullptr;
   cudaError_t err = cudaMalloc(&buf, kInitialValues * sizeof(double));
   if (err != cudaSuccess) {
@@ -24,15 +33,21 @@ base::StatusOr<std::unique_ptr<NcclReducer>> NcclReducer::Create(ncclComm_t comm
     cudaFree(buf);
     return base::Status::Unavailable(std::string("cudaEventCreate for the NCCL reducer failed: ") + cudaGetErrorString(err));
   }
-  return std::unique_ptr<NcclReducer>(new NcclReducer(comm, stream, static_cast<double*>(buf), order, rank, size));
+  GAC_RETURN_IF_ERROR(scope.Exit());
+  return std::unique_ptr<NcclReducer>(
+      new NcclReducer(comm, stream, device, static_cast<double*>(buf), order, rank, size));
 }
 
 NcclReducer::~NcclReducer() {
+  DeviceScope scope;
+  (void)scope.Enter(device_);
   cudaFree(device_buf_);
   cudaEventDestroy(order_);
 }
 
 base::Status NcclReducer::AllReduceSum(double* values, std::size_t n) {
+  DeviceScope scope;
+  GAC_RETURN_IF_ERROR(scope.Enter(device_));
   if (n > capacity_) {
     // Every call ends with a wait on stream_, so the old buffer is idle.
     void* buf = nullptr;
@@ -52,7 +67,7 @@ base::Status NcclReducer::AllReduceSum(double* values, std::size_t n) {
   err = cudaMemcpyAsync(values, device_buf_, bytes, cudaMemcpyDeviceToHost, stream_);
   if (err == cudaSuccess) err = cudaStreamSynchronize(stream_);
   if (err != cudaSuccess) return base::Status::Unavailable(std::string("NCCL reducer copy-back: ") + cudaGetErrorString(err));
-  return base::Status::Ok();
+  return scope.Exit();
 }
 
 namespace {
@@ -70,6 +85,8 @@ base::Status Order(cudaEvent_t event, cudaStream_t earlier, cudaStream_t later) 
 base::Status NcclReducer::AllReduceSumDevice(double* device_values, std::size_t n, cudaStream_t stream) {
   // On the trainer's stream, as every collective of this communicator: after
   // what `stream` has enqueued (the values), and before what it enqueues next.
+  DeviceScope scope;
+  GAC_RETURN_IF_ERROR(scope.Enter(device_));
   const bool other_stream = stream != stream_;
   if (other_stream) {
     base::Status st = Order(order_, stream, stream_);
@@ -77,7 +94,8 @@ base::Status NcclReducer::AllReduceSumDevice(double* device_values, std::size_t 
   }
   const ncclResult_t r = ncclAllReduce(device_values, device_values, n, ncclFloat64, ncclSum, comm_, stream_);
   if (r != ncclSuccess) return base::Status::Unavailable(std::string("ncclAllReduce: ") + ncclGetErrorString(r));
-  return other_stream ? Order(order_, stream_, stream) : base::Status::Ok();
+  if (other_stream) GAC_RETURN_IF_ERROR(Order(order_, stream_, stream));
+  return scope.Exit();
 }
 
 }  // namespace gac::agent

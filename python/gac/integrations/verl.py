@@ -46,10 +46,11 @@ if TYPE_CHECKING:
 _GAC_OPTIONS = ("gac_control", "gac_mode", "gac_warmup", "gac_c_low", "gac_c_high", "gac_alpha_mode",
                 "gac_snapshot_dtype", "gac_trigger", "gac_window", "gac_window_c_low", "gac_window_c_high",
                 "gac_address", "gac_run", "gac_token", "gac_tls", "gac_deadline", "gac_spool_dir", "gac_all_ranks",
-                "gac_skip_window", "gac_max_grad_norm", "gac_spike_sigma", "gac_spike_window", "gac_spike_warmup")
+                "gac_skip_window", "gac_max_grad_norm", "gac_spike_sigma", "gac_spike_window", "gac_spike_warmup",
+                "gac_passes")
 # gac.Agent's options passed on as they are (gac_<name> -> name).
 _AGENT_OPTIONS = ("c_low", "c_high", "alpha_mode", "snapshot_dtype", "trigger", "window", "window_c_low",
-                  "window_c_high", "max_grad_norm", "spike_sigma", "spike_window", "spike_warmup")
+                  "window_c_high", "max_grad_norm", "spike_sigma", "spike_window", "spike_warmup", "passes")
 
 
 class AdamW(torch.optim.AdamW):  # type: ignore[misc, unused-ignore]  # (torch unanalysed: Any)
@@ -58,7 +59,7 @@ class AdamW(torch.optim.AdamW):  # type: ignore[misc, unused-ignore]  # (torch u
     gac_control, gac_mode, gac_warmup, gac_c_low, gac_c_high,
     gac_alpha_mode, gac_snapshot_dtype, gac_trigger, gac_window,
     gac_window_c_low, gac_window_c_high, gac_skip_window, gac_max_grad_norm,
-    gac_spike_sigma, gac_spike_window, gac_spike_warmup: as
+    gac_spike_sigma, gac_spike_window, gac_spike_warmup, gac_passes: as
     :func:`gac.attach`'s control, mode, warmup, c_low, ... (observing unless
     control, or the spike guard, is asked for).
     gac_address, gac_run: stream every step to gacd (rank 0 only unless

@@ -7,7 +7,9 @@
 #include <cstdint>
 #include <cstdio>
 #include <functional>
+#include <memory>
 #include <string>
+#include <vector>
 
 #include "gac/controller/calibration.h"
 #include "gac/controller/controller.h"
@@ -24,6 +26,7 @@
 #include "gac/base/thread_annotations.h"
 #include "gac/agent/core.h"
 #include "gac/agent/cuda_info.h"
+#include "gac/agent/front_passes.h"
 #include "gac/agent/options.h"
 #ifdef CONSUMER_WITH_AGENT
 #include <ATen/ATen.h>
@@ -187,6 +190,27 @@ int main(int argc, char** argv) {
     Check(core.ok() && (*core)->Step(1, buffer).ok(), "AgentCore::Step 1");
     auto r = core.ok() ? (*core)->Step(2, buffer) : gac::base::Status::Internal("no core");
     Check(r.ok() && r->decision.cosine && std::fabs(*r->decision.cosine - 1.0) < 1e-6, "AgentCore: cosine of equal gradients");
+
+    // The front's own passes (FrontPasses): here a constant |g|^2 of 4.
+    struct Front final : gac::agent::FrontPasses {
+      gac::base::Status Statistics(const std::vector<char>&, bool, double* out) override {
+        out[0] = out[2] = 0.0;
+        out[1] = 4.0;
+        return gac::base::Status::Ok();
+      }
+      gac::base::Status Apply(bool, float, bool) override { return gac::base::Status::Ok(); }
+      std::int64_t snapshot_bytes() const override { return 0; }
+      const char* name() const override { return "consumer"; }
+    };
+    gac::agent::AgentOptions front_options;
+    front_options.passes = gac::agent::PassesChoice::kFront;
+    front_options.front_passes = [](const gac::agent::FrontPassesRequest&)
+        -> gac::base::StatusOr<std::unique_ptr<gac::agent::FrontPasses>> {
+      return std::unique_ptr<gac::agent::FrontPasses>(new Front());
+    };
+    auto front = gac::agent::AgentCore::Create(front_options);
+    auto f = front.ok() ? (*front)->Step(1, buffer) : gac::base::Status::Internal("no core");
+    Check(f.ok() && f->passes == "consumer" && f->decision.grad_norm == 2.0, "AgentCore on the front's passes");
   }
 #ifdef CONSUMER_WITH_AGENT
   {

@@ -14,6 +14,8 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "gac/agent/options.h"
 #include "gac/base/status.h"
@@ -111,6 +113,10 @@ class AgentCore {
   const controller::TriggeredController& triggered() const { return triggered_; }
   std::int64_t snapshot_bytes() const;
   const char* kernel_isa() const;
+  // Warnings for the trainer since the last call (e.g. gac's GPU kernels set
+  // aside after disagreeing with the front's passes on their first steps);
+  // the Python front turns each into a Python warning.
+  std::vector<std::string> TakeWarnings() { return std::exchange(warnings_, {}); }
 
  private:
   AgentCore(AgentOptions options, controller::TriggeredController triggered);
@@ -136,6 +142,7 @@ class AgentCore {
   std::unique_ptr<ThreadPool> pool_;
   std::uint64_t fallbacks_ = 0;
   void* stream_ = nullptr;  // the step's CUDA stream (device plans)
+  std::vector<std::string> warnings_;
 };
 
 }  // namespace gac::agent

@@ -23,8 +23,10 @@ namespace gac::agent {
 
 class NcclReducer final : public DeviceReducer {
  public:
-  // Does not take ownership of comm or stream. Creation fails when the CUDA
-  // device buffer cannot be allocated or the communicator is invalid.
+  // Does not take ownership of comm or stream. Works on the communicator's
+  // device (its buffer and event live there; each call makes it current and
+  // puts back what was). Creation fails when the CUDA device buffer cannot
+  // be allocated or the communicator is invalid.
   static base::StatusOr<std::unique_ptr<NcclReducer>> Create(ncclComm_t comm, cudaStream_t stream);
   ~NcclReducer() override;
 
@@ -34,14 +36,21 @@ class NcclReducer final : public DeviceReducer {
   int world_size() const override { return world_size_; }
 
  private:
-  NcclReducer(ncclComm_t comm, cudaStream_t stream, double* device_buf, cudaEvent_t order, int rank,
+  NcclReducer(ncclComm_t comm, cudaStream_t stream, int device, double* device_buf, cudaEvent_t order, int rank,
               int world_size)
-      : comm_(comm), stream_(stream), device_buf_(device_buf), order_(order), rank_(rank), world_size_(world_size) {}
+      : comm_(comm),
+        stream_(stream),
+        device_(device),
+        device_buf_(device_buf),
+        order_(order),
+        rank_(rank),
+        world_size_(world_size) {}
 
   static constexpr std::size_t kInitialValues = 8;
 
   ncclComm_t comm_;
   cudaStream_t stream_;
+  int device_;  // the communicator's
   double* device_buf_;
   std::size_t capacity_ = kInitialValues;  // doubles in device_buf_
   cudaEvent_t order_;  // orders the caller's stream and stream_ (device path)

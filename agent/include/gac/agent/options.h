@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "gac/agent/front_passes.h"
 #include "gac/agent/reducer.h"
 #include "gac/controller/controller.h"
 #include "gac/controller/decision_source.h"
@@ -24,11 +25,32 @@ enum class ReferencePolicy : std::uint8_t {
   kAppliedUpdate = 1,  // the previous applied (projected) gradient; unchanged by a skip
 };
 
+// Which passes read and write the gradients (the report's `passes` says
+// which ran: "cpu", "cuda" or the front's name, "torch" in Python).
+enum class PassesChoice : std::uint8_t {
+  // gac's kernels where it has them (the CPU; a CUDA GPU its kernels carry an
+  // image for), checked against the front's passes on their first steps on
+  // each GPU when the front gives them (AgentOptions::front_passes); the
+  // front's passes on any other device.
+  kAuto = 0,
+  kKernels = 1,  // gac's kernels only: Unimplemented where there are none
+  kFront = 2,    // the front's passes on every device, the CPU included
+};
+
 // (The deprecated member `groups` would make the compiler warn wherever the
 // implicit constructors are used; only a use of `groups` itself should.)
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wdeprecated-declarations"
 struct AgentOptions {
+  // Defined here, where the deprecation warning of `groups` is off (GCC would
+  // warn wherever it generates them otherwise).
+  AgentOptions() = default;
+  ~AgentOptions() = default;
+  AgentOptions(const AgentOptions&) = default;
+  AgentOptions(AgentOptions&&) = default;
+  AgentOptions& operator=(const AgentOptions&) = default;
+  AgentOptions& operator=(AgentOptions&&) = default;
+
   controller::Thresholds thresholds;
   controller::AlphaMode alpha_mode = controller::AlphaMode::kPaper;
   controller::Mode mode = controller::Mode::kLocal;
@@ -49,6 +71,10 @@ struct AgentOptions {
   // rank decides alike.
   controller::SpikeSettings spike;
   SnapshotDtype snapshot_dtype = SnapshotDtype::kFloat32;
+  PassesChoice passes = PassesChoice::kAuto;
+  // The front's own passes (gac/agent/front_passes.h): the Python package's
+  // torch operations. Null in the C++ fronts.
+  FrontPassesFactory front_passes;
   ReferencePolicy reference = ReferencePolicy::kRawGradient;
   // Threads for the passes, the caller included; 0 = hardware threads, at most 8.
   int num_threads = 0;
@@ -72,6 +98,13 @@ struct AgentOptions {
   };
   using ParameterGroup [[deprecated("use AgentOptions::LayerSpec")]] = LayerSpec;
   std::vector<LayerSpec> layers;
+  // Parameters (indices into Step()'s list) this rank holds but leaves out of
+  // its statistics, because another rank of the reducer's group holds the
+  // same values and counts them (a DTensor replicated over a mesh dimension
+  // the group spans, a tensor-parallel duplicate, a weight tied across
+  // pipeline stages): every value is then counted once by one SUM. They are
+  // still projected and snapshotted like the others.
+  std::vector<int> uncounted;
   // The former name of `layers`: Agent::Create moves it into `layers` when
   // `layers` is empty (InvalidArgument when both are given).
   [[deprecated("use AgentOptions::layers")]] std::vector<LayerSpec> groups;

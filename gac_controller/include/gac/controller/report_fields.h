@@ -78,7 +78,7 @@ struct ReportField {
   const DecisionSlot* decided = nullptr;  // unless the remote decision carries it
 };
 
-inline constexpr std::size_t kReportFieldCount = 31;
+inline constexpr std::size_t kReportFieldCount = 32;
 extern const ReportField kReportFields[kReportFieldCount];
 
 // The row named `name`, or nullptr.

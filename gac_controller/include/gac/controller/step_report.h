@@ -58,6 +58,9 @@ struct StepReport {
   std::int64_t elements = 0;         // local gradient elements read
   std::int32_t tensors = 0;          // tensors with a gradient this step
   std::int32_t strided_tensors = 0;  // tensors that took the strided path
+  // Which passes read the gradients: "cpu" or "cuda" (gac's kernels), or
+  // the front's own (gac/agent/front_passes.h): "torch" in Python.
+  std::string passes;
   double stats_seconds = 0.0;        // statistics pass and all-reduce
   double decide_seconds = 0.0;       // remote decision (remote mode)
   double apply_seconds = 0.0;        // projection / snapshot pass (CUDA: enqueueing it)

@@ -25,6 +25,8 @@
 #              --no-index --no-deps), which sees the machine's torch
 #              (a .pth file if the interpreter is itself a venv)                env.txt
 #   gac        python -m gac --json: gac's kernels on this GPU                  gac.json
+#   selftest   python -m gac --selftest --json: the kernels and the torch-ops
+#              path on every device against fp64, and their step times       selftest.json
 #   cuda_test  the torch-free CUDA tests                                        cuda_test.log
 #   pytest     tests/python/test_cuda.py on the installed wheel                 pytest.log
 #   sanitize   compute-sanitizer memcheck, racecheck, synccheck on cuda_test
@@ -163,7 +165,7 @@ find "$out" -mindepth 1 -delete  # the folder itself may be the machine's
 summary=$out/summary.txt
 scratch=$(mktemp -d)
 trap 'rm -rf "$scratch"' EXIT
-steps=${GAC_LEASE_STEPS:-gac cuda_test pytest sanitize bench}
+steps=${GAC_LEASE_STEPS:-gac selftest cuda_test pytest sanitize bench}
 want() { [[ " $steps " == *" $1 "* ]]; }
 failed=() incomplete=()
 
@@ -343,6 +345,27 @@ EOF
   ok=$rc
   [ "$mode" = run ] && ! grep -q '"kernels_run": true' "$out/gac.json" && ok=1
   verdict gac "$ok" "$detail"
+fi
+
+# --- selftest ------------------------------------------------------------------
+if want selftest; then
+  run_timed selftest 90 "$scratch/selftest.err" "$vpy" -m gac --selftest --json
+  sed -n '/^{/,/^}/p' "$scratch/selftest.err" > "$out/selftest.json"
+  detail=$("$vpy" - "$out/selftest.json" <<'EOF' 2>&1
+import json, sys
+s = json.load(open(sys.argv[1]))["selftest"]
+rows = {}
+for r in s["results"]:
+    key = f"{r['device']} {r['path']}"
+    ok, worst = rows.get(key, (True, 0.0))
+    rows[key] = (ok and r["ok"], max(worst, r.get("stats_relative_error", float("inf"))))
+print("; ".join(f"{k}: {'ok' if ok else 'OFF'} (stats {w:.1e})" for k, (ok, w) in rows.items())
+      + f"; problems: {s['problems'] or 'none'}")
+EOF
+)
+  ok=$rc
+  [ "$mode" = run ] && ! grep -q '"cuda' "$out/selftest.json" && ok=1  # the GPU must be among the devices
+  verdict selftest "$ok" "$detail"
 fi
 
 # --- cuda_test -----------------------------------------------------------------

@@ -10,7 +10,7 @@ rank's GPU for NCCL, the CPU for Gloo).
 from __future__ import annotations
 
 from typing import (TYPE_CHECKING, Any, Callable, Dict, List, Mapping, NamedTuple, Optional, Protocol, Sequence,
-                    Set, Union, cast)
+                    Set, Tuple, Union, cast)
 
 if TYPE_CHECKING:
     import torch
@@ -185,8 +185,12 @@ def plan_reduction(params: Sequence[object], process_group: Optional[object] = N
         return rank not in holders or min(holders) == rank
 
     uncounted = []
+    lowest: Dict[Tuple[int, Tuple[int, ...]], int] = {}  # (mesh, its sharded dimensions) -> the lowest holder
     for i, p in dtensors:
-        if _lowest_holder(i, p, members) != rank or not lowest_of(replicas.get(i)):
+        key = (id(p.device_mesh), tuple(d for d, pl in enumerate(p.placements) if pl.is_shard()))
+        if key not in lowest:
+            lowest[key] = _lowest_holder(i, p, members)
+        if lowest[key] != rank or not lowest_of(replicas.get(i)):
             uncounted.append(i)
     for i in plain:
         if not lowest_of(replicas.get(i)):

@@ -1,6 +1,7 @@
 """The package on CUDA tensors: gac.Agent against the fp64 reference with
 the parameters and gradients on the GPU (test_agent's parity run, every
-dtype and layout), the passes on the caller's current stream, and
+dtype and layout), through gac's kernels and through the torch-ops path, the
+kernels' first-contact check, the passes on the caller's current stream, and
 gac.attach on a CUDA model trained on a side stream.
 
 Every test here needs a CUDA device and skips without one (this machine's
@@ -40,6 +41,30 @@ def test_parity_on_cuda(mode: str, alpha_mode: str, options: Dict[str, Any]) -> 
 def test_windowed_trigger_on_cuda() -> None:
     regimes = run_parity("local", "paper", rhos=WINDOW_RHOS, poison_at=(9,), device="cuda", **WINDOW)
     assert {"safe", "project", "skip", "invalid"} <= set(regimes), regimes
+
+
+@pytest.mark.parametrize("mode", ["local", "monitor"])
+def test_torch_ops_path_on_cuda(mode: str) -> None:
+    # The portable path on CUDA tensors: fp64's results, as on the CPU.
+    regimes = run_parity(mode, "paper", poison_at=(5,), device="cuda", passes="torch")
+    assert {"project", "skip", "invalid"} <= set(regimes), regimes
+
+
+def test_the_kernels_pass_their_first_contact_check_here() -> None:
+    # gac's CUDA kernels against the torch-ops path on this GPU's first steps:
+    # no warning, and the kernels keep running (a disagreement would make
+    # report.passes "torch" with a RuntimeWarning).
+    import warnings
+
+    params = [torch.nn.Parameter(torch.zeros(n, device="cuda")) for n in (4096, 123_457, 7)]
+    agent = gac.Agent()
+    gen = torch.Generator(device="cuda").manual_seed(3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        for step in range(1, 4):
+            for p in params:
+                p.grad = torch.randn(p.shape, device="cuda", generator=gen)
+            assert agent.step(step, params).passes == "cuda"
 
 
 def _cosine64(a: List[torch.Tensor], b: List[torch.Tensor]) -> float:

@@ -609,6 +609,60 @@ TEST_F(EmulatedGpuTest, WorkOnDevice1CreatesNoContextOnDevice0) {
   std::thread([&] { agent.reset(); grads.reset(); }).join();
 }
 
+// A device switch that fails is the step's error, and the step changes nothing.
+TEST_F(EmulatedGpuTest, AFailedDeviceSwitchIsAnErrorAndChangesNothing) {
+  gac_cuda_emu::SetDeviceCount(2);
+  const std::vector<Layout> layouts = MixedLayouts();
+  Gradients grads(layouts, Gpu(1));
+  std::unique_ptr<AgentCore> agent = MakeAgent(Options(controller::Mode::kLocal));
+  Draws draws(layouts, 6);
+  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);  // the trainer's thread works on another device
+  grads.Write(draws.Next(0.0));
+  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+  ASSERT_TRUE(agent->Step(1, grads).ok());
+  grads.Write(draws.Next(0.15));
+  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+  const std::vector<std::vector<std::uint8_t>> before = grads.Bytes();
+  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+  gac_cuda_emu::InjectFault(gac_cuda_emu::Call::kSetDevice, cudaErrorDevicesUnavailable);
+  base::StatusOr<controller::StepReport> r = agent->Step(2, grads);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("selecting CUDA device 1"), std::string::npos) << r.status().ToString();
+  EXPECT_EQ(r.status().code(), base::StatusCode::kUnavailable);
+  gac_cuda_emu::ClearFaults();
+  EXPECT_EQ(grads.Bytes(), before);
+  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+  r = agent->Step(2, grads);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->decision.regime, controller::Regime::kProject);
+  int device = -1;
+  ASSERT_EQ(cudaGetDevice(&device), cudaSuccess);
+  EXPECT_EQ(device, 0) << "the thread's device was not put back";
+}
+
+// Each step on a stream of its own that the trainer destroys after it (as a
+// torch ExternalStream may be): gac orders later work through an event it
+// recorded when it enqueued, never on a stream that may be gone.
+TEST_F(EmulatedGpuTest, AStreamDestroyedBetweenStepsIsNoError) {
+  const std::vector<Layout> layouts = MixedLayouts();
+  Gradients grads(layouts, Gpu());
+  std::unique_ptr<AgentCore> agent = MakeAgent(Options(controller::Mode::kLocal));
+  Draws draws(layouts, 10);
+  std::vector<std::string> regimes;
+  for (std::int64_t step = 1; step <= 5; ++step) {
+    grads.Write(draws.Next(step % 2 == 0 ? 0.15 : 0.02));
+    cudaStream_t s = nullptr;
+    ASSERT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
+    grads.SetStream(s);
+    base::StatusOr<controller::StepReport> r = agent->Step(step, grads);
+    ASSERT_TRUE(r.ok()) << "step " << step << ": " << r.status().ToString();
+    regimes.push_back(controller::RegimeName(r->decision.regime));
+    ASSERT_EQ(cudaStreamDestroy(s), cudaSuccess);  // the projection may still be pending on it
+    grads.SetStream(nullptr);
+  }
+  EXPECT_NE(std::find(regimes.begin(), regimes.end(), "project"), regimes.end());
+}
+
 // The NCCL reducer's buffer and event live on its communicator's device,
 // whatever the thread's current device.
 TEST_F(EmulatedGpuTest, TheNcclReducerWorksOnItsCommunicatorsDevice) {

@@ -148,22 +148,25 @@ bool SameSizes(const Dims& a, const std::int64_t* b, int ndim) {
   return true;
 }
 
-base::StatusOr<std::unique_ptr<Plan>> Plan::Build(GradientSource& source, const AgentOptions& options) {
-  auto plan = std::make_unique<Plan>();
+namespace {
+
+// The slots and their chunks, from the source's description of each
+// parameter; the snapshot's elements (the slices' total, padding included).
+base::StatusOr<std::int64_t> DescribeSlots(Plan& plan, GradientSource& source, const AgentOptions& options) {
   const int snap_elem_size = options.snapshot_dtype == SnapshotDtype::kBFloat16 ? 2 : 4;
   const std::size_t count = source.size();
-  plan->slots.resize(count);
+  plan.slots.resize(count);
   std::int64_t total = 0;
   for (std::size_t i = 0; i < count; ++i) {
     TensorView p;
     TensorView g;
-    auto& s = plan->slots[i];
+    Plan::Slot& s = plan.slots[i];
     GAC_RETURN_IF_ERROR(source.Describe(i, &s.param, &p, &g));
     if (i == 0) {
-      plan->device = p.device;
-    } else if (p.device != plan->device) {
+      plan.device = p.device;
+    } else if (p.device != plan.device) {
       return base::Status::InvalidArgument("parameter " + std::to_string(i) + " is on " + p.device.str() +
-                                           " and parameter 0 on " + plan->device.str() +
+                                           " and parameter 0 on " + plan.device.str() +
                                            "; the agent needs every gradient on one device");
     }
     s.numel = p.numel;
@@ -178,84 +181,111 @@ base::StatusOr<std::unique_ptr<Plan>> Plan::Build(GradientSource& source, const 
     }
     s.snap_contiguous =
         SameLayout(s.sizes.data(), s.sizes.size(), s.snap_strides.data(), ContiguousStrides(s.sizes).data());
-    const std::int64_t pad = plan->device.kind == DeviceId::Kind::kCpu ? 0 : SlicePad(g, snap_elem_size);
+    const std::int64_t pad = plan.device.kind == DeviceId::Kind::kCpu ? 0 : SlicePad(g, snap_elem_size);
     s.offset = total + pad;
     total += (pad + s.numel + kSliceAlignElements - 1) / kSliceAlignElements * kSliceAlignElements;
-    s.first_chunk = static_cast<std::int64_t>(plan->spans.size());
+    s.first_chunk = static_cast<std::int64_t>(plan.spans.size());
     for (std::int64_t b = 0; b < s.numel; b += options.chunk_elements) {
       cpu::Span span;
       span.n = std::min(options.chunk_elements, s.numel - b);
-      plan->spans.push_back(span);  // span.p is set once the snapshot exists
+      plan.spans.push_back(span);  // span.p is set once the snapshot exists
     }
-    s.end_chunk = static_cast<std::int64_t>(plan->spans.size());
+    s.end_chunk = static_cast<std::int64_t>(plan.spans.size());
   }
-  plan->chunk_elements = options.chunk_elements;
-  plan->group_of.assign(count, -1);
+  plan.chunk_elements = options.chunk_elements;
+  return total;
+}
+
+// Each parameter's layer and whether this rank counts it (AgentOptions::
+// layers, ::uncounted; AgentCore::Create checked the indices are >= 0 and
+// not repeated).
+base::Status MarkParameters(Plan& plan, const AgentOptions& options) {
+  const std::size_t count = plan.slots.size();
+  plan.group_of.assign(count, -1);
   for (std::size_t g = 0; g < options.layers.size(); ++g) {
-    for (int i : options.layers[g].parameters) {  // Agent::Create checked i >= 0 and no repeats
+    for (int i : options.layers[g].parameters) {
       if (static_cast<std::size_t>(i) >= count) {
         return base::Status::InvalidArgument("layer '" + options.layers[g].name + "' names parameter " +
                                              std::to_string(i) + " of " + std::to_string(count));
       }
-      plan->group_of[static_cast<std::size_t>(i)] = static_cast<int>(g);
+      plan.group_of[static_cast<std::size_t>(i)] = static_cast<int>(g);
     }
   }
-  plan->counted.assign(count, 1);
-  for (int i : options.uncounted) {  // AgentCore::Create checked i >= 0 and no repeats
+  plan.counted.assign(count, 1);
+  for (int i : options.uncounted) {
     if (static_cast<std::size_t>(i) >= count) {
       return base::Status::InvalidArgument("uncounted parameter " + std::to_string(i) + " of " +
                                            std::to_string(count));
     }
-    plan->counted[static_cast<std::size_t>(i)] = 0;
+    plan.counted[static_cast<std::size_t>(i)] = 0;
   }
   for (std::size_t i = 0; i < count; ++i) {
-    const Slot& s = plan->slots[i];
-    for (std::int64_t c = s.first_chunk; c < s.end_chunk; ++c) plan->spans[c].counted = plan->counted[i] != 0;
+    const Plan::Slot& s = plan.slots[i];
+    for (std::int64_t c = s.first_chunk; c < s.end_chunk; ++c) plan.spans[c].counted = plan.counted[i] != 0;
   }
-  plan->present.assign(count, 0);
-  GAC_RETURN_IF_ERROR(ChoosePasses(*plan, options));
-  if (plan->device_passes != nullptr) plan->device_tensors.resize(count);
-  const bool bf16 = options.snapshot_dtype == SnapshotDtype::kBFloat16;
-  plan->snap_type = bf16 ? cpu::ElemType::kBF16 : cpu::ElemType::kF32;
-  plan->snap_elem_size = bf16 ? 2 : 4;
-  if (plan->front_only()) {
-    plan->snapshot_bytes = static_cast<std::size_t>(plan->front->snapshot_bytes());  // the front's own
-  } else {
-    plan->snapshot_bytes = static_cast<std::size_t>(std::max<std::int64_t>(total, 1)) * plan->snap_elem_size;
-    if (plan->device_passes != nullptr) {
-      GAC_ASSIGN_OR_RETURN(char* base, plan->device_passes->AllocateSnapshot(plan->snapshot_bytes));
-      plan->snapshot = SnapshotMemory(base, [](char*) {});  // the device passes free it
-    } else {
-      GAC_ASSIGN_OR_RETURN(SnapshotMemory memory, HostSnapshot(plan->snapshot_bytes));
-      plan->snapshot = std::move(memory);
-    }
-    plan->snap_base = plan->snapshot.get();
-    for (const Slot& s : plan->slots) {
-      for (std::int64_t c = s.first_chunk; c < s.end_chunk; ++c) {
-        const std::int64_t element = s.offset + (c - s.first_chunk) * options.chunk_elements;
-        plan->spans[c].p = plan->snap_base + element * static_cast<std::int64_t>(plan->snap_elem_size);
-      }
-    }
-  }
-  plan->partials.resize(plan->spans.size());
-  plan->reduced.assign(3 + 3 * options.layers.size() + (plan->device_passes ? 1 : 0), 0.0);
+  plan.present.assign(count, 0);
+  return base::Status::Ok();
+}
 
-  // Tasks: runs of chunks with roughly equal element counts, kTasksPerThread
-  // per thread.
+// The snapshot of `total` elements, where the passes keep it (the host, the
+// device passes' memory; the front keeps its own), and the spans' slices.
+base::Status AllocateSnapshot(Plan& plan, const AgentOptions& options, std::int64_t total) {
+  const bool bf16 = options.snapshot_dtype == SnapshotDtype::kBFloat16;
+  plan.snap_type = bf16 ? cpu::ElemType::kBF16 : cpu::ElemType::kF32;
+  plan.snap_elem_size = bf16 ? 2 : 4;
+  if (plan.front_only()) {
+    plan.snapshot_bytes = static_cast<std::size_t>(plan.front->snapshot_bytes());
+    return base::Status::Ok();
+  }
+  plan.snapshot_bytes = static_cast<std::size_t>(std::max<std::int64_t>(total, 1)) * plan.snap_elem_size;
+  if (plan.device_passes != nullptr) {
+    GAC_ASSIGN_OR_RETURN(char* base, plan.device_passes->AllocateSnapshot(plan.snapshot_bytes));
+    plan.snapshot = SnapshotMemory(base, [](char*) {});  // the device passes free it
+  } else {
+    GAC_ASSIGN_OR_RETURN(SnapshotMemory memory, HostSnapshot(plan.snapshot_bytes));
+    plan.snapshot = std::move(memory);
+  }
+  plan.snap_base = plan.snapshot.get();
+  for (const Plan::Slot& s : plan.slots) {
+    for (std::int64_t c = s.first_chunk; c < s.end_chunk; ++c) {
+      const std::int64_t element = s.offset + (c - s.first_chunk) * options.chunk_elements;
+      plan.spans[c].p = plan.snap_base + element * static_cast<std::int64_t>(plan.snap_elem_size);
+    }
+  }
+  return base::Status::Ok();
+}
+
+// Tasks: runs of chunks with roughly equal element counts, kTasksPerThread
+// per thread.
+void SplitTasks(Plan& plan, const AgentOptions& options, std::int64_t total) {
   const std::int64_t tasks = options.num_threads * kTasksPerThread;
   const std::int64_t target = total < kSerialElements
                                   ? std::max<std::int64_t>(total, 1)
                                   : std::max(options.chunk_elements, (total + tasks - 1) / tasks);
-  plan->task_first_chunk.push_back(0);
+  plan.task_first_chunk.push_back(0);
   std::int64_t acc = 0;
-  for (std::size_t c = 0; c < plan->spans.size(); ++c) {
-    acc += plan->spans[c].n;
-    if (acc >= target && c + 1 < plan->spans.size()) {
-      plan->task_first_chunk.push_back(static_cast<std::int64_t>(c + 1));
+  for (std::size_t c = 0; c < plan.spans.size(); ++c) {
+    acc += plan.spans[c].n;
+    if (acc >= target && c + 1 < plan.spans.size()) {
+      plan.task_first_chunk.push_back(static_cast<std::int64_t>(c + 1));
       acc = 0;
     }
   }
-  plan->task_first_chunk.push_back(static_cast<std::int64_t>(plan->spans.size()));
+  plan.task_first_chunk.push_back(static_cast<std::int64_t>(plan.spans.size()));
+}
+
+}  // namespace
+
+base::StatusOr<std::unique_ptr<Plan>> Plan::Build(GradientSource& source, const AgentOptions& options) {
+  auto plan = std::make_unique<Plan>();
+  GAC_ASSIGN_OR_RETURN(const std::int64_t total, DescribeSlots(*plan, source, options));
+  GAC_RETURN_IF_ERROR(MarkParameters(*plan, options));
+  GAC_RETURN_IF_ERROR(ChoosePasses(*plan, options));
+  if (plan->device_passes != nullptr) plan->device_tensors.resize(plan->slots.size());
+  GAC_RETURN_IF_ERROR(AllocateSnapshot(*plan, options, total));
+  plan->partials.resize(plan->spans.size());
+  plan->reduced.assign(3 + 3 * options.layers.size() + (plan->device_passes ? 1 : 0), 0.0);
+  SplitTasks(*plan, options, total);
   return plan;
 }
 

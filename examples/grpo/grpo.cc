@@ -193,7 +193,7 @@ void PolicyLag::Advance(const Policy& learner, bool updated) {
   if (rule_ == LagRule::kVersions && !updated) return;
   // A skip leaves the weights as they were: the same tensors again.
   ring_.push_back({updated ? learner.Snapshot() : ring_.back().policy, steps_, version_});
-  if (static_cast<int>(ring_.size()) > staleness_ + 1) ring_.pop_front();
+  while (static_cast<int>(ring_.size()) > staleness_ + 1) ring_.pop_front();
 }
 
 Policy Policy::Init(const PolicyOptions& options, const TaskOptions& task, at::Device device) {

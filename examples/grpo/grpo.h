@@ -127,6 +127,11 @@ class PolicyLag {
   void Advance(const Policy& learner, bool updated);
   // The policy the next rollouts come from.
   const Policy& behaviour() const { return ring_.front().policy; }
+  // From now on the sampler lags by `staleness`. A larger lag is reached as a
+  // sampler that falls behind reaches it: the behaviour policy stays where it
+  // is until the learner is that far ahead; a smaller one at the next Advance.
+  void SetStaleness(int staleness) { staleness_ = staleness; }
+  int staleness() const { return staleness_; }
   std::int64_t steps() const { return steps_; }        // optimizer steps so far
   std::int64_t version() const { return version_; }    // applied updates so far
   std::int64_t behaviour_step() const { return ring_.front().step; }

@@ -72,6 +72,11 @@ constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 struct Flags {
   int steps = 400;
   int staleness = 0;
+  // An unannounced change of the sampler's lag (the detectors' experiment):
+  // from optimizer step jump_at on, the sampler lags by jump_staleness; the
+  // telemetry is not told (its staleness stays `staleness`); the CSV's
+  // staleness column is the lag the step had.
+  int jump_staleness = -1, jump_at = 0;
   int prompts = 32;
   int group = 8;
   int epochs = 1, minibatches = 1;
@@ -121,7 +126,8 @@ struct Flags {
 [[noreturn]] void Usage(const std::string& msg) {
   std::fprintf(stderr,
                "error: %s\n"
-               "usage: gac_grpo [--steps N] [--staleness S] [--loss grpo|m2po|bapo|is]\n"
+               "usage: gac_grpo [--steps N] [--staleness S] [--jump-staleness S --jump-at STEP]\n"
+               "                [--loss grpo|m2po|bapo|is]\n"
                "                [--agent monitor|local|remote] [--c-low X --c-high X] [--alpha-mode paper|exact]\n"
                "                [--trigger step|window] [--window W] [--beta X] [--random-skip P]\n"
                "                [--skip-steps FILE] [--lag steps|versions]\n"
@@ -197,6 +203,8 @@ Flags Parse(int argc, char** argv) {
     if (end == v.c_str() || *end != '\0' || !std::isfinite(x)) Usage("not a number: " + a + " " + v);
     if (a == "--steps" && x >= 1) f.steps = static_cast<int>(x);
     else if (a == "--staleness" && x >= 0) f.staleness = static_cast<int>(x);
+    else if (a == "--jump-staleness" && x >= 0) f.jump_staleness = static_cast<int>(x);
+    else if (a == "--jump-at" && x >= 1) f.jump_at = static_cast<int>(x);
     else if (a == "--prompts" && x >= 1) f.prompts = static_cast<int>(x);
     else if (a == "--group" && x >= 2) f.group = static_cast<int>(x);
     else if (a == "--epochs" && x >= 1) f.epochs = static_cast<int>(x);
@@ -263,6 +271,7 @@ Flags Parse(int argc, char** argv) {
     Usage("--heads must divide --width");
   }
   if (f.mode == gac::agent::Mode::kRemote && f.gacd.empty()) Usage("--agent remote needs --gacd");
+  if ((f.jump_staleness >= 0) != (f.jump_at > 0)) Usage("--jump-staleness and --jump-at go together");
 #ifndef GAC_GRPO_WITH_GACD
   if (!f.gacd.empty()) Usage("--gacd: this build has no gRPC parts (configure with GAC_WITH_SERVER=ON)");
 #endif
@@ -448,6 +457,7 @@ int main(int argc, char** argv) {
       if (flags.minibatches > 1) std::shuffle(order.begin(), order.end(), rng);
       for (int mb = 0; mb < flags.minibatches && step < flags.steps; ++mb) {
         ++step;
+        if (step == flags.jump_at) lag.SetStaleness(flags.jump_staleness);  // takes effect from the next rollouts
         // The behaviour policy's lag, in the lag rule's unit, and in applied updates.
         const int lag_updates = static_cast<int>(lag.version() - behaviour_version);
         const int behind = flags.lag == gac::grpo::LagRule::kSteps ? static_cast<int>(step - 1 - behaviour_step)
@@ -570,7 +580,7 @@ int main(int argc, char** argv) {
               {{"reward", sub.mean_reward}, {"loss", loss.pg_loss}, {"kl", loss.kl}, {"entropy", loss.entropy},
                {"heldout_acc", last_heldout}, {"noise_cos", noise_cos},
                {"sampler_kl", loss.sampler_kl}},
-              behind));
+              flags.jump_at > 0 ? flags.staleness : behind));  // an unannounced jump stays unannounced
         }
 #endif
         if (csv != nullptr) {

@@ -426,6 +426,38 @@ TEST(PolicyLag, CountedInVersionsASkipDoesNotAdvanceIt) {
   EXPECT_EQ(RatioDeviation(p, sync, t), 0.0);
 }
 
+// An unannounced jump of the lag: the sampler falls behind (its policy stays
+// as it was until the learner is that far ahead), then keeps that lag; a
+// smaller lag is taken at the next step.
+TEST(PolicyLag, ALargerLagIsReachedAsASamplerFallsBehind) {
+  const TaskOptions task{10, 1};
+  at::manual_seed(13);
+  Policy p = Policy::Init({Arch::kMlp, 8, 1, 1}, task);
+  PolicyLag lag(p.Snapshot(), 2, LagRule::kSteps);
+  for (int i = 0; i < 4; ++i) {
+    Perturb(p);
+    lag.Advance(p, true);
+  }
+  ASSERT_EQ(lag.steps() - lag.behaviour_step(), 2);
+  const std::int64_t frozen = lag.behaviour_step();
+  lag.SetStaleness(6);
+  for (int k = 1; k <= 4; ++k) {
+    Perturb(p);
+    lag.Advance(p, true);
+    EXPECT_EQ(lag.behaviour_step(), frozen) << k;  // the sampler's policy stays where it was
+    EXPECT_EQ(lag.steps() - lag.behaviour_step(), 2 + k);
+  }
+  for (int k = 0; k < 3; ++k) {
+    Perturb(p);
+    lag.Advance(p, true);
+    EXPECT_EQ(lag.steps() - lag.behaviour_step(), 6);
+  }
+  lag.SetStaleness(1);
+  Perturb(p);
+  lag.Advance(p, true);
+  EXPECT_EQ(lag.steps() - lag.behaviour_step(), 1);
+}
+
 TEST(PolicyLag, NamesParse) {
   LagRule r = LagRule::kVersions;
   EXPECT_TRUE(ParseLagRule("steps", &r));

@@ -419,6 +419,7 @@ const char* LossName(LossKind kind) {
     case LossKind::kM2po: return "m2po";
     case LossKind::kBapo: return "bapo";
     case LossKind::kIs: return "is";
+    case LossKind::kTis: return "tis";
   }
   return "?";
 }
@@ -428,6 +429,7 @@ bool ParseLoss(const std::string& name, LossKind* kind) {
   else if (name == "m2po") *kind = LossKind::kM2po;
   else if (name == "bapo") *kind = LossKind::kBapo;
   else if (name == "is") *kind = LossKind::kIs;
+  else if (name == "tis") *kind = LossKind::kTis;
   else return false;
   return true;
 }
@@ -539,6 +541,14 @@ LossResult ComputeLoss(const Policy& policy, const Policy& reference, const Roll
     case LossKind::kIs:
       pg = -ratio * adv;
       break;
+    case LossKind::kTis: {
+      // The value -min(r, C) A; the gradient min(r, C) A grad log pi: the
+      // weight r scaled down to C where it is larger, a constant factor.
+      const at::Tensor r = ratio.detach();
+      pg = -(at::clamp_max(r, options.tis_cap) / r) * ratio * adv;
+      out.clip_fraction = (r > options.tis_cap).to(at::kFloat).mean().item<double>();
+      break;
+    }
   }
 
   const at::Tensor token_entropy = -(logp_all.exp() * logp_all).sum(1);

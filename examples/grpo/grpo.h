@@ -182,7 +182,7 @@ double SupervisedWarmup(Policy& policy, const DigitTasks& tasks, int steps, int 
 // Greedy exact-match accuracy on `problems`.
 double Evaluate(const Policy& policy, const DigitTasks& tasks, const std::vector<Problem>& problems);
 
-enum class LossKind { kGrpo, kM2po, kBapo, kIs };
+enum class LossKind { kGrpo, kM2po, kBapo, kIs, kTis };
 const char* LossName(LossKind kind);
 bool ParseLoss(const std::string& name, LossKind* kind);
 
@@ -194,6 +194,10 @@ struct LossOptions {
   // so a ratio far above 1 cannot push it without bound. 0 turns it off.
   double dual_clip_c = 3.0;
   double m2_tau = 0.04;      // M2PO: bound on the mean squared log-ratio
+  // Truncated IS: the importance weight min(r, C), as V-trace's truncated
+  // weights (Espeholt et al. 2018) and the truncated IS correction of
+  // asynchronous RL trainers for sampler-learner mismatch.
+  double tis_cap = 2.0;
   // BAPO (Xi et al. 2025, arXiv:2510.18927), as the authors' verl recipe does
   // it (github.com/WooooDyy/BAPO, recipe/bapo/policy_loss.py): the ratio
   // bounds start at [lo_start, hi_start]; while positive-advantage tokens
@@ -221,7 +225,7 @@ struct LossResult {
   double sampler_kl = 0.0;    // mean log(pi_b / pi_theta): sampler-learner KL (k1)
   double mean_abs_log_ratio = 0.0;
   double m2 = 0.0;            // mean (log r)^2 before masking
-  double clip_fraction = 0.0; // tokens with no gradient from the surrogate (clipped / masked)
+  double clip_fraction = 0.0; // tokens with no gradient from the surrogate (clipped / masked); TIS: truncated
   double dual_clip_fraction = 0.0;  // negative-advantage tokens held at -c A
   double bapo_lo = 0.0, bapo_hi = 0.0;  // BAPO bounds used this batch
 };
@@ -233,6 +237,8 @@ struct LossResult {
 //   BAPO: -min(r A, clip(r, lo, hi) A) with [lo, hi] adapted per batch,
 //         dual-clipped for A < 0
 //   IS:   -r A, the unclipped importance-sampling surrogate
+//   TIS:  -min(r, C) A, its gradient min(r, C) A grad log pi on every token
+//         (the weight truncated, not the token dropped)
 // The log-ratio is clamped to [-20, 20] before exp (as verl does).
 LossResult ComputeLoss(const Policy& policy, const Policy& reference, const Rollouts& batch,
                        const LossOptions& options);

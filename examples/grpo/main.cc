@@ -127,7 +127,7 @@ struct Flags {
   std::fprintf(stderr,
                "error: %s\n"
                "usage: gac_grpo [--steps N] [--staleness S] [--jump-staleness S --jump-at STEP]\n"
-               "                [--loss grpo|m2po|bapo|is]\n"
+               "                [--loss grpo|m2po|bapo|is|tis] [--tis-cap C]\n"
                "                [--agent monitor|local|remote] [--c-low X --c-high X] [--alpha-mode paper|exact]\n"
                "                [--trigger step|window] [--window W] [--beta X] [--random-skip P]\n"
                "                [--skip-steps FILE] [--lag steps|versions]\n"
@@ -237,6 +237,7 @@ Flags Parse(int argc, char** argv) {
     else if (a == "--kl-coef" && x >= 0) f.loss.kl_coef = x;
     else if (a == "--entropy-coef" && x >= 0) f.loss.entropy_coef = x;
     else if (a == "--m2-tau" && x > 0) f.loss.m2_tau = x;
+    else if (a == "--tis-cap" && x > 0) f.loss.tis_cap = x;
     else if (a == "--clip-eps" && x > 0 && x < 1) f.loss.clip_eps = x;
     else if (a == "--dual-clip" && (x == 0 || x > 1)) f.loss.dual_clip_c = x;
     else if (a == "--spike-sigma" && x > 0) f.spike_sigma = x;

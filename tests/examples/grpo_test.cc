@@ -140,6 +140,7 @@ struct LossCase {
 double ReferenceToken(LossKind kind, double r, double a, double lo, double hi, double c) {
   switch (kind) {
     case LossKind::kIs: return -r * a;
+    case LossKind::kTis: return -std::min(r, 2.0) * a;  // the default cap
     case LossKind::kGrpo:
     case LossKind::kBapo: {
       double v = std::max(-r * a, -std::min(std::max(r, lo), hi) * a);
@@ -161,7 +162,7 @@ TEST(Loss, PerTokenValuesMatchTheDefinitions) {
   const std::vector<double> ratio = {0.5, 0.9, 1.0, 1.1, 1.5, 4.0, 0.5, 0.9, 1.0, 1.1, 1.5, 4.0};
   const std::vector<double> adv = {1, 1, 1, 1, 1, 1, -1, -1, -1, -1, -0.5, -2};
   const Rollouts batch = BatchWithRatios(policy, t, 2, 2, ratio, adv);
-  for (LossKind kind : {LossKind::kGrpo, LossKind::kIs}) {
+  for (LossKind kind : {LossKind::kGrpo, LossKind::kIs, LossKind::kTis}) {
     LossOptions o;
     o.kind = kind;
     o.kl_coef = 0.0;
@@ -177,11 +178,46 @@ TEST(Loss, PerTokenValuesMatchTheDefinitions) {
       EXPECT_NEAR(res.clip_fraction, 4.0 / 12.0, 1e-6);
       EXPECT_NEAR(res.dual_clip_fraction, 1.0 / 12.0, 1e-6);
     }
+    if (kind == LossKind::kTis) {
+      EXPECT_NEAR(res.clip_fraction, 2.0 / 12.0, 1e-6);  // r = 4 > 2, twice
+    }
     // Sampler-learner KL k1: mean log(pi_b / pi_theta) = -mean log r.
     double k1 = 0;
     for (double r : ratio) k1 -= std::log(r);
     EXPECT_NEAR(res.sampler_kl, k1 / 12.0, 1e-5);
   }
+}
+
+// Truncated IS: the gradient is min(r, C) A grad log pi on every token, so it
+// equals the unclipped IS gradient of advantages scaled by min(r, C) / r.
+TEST(Loss, TruncatedIsWeighsEachTokenByItsTruncatedRatio) {
+  at::manual_seed(6);
+  const TaskOptions task{10, 1};
+  const DigitTasks t(task, 100);
+  const Policy policy = Policy::Init({Arch::kMlp, 8, 1, 1}, task);
+  const std::vector<double> ratio = {0.5, 0.9, 1.5, 2.5, 4.0, 1.0, 0.7, 3.0, 1.2, 2.0, 6.0, 0.8};
+  const std::vector<double> adv = {1, -1, 0.5, 1, -2, 1, -1, 0.5, 1, -1, 2, -0.5};
+  std::vector<double> scaled(adv.size());
+  for (std::size_t i = 0; i < adv.size(); ++i) scaled[i] = adv[i] * std::min(ratio[i], 2.0) / ratio[i];
+  const auto grads = [&](LossKind kind, const std::vector<double>& a) {
+    const Rollouts batch = BatchWithRatios(policy, t, 2, 2, ratio, a);
+    for (const at::Tensor& p : policy.params) p.mutable_grad() = at::Tensor();
+    LossOptions o;
+    o.kind = kind;
+    o.kl_coef = 0.0;
+    o.entropy_coef = 0.0;
+    ComputeLoss(policy, policy, batch, o).loss.backward();
+    std::vector<at::Tensor> out;
+    for (const at::Tensor& p : policy.params) out.push_back(p.grad().clone());
+    return out;
+  };
+  for (const at::Tensor& p : policy.params) p.requires_grad_(true);
+  const std::vector<at::Tensor> tis = grads(LossKind::kTis, adv);
+  const std::vector<at::Tensor> is = grads(LossKind::kIs, scaled);
+  for (std::size_t k = 0; k < tis.size(); ++k) {
+    EXPECT_TRUE(at::allclose(tis[k], is[k], 1e-4, 1e-6)) << "parameter " << k;
+  }
+  EXPECT_GT(tis[0].abs().sum().item<double>(), 0.0);
 }
 
 // BAPO's bounds by brute force: the first (lo, hi) in the recipe's order

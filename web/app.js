@@ -274,10 +274,10 @@
   }
 
   // The step record's fields the "Latest step" card shows (gacd's
-  // /api/v1/fields: label, decimals, place), asked once per page load. When
-  // they cannot be had (a gacd without the endpoint behind the same address)
-  // the run view still opens, with the card's own rows only, and the next
-  // view asks again.
+  // /api/v1/fields: label, decimals, place, from web/latest_step.h), asked
+  // once per page load. When they cannot be had (a gacd without the
+  // endpoint behind the same address) the run view still opens, with the
+  // card's own rows only, and the next view asks again.
   let pageFields = null;  // the promise of the answer
   function latestFields() {
     if (!pageFields) {

@@ -68,86 +68,127 @@ std::string BaseName(const std::string& path) {
   return name;
 }
 
+// The columns of a run CSV: their indices in its header.
+struct CsvColumns {
+  std::size_t fields = 0;  // in the header, and so in every row
+  std::size_t step = 0, cosine = 0, acc = 0;
+  std::optional<std::size_t> regime, norm, loss, injected;
+};
+
+// The next line of `text` from *start, without its "\n" or "\r\n"; false
+// after the last.
+bool NextLine(const std::string& text, std::size_t* start, std::string* line) {
+  if (*start >= text.size()) return false;
+  std::size_t end = text.find('\n', *start);
+  if (end == std::string::npos) end = text.size();
+  *line = text.substr(*start, end - *start);
+  *start = end + 1;
+  if (!line->empty() && line->back() == '\r') line->pop_back();
+  return true;
+}
+
+// InvalidArgument when a column the backtest needs (step, cosine,
+// heldout_acc) is missing.
+base::StatusOr<CsvColumns> ReadHeader(const std::vector<std::string>& header, const std::string& where) {
+  const std::optional<std::size_t> step = ColumnIndex(header, "step");
+  const std::optional<std::size_t> cosine = ColumnIndex(header, "cosine");
+  const std::optional<std::size_t> acc = ColumnIndex(header, "heldout_acc");
+  for (const auto& [col, name] : {std::pair{step, "step"}, {cosine, "cosine"}, {acc, "heldout_acc"}}) {
+    if (!col) return base::Status::InvalidArgument(where + ": no column '" + name + "' in the header");
+  }
+  CsvColumns c;
+  c.fields = header.size();
+  c.step = *step;
+  c.cosine = *cosine;
+  c.acc = *acc;
+  c.regime = ColumnIndex(header, "regime");
+  c.norm = ColumnIndex(header, "grad_norm");
+  c.loss = ColumnIndex(header, "loss");
+  c.injected = ColumnIndex(header, "injected");
+  return c;
+}
+
+// A step number that follows the last of `steps`.
+base::StatusOr<std::int64_t> ParseStep(const std::string& cell, const std::string& where,
+                                       const std::vector<std::int64_t>& steps) {
+  GAC_ASSIGN_OR_RETURN(std::optional<double> step, ParseCell(cell, "step", where));
+  if (!step || *step != std::floor(*step) || std::fabs(*step) > 1e15) {
+    return base::Status::InvalidArgument(where + ": column step: '" + cell + "' is not a step number");
+  }
+  const auto s = static_cast<std::int64_t>(*step);
+  if (!steps.empty() && s <= steps.back()) {
+    return base::Status::InvalidArgument(where + ": step " + std::to_string(s) + " does not follow step " +
+                                         std::to_string(steps.back()));
+  }
+  return s;
+}
+
+base::StatusOr<bool> ParseInjected(const std::string& cell, const std::string& where) {
+  if (cell != "0" && cell != "1") {
+    return base::Status::InvalidArgument(where + ": column injected: '" + cell + "' is not 0 or 1");
+  }
+  return cell == "1";
+}
+
+// Appends the step of a row to `run`.
+base::Status ParseRow(const std::vector<std::string>& fields, const CsvColumns& cols, const std::string& where,
+                      RecordedRun* run) {
+  if (fields.size() != cols.fields) {
+    return base::Status::InvalidArgument(where + ": " + std::to_string(fields.size()) + " fields, the header has " +
+                                         std::to_string(cols.fields));
+  }
+  GAC_ASSIGN_OR_RETURN(const std::int64_t s, ParseStep(fields[cols.step], where, run->steps));
+  const bool invalid = cols.regime && fields[*cols.regime] == "invalid";
+  GAC_ASSIGN_OR_RETURN(std::optional<double> cosine, ParseCell(fields[cols.cosine], "cosine", where));
+  if ((cosine && !std::isfinite(*cosine)) || invalid) cosine.reset();
+  GAC_ASSIGN_OR_RETURN(std::optional<double> acc, ParseCell(fields[cols.acc], "heldout_acc", where));
+  if (acc && !std::isfinite(*acc)) {
+    return base::Status::InvalidArgument(where + ": column heldout_acc: '" + fields[cols.acc] + "' is not finite");
+  }
+  std::optional<double> norm, loss;
+  if (cols.norm) {
+    GAC_ASSIGN_OR_RETURN(norm, ParseCell(fields[*cols.norm], "grad_norm", where));
+    if ((norm && !std::isfinite(*norm)) || invalid) norm.reset();
+  }
+  if (cols.loss) {
+    GAC_ASSIGN_OR_RETURN(loss, ParseCell(fields[*cols.loss], "loss", where));
+  }
+  bool injected = false;
+  if (cols.injected) {
+    GAC_ASSIGN_OR_RETURN(injected, ParseInjected(fields[*cols.injected], where));
+  }
+  run->steps.push_back(s);
+  run->cosines.push_back(cosine);
+  run->grad_norms.push_back(norm);
+  run->losses.push_back(loss);
+  run->injected.push_back(injected);
+  if (acc) run->evaluations.push_back({s, *acc});
+  return base::Status::Ok();
+}
+
 }  // namespace
 
 base::StatusOr<RecordedRun> ParseRunCsv(const std::string& text, const std::string& path) {
   RecordedRun run;
   run.path = path;
   run.name = BaseName(path);
-  std::vector<std::string> header;
-  std::optional<std::size_t> step_col, cosine_col, acc_col, regime_col, norm_col, loss_col, injected_col;
+  std::optional<CsvColumns> columns;  // set by the header, the first line that is not empty
   std::size_t line_no = 0, start = 0;
-  while (start < text.size()) {
-    std::size_t end = text.find('\n', start);
-    if (end == std::string::npos) end = text.size();
-    std::string line = text.substr(start, end - start);
-    start = end + 1;
+  std::string line;
+  while (NextLine(text, &start, &line)) {
     ++line_no;
-    if (!line.empty() && line.back() == '\r') line.pop_back();
     if (line.empty()) continue;
-    std::vector<std::string> fields = SplitCsvLine(line);
-    if (header.empty()) {
-      header = std::move(fields);
-      step_col = ColumnIndex(header, "step");
-      cosine_col = ColumnIndex(header, "cosine");
-      acc_col = ColumnIndex(header, "heldout_acc");
-      regime_col = ColumnIndex(header, "regime");
-      norm_col = ColumnIndex(header, "grad_norm");
-      loss_col = ColumnIndex(header, "loss");
-      injected_col = ColumnIndex(header, "injected");
-      run.has_grad_norm = norm_col.has_value();
-      run.has_loss = loss_col.has_value();
-      run.has_injected = injected_col.has_value();
-      for (const auto& [col, name] : {std::pair{step_col, "step"}, {cosine_col, "cosine"}, {acc_col, "heldout_acc"}}) {
-        if (!col) return base::Status::InvalidArgument(Where(path, line_no) + ": no column '" + name + "' in the header");
-      }
+    const std::vector<std::string> fields = SplitCsvLine(line);
+    if (!columns) {
+      GAC_ASSIGN_OR_RETURN(columns, ReadHeader(fields, Where(path, line_no)));
+      run.has_grad_norm = columns->norm.has_value();
+      run.has_loss = columns->loss.has_value();
+      run.has_injected = columns->injected.has_value();
       continue;
     }
-    const std::string where = Where(path, line_no);
-    if (fields.size() != header.size()) {
-      return base::Status::InvalidArgument(where + ": " + std::to_string(fields.size()) + " fields, the header has " +
-                                           std::to_string(header.size()));
-    }
-    GAC_ASSIGN_OR_RETURN(std::optional<double> step, ParseCell(fields[*step_col], "step", where));
-    if (!step || *step != std::floor(*step) || std::fabs(*step) > 1e15) {
-      return base::Status::InvalidArgument(where + ": column step: '" + fields[*step_col] + "' is not a step number");
-    }
-    const auto s = static_cast<std::int64_t>(*step);
-    if (!run.steps.empty() && s <= run.steps.back()) {
-      return base::Status::InvalidArgument(where + ": step " + std::to_string(s) + " does not follow step " +
-                                           std::to_string(run.steps.back()));
-    }
-    GAC_ASSIGN_OR_RETURN(std::optional<double> cosine, ParseCell(fields[*cosine_col], "cosine", where));
-    if (cosine && !std::isfinite(*cosine)) cosine.reset();
-    if (regime_col && fields[*regime_col] == "invalid") cosine.reset();
-    GAC_ASSIGN_OR_RETURN(std::optional<double> acc, ParseCell(fields[*acc_col], "heldout_acc", where));
-    if (acc && !std::isfinite(*acc)) {
-      return base::Status::InvalidArgument(where + ": column heldout_acc: '" + fields[*acc_col] + "' is not finite");
-    }
-    std::optional<double> norm, loss;
-    if (norm_col) {
-      GAC_ASSIGN_OR_RETURN(norm, ParseCell(fields[*norm_col], "grad_norm", where));
-      if ((norm && !std::isfinite(*norm)) || (regime_col && fields[*regime_col] == "invalid")) norm.reset();
-    }
-    if (loss_col) {
-      GAC_ASSIGN_OR_RETURN(loss, ParseCell(fields[*loss_col], "loss", where));
-    }
-    bool injected = false;
-    if (injected_col) {
-      const std::string& cell = fields[*injected_col];
-      if (cell != "0" && cell != "1") {
-        return base::Status::InvalidArgument(where + ": column injected: '" + cell + "' is not 0 or 1");
-      }
-      injected = cell == "1";
-    }
-    run.steps.push_back(s);
-    run.cosines.push_back(cosine);
-    run.grad_norms.push_back(norm);
-    run.losses.push_back(loss);
-    run.injected.push_back(injected);
-    if (acc) run.evaluations.push_back({s, *acc});
+    GAC_RETURN_IF_ERROR(ParseRow(fields, *columns, Where(path, line_no), &run));
   }
-  if (header.empty()) return base::Status::InvalidArgument(path + ": empty (no header)");
+  if (!columns) return base::Status::InvalidArgument(path + ": empty (no header)");
   if (run.steps.empty()) return base::Status::InvalidArgument(path + ": no steps after the header");
   return run;
 }

@@ -249,62 +249,59 @@ base::StatusOr<std::vector<std::string>> ExpandPaths(const std::string& flag, co
   return files;
 }
 
-CommandSpec BacktestCommand() {
-  CommandSpec c;
-  c.name = "backtest";
-  c.args = "FILE_OR_DIR...";
-  c.summary = "the alignment alerts, or the spike guard, replayed on recorded runs (offline)";
-  c.description =
-      "Replays the c_t of recorded runs (CSV files of the example trainer, gac_grpo, or every\n"
-      "*.csv of a directory; needs no gacd) through the alerts of dashboards/gac.rules.yml,\n"
-      "one evaluation per step, and scores each alert's first alarm against the run's\n"
-      "collapse. Columns read: step, cosine, heldout_acc (and regime: an invalid step has no\n"
-      "c_t); RUN.log beside RUN.csv gives the held-out accuracy after the warm-up, and a log\n"
-      "without a \"summary:\" line marks an unfinished run, left out with a note.\n\n"
-      "  GacAlignmentSpike     fires at a step with |c_t| >= c_high (its other clause, a step\n"
-      "                        in the skip regime, is the same test with the run's c_high).\n"
-      "  GacAlignmentElevated  |m_t| > window c_low, m_t the signed mean of the last W c_t\n"
-      "                        (gac::controller::AlignmentWindow on the cosine column; a step\n"
-      "                        without c_t leaves m_t as it was; none until W are held), held\n"
-      "                        --for-steps further steps: the rule's `for: 5m` at r steps per\n"
-      "                        second is ceil(300 r) steps (a step a minute: 5, the default).\n"
-      "Alarms count from the first step after --warmup (the first eligible step); an alert\n"
-      "already firing there alarms there, which in a run stale from its start says only\n"
-      "that it is stale: those alarms are counted apart (AT_FIRST, and *_LATER below).\n\n"
-      "Thresholds: --c-high and --window-c-low, or --calibrate-on synchronous runs with the\n"
-      "experiment's rule, pooled over their steps after --warmup: window c_low = q0.9 |m_t|,\n"
-      "c_high = min(3 max |c_t|, 0.95) (linear-interpolated quantile). Never calibrate on\n"
-      "the runs tested: a file given to both is refused.\n\n"
-      "Collapse (examples/grpo/analyze.py's rule): held-out evaluations e_0 (the log's\n"
-      "accuracy after the warm-up; without it e_1) and e_1..e_n (the heldout_acc cells),\n"
-      "running peak P_i = max(e_0..e_i); the run collapsed at the step of the first i >= 1\n"
-      "with e_i < 0.7 P_i and every later e_j < 0.7 P_i (the last evaluation can be it).\n"
-      "Otherwise it never learned when max(e_1..e_n) < e_0 + 0.05, else it learned.\n\n"
-      "Scoring: an alarm at or before the collapse is a true positive (lead: the collapse\n"
-      "step minus the alarm step); a collapsed run without an alarm, or with a later one, is\n"
-      "missed; any alarm in a run that did not collapse is false (FP_NEVER_LEARNED: of them,\n"
-      "in runs that never learned). *_LATER: the same when an alarm at the first eligible\n"
-      "step counts as none (recall_later = tp_later / collapsed). Leads: median and quartiles\n"
-      "interpolated linearly, min and max.\n\n"
-      "Output, one row per alert:\n"
-      "  alert, threshold, for_steps, runs, collapsed, never_learned, alarmed,\n"
-      "  at_first_eligible, at_first_eligible_collapsed, tp, fp, fp_never_learned, fn, tn,\n"
-      "  precision, recall, lead_median, lead_q25, lead_q75, lead_min, lead_max, tp_later,\n"
-      "  fp_later, precision_later, recall_later\n"
-      "--per-run, one row per run and alert instead:\n"
-      "  run, steps, outcome, collapse_step, alert, first_alarm, at_first_eligible,\n"
-      "  firing_steps, lead, verdict (warned, late, missed, false alarm, quiet)\n\n"
-      "The spike guard instead (--max-grad-norm, --spike-sigma, --spike-window,\n"
-      "--spike-warmup; any z-score flag turns its z-score on, as gac.Agent's): the runs'\n"
-      "grad_norm and loss columns through gac::controller::SpikeGuard, step after step, as\n"
-      "the agent would have judged them (a spike enters neither window). With an `injected`\n"
-      "column (0/1, gac_grpo --inject-spikes) the injected steps it caught and missed. One\n"
-      "row per run and a last row `all`:\n"
-      "  run, judged (steps with a grad_norm), spikes, injected, caught, missed,\n"
-      "  false_spikes (spikes at steps not injected), spike_steps (the first 20)\n\n"
-      "Unreadable files and bad rows (missing columns, a value that is not a number, steps\n"
-      "out of order) are errors naming the file and line (exit 1); bad flags exit 2.\n";
-  c.flags = {
+constexpr char kBacktestDescription[] =
+    "Replays the c_t of recorded runs (CSV files of the example trainer, gac_grpo, or every\n"
+    "*.csv of a directory; needs no gacd) through the alerts of dashboards/gac.rules.yml,\n"
+    "one evaluation per step, and scores each alert's first alarm against the run's\n"
+    "collapse. Columns read: step, cosine, heldout_acc (and regime: an invalid step has no\n"
+    "c_t); RUN.log beside RUN.csv gives the held-out accuracy after the warm-up, and a log\n"
+    "without a \"summary:\" line marks an unfinished run, left out with a note.\n\n"
+    "  GacAlignmentSpike     fires at a step with |c_t| >= c_high (its other clause, a step\n"
+    "                        in the skip regime, is the same test with the run's c_high).\n"
+    "  GacAlignmentElevated  |m_t| > window c_low, m_t the signed mean of the last W c_t\n"
+    "                        (gac::controller::AlignmentWindow on the cosine column; a step\n"
+    "                        without c_t leaves m_t as it was; none until W are held), held\n"
+    "                        --for-steps further steps: the rule's `for: 5m` at r steps per\n"
+    "                        second is ceil(300 r) steps (a step a minute: 5, the default).\n"
+    "Alarms count from the first step after --warmup (the first eligible step); an alert\n"
+    "already firing there alarms there, which in a run stale from its start says only\n"
+    "that it is stale: those alarms are counted apart (AT_FIRST, and *_LATER below).\n\n"
+    "Thresholds: --c-high and --window-c-low, or --calibrate-on synchronous runs with the\n"
+    "experiment's rule, pooled over their steps after --warmup: window c_low = q0.9 |m_t|,\n"
+    "c_high = min(3 max |c_t|, 0.95) (linear-interpolated quantile). Never calibrate on\n"
+    "the runs tested: a file given to both is refused.\n\n"
+    "Collapse (examples/grpo/analyze.py's rule): held-out evaluations e_0 (the log's\n"
+    "accuracy after the warm-up; without it e_1) and e_1..e_n (the heldout_acc cells),\n"
+    "running peak P_i = max(e_0..e_i); the run collapsed at the step of the first i >= 1\n"
+    "with e_i < 0.7 P_i and every later e_j < 0.7 P_i (the last evaluation can be it).\n"
+    "Otherwise it never learned when max(e_1..e_n) < e_0 + 0.05, else it learned.\n\n"
+    "Scoring: an alarm at or before the collapse is a true positive (lead: the collapse\n"
+    "step minus the alarm step); a collapsed run without an alarm, or with a later one, is\n"
+    "missed; any alarm in a run that did not collapse is false (FP_NEVER_LEARNED: of them,\n"
+    "in runs that never learned). *_LATER: the same when an alarm at the first eligible\n"
+    "step counts as none (recall_later = tp_later / collapsed). Leads: median and quartiles\n"
+    "interpolated linearly, min and max.\n\n"
+    "Output, one row per alert:\n"
+    "  alert, threshold, for_steps, runs, collapsed, never_learned, alarmed,\n"
+    "  at_first_eligible, at_first_eligible_collapsed, tp, fp, fp_never_learned, fn, tn,\n"
+    "  precision, recall, lead_median, lead_q25, lead_q75, lead_min, lead_max, tp_later,\n"
+    "  fp_later, precision_later, recall_later\n"
+    "--per-run, one row per run and alert instead:\n"
+    "  run, steps, outcome, collapse_step, alert, first_alarm, at_first_eligible,\n"
+    "  firing_steps, lead, verdict (warned, late, missed, false alarm, quiet)\n\n"
+    "The spike guard instead (--max-grad-norm, --spike-sigma, --spike-window,\n"
+    "--spike-warmup; any z-score flag turns its z-score on, as gac.Agent's): the runs'\n"
+    "grad_norm and loss columns through gac::controller::SpikeGuard, step after step, as\n"
+    "the agent would have judged them (a spike enters neither window). With an `injected`\n"
+    "column (0/1, gac_grpo --inject-spikes) the injected steps it caught and missed. One\n"
+    "row per run and a last row `all`:\n"
+    "  run, judged (steps with a grad_norm), spikes, injected, caught, missed,\n"
+    "  false_spikes (spikes at steps not injected), spike_steps (the first 20)\n\n"
+    "Unreadable files and bad rows (missing columns, a value that is not a number, steps\n"
+    "out of order) are errors naming the file and line (exit 1); bad flags exit 2.\n";
+
+std::vector<FlagSpec> BacktestFlags() {
+  return {
       {"c-high", "X", "GacAlignmentSpike's c_high (with --window-c-low; or --calibrate-on)"},
       {"window-c-low", "X", "GacAlignmentElevated's window c_low"},
       {"calibrate-on", "PATHS", "calibrate both on these synchronous runs (comma-separated files or directories)"},
@@ -318,71 +315,109 @@ CommandSpec BacktestCommand() {
       {"spike-warmup", "N", "spike guard: steps held before the z-score applies (default N/2)"},
       FormatFlagSpec(),
   };
+}
+
+// The spike guard's settings when a spike guard flag is given (the backtest
+// then replays the guard), else nullopt; the alerts' flags are refused
+// beside them.
+base::StatusOr<std::optional<controller::SpikeSettings>> GuardSettings(const ParsedFlags& flags) {
+  GAC_ASSIGN_OR_RETURN(auto max_norm, OptionalReal(flags, "max-grad-norm"));
+  GAC_ASSIGN_OR_RETURN(auto sigma, OptionalReal(flags, "spike-sigma"));
+  GAC_ASSIGN_OR_RETURN(auto spike_window, OptionalInt(flags, "spike-window", 2, controller::kMaxSpikeWindow));
+  GAC_ASSIGN_OR_RETURN(auto spike_warmup, OptionalInt(flags, "spike-warmup", 2, controller::kMaxSpikeWindow));
+  if (!(max_norm || sigma || spike_window || spike_warmup)) return std::optional<controller::SpikeSettings>();
+  for (const char* f : {"c-high", "window-c-low", "calibrate-on", "window", "for-steps", "warmup", "per-run"}) {
+    if (flags.Has(f)) {
+      return base::Status::InvalidArgument(std::string("--") + f + " is the alerts' setting: the spike guard's "
+                                           "backtest takes --max-grad-norm and the --spike-* flags");
+    }
+  }
+  controller::SpikeSettings s;
+  if (max_norm) s.max_grad_norm = *max_norm;
+  s.zscore = sigma || spike_window || spike_warmup;
+  if (sigma) s.sigma = *sigma;
+  if (spike_window) s.window = static_cast<int>(*spike_window);
+  if (spike_warmup) s.warmup = static_cast<int>(*spike_warmup);
+  const base::Status st = controller::ValidateSpikeSettings(s);
+  if (!st.ok()) return base::Status::InvalidArgument(st.message());
+  return std::optional<controller::SpikeSettings>(s);
+}
+
+// InvalidArgument when a run to calibrate on is one of the runs tested.
+base::Status CheckNotTested(const std::vector<std::string>& files, const std::vector<std::string>& calibrate) {
+  std::set<std::string> tested;
+  for (const std::string& f : files) tested.insert(Canonical(f));
+  for (const std::string& f : calibrate) {
+    if (tested.count(Canonical(f)) > 0) {
+      return base::Status::InvalidArgument(f + " is both calibrated on and tested: thresholds are never set on "
+                                           "the runs they are tested on");
+    }
+  }
+  return base::Status::Ok();
+}
+
+// The thresholds: given (--c-high and --window-c-low), or the runs to
+// calibrate them on (--calibrate-on).
+base::Status ReadThresholds(const ParsedFlags& flags, BacktestOptions* o) {
+  GAC_ASSIGN_OR_RETURN(auto c_high, OptionalReal(flags, "c-high"));
+  GAC_ASSIGN_OR_RETURN(auto window_c_low, OptionalReal(flags, "window-c-low"));
+  if (const std::string* cal = flags.Get("calibrate-on")) {
+    if (c_high || window_c_low) {
+      return base::Status::InvalidArgument("--calibrate-on sets the thresholds: give it or --c-high and "
+                                           "--window-c-low, not both");
+    }
+    GAC_ASSIGN_OR_RETURN(o->calibrate, ExpandPaths("--calibrate-on: ", SplitCommas(*cal)));
+    return CheckNotTested(o->files, o->calibrate);
+  }
+  if (!c_high || !window_c_low) {
+    return base::Status::InvalidArgument("give --c-high and --window-c-low, or --calibrate-on");
+  }
+  o->settings.c_high = *c_high;
+  o->settings.window_c_low = *window_c_low;
+  return base::Status::Ok();
+}
+
+// The alerts' window, hold and warm-up; the settings are checked here when
+// the thresholds were given (calibrated ones are checked by the calibration).
+base::Status ReadAlertSettings(const ParsedFlags& flags, BacktestOptions* o) {
+  GAC_ASSIGN_OR_RETURN(auto window, OptionalInt(flags, "window", 1, controller::kMaxWindow));
+  GAC_ASSIGN_OR_RETURN(auto for_steps, OptionalInt(flags, "for-steps", 0, 1000000));
+  GAC_ASSIGN_OR_RETURN(auto warmup, OptionalInt(flags, "warmup", 0, INT64_MAX / 2));
+  if (window) o->settings.window = static_cast<int>(*window);
+  if (for_steps) o->settings.for_steps = static_cast<int>(*for_steps);
+  if (warmup) o->settings.warmup = *warmup;
+  if (o->calibrate.empty()) {
+    const base::Status st = ValidateAlertSettings(o->settings);
+    if (!st.ok()) return base::Status::InvalidArgument(st.message());
+  }
+  return base::Status::Ok();
+}
+
+base::StatusOr<Action> PrepareBacktest(const ParsedFlags& flags, const std::vector<std::string>& args) {
+  BacktestOptions o;
+  GAC_ASSIGN_OR_RETURN(o.files, ExpandPaths("", args));
+  GAC_ASSIGN_OR_RETURN(o.guard, GuardSettings(flags));
+  if (o.guard) {
+    GAC_ASSIGN_OR_RETURN(o.format, FormatFlag(flags));
+    return Action([o](Context& ctx) { return BacktestGuard(ctx, o); });
+  }
+  GAC_RETURN_IF_ERROR(ReadThresholds(flags, &o));
+  GAC_RETURN_IF_ERROR(ReadAlertSettings(flags, &o));
+  o.per_run = flags.Has("per-run");
+  GAC_ASSIGN_OR_RETURN(o.format, FormatFlag(flags));
+  return Action([o](Context& ctx) { return Backtest(ctx, o); });
+}
+
+CommandSpec BacktestCommand() {
+  CommandSpec c;
+  c.name = "backtest";
+  c.args = "FILE_OR_DIR...";
+  c.summary = "the alignment alerts, or the spike guard, replayed on recorded runs (offline)";
+  c.description = kBacktestDescription;
+  c.flags = BacktestFlags();
   c.positionals = 1;
   c.more_positionals = true;
-  c.prepare = [](const ParsedFlags& flags, const std::vector<std::string>& args) -> base::StatusOr<Action> {
-    BacktestOptions o;
-    GAC_ASSIGN_OR_RETURN(o.files, ExpandPaths("", args));
-    GAC_ASSIGN_OR_RETURN(auto max_norm, OptionalReal(flags, "max-grad-norm"));
-    GAC_ASSIGN_OR_RETURN(auto sigma, OptionalReal(flags, "spike-sigma"));
-    GAC_ASSIGN_OR_RETURN(auto spike_window, OptionalInt(flags, "spike-window", 2, controller::kMaxSpikeWindow));
-    GAC_ASSIGN_OR_RETURN(auto spike_warmup, OptionalInt(flags, "spike-warmup", 2, controller::kMaxSpikeWindow));
-    if (max_norm || sigma || spike_window || spike_warmup) {
-      for (const char* f : {"c-high", "window-c-low", "calibrate-on", "window", "for-steps", "warmup", "per-run"}) {
-        if (flags.Has(f)) {
-          return base::Status::InvalidArgument(std::string("--") + f + " is the alerts' setting: the spike guard's "
-                                               "backtest takes --max-grad-norm and the --spike-* flags");
-        }
-      }
-      controller::SpikeSettings s;
-      if (max_norm) s.max_grad_norm = *max_norm;
-      s.zscore = sigma || spike_window || spike_warmup;
-      if (sigma) s.sigma = *sigma;
-      if (spike_window) s.window = static_cast<int>(*spike_window);
-      if (spike_warmup) s.warmup = static_cast<int>(*spike_warmup);
-      const base::Status st = controller::ValidateSpikeSettings(s);
-      if (!st.ok()) return base::Status::InvalidArgument(st.message());
-      o.guard = s;
-      GAC_ASSIGN_OR_RETURN(o.format, FormatFlag(flags));
-      return Action([o](Context& ctx) { return BacktestGuard(ctx, o); });
-    }
-    GAC_ASSIGN_OR_RETURN(auto c_high, OptionalReal(flags, "c-high"));
-    GAC_ASSIGN_OR_RETURN(auto window_c_low, OptionalReal(flags, "window-c-low"));
-    if (const std::string* cal = flags.Get("calibrate-on")) {
-      if (c_high || window_c_low) {
-        return base::Status::InvalidArgument("--calibrate-on sets the thresholds: give it or --c-high and "
-                                             "--window-c-low, not both");
-      }
-      GAC_ASSIGN_OR_RETURN(o.calibrate, ExpandPaths("--calibrate-on: ", SplitCommas(*cal)));
-      std::set<std::string> tested;
-      for (const std::string& f : o.files) tested.insert(Canonical(f));
-      for (const std::string& f : o.calibrate) {
-        if (tested.count(Canonical(f)) > 0) {
-          return base::Status::InvalidArgument(f + " is both calibrated on and tested: thresholds are never set on "
-                                               "the runs they are tested on");
-        }
-      }
-    } else {
-      if (!c_high || !window_c_low) {
-        return base::Status::InvalidArgument("give --c-high and --window-c-low, or --calibrate-on");
-      }
-      o.settings.c_high = *c_high;
-      o.settings.window_c_low = *window_c_low;
-    }
-    GAC_ASSIGN_OR_RETURN(auto window, OptionalInt(flags, "window", 1, controller::kMaxWindow));
-    GAC_ASSIGN_OR_RETURN(auto for_steps, OptionalInt(flags, "for-steps", 0, 1000000));
-    GAC_ASSIGN_OR_RETURN(auto warmup, OptionalInt(flags, "warmup", 0, INT64_MAX / 2));
-    if (window) o.settings.window = static_cast<int>(*window);
-    if (for_steps) o.settings.for_steps = static_cast<int>(*for_steps);
-    if (warmup) o.settings.warmup = *warmup;
-    if (o.calibrate.empty()) {
-      const base::Status st = ValidateAlertSettings(o.settings);
-      if (!st.ok()) return base::Status::InvalidArgument(st.message());
-    }
-    o.per_run = flags.Has("per-run");
-    GAC_ASSIGN_OR_RETURN(o.format, FormatFlag(flags));
-    return Action([o](Context& ctx) { return Backtest(ctx, o); });
-  };
+  c.prepare = PrepareBacktest;
   return c;
 }
 

@@ -1,6 +1,5 @@
 // gacctl steps and tail.
 #include <algorithm>
-#include <climits>
 #include <functional>
 #include <map>
 #include <optional>
@@ -365,10 +364,29 @@ struct TailOptions {
   Format format = Format::kTable;
 };
 
-// gacctl tail's columns: the schema's fields that have one
-// (StepFieldViews::tail_header), by their places, with m_t (computed here,
-// as gacctl steps does) at proto::kPlaceWindowMean and the trainer scalar
-// "reward" last.
+// gacctl tail's columns, in order: record fields by their wire name
+// (gac/proto/record_schema.h; the help is the field's), m_t (computed here,
+// as gacctl steps does) and the trainer scalar "reward". Each other field is
+// left out for the reason tests/cli/gacctl_test.cc gives.
+struct TailColumnLook {
+  const char* field;         // the record field, or "window_mean" (m_t) or "reward"
+  const char* table_header;
+  std::size_t table_width;   // the column's narrowest width
+};
+constexpr char kTailWindowMean[] = "window_mean";
+constexpr char kTailReward[] = "reward";
+constexpr TailColumnLook kTailColumnLooks[] = {
+    {"step", "STEP", 6},
+    {"cosine", "C_T", 11},
+    {kTailWindowMean, "M_T", 11},
+    {"regime", "REGIME", 7},
+    {"alpha", "ALPHA", 9},
+    {"grad_norm", "|G|", 9},
+    {"grad_norm_z", "Z", 9},
+    {"staleness", "STALENESS", 9},
+    {kTailReward, "REWARD", 10},
+};
+
 struct TailColumn {
   enum Kind { kField, kWindowMean, kReward } kind;
   const proto::StepField* field;  // kField only
@@ -378,22 +396,20 @@ struct TailColumn {
 
 const std::vector<TailColumn>& TailLayout() {
   static const auto* layout = [] {
-    std::vector<std::pair<int, TailColumn>> placed = {
-        {proto::kPlaceWindowMean,
-         {TailColumn::kWindowMean, nullptr, {"window_mean", "M_T", true, 11}, "m_t, as gacctl steps gives it"}},
-        {INT_MAX, {TailColumn::kReward, nullptr, {"reward", "REWARD", true, 10}, "the trainer scalar \"reward\""}},
-    };
-    for (const proto::StepField& f : proto::kStepFields) {
-      if (f.views.tail_header == nullptr) continue;
-      const bool numeric = f.type != proto::FieldType::kEnum && f.type != proto::FieldType::kText;
-      placed.push_back({f.views.place,
-                        {TailColumn::kField, &f, {f.name, f.views.tail_header, numeric, static_cast<std::size_t>(f.views.tail_width)},
-                         f.help}});
-    }
-    std::stable_sort(placed.begin(), placed.end(),
-                     [](const auto& a, const auto& b) { return a.first < b.first; });
     auto* out = new std::vector<TailColumn>();
-    for (auto& [place, column] : placed) out->push_back(std::move(column));
+    for (const TailColumnLook& look : kTailColumnLooks) {
+      const std::string name = look.field;
+      if (name == kTailWindowMean) {
+        out->push_back({TailColumn::kWindowMean, nullptr, {name, look.table_header, true, look.table_width},
+                        "m_t, as gacctl steps gives it"});
+      } else if (name == kTailReward) {
+        out->push_back({TailColumn::kReward, nullptr, {name, look.table_header, true, look.table_width},
+                        "the trainer scalar \"reward\""});
+      } else if (const proto::StepField* f = proto::FindStepField(name)) {
+        const bool numeric = f->type != proto::FieldType::kEnum && f->type != proto::FieldType::kText;
+        out->push_back({TailColumn::kField, f, {name, look.table_header, numeric, look.table_width}, f->help});
+      }
+    }
     return out;
   }();
   return *layout;

@@ -6,10 +6,7 @@
 #include <string>
 #include <vector>
 
-#include <google/protobuf/descriptor.h>
-#include <google/protobuf/message.h>
-
-#include "gac/controller/report_fields.h"
+#include "gac/proto/wire_rules.h"
 
 namespace gac::proto {
 
@@ -191,31 +188,56 @@ controller::AlignmentStats StatsFromProto(const v1::DecideRequest& request) {
 
 namespace {
 
-// The response's fields that the report table's decision slots fill, in the
-// table's order: each slot's row names an optional double of DecideResponse
-// (a test checks that every one does, and that no optional double of the
-// response is left without a slot).
-struct WireSlot {
-  const controller::ReportField* row;
-  const google::protobuf::FieldDescriptor* field;
+// A spike score's z, the part of it the wire carries: a remote verdict's
+// score is its z only.
+std::optional<double> Z(const std::optional<controller::SpikeScore>& score) {
+  return score ? std::optional<double>(score->z) : std::nullopt;
+}
+controller::SpikeScore ScoreOfZ(double z) { return controller::SpikeScore{z, std::nullopt}; }
+
+// The remote decision's optional reals, written once: where a Decision holds
+// each and its optional double of DecideResponse, both named in C++ (a test
+// checks that no optional double of the response is left out).
+struct DecidedReal {
+  const char* name;  // the response's field
+  bool cosine;       // in [-1, 1] up to kCosineSlack; else any finite value
+  std::optional<double> (*from_decision)(const controller::Decision& d);
+  void (*to_decision)(double value, controller::Decision* d);
+  std::optional<double> (*from_wire)(const v1::DecideResponse& r);
+  void (*to_wire)(const std::optional<double>& value, v1::DecideResponse* r);
 };
 
-const std::vector<WireSlot>& DecisionWireSlots() {
-  static const std::vector<WireSlot> slots = [] {
-    std::vector<WireSlot> out;
-    const google::protobuf::Descriptor* message = v1::DecideResponse::descriptor();
-    for (const controller::ReportField& row : controller::kReportFields) {
-      if (row.decided == nullptr) continue;
-      const google::protobuf::FieldDescriptor* field = message->FindFieldByName(row.name);
-      if (field != nullptr && field->cpp_type() == google::protobuf::FieldDescriptor::CPPTYPE_DOUBLE &&
-          field->has_presence()) {
-        out.push_back({&row, field});
-      }
-    }
-    return out;
-  }();
-  return slots;
-}
+// A row for the response's optional double `f`: its name, whether it is a
+// cosine, where a Decision holds it (`get`, `set`), the response's reader
+// and writer.
+#define GAC_DECIDED_REAL(f, is_cosine, get, set)                                                      \
+  {                                                                                                   \
+    #f, is_cosine, get, set,                                                                          \
+        [](const v1::DecideResponse& r) { return r.has_##f() ? std::optional<double>(r.f()) : std::nullopt; }, \
+        [](const std::optional<double>& v, v1::DecideResponse* r) {                                   \
+          if (v) {                                                                                    \
+            r->set_##f(*v);                                                                           \
+          } else {                                                                                    \
+            r->clear_##f();                                                                           \
+          }                                                                                           \
+        }                                                                                             \
+  }
+
+using D = controller::Decision;
+
+const DecidedReal kDecidedReals[] = {
+    GAC_DECIDED_REAL(cosine, true, [](const D& d) { return d.cosine; }, [](double v, D* d) { d->cosine = v; }),
+    GAC_DECIDED_REAL(cosine_after, true, [](const D& d) { return d.cosine_after; },
+                     [](double v, D* d) { d->cosine_after = v; }),
+    GAC_DECIDED_REAL(window_mean, true, [](const D& d) { return d.window_mean; },
+                     [](double v, D* d) { d->window_mean = v; }),
+    GAC_DECIDED_REAL(grad_norm_z, false, [](const D& d) { return Z(d.spike_verdict.grad_norm); },
+                     [](double v, D* d) { d->spike_verdict.grad_norm = ScoreOfZ(v); }),
+    GAC_DECIDED_REAL(loss_z, false, [](const D& d) { return Z(d.spike_verdict.loss); },
+                     [](double v, D* d) { d->spike_verdict.loss = ScoreOfZ(v); }),
+};
+
+#undef GAC_DECIDED_REAL
 
 }  // namespace
 
@@ -224,22 +246,13 @@ void EncodeDecision(const controller::Decision& decision, v1::DecideResponse* re
   response->set_alpha(decision.alpha);
   response->set_projection_coeff(decision.projection_coeff);
   response->set_apply_update(decision.apply_update);
-  const google::protobuf::Reflection* reflection = response->GetReflection();
-  for (const WireSlot& slot : DecisionWireSlots()) {
-    if (const std::optional<double> value = slot.row->decided->get(decision)) {
-      reflection->SetDouble(response, slot.field, *value);
-    } else {
-      reflection->ClearField(response, slot.field);
-    }
-  }
+  for (const DecidedReal& real : kDecidedReals) real.to_wire(real.from_decision(decision), response);
 }
 
 namespace {
 
 base::Status CheckCosine(const char* field, double c) {
-  // A cosine computed in floating point may exceed 1 by rounding (and by the
-  // 1e-8 of the denominator the other way); allow 1e-6.
-  if (!std::isfinite(c) || std::fabs(c) > 1.0 + 1e-6) {
+  if (!std::isfinite(c) || std::fabs(c) > 1.0 + kCosineSlack) {
     return base::Status::InvalidArgument(std::string(field) + " must be in [-1, 1], got " + std::to_string(c));
   }
   return base::Status::Ok();
@@ -254,6 +267,22 @@ std::string Printable(const std::string& text) {
   }
   if (text.size() > out.size()) out += "... (" + std::to_string(text.size()) + " bytes)";
   return out;
+}
+
+// The answer's optional reals into `d`, each checked: a cosine in [-1, 1]
+// (up to rounding), anything else finite.
+base::Status DecodeDecidedReals(const v1::DecideResponse& response, controller::Decision* d) {
+  for (const DecidedReal& real : kDecidedReals) {
+    const std::optional<double> value = real.from_wire(response);
+    if (!value) continue;
+    if (real.cosine) {
+      GAC_RETURN_IF_ERROR(CheckCosine(real.name, *value));
+    } else if (!std::isfinite(*value)) {
+      return base::Status::InvalidArgument(std::string(real.name) + " must be finite, got " + std::to_string(*value));
+    }
+    real.to_decision(*value, d);
+  }
+  return base::Status::Ok();
 }
 
 }  // namespace
@@ -289,17 +318,7 @@ base::StatusOr<controller::Decision> DecodeDecision(const v1::DecideResponse& re
     return base::Status::InvalidArgument(std::string("apply_update must be ") + (should_apply ? "true" : "false") +
                                    " for regime " + controller::RegimeName(d.regime));
   }
-  const google::protobuf::Reflection* reflection = response.GetReflection();
-  for (const WireSlot& slot : DecisionWireSlots()) {
-    if (!reflection->HasField(response, slot.field)) continue;
-    const double value = reflection->GetDouble(response, slot.field);
-    if (slot.row->decided->cosine) {
-      GAC_RETURN_IF_ERROR(CheckCosine(slot.row->name, value));
-    } else if (!std::isfinite(value)) {
-      return base::Status::InvalidArgument(std::string(slot.row->name) + " must be finite, got " + std::to_string(value));
-    }
-    slot.row->decided->set(d, value);
-  }
+  GAC_RETURN_IF_ERROR(DecodeDecidedReals(response, &d));
   d.alpha = response.alpha();
   d.projection_coeff = coeff;
   d.apply_update = response.apply_update();

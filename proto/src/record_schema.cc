@@ -1,7 +1,8 @@
 #include "gac/proto/record_schema.h"
 
-#include <cstring>
+#include <optional>
 
+#include "gac/proto/convert.h"
 #include "gac/proto/wire_rules.h"
 
 namespace gac::proto {
@@ -10,6 +11,7 @@ namespace {
 FieldValue Int(std::int64_t v) { return FieldValue{true, v, 0}; }
 FieldValue Real(double v) { return FieldValue{true, 0, v}; }
 FieldValue Absent() { return FieldValue{false, 0, 0}; }
+FieldValue OptReal(const std::optional<double>& v) { return v ? Real(*v) : Absent(); }
 
 const char* RegimeNamer(std::int64_t v) {
   return v1::Regime_IsValid(static_cast<int>(v)) ? EnumName(static_cast<v1::Regime>(v)) : kUnknownName;
@@ -19,6 +21,13 @@ const char* TriggerNamer(std::int64_t v) {
 }
 const char* ModeNamer(std::int64_t v) {
   return v1::ControlMode_IsValid(static_cast<int>(v)) ? EnumName(static_cast<v1::ControlMode>(v)) : kUnknownName;
+}
+
+using R = controller::StepReport;
+
+// A spike score's z, the part of it the record keeps.
+std::optional<double> Z(const std::optional<controller::SpikeScore>& score) {
+  return score ? std::optional<double>(score->z) : std::nullopt;
 }
 
 // A non-optional integer field `f` of type T.
@@ -39,77 +48,96 @@ const char* ModeNamer(std::int64_t v) {
           r->clear_##f();                                                         \
         }                                                                         \
       }
+// A non-optional enum field `f` of wire type T.
+#define GAC_ENUM_FIELD(f, T)                                         \
+  [](const v1::StepRecord& r) { return Int(r.f()); },                \
+      [](const FieldValue& v, v1::StepRecord* r) { r->set_##f(static_cast<T>(v.integer)); }
+// An optional enum field `f` of wire type T.
+#define GAC_OPT_ENUM_FIELD(f, T)                                                  \
+  [](const v1::StepRecord& r) { return r.has_##f() ? Int(r.f()) : Absent(); },     \
+      [](const FieldValue& v, v1::StepRecord* r) {                                \
+        if (v.present) {                                                          \
+          r->set_##f(static_cast<T>(v.integer));                                  \
+        } else {                                                                  \
+          r->clear_##f();                                                         \
+        }                                                                         \
+      }
 
 }  // namespace
 
+// Each row: name, column, type, optional, range, json_string, unit, help;
+// the record's getter and setter; the enum's names; the report's value.
 const StepField kStepFields[kStepFieldCount] = {
     {"step", "step", FieldType::kInteger, false, FieldRange::kAny, false, "steps", "optimiser step index, in [0, 2^63 - 2]",
-     GAC_INT_FIELD(step, std::int64_t), nullptr, {"gac_step", 10, "STEP", 6, "step", 0}},
+     GAC_INT_FIELD(step, std::int64_t), nullptr, [](const R& r) { return Int(r.step); }},
     {"rank", "rank", FieldType::kInteger, false, FieldRange::kAny, false, "", "reporting rank, < world_size",
-     GAC_INT_FIELD(rank, std::uint32_t), nullptr, {}},
+     GAC_INT_FIELD(rank, std::uint32_t), nullptr, nullptr},
     {"world_size", "world_size", FieldType::kInteger, false, FieldRange::kAny, false, "", "ranks of the run; 0 is read as 1",
-     GAC_INT_FIELD(world_size, std::uint32_t), nullptr, {}},
+     GAC_INT_FIELD(world_size, std::uint32_t), nullptr, nullptr},
     {"cosine", "cosine", FieldType::kReal, true, FieldRange::kCosine, false, "", "c_t = cos(g, p); absent without a reference",
-     GAC_OPT_FIELD(cosine, Real, real), nullptr, {"gac_cosine", 20, "C_T", 11, "c\u209c", 4}},
-    {"grad_norm", "grad_norm", FieldType::kReal, false, FieldRange::kNonNegative, false, "", "||g||", GAC_REAL_FIELD(grad_norm), nullptr, {"gac_grad_norm", 60, "|G|", 9, "\u2016g\u2016", -1}},
-    {"ref_norm", "ref_norm", FieldType::kReal, false, FieldRange::kNonNegative, false, "", "||p||", GAC_REAL_FIELD(ref_norm), nullptr, {"gac_ref_norm", 65, nullptr, 0, "\u2016p\u2016", -1}},
+     GAC_OPT_FIELD(cosine, Real, real), nullptr, [](const R& r) { return OptReal(r.decision.cosine); }},
+    {"grad_norm", "grad_norm", FieldType::kReal, false, FieldRange::kNonNegative, false, "", "||g||",
+     GAC_REAL_FIELD(grad_norm), nullptr, [](const R& r) { return Real(r.decision.grad_norm); }},
+    {"ref_norm", "ref_norm", FieldType::kReal, false, FieldRange::kNonNegative, false, "", "||p||",
+     GAC_REAL_FIELD(ref_norm), nullptr, [](const R& r) { return Real(r.decision.ref_norm); }},
     {"regime", "regime", FieldType::kEnum, false, FieldRange::kAny, false, "", "the controller's regime for the step",
-     [](const v1::StepRecord& r) { return Int(r.regime()); },
-     [](const FieldValue& v, v1::StepRecord* r) { r->set_regime(static_cast<v1::Regime>(v.integer)); },
-     &RegimeNamer, {nullptr, 40, "REGIME", 7, "regime", 0}},
+     GAC_ENUM_FIELD(regime, v1::Regime), &RegimeNamer, [](const R& r) { return Int(ToProto(r.decision.regime)); }},
     {"alpha", "alpha", FieldType::kReal, false, FieldRange::kUnit, false, "", "gain on the parallel component, in [0, 1]",
-     GAC_REAL_FIELD(alpha), nullptr, {"gac_alpha", 50, "ALPHA", 9, nullptr, 0}},
+     GAC_REAL_FIELD(alpha), nullptr, [](const R& r) { return Real(r.decision.alpha); }},
     {"cosine_after", "cosine_after", FieldType::kReal, true, FieldRange::kCosine, false, "",
-     "cosine of the applied update with p", GAC_OPT_FIELD(cosine_after, Real, real), nullptr, {"gac_cosine_after", 35, nullptr, 0, "cosine after", 4}},
+     "cosine of the applied update with p", GAC_OPT_FIELD(cosine_after, Real, real), nullptr,
+     [](const R& r) { return OptReal(r.decision.cosine_after); }},
     {"staleness", "staleness", FieldType::kInteger, true, FieldRange::kNonNegative, false, "versions",
-     "policy versions behind the learner", GAC_OPT_FIELD(staleness, Int, integer), nullptr, {"gac_staleness_steps", 80, "STALENESS", 9, "staleness", 0}},
+     "policy versions behind the learner", GAC_OPT_FIELD(staleness, Int, integer), nullptr, nullptr},
     {"wall_time_ns", "wall_time_ns", FieldType::kInteger, false, FieldRange::kNonNegative, true, "ns",
      "when the step was decided, since the Unix epoch; 0 = unknown", GAC_INT_FIELD(wall_time_ns, std::int64_t),
-     nullptr, {}},
+     nullptr, nullptr},
     // The column keeps its first name: renaming it would break the replicas
     // of a rolling update that still write the old one to a shared database.
     {"agent_overhead_seconds", "overhead_s", FieldType::kReal, false, FieldRange::kNonNegative, false, "s",
-     "agent time on the training thread this step", GAC_REAL_FIELD(agent_overhead_seconds), nullptr, {"gac_agent_overhead_seconds", 0, nullptr, 0, nullptr, 0}},
+     "agent time on the training thread this step", GAC_REAL_FIELD(agent_overhead_seconds), nullptr,
+     [](const R& r) { return Real(r.agent_overhead_seconds()); }},
     {"mode", "mode", FieldType::kEnum, false, FieldRange::kAny, false, "", "the agent's mode for the step",
-     [](const v1::StepRecord& r) { return Int(r.mode()); },
-     [](const FieldValue& v, v1::StepRecord* r) { r->set_mode(static_cast<v1::ControlMode>(v.integer)); },
-     &ModeNamer, {}},
+     GAC_ENUM_FIELD(mode, v1::ControlMode), &ModeNamer, [](const R& r) { return Int(ToProto(r.mode)); }},
     {"fallback", "fallback", FieldType::kBool, false, FieldRange::kAny, false, "", "remote mode: the local decision was used",
      [](const v1::StepRecord& r) { return Int(r.fallback() ? 1 : 0); },
-     [](const FieldValue& v, v1::StepRecord* r) { r->set_fallback(v.integer != 0); }, nullptr, {}},
+     [](const FieldValue& v, v1::StepRecord* r) { r->set_fallback(v.integer != 0); }, nullptr,
+     [](const R& r) { return Int(r.fallback ? 1 : 0); }},
     // The rule the agent decided with (absent when gacd decided).
     {"c_low", "c_low", FieldType::kReal, true, FieldRange::kUnit, false, "", "the agent's c_low, when it decided",
-     GAC_OPT_FIELD(c_low, Real, real), nullptr, {}},
+     GAC_OPT_FIELD(c_low, Real, real), nullptr,
+     [](const R& r) { return r.rule ? Real(r.rule->thresholds.c_low) : Absent(); }},
     {"c_high", "c_high", FieldType::kReal, true, FieldRange::kUnit, false, "", "the agent's c_high, when it decided",
-     GAC_OPT_FIELD(c_high, Real, real), nullptr, {}},
+     GAC_OPT_FIELD(c_high, Real, real), nullptr,
+     [](const R& r) { return r.rule ? Real(r.rule->thresholds.c_high) : Absent(); }},
     {"trigger", "trigger", FieldType::kEnum, true, FieldRange::kAny, false, "",
      "what the agent's thresholds applied to (per_step or window), when it decided",
-     [](const v1::StepRecord& r) { return r.has_trigger() ? Int(r.trigger()) : Absent(); },
-     [](const FieldValue& v, v1::StepRecord* r) {
-       if (v.present) {
-         r->set_trigger(static_cast<v1::Trigger>(v.integer));
-       } else {
-         r->clear_trigger();
-       }
-     },
-     &TriggerNamer, {}},
+     GAC_OPT_ENUM_FIELD(trigger, v1::Trigger), &TriggerNamer,
+     [](const R& r) { return r.rule ? Int(ToProto(r.rule->trigger.trigger)) : Absent(); }},
     // The column is not `window`, a reserved word in PostgreSQL.
     {"window", "window_size", FieldType::kInteger, true, FieldRange::kNonNegative, false, "steps",
-     "the agent's window W of m_t, when it decided", GAC_OPT_FIELD(window, Int, integer), nullptr, {}},
+     "the agent's window W of m_t, when it decided", GAC_OPT_FIELD(window, Int, integer), nullptr,
+     [](const R& r) { return r.rule ? Int(r.rule->trigger.window) : Absent(); }},
     {"window_c_low", "window_c_low", FieldType::kReal, true, FieldRange::kUnit, false, "",
-     "the agent's c_low for |m_t|, when it decided", GAC_OPT_FIELD(window_c_low, Real, real), nullptr, {}},
+     "the agent's c_low for |m_t|, when it decided", GAC_OPT_FIELD(window_c_low, Real, real), nullptr,
+     [](const R& r) { return r.rule ? Real(r.rule->trigger.window_thresholds.c_low) : Absent(); }},
     {"window_c_high", "window_c_high", FieldType::kReal, true, FieldRange::kUnit, false, "",
-     "the agent's c_high for |m_t|, when it decided", GAC_OPT_FIELD(window_c_high, Real, real), nullptr, {}},
+     "the agent's c_high for |m_t|, when it decided", GAC_OPT_FIELD(window_c_high, Real, real), nullptr,
+     [](const R& r) { return r.rule ? Real(r.rule->trigger.window_thresholds.c_high) : Absent(); }},
     // The spike guard's z-scores (absent when its z-score is off or warming up).
     {"grad_norm_z", "grad_norm_z", FieldType::kReal, true, FieldRange::kAny, false, "",
-     "z-score of ||g|| against the run's recent steps", GAC_OPT_FIELD(grad_norm_z, Real, real), nullptr, {"gac_grad_norm_z", 70, "Z", 9, "z of \u2016g\u2016", 2}},
+     "z-score of ||g|| against the run's recent steps", GAC_OPT_FIELD(grad_norm_z, Real, real), nullptr,
+     [](const R& r) { return OptReal(Z(r.decision.spike_verdict.grad_norm)); }},
     {"loss_z", "loss_z", FieldType::kReal, true, FieldRange::kAny, false, "",
-     "z-score of the loss against the run's recent accepted steps", GAC_OPT_FIELD(loss_z, Real, real), nullptr, {"gac_loss_z", 0, nullptr, 0, nullptr, 0}},
+     "z-score of the loss against the run's recent accepted steps", GAC_OPT_FIELD(loss_z, Real, real), nullptr,
+     [](const R& r) { return OptReal(Z(r.decision.spike_verdict.loss)); }},
 };
 
 #undef GAC_INT_FIELD
 #undef GAC_REAL_FIELD
 #undef GAC_OPT_FIELD
+#undef GAC_ENUM_FIELD
+#undef GAC_OPT_ENUM_FIELD
 
 const StepField* FindStepField(std::string_view name) {
   for (const StepField& f : kStepFields) {

@@ -40,7 +40,7 @@ from gac._attach import attach
 from gac._attachment import Attachment
 from gac._deprecation import extend_step_report, warn_deprecated
 from gac._native import LAZY
-from gac._report import MODES, REGIMES, to_dict_method
+from gac._report import MODES, REGIMES, TRIGGERS, to_dict_method
 from gac._errors import (
     DeadlineExceededError,
     FailedPreconditionError,
@@ -106,6 +106,7 @@ __all__ = [
     "SpoolRecovery",
     "StatusCode",
     "StepReport",
+    "TRIGGERS",
     "Telemetry",
     "TelemetryCounters",
     "UnavailableError",

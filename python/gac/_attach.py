@@ -23,7 +23,9 @@ and ``skip_fraction`` says so.
 
 Each kind of target has its step target (gac/_targets.py: what is read,
 whose step is hooked, how a step is skipped), and the
-:class:`~gac._attachment.Attachment` gates it; a Trainer goes to
+:class:`~gac._attachment.Attachment` gates it with the one agent it makes
+(gac/_plan.py checks the arguments first, without making anything); a
+Trainer goes to
 :class:`gac.integrations.transformers.GacCallback`, which gates the
 Trainer's optimizer when training begins. DeepSpeed ZeRO: the ZeRO
 optimizer's ``step`` is gated, and the agent reads this rank's gradient
@@ -42,8 +44,8 @@ if TYPE_CHECKING:
     from typing_extensions import Unpack
 
     from gac._agent import Agent
-    from gac._attachment import AgentOptions
     from gac._controller import Mode
+    from gac._plan import AgentOptions
     from gac._transport import Telemetry
 
 

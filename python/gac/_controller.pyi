@@ -186,8 +186,16 @@ class StepReport:
     @overload
     def to_dict(self, prefix: str = "gac/", *, numeric: Literal[False]) -> Dict[str, object]: ...
 
-# The report's fields: (name, type, optional, unit, help, views, record field or None).
-REPORT_FIELDS: Tuple[Tuple[str, str, bool, str, str, Tuple[str, ...], Optional[str]], ...]
+# The report's fields: (name, type, optional, unit, help).
+REPORT_FIELDS: Tuple[Tuple[str, str, bool, str, str], ...]
+# The names of the enums, by number.
+REGIMES: Tuple[str, ...]
+MODES: Tuple[str, ...]
+TRIGGERS: Tuple[str, ...]
+# The scalars gacd takes with a step record, and what gac's sender's own
+# counters leave of them for the trainer's.
+MAX_SCALARS: int
+MAX_TRAINER_SCALARS: int
 
 GroupStats = LayerStats  # deprecated: gac.GroupStats warns (removed in 0.3.0)
 

@@ -2,7 +2,11 @@
 of a DeepSpeed engine, of accelerate's ``DeepSpeedOptimizerWrapper`` and of
 a ZeRO optimizer itself. DeepSpeed is not imported: the engine and the
 optimizers are recognised by their class names and read through the
-attributes named below, checked against DeepSpeed 0.19.8.
+attributes named below, checked against DeepSpeed 0.19.8. So this module
+sits beside gac/_targets.py rather than in gac/integrations/ (whose modules
+each import their trainer): ``gac.attach(engine)`` recognises an engine on
+its own (``step_target``), and ``GacCallback`` uses it for a Trainer run
+under DeepSpeed.
 
 Where the gradient is when the ZeRO optimizer's ``step`` begins (the
 engine calls it once per optimizer step, at the accumulation boundary,

@@ -7,24 +7,24 @@ former name, the name that replaces it and the release that removes it
 caller's line saying all three: "StepReport.groups is deprecated; use
 StepReport.layers. It will be removed in gac 0.3.0."
 
-Some aliases belong to classes of the native modules; the functions below
-put them on those classes (``gac/__init__.py`` does it for the step report,
-``gac/_native.py`` for the agent and the remote controller when they load):
-the warning, its text and its removal version live here alone.
+Where each alias is kept: ``gac.GroupStats`` by the package's
+``__getattr__``; ``StepReport.groups`` and ``StepReport.seconds`` by
+warning properties that :func:`extend_step_report` puts on the native
+class (``gac/__init__.py`` calls it); ``Agent(groups=...)`` and
+``RemoteController.set_run_thresholds`` by the native modules themselves
+(python/src/agent_module.cc, transport_module.cc), which call
+:func:`warn_deprecated` with the alias's key (``WarnDeprecated`` in
+python/src/support.h). The warning, its text and its removal version live
+here alone.
 """
 
 from __future__ import annotations
 
-import functools
 import warnings
-from typing import TYPE_CHECKING, Callable, Dict, NamedTuple, Set, Type
-
-from gac._errors import InvalidArgumentError, StatusCode
+from typing import TYPE_CHECKING, Dict, NamedTuple, Set, Type
 
 if TYPE_CHECKING:
-    from gac._agent import Agent
-    from gac._controller import AlphaMode, StepReport
-    from gac._transport import RemoteController
+    from gac._controller import StepReport
 
 # The release that removes the aliases of release 0.1.
 REMOVED_IN = "0.3.0"
@@ -54,7 +54,8 @@ ALIASES: Dict[str, Alias] = {a.old: a for a in (
 def warn_deprecated(old: str, *, stacklevel: int = 1) -> None:
     """Warns (``DeprecationWarning``) that the alias ``old``, a key of
     :data:`ALIASES`, was used. ``stacklevel`` as ``warnings.warn``'s, counted from the caller:
-    1 points at the function that calls this one, 2 at its caller."""
+    1 points at the function that calls this one, 2 at its caller; called
+    from a native module, 1 points at the Python line that called into it."""
     alias = ALIASES[old]
     warnings.warn(f"{alias.old} is deprecated; use {alias.new}{alias.note}. It will be removed in gac "
                   f"{alias.removed_in}.", DeprecationWarning, stacklevel=stacklevel + 1)
@@ -85,42 +86,3 @@ def extend_step_report(cls: "Type[StepReport]") -> None:
     setattr(cls, "groups", renamed_property("StepReport.groups", "layers"))
     setattr(cls, "seconds", renamed_property("StepReport.seconds", "agent_overhead_seconds"))
     _extended.add(cls)
-
-
-def extend_agent(cls: "Type[Agent]") -> None:
-    """``Agent(groups=...)``: the constructor takes the former name of
-    ``layers``, warns and passes it on as ``layers``."""
-    if cls in _extended:
-        return
-    native_init: Callable[..., None] = getattr(cls, "__init__")
-
-    @functools.wraps(native_init)
-    def __init__(self: "Agent", *args: object, groups: object = None, **kwargs: object) -> None:
-        if groups is not None:
-            warn_deprecated("Agent(groups=...)", stacklevel=2)
-            if kwargs.get("layers") is not None:
-                raise InvalidArgumentError("give layers or its deprecated name groups, not both",
-                                           StatusCode.INVALID_ARGUMENT)
-            kwargs["layers"] = groups
-        native_init(self, *args, **kwargs)
-
-    setattr(cls, "__init__", __init__)
-    _extended.add(cls)
-
-
-def extend_remote_controller(cls: "Type[RemoteController]") -> None:
-    """``RemoteController.set_run_thresholds``: ``set_thresholds`` with the
-    run switched to remote mode, after the warning."""
-    if cls in _extended:
-        return
-    native: Callable[..., None] = getattr(cls, "set_run_thresholds")
-
-    @functools.wraps(native)
-    def set_run_thresholds(self: "RemoteController", c_low: float, c_high: float, alpha_mode: "AlphaMode" = "paper",
-                           reason: str = "") -> None:
-        warn_deprecated("RemoteController.set_run_thresholds", stacklevel=2)
-        self.set_thresholds(c_low, c_high, alpha_mode, reason, mode="remote")
-
-    setattr(cls, "set_run_thresholds", set_run_thresholds)
-    _extended.add(cls)
-

@@ -6,16 +6,14 @@ source: a build with gRPC) are loaded when one of their classes is first
 asked for, through the functions below: ``gac.Agent`` and the other names
 of :data:`LAZY` (the package's ``__getattr__``), and the package's own
 modules. A module that cannot be loaded raises ImportError saying what the
-name needs. A class is handed out with its deprecated aliases in place
-(gac/_deprecation.py).
+name needs. The native classes keep their deprecated aliases themselves,
+warning through gac/_deprecation.py.
 """
 
 from __future__ import annotations
 
 import contextlib
 from typing import TYPE_CHECKING, Callable, Dict, Iterator, Type
-
-from gac._deprecation import extend_agent, extend_remote_controller
 
 if TYPE_CHECKING:
     from gac._agent import Agent
@@ -37,7 +35,6 @@ def agent_class() -> Type[Agent]:
     """gac.Agent (``gac._agent``)."""
     with _needs("Agent", _AGENT):
         from gac._agent import Agent
-    extend_agent(Agent)
     return Agent
 
 
@@ -52,7 +49,6 @@ def remote_controller_class() -> Type[RemoteController]:
     """gac.RemoteController (``gac._transport``)."""
     with _needs("RemoteController", _TRANSPORT):
         from gac._transport import RemoteController
-    extend_remote_controller(RemoteController)
     return RemoteController
 
 

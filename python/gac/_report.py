@@ -23,22 +23,21 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Dict, Tuple
 
+# REGIMES, MODES and TRIGGERS: the names of the C++ enums, by number (a
+# regime's, a mode's and a trigger's number in numeric form is its index).
+from gac._controller import MODES as MODES
+from gac._controller import REGIMES as REGIMES
 from gac._controller import REPORT_FIELDS
+from gac._controller import TRIGGERS as TRIGGERS
 
 if TYPE_CHECKING:
     from gac._controller import StepReport
 
-# The regime's number in numeric form: 0 safe, 1 project, 2 skip, 3 invalid.
-REGIMES: Tuple[str, ...] = ("safe", "project", "skip", "invalid", "spike")
-# The mode's number in numeric form: 0 monitor, 1 local, 2 remote.
-MODES: Tuple[str, ...] = ("monitor", "local", "remote")
-# The trigger's number in numeric form: 0 per_step, 1 window.
-TRIGGERS: Tuple[str, ...] = ("per_step", "window")
 _ENUMS: Dict[str, Tuple[str, ...]] = {"regime": REGIMES, "mode": MODES, "trigger": TRIGGERS}
 
-# The report's fields with a logger key (gac/controller/report_fields.h), in
-# the order of the dict: (name, type).
-_FIELDS: Tuple[Tuple[str, str], ...] = tuple((f[0], f[1]) for f in REPORT_FIELDS if "logger" in f[5])
+# The report's fields (gac/controller/report_fields.h), in the order of the
+# dict: (name, type).
+_FIELDS: Tuple[Tuple[str, str], ...] = tuple((f[0], f[1]) for f in REPORT_FIELDS)
 
 
 def report_to_dict(report: StepReport, prefix: str = "gac/", *, numeric: bool = True) -> Dict[str, object]:

@@ -92,6 +92,11 @@ class PythonReducer final : public agent::Reducer {
   int world_size_ = 1;
 };
 
+// The reducer of a torch.distributed group: gac._dist.AllReduce(group).
+std::shared_ptr<agent::Reducer> ReducerOf(const py::object& group) {
+  return std::make_shared<PythonReducer>(py::module_::import("gac._dist").attr("AllReduce")(group));
+}
+
 const char* PassesName(agent::PassesChoice p) {
   switch (p) {
     case agent::PassesChoice::kKernels: return "kernels";
@@ -147,8 +152,9 @@ class TorchOpsPasses final : public agent::FrontPasses {
 
 // gac.Agent. Holds the options the C++ agent is made from; layers given as
 // tensors are turned into indices of the parameter list on the
-// first step after creation or reset() (the C++ agent takes indices), which
-// re-creates the C++ agent when they changed.
+// first step after creation, reset() or a new process_group (the C++ agent
+// takes indices), which re-creates the C++ agent when they changed, as
+// set_thresholds() does (Replace).
 class PyAgent {
  public:
   PyAgent(double c_low, double c_high, const std::string& mode, const std::string& alpha_mode,
@@ -185,10 +191,7 @@ class PyAgent {
       decision_source_ = decision_source;
       options_.decision_source = decision_source.cast<std::shared_ptr<controller::DecisionSource>>();
     }
-    if (!process_group.is_none()) {
-      options_.reducer = std::make_shared<PythonReducer>(py::module_::import("gac._dist").attr("AllReduce")(process_group));
-      process_group_ = process_group;
-    }
+    if (!process_group.is_none()) set_process_group(process_group);
     if (!replicated_on.is_none()) {
       if (!py::isinstance<py::dict>(replicated_on) && !PyCallable_Check(replicated_on.ptr())) {
         throw py::type_error("replicated_on must be a dict {parameter: group or None} or a function of a parameter, got a " +
@@ -197,7 +200,7 @@ class PyAgent {
       replicated_on_ = replicated_on;
     }
     if (!groups.is_none()) {
-      WarnDeprecated("Agent(groups=...) is deprecated; use Agent(layers=...)");
+      WarnDeprecated("Agent(groups=...)");
       if (!layers.is_none()) RaiseInvalidArgument("give layers or its deprecated name groups, not both");
     }
     SetLayers(layers.is_none() ? groups : layers);
@@ -239,6 +242,23 @@ class PyAgent {
     const controller::Mode mode = ModeFromName(name);
     ThrowIfError(agent_->set_mode(mode));
     options_.mode = mode;
+  }
+  // The core has no setter for its thresholds: it is made again with them,
+  // as a new agent would be (the next step has no reference, the trigger's
+  // window and the spike guard's history are empty); the parameters, the
+  // mode, the other options and the fallback count are kept.
+  void SetThresholds(double c_low, double c_high) {
+    AgentOptions options = agent_->options();
+    options.thresholds = controller::Thresholds{c_low, c_high};
+    Replace(std::move(options));
+    options_.thresholds = agent_->options().thresholds;
+  }
+  // The next step plans again (Configure), and starts over when the summing
+  // group changed.
+  void set_process_group(const py::object& group) {
+    options_.reducer = group.is_none() ? nullptr : ReducerOf(group);
+    process_group_ = group;
+    planned_ = false;
   }
   std::uint64_t fallbacks() const { return fallbacks_before_ + agent_->fallbacks(); }
   const AgentCore& agent() const { return *agent_; }
@@ -315,7 +335,7 @@ class PyAgent {
         auto_group_ = py::none();
         auto_reducer_.reset();
       } else if (!group.is(auto_group_)) {
-        auto_reducer_ = std::make_shared<PythonReducer>(py::module_::import("gac._dist").attr("AllReduce")(group));
+        auto_reducer_ = ReducerOf(group);
         auto_group_ = group;
       }
       reducer = auto_reducer_;
@@ -331,6 +351,12 @@ class PyAgent {
     options.layers = std::move(resolved);
     options.reducer = std::move(reducer);
     options.uncounted = std::move(uncounted);
+    Replace(std::move(options));
+  }
+
+  // A new core from `options` in place of agent_ (which is left as it was
+  // when they are refused), its fallbacks carried over.
+  void Replace(AgentOptions options) {
     std::unique_ptr<AgentCore> fresh = ValueOrRaise(AgentCore::Create(std::move(options)));
     fallbacks_before_ += agent_->fallbacks();
     agent_ = std::move(fresh);
@@ -424,7 +450,7 @@ class PyAgent {
   TensorReader reader_;
   bool prepared_ = false;  // reader_ knows the parameters of params_
   bool planned_ = false;  // a step succeeded since creation or reset()
-  std::uint64_t fallbacks_before_ = 0;  // of agents replaced by ResolveLayers
+  std::uint64_t fallbacks_before_ = 0;  // of the cores Replace replaced
   py::object decision_source_ = py::none();
   py::object process_group_ = py::none();
   py::object replicated_on_ = py::none();  // gac._dist.plan_reduction's
@@ -440,76 +466,116 @@ std::string TriggerRepr(const controller::TriggerSettings& t) {
          ", window_c_high=" + py::repr(py::float_(t.window_thresholds.c_high)).cast<std::string>();
 }
 
-void BindAgent(py::module_& m) {
-  py::class_<PyAgent>(
-      m, "Agent",
-      "Gradient Alignment Control in the training loop. Call step() once per optimizer step, after backward\n"
-      "(and gradient accumulation and the data-parallel all-reduce), before clip_grad_norm_ and the optimizer:\n"
-      "\n"
-      "    report = agent.step(step, model.parameters())\n"
-      "    if report.step_optimizer:\n"
-      "        optimizer.step()\n"
-      "\n"
-      "step() reads every gradient once for c_t = cos(g_t, g_{t-1}) and, in local and remote modes, projects the\n"
-      "gradients in place when c_low < |c_t| < c_high and tells the trainer to skip the update above c_high.\n"
-      "Memory: one snapshot of the gradients (fp32, or bf16 on request), allocated at the first step.\n"
-      "Used from one thread; the GIL is released while a step runs.")
-      .def(py::init<double, double, const std::string&, const std::string&, const py::object&, const std::string&,
-                    const py::object&, const py::object&, const py::object&, const py::object&, int, std::int64_t,
-                    const std::string&, int, double, double, const py::object&, const py::object&,
-                    const py::object&, const py::object&, const std::string&, const py::object&>(),
-           "c_low"_a = 0.05, "c_high"_a = 0.3, py::kw_only(), "mode"_a = "local", "alpha_mode"_a = "paper",
-           "snapshot_dtype"_a = "float32", "reference"_a = "raw_gradient", "layers"_a = py::none(), "groups"_a = py::none(),
-           "process_group"_a = py::none(), "decision_source"_a = py::none(), "num_threads"_a = 0,
-           "chunk_elements"_a = std::int64_t{1} << 16, "trigger"_a = "per_step", "window"_a = 20,
-           "window_c_low"_a = controller::Thresholds{}.c_low, "window_c_high"_a = controller::Thresholds{}.c_high,
-           "max_grad_norm"_a = py::none(), "spike_sigma"_a = py::none(), "spike_window"_a = py::none(),
-           "spike_warmup"_a = py::none(), "passes"_a = "auto", "replicated_on"_a = py::none(),
-           "c_low, c_high: thresholds of |c_t|, 0 < c_low < c_high <= 1 (else ValueError).\n"
-           "mode: 'local' (decide and apply in-process), 'monitor' (measure only, never change the update) or\n"
-           "'remote' (decision_source decides; on a miss the local decision is used and counted).\n"
-           "alpha_mode: 'paper' (alpha = c_low/|c|) or 'exact' (the projected cosine is exactly c_low).\n"
-           "snapshot_dtype: torch.float32 or torch.bfloat16, the previous gradient's storage.\n"
-           "reference: 'raw_gradient' (the paper's c_t) or 'applied_update' (compare with the last update).\n"
-           "layers: {name: [parameters]} for a per-layer breakdown in report.layers (one more read of them);\n"
-           "groups: its former name (deprecated).\n"
-           "process_group: a torch.distributed ProcessGroup over which sharded gradients' sums are all-reduced;\n"
-           "every rank then reaches the same decision (DTensor parameters need none: their placements say it).\n"
-           "replicated_on: for plain tensors, which ranks hold the same values ({param: group or None} or a\n"
-           "function of a parameter; None: each rank holds its own part): of those in the summing group, the\n"
-           "lowest counts them, so every value is counted once. decision_source: a gac.RemoteController or a\n"
-           "gac.DecisionSource subclass (required for mode='remote'). num_threads: threads of the passes (0: the\n"
-           "hardware's, at most 8). chunk_elements: elements per work item.\n"
-           "trigger: 'per_step' (the regime of |c_t|, by c_low and c_high; the default) or 'window' (the regime\n"
-           "of |m_t|, the signed mean of the last `window` cosines, by window_c_low and window_c_high; safe until\n"
-           "`window` cosines are held). window: 1 to 1000; m_t is reported (report.window_mean) with either\n"
-           "trigger. window_c_low, window_c_high: 0 < window_c_low < window_c_high <= 1 (else ValueError).\n"
-           "The spike guard, decided before GAC, off unless asked for: a step is skipped with the regime 'spike'\n"
-           "(it enters neither the snapshot nor GAC's window) when |g| > max_grad_norm (> 0), or, with any of\n"
-           "spike_sigma (default 6, > 0), spike_window (default 128, 2 to 10000), spike_warmup (2 to spike_window;\n"
-           "default spike_window // 2), when the z-score of |g|, or of the loss given to step(), against the last\n"
-           "spike_window steps is above spike_sigma (after spike_warmup steps; a spike is held at the bound it broke,\n"
-           "so a level that persists is followed after a run of skips).\n"
-           "passes: 'auto' (gac's kernels on the CPU and on NVIDIA GPUs they carry an image for, checked against torch\n"
-           "operations on their first steps on each GPU; torch operations on any other device: ROCm, XPU, MPS, older\n"
-           "GPUs), 'kernels' (gac's kernels only) or 'torch' (torch operations on every device). report.passes says\n"
-           "which ran.")
-      .def("step", &PyAgent::Step, "step"_a, "params"_a, "loss"_a = py::none(),
-           "One GAC step over the gradients of `params` (model.parameters() or a list; the same tensors in the\n"
-           "same order at every step; a list is converted once and reused). `step` must increase. Parameters\n"
-           "without a gradient are left out. Gradients: float32, bfloat16 or float16, all on one device.\n"
-           "loss: the step's training loss (a number or a one-element tensor), read by the spike guard's z-score.\n"
-           "Raises ValueError for bad gradients or a non-increasing step, FailedPreconditionError when the\n"
-           "parameters changed (call reset()), UnavailableError when the all-reduce failed; on an error nothing\n"
-           "is modified.")
+// A setting of the spike guard's z-score, None with the z-score off.
+template <typename T>
+py::object SpikeZscoreSetting(const PyAgent& a, T value) {
+  return a.options().spike.zscore ? py::cast(value) : py::none();
+}
+
+// gac.Agent's help (the class's and its constructor's).
+constexpr const char* kAgentDoc =
+    "Gradient Alignment Control in the training loop. Call step() once per optimizer step, after backward\n"
+    "(and gradient accumulation and the data-parallel all-reduce), before clip_grad_norm_ and the optimizer:\n"
+    "\n"
+    "    report = agent.step(step, model.parameters())\n"
+    "    if report.step_optimizer:\n"
+    "        optimizer.step()\n"
+    "\n"
+    "step() reads every gradient once for c_t = cos(g_t, g_{t-1}) and, in local and remote modes, projects the\n"
+    "gradients in place when c_low < |c_t| < c_high and tells the trainer to skip the update above c_high.\n"
+    "Memory: one snapshot of the gradients (fp32, or bf16 on request), allocated at the first step.\n"
+    "Used from one thread; the GIL is released while a step runs.";
+
+constexpr const char* kAgentInitDoc =
+    "c_low, c_high: thresholds of |c_t|, 0 < c_low < c_high <= 1 (else ValueError).\n"
+    "mode: 'local' (decide and apply in-process), 'monitor' (measure only, never change the update) or\n"
+    "'remote' (decision_source decides; on a miss the local decision is used and counted).\n"
+    "alpha_mode: 'paper' (alpha = c_low/|c|) or 'exact' (the projected cosine is exactly c_low).\n"
+    "snapshot_dtype: torch.float32 or torch.bfloat16, the previous gradient's storage.\n"
+    "reference: 'raw_gradient' (the paper's c_t) or 'applied_update' (compare with the last update).\n"
+    "layers: {name: [parameters]} for a per-layer breakdown in report.layers (one more read of them);\n"
+    "groups: its former name (deprecated).\n"
+    "process_group: a torch.distributed ProcessGroup over which sharded gradients' sums are all-reduced;\n"
+    "every rank then reaches the same decision (DTensor parameters need none: their placements say it).\n"
+    "replicated_on: for plain tensors, which ranks hold the same values ({param: group or None} or a\n"
+    "function of a parameter; None: each rank holds its own part): of those in the summing group, the\n"
+    "lowest counts them, so every value is counted once. decision_source: a gac.RemoteController or a\n"
+    "gac.DecisionSource subclass (required for mode='remote'). num_threads: threads of the passes (0: the\n"
+    "hardware's, at most 8). chunk_elements: elements per work item.\n"
+    "trigger: 'per_step' (the regime of |c_t|, by c_low and c_high; the default) or 'window' (the regime\n"
+    "of |m_t|, the signed mean of the last `window` cosines, by window_c_low and window_c_high; safe until\n"
+    "`window` cosines are held). window: 1 to 1000; m_t is reported (report.window_mean) with either\n"
+    "trigger. window_c_low, window_c_high: 0 < window_c_low < window_c_high <= 1 (else ValueError).\n"
+    "The spike guard, decided before GAC, off unless asked for: a step is skipped with the regime 'spike'\n"
+    "(it enters neither the snapshot nor GAC's window) when |g| > max_grad_norm (> 0), or, with any of\n"
+    "spike_sigma (default 6, > 0), spike_window (default 128, 2 to 10000), spike_warmup (2 to spike_window;\n"
+    "default spike_window // 2), when the z-score of |g|, or of the loss given to step(), against the last\n"
+    "spike_window steps is above spike_sigma (after spike_warmup steps; a spike is held at the bound it broke,\n"
+    "so a level that persists is followed after a run of skips).\n"
+    "passes: 'auto' (gac's kernels on the CPU and on NVIDIA GPUs they carry an image for, checked against torch\n"
+    "operations on their first steps on each GPU; torch operations on any other device: ROCm, XPU, MPS, older\n"
+    "GPUs), 'kernels' (gac's kernels only) or 'torch' (torch operations on every device). report.passes says\n"
+    "which ran.";
+
+using AgentClass = py::class_<PyAgent>;
+
+// gac.Agent(...): its keywords, with the C++ options' defaults.
+void DefineAgentInit(AgentClass& cls) {
+  const AgentOptions d;
+  cls.def(py::init<double, double, const std::string&, const std::string&, const py::object&, const std::string&,
+                   const py::object&, const py::object&, const py::object&, const py::object&, int, std::int64_t,
+                   const std::string&, int, double, double, const py::object&, const py::object&, const py::object&,
+                   const py::object&, const std::string&, const py::object&>(),
+          "c_low"_a = d.thresholds.c_low, "c_high"_a = d.thresholds.c_high, py::kw_only(),
+          "mode"_a = controller::ModeName(d.mode), "alpha_mode"_a = controller::AlphaModeName(d.alpha_mode),
+          "snapshot_dtype"_a = SnapshotDtypeName(d.snapshot_dtype), "reference"_a = ReferenceName(d.reference),
+          "layers"_a = py::none(), "groups"_a = py::none(), "process_group"_a = py::none(),
+          "decision_source"_a = py::none(), "num_threads"_a = d.num_threads, "chunk_elements"_a = d.chunk_elements,
+          "trigger"_a = controller::TriggerName(d.trigger.trigger), "window"_a = d.trigger.window,
+          "window_c_low"_a = d.trigger.window_thresholds.c_low, "window_c_high"_a = d.trigger.window_thresholds.c_high,
+          "max_grad_norm"_a = py::none(), "spike_sigma"_a = py::none(), "spike_window"_a = py::none(),
+          "spike_warmup"_a = py::none(), "passes"_a = PassesName(d.passes), "replicated_on"_a = py::none(),
+          kAgentInitDoc);
+}
+
+// step(), reset(), and what may change between steps: the mode, the thresholds, the process group.
+void DefineAgentSteps(AgentClass& cls) {
+  cls.def("step", &PyAgent::Step, "step"_a, "params"_a, "loss"_a = py::none(),
+          "One GAC step over the gradients of `params` (model.parameters() or a list; the same tensors in the\n"
+          "same order at every step; a list is converted once and reused). `step` must increase. Parameters\n"
+          "without a gradient are left out. Gradients: float32, bfloat16 or float16, all on one device.\n"
+          "loss: the step's training loss (a number or a one-element tensor), read by the spike guard's z-score.\n"
+          "Raises ValueError for bad gradients or a non-increasing step, FailedPreconditionError when the\n"
+          "parameters changed (call reset()), UnavailableError when the all-reduce failed; on an error nothing\n"
+          "is modified.")
       .def("reset", &PyAgent::Reset,
            "Forgets the parameters, the snapshot and the window of recent cosines: the next step has no\n"
            "reference and may use new parameters.")
       .def_property("mode", &PyAgent::mode, &PyAgent::set_mode,
                     "'local', 'monitor' or 'remote'; may be switched between steps ('remote' needs a decision_source).")
+      .def("set_thresholds", &PyAgent::SetThresholds, "c_low"_a, "c_high"_a,
+           "Replaces c_low and c_high (0 < c_low < c_high <= 1, else ValueError and nothing changes). The agent\n"
+           "then starts over as a new one would: the next step has no reference, and the window of recent\n"
+           "cosines and the spike guard's history are emptied; the parameters and other options are kept.")
+      .def_property("process_group", &PyAgent::process_group, &PyAgent::set_process_group,
+                    "The torch.distributed group the sums are all-reduced over (None: none). Set between steps,\n"
+                    "the next step plans again, and starts over without a reference when the group changed.")
       .def_property_readonly("fallbacks", &PyAgent::fallbacks,
                              "Remote decisions replaced by the local one since creation.")
-      .def_property_readonly("c_low", [](const PyAgent& a) { return a.options().thresholds.c_low; })
+      .def("_time_cpp_step", &PyAgent::TimeCppStep, "step"_a,
+           "Benchmarks only: (seconds, report) of Agent::Step timed in C++ on the parameters of the last step().")
+      .def("__repr__", [](const PyAgent& a) {
+        return "Agent(c_low=" + py::repr(py::float_(a.options().thresholds.c_low)).cast<std::string>() +
+               ", c_high=" + py::repr(py::float_(a.options().thresholds.c_high)).cast<std::string>() + ", mode='" +
+               a.mode() + "', alpha_mode='" + controller::AlphaModeName(a.options().alpha_mode) + "'" +
+               TriggerRepr(a.options().trigger) + ")";
+      });
+}
+
+// The options the agent was made with, read back (each keyword but groups, a
+// former name: layers as layer_names), and what its core holds.
+void DefineAgentOptions(AgentClass& cls) {
+  cls.def_property_readonly("c_low", [](const PyAgent& a) { return a.options().thresholds.c_low; })
       .def_property_readonly("c_high", [](const PyAgent& a) { return a.options().thresholds.c_high; })
       .def_property_readonly("alpha_mode", [](const PyAgent& a) { return controller::AlphaModeName(a.options().alpha_mode); })
       .def_property_readonly("trigger", [](const PyAgent& a) { return controller::TriggerName(a.options().trigger.trigger); },
@@ -522,22 +588,11 @@ void BindAgent(py::module_& m) {
                              "Cosines in the window now (at most `window`; 0 after creation and reset()).")
       .def_property_readonly("max_grad_norm", [](const PyAgent& a) { return a.options().spike.max_grad_norm; },
                              "The spike guard's bound on |g| (0: none).")
-      .def_property_readonly("spike_sigma",
-                             [](const PyAgent& a) -> py::object {
-                               const controller::SpikeSettings& s = a.options().spike;
-                               return s.zscore ? py::object(py::float_(s.sigma)) : py::none();
-                             },
+      .def_property_readonly("spike_sigma", [](const PyAgent& a) { return SpikeZscoreSetting(a, a.options().spike.sigma); },
                              "The spike guard's z-score bound; None with its z-score off.")
-      .def_property_readonly("spike_window",
-                             [](const PyAgent& a) -> py::object {
-                               const controller::SpikeSettings& s = a.options().spike;
-                               return s.zscore ? py::object(py::int_(s.window)) : py::none();
-                             })
+      .def_property_readonly("spike_window", [](const PyAgent& a) { return SpikeZscoreSetting(a, a.options().spike.window); })
       .def_property_readonly("spike_warmup",
-                             [](const PyAgent& a) -> py::object {
-                               const controller::SpikeSettings& s = a.options().spike;
-                               return s.zscore ? py::object(py::int_(s.effective_warmup())) : py::none();
-                             })
+                             [](const PyAgent& a) { return SpikeZscoreSetting(a, a.options().spike.effective_warmup()); })
       .def_property_readonly("snapshot_dtype", [](const PyAgent& a) { return SnapshotDtypeName(a.options().snapshot_dtype); })
       .def_property_readonly("reference", [](const PyAgent& a) { return ReferenceName(a.options().reference); },
                              "'raw_gradient' (the paper's p) or 'applied_update'.")
@@ -546,21 +601,19 @@ void BindAgent(py::module_& m) {
       .def_property_readonly("layer_names", &PyAgent::layer_names,
                              "The names of the layers given (layers=...), in their order; None without layers.")
       .def_property_readonly("decision_source", &PyAgent::decision_source)
-      .def_property_readonly("process_group", &PyAgent::process_group)
       .def_property_readonly("replicated_on", &PyAgent::replicated_on)
       .def_property_readonly("snapshot_bytes", [](const PyAgent& a) { return a.agent().snapshot_bytes(); },
                              "Bytes held by the snapshot (0 before the first step).")
       .def_property_readonly("num_threads", [](const PyAgent& a) { return a.agent().options().num_threads; })
       .def_property_readonly("kernel_isa", [](const PyAgent& a) { return std::string(a.agent().kernel_isa()); },
-                             "The CPU kernels in use: 'avx512', 'avx2' or 'baseline'.")
-      .def("_time_cpp_step", &PyAgent::TimeCppStep, "step"_a,
-           "Benchmarks only: (seconds, report) of Agent::Step timed in C++ on the parameters of the last step().")
-      .def("__repr__", [](const PyAgent& a) {
-        return "Agent(c_low=" + py::repr(py::float_(a.options().thresholds.c_low)).cast<std::string>() +
-               ", c_high=" + py::repr(py::float_(a.options().thresholds.c_high)).cast<std::string>() + ", mode='" +
-               a.mode() + "', alpha_mode='" + controller::AlphaModeName(a.options().alpha_mode) + "'" +
-               TriggerRepr(a.options().trigger) + ")";
-      });
+                             "The CPU kernels in use: 'avx512', 'avx2' or 'baseline'.");
+}
+
+void BindAgent(py::module_& m) {
+  AgentClass cls(m, "Agent", kAgentDoc);
+  DefineAgentInit(cls);
+  DefineAgentSteps(cls);
+  DefineAgentOptions(cls);
 }
 
 // "12.9" for 12090 (CUDA's version numbers); None for 0.

@@ -1,7 +1,10 @@
 // gac._controller: the GAC decision from three scalars, the calibration
 // helpers, the step report and the decision-source interface, over
-// gac::controller. Needs neither torch nor gRPC; the other modules import it
-// for the types they share (Decision, StepReport, DecisionSource).
+// gac::controller, with the names of its enums and gacd's limit on a
+// record's scalars (header-only constants of the wire library and the
+// transport, which it does not link). Needs neither torch nor gRPC; the
+// other modules import it for the types they share (Decision, StepReport,
+// DecisionSource).
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
@@ -17,6 +20,9 @@
 #include "gac/controller/decision_source.h"
 #include "gac/controller/report_fields.h"
 #include "gac/controller/step_report.h"
+#include "gac/controller/window.h"
+#include "gac/proto/wire_limits.h"
+#include "gac/transport/scalar_budget.h"
 #include "python/src/support.h"
 
 namespace py = pybind11;
@@ -286,24 +292,50 @@ void BindStepReport(py::module_& m) {
   // Every other property is a row of the report's field table
   // (gac/controller/report_fields.h), which REPORT_FIELDS describes to Python.
   py::list fields;
-  for (const controller::ReportField& f : controller::kReportFields) {
-    py::list views;
-    if (f.views & controller::kViewPython) views.append("python");
-    if (f.views & controller::kViewLogger) views.append("logger");
-    fields.append(py::make_tuple(f.name, ReportTypeName(f.type), f.optional, f.unit, f.help, py::tuple(views),
-                                 f.record != nullptr ? py::object(py::str(f.record)) : py::object(py::none())));
-    if ((f.views & controller::kViewPython) == 0) continue;
-    // The docstrings live as long as the module (pybind11 keeps the pointer).
-    static auto* docs = new std::vector<std::string>(controller::kReportFieldCount);
-    std::string& doc = (*docs)[static_cast<std::size_t>(&f - controller::kReportFields)];
-    doc = f.help;
-    if (*f.unit != '\0') doc += std::string(" Unit: ") + f.unit + ".";
-    const controller::ReportField* field = &f;
+  // The docstrings live as long as the module (pybind11 keeps the pointer).
+  static auto* docs = new std::vector<std::string>(controller::kReportFieldCount);
+  for (std::size_t i = 0; i < controller::kReportFieldCount; ++i) {
+    const controller::ReportField* field = &controller::kReportFields[i];
+    fields.append(py::make_tuple(field->name, ReportTypeName(field->type), field->optional, field->unit, field->help));
+    std::string& doc = (*docs)[i];
+    doc = field->help;
+    if (*field->unit != '\0') doc += std::string(" Unit: ") + field->unit + ".";
     report.def_property_readonly(
-        f.name, [field](const R& r) { return ReportValueToPython(*field, field->get(r)); }, doc.c_str());
+        field->name, [field](const R& r) { return ReportValueToPython(*field, field->get(r)); }, doc.c_str());
   }
-  // (name, type, optional, unit, help, views, record field or None), in order.
+  // (name, type, optional, unit, help), in order.
   m.attr("REPORT_FIELDS") = py::tuple(fields);
+}
+
+// True when `all` lists an enum's values in the order of their numbers, so
+// that a value's number is its index (what report.to_dict() logs for it).
+template <typename Enum, std::size_t N>
+constexpr bool InNumberOrder(const Enum (&all)[N]) {
+  for (std::size_t i = 0; i < N; ++i) {
+    if (static_cast<std::size_t>(all[i]) != i) return false;
+  }
+  return true;
+}
+static_assert(InNumberOrder(controller::kAllRegimes) && InNumberOrder(controller::kAllModes) &&
+              InNumberOrder(controller::kAllTriggers));
+
+// The names of an enum's values, by number.
+template <typename Enum, std::size_t N>
+py::tuple EnumNames(const Enum (&all)[N], const char* (*name)(Enum)) {
+  py::list names;
+  for (Enum e : all) names.append(name(e));
+  return py::tuple(names);
+}
+
+void BindEnumsAndLimits(py::module_& m) {
+  m.attr("REGIMES") = EnumNames(controller::kAllRegimes, &controller::RegimeName);
+  m.attr("MODES") = EnumNames(controller::kAllModes, &controller::ModeName);
+  m.attr("TRIGGERS") = EnumNames(controller::kAllTriggers, &controller::TriggerName);
+  // The scalars gacd takes with a step record (gac/proto/wire_limits.h),
+  // and what gac's sender's own counters leave of them for the trainer's
+  // (gac/transport/scalar_budget.h).
+  m.attr("MAX_SCALARS") = proto::kMaxScalarsPerRecord;
+  m.attr("MAX_TRAINER_SCALARS") = transport::kMaxTrainerScalars;
 }
 
 void BindDecisionSource(py::module_& m) {
@@ -336,4 +368,5 @@ PYBIND11_MODULE(_controller, m) {
   gac::python::BindCalibration(m);
   gac::python::BindStepReport(m);
   gac::python::BindDecisionSource(m);
+  gac::python::BindEnumsAndLimits(m);
 }

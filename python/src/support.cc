@@ -14,9 +14,7 @@ void RaiseStatus(const base::Status& status) {
 
 void RaiseInvalidArgument(const std::string& message) { RaiseStatus(base::Status::InvalidArgument(message)); }
 
-void WarnDeprecated(const std::string& message) {
-  if (PyErr_WarnEx(PyExc_DeprecationWarning, message.c_str(), 1) != 0) throw py::error_already_set();
-}
+void WarnDeprecated(const char* alias) { py::module_::import("gac._deprecation").attr("warn_deprecated")(alias); }
 
 controller::AlphaMode AlphaModeFromName(const std::string& name) {
   base::StatusOr<controller::AlphaMode> mode = controller::ParseAlphaMode(name.c_str());

@@ -2,8 +2,9 @@
 // Python exception that gac._errors chooses for its code (InvalidArgumentError,
 // a ValueError, for INVALID_ARGUMENT; FailedPreconditionError for
 // FAILED_PRECONDITION; ...), carrying the message and the code; the parsing
-// of the names the Python API takes ("paper", "local", "window", ...); and Python's
-// deprecation warning.
+// of the names the Python API takes ("paper", "local", "window", ...); and the
+// deprecation warning of an alias the native classes keep (gac/_deprecation.py
+// has the aliases, their text and their removal versions).
 //
 // Thread safety: the raising and warning functions need the GIL; the parsers
 // are pure.
@@ -52,9 +53,12 @@ controller::Trigger TriggerFromName(const std::string& name);
 controller::SpikeSettings SpikeFromKeywords(const pybind11::object& max_grad_norm, const pybind11::object& sigma,
                                             const pybind11::object& window, const pybind11::object& warmup);
 
-// Issues a DeprecationWarning with `message` at the caller's line.
+// Warns that the deprecated alias `alias` (a key of gac._deprecation.ALIASES,
+// e.g. "Agent(groups=...)") was used: gac._deprecation.warn_deprecated issues
+// the DeprecationWarning, with its replacement and removal version, at the
+// Python line that called into the module.
 // REQUIRES: the GIL is held. Raises when warnings are errors.
-void WarnDeprecated(const std::string& message);
+void WarnDeprecated(const char* alias);
 
 }  // namespace gac::python
 

@@ -185,7 +185,8 @@ py::dict CountersDict(const TelemetryCounters& c) {
                   "unacknowledged"_a = c.unacknowledged);
 }
 
-void BindTelemetry(py::module_& m) {
+// gac.TelemetryCounters: one read-only property per counter.
+void BindTelemetryCounters(py::module_& m) {
   py::class_<TelemetryCounters>(m, "TelemetryCounters", "The sender's counters, as of the call that returned them.")
       .def_readonly("enqueued", &TelemetryCounters::enqueued, "Records accepted by send().")
       .def_readonly("dropped_queue_full", &TelemetryCounters::dropped_queue_full,
@@ -216,14 +217,19 @@ void BindTelemetry(py::module_& m) {
                ", dropped_at_close=" + std::to_string(c.dropped_at_close) +
                ", reconnects=" + std::to_string(c.reconnects) + ")";
       });
+}
 
+void BindSpoolRecovery(py::module_& m) {
   py::class_<SpoolRecovery>(m, "SpoolRecovery", "What the spool held when the telemetry started.")
       .def_readonly("entries", &SpoolRecovery::entries, "Unacknowledged batches found (sent first).")
       .def_readonly("bytes", &SpoolRecovery::bytes)
       .def_readonly("dropped_entries", &SpoolRecovery::dropped_entries, "Damaged entries dropped.")
       .def_readonly("dropped_bytes", &SpoolRecovery::dropped_bytes)
       .def_readonly("detail", &SpoolRecovery::detail, "One line per damage found; '' when clean.");
+}
 
+// gac.Telemetry (its counters and spool recovery are bound before it).
+void BindTelemetry(py::module_& m) {
   py::class_<PyTelemetry>(
       m, "Telemetry",
       "Streams step reports to gacd from a background thread: send() queues a record and returns (never\n"
@@ -336,8 +342,7 @@ void BindRemoteController(py::module_& m) {
           "set_run_thresholds",
           [](RemoteController& rc, double c_low, double c_high, const std::string& alpha_mode,
              const std::string& reason) {
-            WarnDeprecated("RemoteController.set_run_thresholds is deprecated; use set_thresholds (which keeps the "
-                           "run's mode unless mode= is given)");
+            WarnDeprecated("RemoteController.set_run_thresholds");
             SetThresholds(rc, c_low, c_high, alpha_mode, reason, controller::Mode::kRemote);
           },
           "c_low"_a, "c_high"_a, "alpha_mode"_a = "paper", "reason"_a = "",
@@ -364,6 +369,8 @@ std::string CheckGacd(const std::string& address, const std::optional<std::strin
 PYBIND11_MODULE(_transport, m) {
   m.doc() = "Telemetry to gacd and gacd as a decision source (no torch).";
   py::module_::import("gac._controller");
+  gac::python::BindTelemetryCounters(m);
+  gac::python::BindSpoolRecovery(m);
   gac::python::BindTelemetry(m);
   gac::python::BindRemoteController(m);
   m.def("check_gacd", &gac::python::CheckGacd, "address"_a, py::kw_only(), "token"_a = py::none(),

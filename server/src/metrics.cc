@@ -84,7 +84,44 @@ void RemoveIfSet(Family<T>& family, T*& metric) {
   metric = nullptr;
 }
 
+// The gauges of the step record's fields (gac/proto/record_schema.h) that
+// have one, by field name: a view of the field's latest value per run and
+// rank (tests/server/metrics_test.cc says why each other field has none).
+struct FieldGauge {
+  const char* field;
+  const char* gauge;
+};
+constexpr FieldGauge kFieldGauges[] = {
+    {"step", "gac_step"},
+    {"cosine", "gac_cosine"},
+    {"grad_norm", "gac_grad_norm"},
+    {"ref_norm", "gac_ref_norm"},
+    {"alpha", "gac_alpha"},
+    {"cosine_after", "gac_cosine_after"},
+    {"staleness", "gac_staleness_steps"},
+    {"agent_overhead_seconds", "gac_agent_overhead_seconds"},
+    {"grad_norm_z", "gac_grad_norm_z"},
+    {"loss_z", "gac_loss_z"},
+};
+
+Family<Gauge>& GaugeFamily(prometheus::Registry& registry, const char* name, const char* help) {
+  return prometheus::BuildGauge().Name(name).Help(help).Register(registry);
+}
+Family<Counter>& CounterFamily(prometheus::Registry& registry, const char* name, const char* help) {
+  return prometheus::BuildCounter().Name(name).Help(help).Register(registry);
+}
+Family<Histogram>& HistogramFamily(prometheus::Registry& registry, const char* name, const char* help) {
+  return prometheus::BuildHistogram().Name(name).Help(help).Register(registry);
+}
+
 }  // namespace
+
+const char* FieldGaugeName(std::string_view field) {
+  for (const FieldGauge& g : kFieldGauges) {
+    if (field == g.field) return g.gauge;
+  }
+  return nullptr;
+}
 
 // Per-run series are registered in their families on first sight only
 // (Family::Add hashes the whole label map); after that the hot path finds
@@ -171,9 +208,22 @@ struct Metrics::Impl {
                                                   RankSeries& s) GAC_REQUIRES(mu_);
   // Sets the threshold and window gauges and W from state's settings.
   void ShowSettings(const std::string& run, RunState& state) GAC_REQUIRES(mu_);
-  // The body of ObserveStep.
+  // The body of ObserveStep: ShowRule, then the rank's series (ShowFields,
+  // ShowWindowMean, CountStep, ShowScalars, ObserveLayers).
   void ApplyStep(const v1::StepRecord& record, std::chrono::system_clock::time_point now, RunState& state)
       GAC_REQUIRES(mu_);
+  // The rule the step was decided with, when the trainer decided it: the
+  // threshold gauges change only when it differs from the last step's.
+  void ShowRule(const v1::StepRecord& record, RunState& state) GAC_REQUIRES(mu_);
+  // The latest value of each field with a gauge.
+  void ShowFields(const v1::StepRecord& record, RankSeries& series) GAC_REQUIRES(mu_);
+  // The step's cosine into the rank's window, and m_t once it is full.
+  void ShowWindowMean(const v1::StepRecord& record, const RunState& state, RankSeries& series) GAC_REQUIRES(mu_);
+  // gac_steps_total, gac_skipped_updates_total, gac_spikes_total and
+  // gac_controller_fallbacks_total.
+  void CountStep(const v1::StepRecord& record, RankSeries& series) GAC_REQUIRES(mu_);
+  // The trainer's scalars, at most kMaxScalarNamesPerRun names per run.
+  void ShowScalars(const v1::StepRecord& record, RunState& state, RankSeries& series) GAC_REQUIRES(mu_);
   // Per-layer part of ApplyStep (options_.per_layer).
   void ObserveLayers(const v1::StepRecord& record, RunState& state, RankSeries& series) GAC_REQUIRES(mu_);
   // Takes `it` out of runs_ and lru_ and marks the run pending until Finish.
@@ -190,53 +240,54 @@ struct Metrics::Impl {
   // Removes every series of `state` from its family.
   void RemoveSeries(RunState& state);
 
+  // The families of the per-run, per-rank and per-layer series; owned by
+  // registry_, each internally synchronised.
+  struct RunFamilies {
+    Family<Gauge>& last_report;
+    Family<Gauge>& trainer_scalar;
+    Family<Counter>& steps;
+    Family<Counter>& skipped;
+    Family<Counter>& fallbacks;
+    Family<Counter>& spikes;
+    Family<Gauge>& c_low;
+    Family<Gauge>& c_high;
+    Family<Gauge>& window_c_low;
+    Family<Gauge>& window_c_high;
+    Family<Gauge>& window_steps;
+    Family<Gauge>& window_mean;
+    Family<Counter>& decisions;
+    Family<Gauge>& layer_cosine;
+    Family<Gauge>& layer_grad_norm;
+  };
+  // gacd's own series, label-free but for rpc_errors' family; never removed.
+  struct SelfSeries {
+    Counter& ingest_step_rows;
+    Counter& ingest_layer_rows;
+    Counter& ingest_batches;
+    Counter& ingest_duplicates;
+    Family<Counter>& rpc_errors;  // by method and code, added on first sight
+    Gauge& store_queue_rows;
+    Histogram& store_write_seconds;
+    Histogram& decide_seconds;
+    Gauge& runs_exported;
+    Counter& expired_runs;
+    Counter& layer_dropped;
+    Counter& scalar_dropped;
+  };
+
+  // The families of the runs' series, and gacd's own series, registered in
+  // the order /metrics lists them.
+  static RunFamilies RegisterRunFamilies(prometheus::Registry& registry);
+  static SelfSeries RegisterSelfSeries(prometheus::Registry& registry);
+
   // Constant after construction.
   const MetricsOptions options_;
   const std::shared_ptr<prometheus::Registry> registry_;
-
-  // Families; owned by registry_. Each is internally synchronised.
-  // The gauges of the schema's fields (StepFieldViews::gauge), by field
-  // index; nullptr for a field without one.
+  // The gauges of the record's fields (FieldGaugeName), by field index;
+  // nullptr for a field without one.
   const std::array<Family<Gauge>*, proto::kStepFieldCount> field_gauges_;
-  Family<Gauge>& last_report_;
-  Family<Gauge>& trainer_scalar_;
-  Family<Counter>& steps_;
-  Family<Counter>& skipped_;
-  Family<Counter>& fallbacks_;
-  Family<Counter>& spikes_;
-  Family<Gauge>& c_low_;
-  Family<Gauge>& c_high_;
-  Family<Gauge>& window_c_low_;
-  Family<Gauge>& window_c_high_;
-  Family<Gauge>& window_steps_;
-  Family<Gauge>& window_mean_;
-  Family<Counter>& decisions_;
-  Family<Gauge>& layer_cosine_;
-  Family<Gauge>& layer_grad_norm_;
-  Family<Counter>& ingest_rows_;
-  Family<Counter>& ingest_batches_;
-  Family<Counter>& ingest_duplicates_;
-  Family<Counter>& rpc_errors_;
-  Family<Gauge>& store_queue_rows_;
-  Family<Histogram>& store_write_seconds_;
-  Family<Histogram>& decide_seconds_;
-  Family<Gauge>& runs_exported_;
-  Family<Counter>& expired_runs_;
-  Family<Counter>& layer_dropped_;
-  Family<Counter>& scalar_dropped_;
-
-  // Label-free self-metrics; never removed.
-  Counter& ingest_step_rows_;
-  Counter& ingest_layer_rows_;
-  Counter& ingest_batches_total_;
-  Counter& ingest_duplicates_total_;
-  Gauge& store_queue_rows_value_;
-  Histogram& store_write_hist_;
-  Histogram& decide_hist_;
-  Gauge& runs_exported_value_;
-  Counter& expired_runs_total_;
-  Counter& layer_dropped_total_;
-  Counter& scalar_dropped_total_;
+  const RunFamilies run_;
+  const SelfSeries self_;
 
   mutable base::Mutex mu_;
   std::unordered_map<std::string, RunState> runs_ GAC_GUARDED_BY(mu_);
@@ -257,17 +308,18 @@ struct Metrics::Impl {
 
 namespace {
 
-// The gauges of the record fields the schema gives one
-// (gac/proto/record_schema.h), by field index; their help is the schema's,
-// so the two never disagree.
+// The gauges of the record's fields that have one (FieldGaugeName), by field
+// index, in the schema's order; their help is the schema's, so the two never
+// disagree.
 std::array<Family<Gauge>*, proto::kStepFieldCount> RegisterFieldGauges(prometheus::Registry& registry) {
   std::array<Family<Gauge>*, proto::kStepFieldCount> out{};
   for (std::size_t i = 0; i < proto::kStepFieldCount; ++i) {
     const proto::StepField& f = proto::kStepFields[i];
-    if (f.views.gauge == nullptr) continue;
+    const char* gauge = FieldGaugeName(f.name);
+    if (gauge == nullptr) continue;
     std::string help = std::string("Latest ") + f.help + " (the step record's " + f.name + ")";
     if (f.optional) help += " (absent until reported)";
-    out[i] = &prometheus::BuildGauge().Name(f.views.gauge).Help(help).Register(registry);
+    out[i] = &GaugeFamily(registry, gauge, help.c_str());
   }
   return out;
 }
@@ -279,127 +331,82 @@ double GaugeValue(const proto::StepField& f, const proto::FieldValue& v) {
 
 }  // namespace
 
+Metrics::Impl::RunFamilies Metrics::Impl::RegisterRunFamilies(prometheus::Registry& r) {
+  return {
+      GaugeFamily(r, "gac_last_report_timestamp_seconds",
+                  "Unix time of the latest step record (its wall time, else the receive time)"),
+      GaugeFamily(r, "gac_trainer_scalar",
+                  "Latest trainer scalar reported with a step, by name (at most 32 names per run)"),
+      CounterFamily(r, "gac_steps_total", "Step records stored, by the regime of the step"),
+      CounterFamily(r, "gac_skipped_updates_total",
+                    "Steps whose optimizer update was skipped (regime skip, invalid or spike)"),
+      CounterFamily(r, "gac_controller_fallbacks_total", "Remote-mode steps decided by the local fallback controller"),
+      CounterFamily(r, "gac_spikes_total",
+                    "Steps the spike guard called a spike (regime spike; in monitor mode reported, not skipped)"),
+      GaugeFamily(r, "gac_threshold_c_low", "The run's current c_low threshold"),
+      GaugeFamily(r, "gac_threshold_c_high", "The run's current c_high threshold"),
+      GaugeFamily(r, "gac_threshold_window_c_low", "The run's current c_low threshold of the windowed statistic |m_t|"),
+      GaugeFamily(r, "gac_threshold_window_c_high",
+                  "The run's current c_high threshold of the windowed statistic |m_t|"),
+      GaugeFamily(r, "gac_window_steps", "The run's window W: steps in the signed mean m_t"),
+      GaugeFamily(r, "gac_window_mean",
+                  "m_t: signed mean of the rank's last W stored cosines (W = gac_window_steps)"),
+      CounterFamily(r, "gac_decisions_total", "Decide calls answered, by the regime returned"),
+      GaugeFamily(r, "gac_layer_cosine",
+                  "Latest per-layer cosine between the layer gradient and reference (absent until reported)"),
+      GaugeFamily(r, "gac_layer_grad_norm", "Latest per-layer gradient norm"),
+  };
+}
+
+Metrics::Impl::SelfSeries Metrics::Impl::RegisterSelfSeries(prometheus::Registry& r) {
+  Family<Counter>& ingest_rows =
+      CounterFamily(r, "gac_ingest_rows_total", "Rows newly stored by ingest, by kind (step or layer)");
+  Family<Counter>& ingest_batches = CounterFamily(r, "gac_ingest_batches_total", "Ingest batches committed");
+  Family<Counter>& ingest_duplicates =
+      CounterFamily(r, "gac_ingest_duplicates_total", "Step records received that were already stored (not rewritten)");
+  Family<Counter>& rpc_errors =
+      CounterFamily(r, "gac_rpc_errors_total", "RPCs that ended with a non-OK status, by method and status code");
+  Family<Gauge>& store_queue_rows = GaugeFamily(r, "gac_store_queue_rows", "Rows waiting in the store writer queue");
+  Family<Histogram>& store_write_seconds =
+      HistogramFamily(r, "gac_store_write_seconds", "Duration of one store write transaction");
+  Family<Histogram>& decide_seconds =
+      HistogramFamily(r, "gac_decide_seconds", "Server-side latency of one Decide call");
+  Family<Gauge>& runs_exported = GaugeFamily(r, "gac_runs_exported", "Runs whose series are currently exported");
+  Family<Counter>& expired_runs =
+      CounterFamily(r, "gac_expired_runs_total",
+                    "Runs removed from the exposition, idle past the TTL or evicted by the run limit");
+  Family<Counter>& layer_dropped =
+      CounterFamily(r, "gac_layer_series_dropped_total",
+                    "Layer rows not exported because their run reached the per-run layer name limit");
+  Family<Counter>& scalar_dropped =
+      CounterFamily(r, "gac_scalar_series_dropped_total",
+                    "Trainer scalar values not exported because their run reached the per-run name limit");
+  return {
+      ingest_rows.Add({{"kind", "step"}}),
+      ingest_rows.Add({{"kind", "layer"}}),
+      ingest_batches.Add({}),
+      ingest_duplicates.Add({}),
+      rpc_errors,
+      store_queue_rows.Add({}),
+      // 1 ms .. 16.384 s: powers of two, so 10 s falls in a finite bucket.
+      store_write_seconds.Add({}, ExponentialBuckets(1e-3, 2.0, 15)),
+      // 50 us .. 102.4 ms: powers of two.
+      decide_seconds.Add({}, ExponentialBuckets(50e-6, 2.0, 12)),
+      runs_exported.Add({}),
+      expired_runs.Add({}),
+      layer_dropped.Add({}),
+      scalar_dropped.Add({}),
+  };
+}
+
+// Registers every family in the order /metrics lists them: the fields'
+// gauges, the runs' series, gacd's own.
 Metrics::Impl::Impl(MetricsOptions options)
     : options_(std::move(options)),
       registry_(std::make_shared<prometheus::Registry>()),
       field_gauges_(RegisterFieldGauges(*registry_)),
-      last_report_(prometheus::BuildGauge()
-                       .Name("gac_last_report_timestamp_seconds")
-                       .Help("Unix time of the latest step record (its wall time, else the receive time)")
-                       .Register(*registry_)),
-      trainer_scalar_(prometheus::BuildGauge()
-                          .Name("gac_trainer_scalar")
-                          .Help("Latest trainer scalar reported with a step, by name (at most 32 names per run)")
-                          .Register(*registry_)),
-      steps_(prometheus::BuildCounter()
-                 .Name("gac_steps_total")
-                 .Help("Step records stored, by the regime of the step")
-                 .Register(*registry_)),
-      skipped_(prometheus::BuildCounter()
-                   .Name("gac_skipped_updates_total")
-                   .Help("Steps whose optimizer update was skipped (regime skip, invalid or spike)")
-                   .Register(*registry_)),
-      fallbacks_(prometheus::BuildCounter()
-                     .Name("gac_controller_fallbacks_total")
-                     .Help("Remote-mode steps decided by the local fallback controller")
-                     .Register(*registry_)),
-      spikes_(prometheus::BuildCounter()
-                  .Name("gac_spikes_total")
-                  .Help("Steps the spike guard called a spike (regime spike; in monitor mode reported, not skipped)")
-                  .Register(*registry_)),
-      c_low_(prometheus::BuildGauge()
-                 .Name("gac_threshold_c_low")
-                 .Help("The run's current c_low threshold")
-                 .Register(*registry_)),
-      c_high_(prometheus::BuildGauge()
-                  .Name("gac_threshold_c_high")
-                  .Help("The run's current c_high threshold")
-                  .Register(*registry_)),
-      window_c_low_(prometheus::BuildGauge()
-                        .Name("gac_threshold_window_c_low")
-                        .Help("The run's current c_low threshold of the windowed statistic |m_t|")
-                        .Register(*registry_)),
-      window_c_high_(prometheus::BuildGauge()
-                         .Name("gac_threshold_window_c_high")
-                         .Help("The run's current c_high threshold of the windowed statistic |m_t|")
-                         .Register(*registry_)),
-      window_steps_(prometheus::BuildGauge()
-                        .Name("gac_window_steps")
-                        .Help("The run's window W: steps in the signed mean m_t")
-                        .Register(*registry_)),
-      window_mean_(prometheus::BuildGauge()
-                       .Name("gac_window_mean")
-                       .Help("m_t: signed mean of the rank's last W stored cosines (W = gac_window_steps)")
-                       .Register(*registry_)),
-      decisions_(prometheus::BuildCounter()
-                     .Name("gac_decisions_total")
-                     .Help("Decide calls answered, by the regime returned")
-                     .Register(*registry_)),
-      layer_cosine_(prometheus::BuildGauge()
-                        .Name("gac_layer_cosine")
-                        .Help("Latest per-layer cosine between the layer gradient and reference (absent until reported)")
-                        .Register(*registry_)),
-      layer_grad_norm_(prometheus::BuildGauge()
-                           .Name("gac_layer_grad_norm")
-                           .Help("Latest per-layer gradient norm")
-                           .Register(*registry_)),
-      ingest_rows_(prometheus::BuildCounter()
-                       .Name("gac_ingest_rows_total")
-                       .Help("Rows newly stored by ingest, by kind (step or layer)")
-                       .Register(*registry_)),
-      ingest_batches_(prometheus::BuildCounter()
-                          .Name("gac_ingest_batches_total")
-                          .Help("Ingest batches committed")
-                          .Register(*registry_)),
-      ingest_duplicates_(prometheus::BuildCounter()
-                             .Name("gac_ingest_duplicates_total")
-                             .Help("Step records received that were already stored (not rewritten)")
-                             .Register(*registry_)),
-      rpc_errors_(prometheus::BuildCounter()
-                      .Name("gac_rpc_errors_total")
-                      .Help("RPCs that ended with a non-OK status, by method and status code")
-                      .Register(*registry_)),
-      store_queue_rows_(prometheus::BuildGauge()
-                            .Name("gac_store_queue_rows")
-                            .Help("Rows waiting in the store writer queue")
-                            .Register(*registry_)),
-      store_write_seconds_(prometheus::BuildHistogram()
-                               .Name("gac_store_write_seconds")
-                               .Help("Duration of one store write transaction")
-                               .Register(*registry_)),
-      decide_seconds_(prometheus::BuildHistogram()
-                          .Name("gac_decide_seconds")
-                          .Help("Server-side latency of one Decide call")
-                          .Register(*registry_)),
-      runs_exported_(prometheus::BuildGauge()
-                         .Name("gac_runs_exported")
-                         .Help("Runs whose series are currently exported")
-                         .Register(*registry_)),
-      expired_runs_(prometheus::BuildCounter()
-                        .Name("gac_expired_runs_total")
-                        .Help("Runs removed from the exposition, idle past the TTL or evicted by the run limit")
-                        .Register(*registry_)),
-      layer_dropped_(prometheus::BuildCounter()
-                         .Name("gac_layer_series_dropped_total")
-                         .Help("Layer rows not exported because their run reached the per-run layer name limit")
-                         .Register(*registry_)),
-      scalar_dropped_(prometheus::BuildCounter()
-                          .Name("gac_scalar_series_dropped_total")
-                          .Help("Trainer scalar values not exported because their run reached the per-run name limit")
-                          .Register(*registry_)),
-      ingest_step_rows_(ingest_rows_.Add({{"kind", "step"}})),
-      ingest_layer_rows_(ingest_rows_.Add({{"kind", "layer"}})),
-      ingest_batches_total_(ingest_batches_.Add({})),
-      ingest_duplicates_total_(ingest_duplicates_.Add({})),
-      store_queue_rows_value_(store_queue_rows_.Add({})),
-      // 1 ms .. 16.384 s: powers of two, so 10 s falls in a finite bucket.
-      store_write_hist_(store_write_seconds_.Add({}, ExponentialBuckets(1e-3, 2.0, 15))),
-      // 50 us .. 102.4 ms: powers of two.
-      decide_hist_(decide_seconds_.Add({}, ExponentialBuckets(50e-6, 2.0, 12))),
-      runs_exported_value_(runs_exported_.Add({})),
-      expired_runs_total_(expired_runs_.Add({})),
-      layer_dropped_total_(layer_dropped_.Add({})),
-      scalar_dropped_total_(scalar_dropped_.Add({})) {}
+      run_(RegisterRunFamilies(*registry_)),
+      self_(RegisterSelfSeries(*registry_)) {}
 
 Metrics::Impl::RunState& Metrics::Impl::Touch(const std::string& run, std::chrono::system_clock::time_point now,
                                               std::vector<Detached>* evicted) {
@@ -442,7 +449,7 @@ Metrics::Impl::RunState& Metrics::Impl::Touch(const std::string& run, std::chron
     it = runs_.emplace(run, RunState{}).first;
     it->second.last_seen = now;
     it->second.lru_pos = lru_.insert(lru_.end(), run);
-    runs_exported_value_.Set(static_cast<double>(runs_.size()));
+    self_.runs_exported.Set(static_cast<double>(runs_.size()));
     return it->second;
   }
 }
@@ -453,10 +460,10 @@ Metrics::Impl::RankSeries& Metrics::Impl::Rank(const std::string& run, RunState&
   if (it != state.ranks.end()) return it->second;
   RankSeries& s = state.ranks[rank];
   const Labels labels = {{"run", run}, {"rank", std::to_string(rank)}};
-  s.last_report = &last_report_.Add(labels);
-  s.skipped = &skipped_.Add(labels);
-  s.fallbacks = &fallbacks_.Add(labels);
-  s.spikes = &spikes_.Add(labels);
+  s.last_report = &run_.last_report.Add(labels);
+  s.skipped = &run_.skipped.Add(labels);
+  s.fallbacks = &run_.fallbacks.Add(labels);
+  s.spikes = &run_.spikes.Add(labels);
   return s;
 }
 
@@ -466,7 +473,7 @@ std::array<Counter*, kNumRegimes>& Metrics::Impl::StepCounters(const std::string
   auto& by_regime = s.steps[m];
   if (by_regime[0] != nullptr) return by_regime;
   for (std::size_t i = 0; i < kNumRegimes; ++i) {
-    by_regime[i] = &steps_.Add({{"run", run},
+    by_regime[i] = &run_.steps.Add({{"run", run},
                                 {"rank", std::to_string(rank)},
                                 {"regime", controller::RegimeName(controller::kAllRegimes[i])},
                                 {"mode", proto::EnumName(kModes[m])}});
@@ -480,8 +487,8 @@ void Metrics::Impl::Detach(std::unordered_map<std::string, RunState>::iterator i
   pending_.insert(it->first);
   out->emplace_back(it->first, std::move(it->second));
   runs_.erase(it);
-  runs_exported_value_.Set(static_cast<double>(runs_.size()));
-  expired_runs_total_.Increment();
+  self_.runs_exported.Set(static_cast<double>(runs_.size()));
+  self_.expired_runs.Increment();
 }
 
 void Metrics::Impl::Finish(std::vector<Detached>& detached) {
@@ -499,26 +506,26 @@ void Metrics::Impl::RemoveSeries(RunState& state) {
     for (std::size_t i = 0; i < proto::kStepFieldCount; ++i) {
       if (field_gauges_[i] != nullptr) RemoveIfSet(*field_gauges_[i], s.fields[i]);
     }
-    RemoveIfSet(last_report_, s.last_report);
+    RemoveIfSet(run_.last_report, s.last_report);
     for (auto& by_regime : s.steps) {
-      for (Counter*& c : by_regime) RemoveIfSet(steps_, c);
+      for (Counter*& c : by_regime) RemoveIfSet(run_.steps, c);
     }
-    RemoveIfSet(skipped_, s.skipped);
-    RemoveIfSet(fallbacks_, s.fallbacks);
-    RemoveIfSet(spikes_, s.spikes);
-    RemoveIfSet(window_mean_, s.window_mean);
-    for (auto& [name, g] : s.scalars) RemoveIfSet(trainer_scalar_, g);
+    RemoveIfSet(run_.skipped, s.skipped);
+    RemoveIfSet(run_.fallbacks, s.fallbacks);
+    RemoveIfSet(run_.spikes, s.spikes);
+    RemoveIfSet(run_.window_mean, s.window_mean);
+    for (auto& [name, g] : s.scalars) RemoveIfSet(run_.trainer_scalar, g);
     for (auto& [name, l] : s.layers) {
-      RemoveIfSet(layer_cosine_, l.cosine);
-      RemoveIfSet(layer_grad_norm_, l.grad_norm);
+      RemoveIfSet(run_.layer_cosine, l.cosine);
+      RemoveIfSet(run_.layer_grad_norm, l.grad_norm);
     }
   }
-  RemoveIfSet(c_low_, state.c_low);
-  RemoveIfSet(c_high_, state.c_high);
-  RemoveIfSet(window_c_low_, state.window_c_low);
-  RemoveIfSet(window_c_high_, state.window_c_high);
-  RemoveIfSet(window_steps_, state.window_steps);
-  for (Counter*& c : state.decisions) RemoveIfSet(decisions_, c);
+  RemoveIfSet(run_.c_low, state.c_low);
+  RemoveIfSet(run_.c_high, state.c_high);
+  RemoveIfSet(run_.window_c_low, state.window_c_low);
+  RemoveIfSet(run_.window_c_high, state.window_c_high);
+  RemoveIfSet(run_.window_steps, state.window_steps);
+  for (Counter*& c : state.decisions) RemoveIfSet(run_.decisions, c);
 }
 
 void Metrics::Impl::ObserveLayers(const v1::StepRecord& record, RunState& state, RankSeries& series) {
@@ -528,20 +535,20 @@ void Metrics::Impl::ObserveLayers(const v1::StepRecord& record, RunState& state,
       // Admit the name if the run already exports it (another rank) or has room.
       if (state.layer_names.count(layer.name()) == 0) {
         if (state.layer_names.size() >= options_.max_layers_per_run) {
-          layer_dropped_total_.Increment();
+          self_.layer_dropped.Increment();
           continue;
         }
         state.layer_names.insert(layer.name());
       }
       it = series.layers.emplace(layer.name(), LayerSeries{}).first;
-      it->second.grad_norm = &layer_grad_norm_.Add(
+      it->second.grad_norm = &run_.layer_grad_norm.Add(
           {{"run", record.run()}, {"rank", std::to_string(record.rank())}, {"layer", layer.name()}});
     }
     LayerSeries& l = it->second;
     l.grad_norm->Set(layer.grad_norm());
     if (layer.has_cosine()) {
       if (l.cosine == nullptr) {
-        l.cosine = &layer_cosine_.Add(
+        l.cosine = &run_.layer_cosine.Add(
             {{"run", record.run()}, {"rank", std::to_string(record.rank())}, {"layer", layer.name()}});
       }
       l.cosine->Set(layer.cosine());
@@ -553,11 +560,11 @@ void Metrics::Impl::ShowSettings(const std::string& run, RunState& state) {
   if (!state.config_seen) return;
   const v1::RunConfig config = proto::DecidedWith(state.config, state.rule);
   if (state.c_low == nullptr) {
-    state.c_low = &c_low_.Add({{"run", run}});
-    state.c_high = &c_high_.Add({{"run", run}});
-    state.window_c_low = &window_c_low_.Add({{"run", run}});
-    state.window_c_high = &window_c_high_.Add({{"run", run}});
-    state.window_steps = &window_steps_.Add({{"run", run}});
+    state.c_low = &run_.c_low.Add({{"run", run}});
+    state.c_high = &run_.c_high.Add({{"run", run}});
+    state.window_c_low = &run_.window_c_low.Add({{"run", run}});
+    state.window_c_high = &run_.window_c_high.Add({{"run", run}});
+    state.window_steps = &run_.window_steps.Add({{"run", run}});
   }
   state.c_low->Set(config.thresholds().c_low());
   state.c_high->Set(config.thresholds().c_high());
@@ -570,8 +577,18 @@ void Metrics::Impl::ShowSettings(const std::string& run, RunState& state) {
 
 void Metrics::Impl::ApplyStep(const v1::StepRecord& record, std::chrono::system_clock::time_point now,
                                RunState& state) {
-  // The rule the step was decided with, when the trainer decided it: the
-  // gauges change only when it differs from the last step's.
+  ShowRule(record, state);
+  RankSeries& s = Rank(record.run(), state, record.rank());
+  s.last_report->Set(record.wall_time_ns() != 0 ? static_cast<double>(record.wall_time_ns()) / 1e9
+                                                 : ToSeconds(now));
+  ShowFields(record, s);
+  ShowWindowMean(record, state, s);
+  CountStep(record, s);
+  ShowScalars(record, state, s);
+  if (options_.per_layer) ObserveLayers(record, state, s);
+}
+
+void Metrics::Impl::ShowRule(const v1::StepRecord& record, RunState& state) {
   const auto same = [](const v1::StepRecord& a, const v1::StepRecord& b) {
     return a.has_c_low() == b.has_c_low() && a.c_low() == b.c_low() && a.has_c_high() == b.has_c_high() &&
            a.c_high() == b.c_high() && a.has_trigger() == b.has_trigger() && a.trigger() == b.trigger() &&
@@ -579,21 +596,19 @@ void Metrics::Impl::ApplyStep(const v1::StepRecord& record, std::chrono::system_
            a.has_window_c_low() == b.has_window_c_low() && a.window_c_low() == b.window_c_low() &&
            a.has_window_c_high() == b.has_window_c_high() && a.window_c_high() == b.window_c_high();
   };
-  if (!same(record, state.rule)) {
-    state.rule = record;  // DecidedWith reads only the rule's fields
-    state.rule.clear_scalars();
-    state.rule.clear_layers();
-    ShowSettings(record.run(), state);
-  }
-  RankSeries& s = Rank(record.run(), state, record.rank());
-  s.last_report->Set(record.wall_time_ns() != 0 ? static_cast<double>(record.wall_time_ns()) / 1e9
-                                                 : ToSeconds(now));
+  if (same(record, state.rule)) return;
+  state.rule = record;  // DecidedWith reads only the rule's fields
+  state.rule.clear_scalars();
+  state.rule.clear_layers();
+  ShowSettings(record.run(), state);
+}
 
-  // A record without a field's value (a cosine on the first step, without a
-  // reference, on invalid statistics) leaves its gauge at the last value:
-  // writing NaN would break alert rules on the series, and deleting it would
-  // make the series flap. A series that never had a value is not created;
-  // gac_steps_total{regime} shows why a value is absent.
+// A record without a field's value (a cosine on the first step, without a
+// reference, on invalid statistics) leaves its gauge at the last value:
+// writing NaN would break alert rules on the series, and deleting it would
+// make the series flap. A series that never had a value is not created;
+// gac_steps_total{regime} shows why a value is absent.
+void Metrics::Impl::ShowFields(const v1::StepRecord& record, RankSeries& s) {
   for (std::size_t i = 0; i < proto::kStepFieldCount; ++i) {
     if (field_gauges_[i] == nullptr) continue;
     const proto::StepField& f = proto::kStepFields[i];
@@ -604,26 +619,29 @@ void Metrics::Impl::ApplyStep(const v1::StepRecord& record, std::chrono::system_
     }
     s.fields[i]->Set(GaugeValue(f, v));
   }
-  // m_t from every stored step: a step without a window cosine (no
-  // reference, invalid statistics) does not enter the window, as in the
-  // controller and in the steps gacd lists (gac/proto/step_window.h).
-  if (const std::optional<double> c = proto::RecordWindowCosine(record)) {
-    if (!s.window || s.window->size() != state.window) {
-      if (s.window) {
-        s.window->Resize(state.window);
-      } else {
-        s.window.emplace(state.window);
-      }
-    }
-    s.window->Add(*c);
-    if (const std::optional<double> m = s.window->mean()) {
-      if (s.window_mean == nullptr) {
-        s.window_mean = &window_mean_.Add({{"run", record.run()}, {"rank", std::to_string(record.rank())}});
-      }
-      s.window_mean->Set(*m);
-    }
-  }
+}
 
+// m_t from every stored step: a step without a window cosine (no reference,
+// invalid statistics) does not enter the window, as in the controller and in
+// the steps gacd lists (gac/proto/step_window.h).
+void Metrics::Impl::ShowWindowMean(const v1::StepRecord& record, const RunState& state, RankSeries& s) {
+  const std::optional<double> c = proto::RecordWindowCosine(record);
+  if (!c) return;
+  if (!s.window) {
+    s.window.emplace(state.window);
+  } else if (s.window->size() != state.window) {
+    s.window->Resize(state.window);
+  }
+  s.window->Add(*c);
+  if (const std::optional<double> m = s.window->mean()) {
+    if (s.window_mean == nullptr) {
+      s.window_mean = &run_.window_mean.Add({{"run", record.run()}, {"rank", std::to_string(record.rank())}});
+    }
+    s.window_mean->Set(*m);
+  }
+}
+
+void Metrics::Impl::CountStep(const v1::StepRecord& record, RankSeries& s) {
   const int regime = RegimeIndex(record.regime());
   if (regime != kNoRegime) {
     StepCounters(record.run(), record.rank(), record.mode(), s)[static_cast<std::size_t>(regime)]->Increment();
@@ -636,25 +654,25 @@ void Metrics::Impl::ApplyStep(const v1::StepRecord& record, std::chrono::system_
     if (record.regime() == v1::REGIME_SPIKE) s.spikes->Increment();
   }
   if (record.fallback()) s.fallbacks->Increment();
+}
 
+void Metrics::Impl::ShowScalars(const v1::StepRecord& record, RunState& state, RankSeries& s) {
   for (const auto& [name, value] : record.scalars()) {
     auto it = s.scalars.find(name);
     if (it == s.scalars.end()) {
       if (state.scalar_names.count(name) == 0) {
         if (state.scalar_names.size() >= kMaxScalarNamesPerRun) {
-          scalar_dropped_total_.Increment();
+          self_.scalar_dropped.Increment();
           continue;
         }
         state.scalar_names.insert(name);
       }
-      Gauge* g = &trainer_scalar_.Add(
+      Gauge* g = &run_.trainer_scalar.Add(
           {{"run", record.run()}, {"rank", std::to_string(record.rank())}, {"name", name}});
       it = s.scalars.emplace(name, g).first;
     }
     it->second->Set(value);
   }
-
-  if (options_.per_layer) ObserveLayers(record, state, s);
 }
 
 Metrics::Metrics(MetricsOptions options) : impl_(std::make_unique<Impl>(std::move(options))) {}
@@ -690,27 +708,27 @@ void Metrics::ObserveConfig(const std::string& run, const v1::RunConfig& config,
 
 void Metrics::ObserveIngest(std::uint64_t step_rows, std::uint64_t layer_rows, std::uint64_t duplicates) {
   Impl& m = *impl_;
-  m.ingest_step_rows_.Increment(static_cast<double>(step_rows));
-  m.ingest_layer_rows_.Increment(static_cast<double>(layer_rows));
-  m.ingest_duplicates_total_.Increment(static_cast<double>(duplicates));
-  m.ingest_batches_total_.Increment();
+  m.self_.ingest_step_rows.Increment(static_cast<double>(step_rows));
+  m.self_.ingest_layer_rows.Increment(static_cast<double>(layer_rows));
+  m.self_.ingest_duplicates.Increment(static_cast<double>(duplicates));
+  m.self_.ingest_batches.Increment();
 }
 
 void Metrics::ObserveRpcError(const std::string& method, const std::string& code) {
   // Rare and bounded (methods x status codes): the family's own lookup is enough.
-  impl_->rpc_errors_.Add({{"method", method}, {"code", code}}).Increment();
+  impl_->self_.rpc_errors.Add({{"method", method}, {"code", code}}).Increment();
 }
 
 void Metrics::SetQueueRows(std::uint64_t rows) {
-  impl_->store_queue_rows_value_.Set(static_cast<double>(rows));
+  impl_->self_.store_queue_rows.Set(static_cast<double>(rows));
 }
 
-void Metrics::ObserveWriteSeconds(double seconds) { impl_->store_write_hist_.Observe(seconds); }
+void Metrics::ObserveWriteSeconds(double seconds) { impl_->self_.store_write_seconds.Observe(seconds); }
 
 void Metrics::ObserveDecide(const std::string& run, v1::Regime regime, double seconds,
                             std::chrono::system_clock::time_point now) {
   Impl& m = *impl_;
-  m.decide_hist_.Observe(seconds);
+  m.self_.decide_seconds.Observe(seconds);
   const int index = RegimeIndex(regime);
   std::vector<Impl::Detached> evicted;
   {
@@ -719,7 +737,7 @@ void Metrics::ObserveDecide(const std::string& run, v1::Regime regime, double se
     if (index != kNoRegime) {
       if (state.decisions[0] == nullptr) {
         for (std::size_t i = 0; i < kNumRegimes; ++i) {
-          state.decisions[i] = &m.decisions_.Add({{"run", run}, {"regime", controller::RegimeName(controller::kAllRegimes[i])}});
+          state.decisions[i] = &m.run_.decisions.Add({{"run", run}, {"regime", controller::RegimeName(controller::kAllRegimes[i])}});
         }
       }
       state.decisions[static_cast<std::size_t>(index)]->Increment();

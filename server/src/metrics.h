@@ -14,9 +14,8 @@
 //                 the rank's first step in it, so at most 15 a rank. Monitor
 //                 regimes are what GAC would have done: gac_skipped_updates_total
 //                 counts skip, invalid and spike in local and remote mode only.)
-//                 the latest value of each step record field the record
-//                 schema gives a gauge (proto/src/record_schema.cc,
-//                 StepFieldViews::gauge; an optional field's is absent
+//                 the latest value of each step record field that has a
+//                 gauge (FieldGaugeName; an optional field's is absent
 //                 until reported; docs/OPERATIONS.md lists them),
 //                 gac_window_mean (m_t: the signed mean of the rank's last W
 //                 c_t that this gacd stored, W the run's window; computed
@@ -44,6 +43,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "gac/v1/control.pb.h"
@@ -55,6 +55,11 @@ struct MetricFamily;
 }
 
 namespace gac::server {
+
+// The gauge of the latest value of the step record field named `field`
+// (gac/proto/record_schema.h), or nullptr for a field without one. Its help
+// is the field's.
+const char* FieldGaugeName(std::string_view field);
 
 struct MetricsOptions {
   bool per_layer = false;                 // export gac_layer_* series

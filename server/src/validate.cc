@@ -39,7 +39,7 @@ base::Status CheckNorm(const std::string& prefix, const char* field, double v) {
 }
 
 base::Status CheckCosine(const std::string& prefix, const char* field, double v) {
-  // A cosine computed in floating point may exceed 1 by rounding; allow 1e-6.
+  // A cosine computed in floating point may exceed 1 by rounding (kCosineSlack).
   if (!std::isfinite(v) || std::fabs(v) > 1.0 + proto::kCosineSlack) {
     return Bad(prefix, std::string(field) + " must be in [-1, 1], got " + Num(v));
   }
@@ -184,7 +184,7 @@ base::Status ValidateDecideRequest(const v1::DecideRequest& request) {
       std::isfinite(request.grad_sq()) && std::isfinite(request.ref_sq())) {
     const double c =
         request.dot() / (std::sqrt(request.grad_sq()) * std::sqrt(request.ref_sq()) + controller::kCosineEpsilon);
-    if (std::fabs(c) > 1.0 + 1e-6) {
+    if (std::fabs(c) > 1.0 + proto::kCosineSlack) {
       return base::Status::InvalidArgument("dot does not fit grad_sq and ref_sq: |dot| / sqrt(grad_sq * ref_sq) = " +
                                      Num(c) + ", above 1");
     }
@@ -195,7 +195,7 @@ base::Status ValidateDecideRequest(const v1::DecideRequest& request) {
   }
   for (int i = 0; i < request.recent_cosines_size(); ++i) {
     const double c = request.recent_cosines(i);
-    if (!std::isfinite(c) || std::fabs(c) > 1.0 + 1e-6) {
+    if (!std::isfinite(c) || std::fabs(c) > 1.0 + proto::kCosineSlack) {
       return base::Status::InvalidArgument("recent_cosines[" + std::to_string(i) + "] must be in [-1, 1], got " + Num(c));
     }
   }

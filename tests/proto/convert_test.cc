@@ -16,8 +16,6 @@
 #include <string>
 #include <utility>
 
-#include "gac/controller/report_fields.h"
-
 namespace gac::proto {
 namespace {
 
@@ -132,22 +130,34 @@ TEST(ConvertTest, ControllerDecisionsSurviveTheWireBitForBit) {
   }
 }
 
-// The remote decision's optional reals are filled by walking the report
-// table's decision slots: every slot names one of the response's optional
-// doubles, and no optional double of the response is left without one.
-TEST(ConvertTest, DecisionSlotsAreExactlyTheResponsesOptionalReals) {
-  std::set<std::string> slots;
-  for (const controller::ReportField& row : controller::kReportFields) {
-    if (row.decided != nullptr) slots.insert(row.name);
-  }
-  std::set<std::string> wire;
+// The remote decision's optional reals are mapped in C++ (convert.cc's
+// kDecidedReals): every optional double of the response, set to a value a
+// controller could give, comes back from DecodeDecision and EncodeDecision
+// unchanged, so one added to the response without its mapping fails here.
+TEST(ConvertTest, EveryOptionalRealOfTheResponseIsMapped) {
+  const controller::AlignmentStats stats{0.0, 4.0, 1.0, true};  // cosine 0: safe
+  v1::DecideResponse sent;
+  EncodeDecision(controller::Controller::Create({0.05, 0.3}, controller::AlphaMode::kPaper)->Decide(stats), &sent);
   const google::protobuf::Descriptor* message = v1::DecideResponse::descriptor();
+  const google::protobuf::Reflection* reflection = sent.GetReflection();
+  std::set<std::string> reals;
   for (int i = 0; i < message->field_count(); ++i) {
     const google::protobuf::FieldDescriptor* f = message->field(i);
-    if (f->type() == google::protobuf::FieldDescriptor::TYPE_DOUBLE && f->has_presence()) wire.insert(f->name());
+    if (f->type() != google::protobuf::FieldDescriptor::TYPE_DOUBLE || !f->has_presence()) continue;
+    reals.insert(f->name());
+    reflection->SetDouble(&sent, f, 0.125 * static_cast<double>(reals.size()));  // a distinct cosine each
   }
-  EXPECT_EQ(slots, wire);
-  EXPECT_EQ(wire, (std::set<std::string>{"cosine", "cosine_after", "window_mean", "grad_norm_z", "loss_z"}));
+  EXPECT_EQ(reals, (std::set<std::string>{"cosine", "cosine_after", "window_mean", "grad_norm_z", "loss_z"}));
+  base::StatusOr<controller::Decision> d = DecodeDecision(sent, stats);
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  v1::DecideResponse back;
+  EncodeDecision(*d, &back);
+  for (int i = 0; i < message->field_count(); ++i) {
+    const google::protobuf::FieldDescriptor* f = message->field(i);
+    if (f->type() != google::protobuf::FieldDescriptor::TYPE_DOUBLE || !f->has_presence()) continue;
+    ASSERT_TRUE(reflection->HasField(back, f)) << f->name() << " is not mapped";
+    EXPECT_EQ(reflection->GetDouble(back, f), reflection->GetDouble(sent, f)) << f->name();
+  }
 }
 
 // Each of them crosses the wire in its own field, and is absent there when

@@ -1,6 +1,7 @@
 // gac/proto/record_schema.h and gac/proto/wire_rules.h: the table covers
 // every row field of StepRecord with its wire type, its accessors read and
-// write the field they name, and the wire rules and enum names hold.
+// write the field they name, each field says where in the report it comes
+// from, and the wire rules and enum names hold.
 
 #include "gac/proto/record_schema.h"
 
@@ -86,82 +87,27 @@ TEST(RecordSchemaTest, OptionalFieldsReadAbsentOnAnEmptyRecord) {
   for (const StepField& f : kStepFields) EXPECT_EQ(f.get(empty).present, !f.optional) << f.name;
 }
 
-// Each field is decided for each view that picks its fields (StepFieldViews):
-// shown there, or left out here with the reason. A field added to the table
-// fails here until all three are decided.
-TEST(RecordSchemaTest, EveryFieldIsInTheChoosingViewsOrSaysWhyNot) {
-  const std::map<std::string, std::string> no_gauge = {
-      {"rank", "a label of every per-rank series"},
-      {"world_size", "constant over a run: gacctl runs"},
-      {"regime", "gac_steps_total{regime}, gac_skipped_updates_total, gac_spikes_total"},
-      {"wall_time_ns", "gac_last_report_timestamp_seconds"},
-      {"mode", "gac_steps_total{mode}"},
-      {"fallback", "gac_controller_fallbacks_total"},
-      {"c_low", "the rule: gac_threshold_c_low (DecidedWith)"},
-      {"c_high", "the rule: gac_threshold_c_high"},
-      {"trigger", "the rule: the threshold gauges it selects"},
-      {"window", "the rule: gac_window_steps"},
-      {"window_c_low", "the rule: gac_threshold_window_c_low"},
-      {"window_c_high", "the rule: gac_threshold_window_c_high"},
+// Each field is filled from the agent's report or, for the fields named
+// here, by the transport. How the views show the fields is theirs: gacd's
+// gauges (tests/server/metrics_test.cc), gacctl tail's columns
+// (tests/cli/gacctl_test.cc), the page's card (tests/server/http_api_test.cc).
+TEST(RecordSchemaTest, EveryFieldComesFromTheReportOrSaysWhyNot) {
+  const std::map<std::string, std::string> not_from_report = {
+      {"rank", "the run's identity (RunIdentity)"},
+      {"world_size", "the run's identity (RunIdentity)"},
+      {"wall_time_ns", "the transport's clock when it builds the record"},
+      {"staleness", "the trainer's, given to MakeStepRecord"},
   };
-  const std::map<std::string, std::string> not_on_page = {
-      {"rank", "the rank selector"},
-      {"world_size", "the rank selector's choices"},
-      {"alpha", "shown through the regime (project) and the cosine after; gacctl steps lists it"},
-      {"wall_time_ns", "the card's \"last report\", from the run's last_seen_ns"},
-      {"agent_overhead_seconds", "an operator's figure: gac_agent_overhead_seconds and gacctl steps"},
-      {"mode", "the regime's text (monitor mode: what GAC would have done) and the regimes card"},
-      {"fallback", "gac_controller_fallbacks_total and gacctl steps"},
-      {"c_low", "the card's \"decided with\" and the charts' bands"},
-      {"c_high", "the card's \"decided with\" and the charts' bands"},
-      {"trigger", "the charts' bands"},
-      {"window", "the m_t chart's title"},
-      {"window_c_low", "the m_t chart's bands"},
-      {"window_c_high", "the m_t chart's bands"},
-      {"loss_z", "the spike guard's loss z-score: gac_loss_z and gacctl steps (the page marks spike steps)"},
-  };
-  const std::map<std::string, std::string> not_in_tail = {
-      {"rank", "tail follows one rank (--rank)"},
-      {"world_size", "constant over a run: gacctl runs"},
-      {"ref_norm", "|p| is the previous step's |g|, one row up"},
-      {"cosine_after", "tail is one line per step: gacctl steps has it"},
-      {"wall_time_ns", "tail prints as steps arrive"},
-      {"agent_overhead_seconds", "gacctl steps"},
-      {"mode", "constant over a run: gacctl runs (MODE)"},
-      {"fallback", "gacctl steps"},
-      {"c_low", "the rule: gacctl steps and gacctl config get"},
-      {"c_high", "the rule: gacctl steps"},
-      {"trigger", "the rule: gacctl steps"},
-      {"window", "the rule: gacctl steps"},
-      {"window_c_low", "the rule: gacctl steps"},
-      {"window_c_high", "the rule: gacctl steps"},
-      {"loss_z", "the spike guard's loss z-score: gacctl steps (tail shows the regime and |g|'s z)"},
-  };
-  // The places the short views' own values take (tail's reward comes last).
-  std::set<int> page_places = {kPlaceWindowMean, kPlaceDecidedWith, kPlaceLastReport},
-                tail_places = {kPlaceWindowMean};
-  std::set<std::string> gauges;
   for (const StepField& f : kStepFields) {
-    const std::string name = f.name;
-    EXPECT_NE(f.views.gauge != nullptr, no_gauge.count(name) == 1)
-        << name << ": give it a gauge, or say in no_gauge why not";
-    if (f.views.gauge != nullptr) {
-      EXPECT_TRUE(gauges.insert(f.views.gauge).second) << "gauge named twice: " << f.views.gauge;
-      EXPECT_EQ(std::string(f.views.gauge).rfind("gac_", 0), 0u) << f.views.gauge;
+    EXPECT_NE(f.from_report != nullptr, not_from_report.count(f.name) == 1)
+        << f.name << ": read it from the report, or say in not_from_report why not";
+  }
+  // An empty report gives every non-optional field present.
+  const controller::StepReport report;
+  for (const StepField& f : kStepFields) {
+    if (f.from_report != nullptr && !f.optional) {
+      EXPECT_TRUE(f.from_report(report).present) << f.name;
     }
-    EXPECT_NE(f.views.page_label != nullptr, not_on_page.count(name) == 1)
-        << name << ": give it a page label, or say in not_on_page why not";
-    EXPECT_NE(f.views.tail_header != nullptr, not_in_tail.count(name) == 1)
-        << name << ": give it a tail column, or say in not_in_tail why not";
-    if (f.views.page_label != nullptr) {
-      EXPECT_TRUE(page_places.insert(f.views.place).second) << name << ": place " << f.views.place << " taken";
-      EXPECT_GE(f.views.page_digits, -1) << name;
-    }
-    if (f.views.tail_header != nullptr) {
-      EXPECT_TRUE(tail_places.insert(f.views.place).second) << name << ": place " << f.views.place << " taken";
-      EXPECT_GT(f.views.tail_width, 0) << name;
-    }
-    if (f.views.page_label != nullptr || f.views.tail_header != nullptr) EXPECT_GT(f.views.place, 0) << name;
   }
 }
 
@@ -185,6 +131,7 @@ TEST(WireRulesTest, Names) {
 }
 
 TEST(WireRulesTest, Limits) {
+  EXPECT_EQ(kCosineSlack, 1e-6);
   EXPECT_EQ(kMaxScalarsPerRecord, 64u);
   EXPECT_EQ(kMaxLayersPerRecord, 4096u);
   EXPECT_EQ(kMaxRecordsPerBatch, 4096u);

@@ -1,6 +1,7 @@
 """Fixtures of the Python tests: real gacd processes on OS-chosen loopback
 ports, what gacd stored, read back through its gRPC QueryService (the
-gacd_steps helper), and groups of worker processes (run_ranks). ctest sets GAC_GACD and GAC_GACD_STEPS to the built
+gacd_steps helper), groups of worker processes (run_ranks), and the count of
+the agents an attach makes (agents_made). ctest sets GAC_GACD and GAC_GACD_STEPS to the built
 binaries and PYTHONPATH to the staged package."""
 
 from __future__ import annotations
@@ -47,6 +48,24 @@ def run_ranks(tmp_path: Path, world: int, worker: str, args: Sequence[str],
             raise
         assert rc == 0, (tmp_path / f"rank{rank}.log").read_text()
     return [torch.load(tmp_path / f"rank{r}.pt", weights_only=False) for r in range(world)]
+
+
+@pytest.fixture
+def agents_made(monkeypatch: pytest.MonkeyPatch) -> List[Any]:
+    """Every gac.Agent the package makes while the test runs (all are made in
+    gac._attachment.build_attachment: test_attach_control.py checks that):
+    an attach, an integration's included, makes one."""
+    import gac
+    import gac._attachment
+    made: List[Any] = []
+
+    class Counted(gac.Agent):  # type: ignore[misc, valid-type]
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            made.append(self)
+
+    monkeypatch.setattr(gac._attachment, "agent_class", lambda: Counted)
+    return made
 
 
 needs_gacd = pytest.mark.skipif(not (GACD and GACD_STEPS), reason="built without gacd (GAC_WITH_SERVER=OFF)")

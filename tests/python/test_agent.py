@@ -543,6 +543,43 @@ def test_mode_switching_between_steps() -> None:
     assert agent.mode == "local"
 
 
+def test_thresholds_and_the_process_group_change_in_place() -> None:
+    params = [torch.nn.Parameter(torch.zeros(1000))]
+    torch.manual_seed(6)
+    agent = gac.Agent(mode="monitor", trigger="window", window=4)
+    for step in (1, 2, 3):
+        params[0].grad = torch.randn(1000)
+        agent.step(step, params)
+    assert agent.window_held == 2
+    for bad in ((0.5, 0.1), (0.0, 0.3), (0.1, 1.5)):
+        with pytest.raises(ValueError, match="c_low|c_high"):
+            agent.set_thresholds(*bad)
+        assert (agent.c_low, agent.c_high, agent.window_held) == (0.05, 0.3, 2)  # unchanged
+    agent.set_thresholds(0.1, 0.6)
+    agent.mode = "local"
+    # As a new agent with them: no reference, an empty window; the other options kept.
+    assert (agent.c_low, agent.c_high, agent.window_held, agent.window, agent.trigger) == (0.1, 0.6, 0, 4, "window")
+    assert repr(agent).startswith("Agent(c_low=0.1, c_high=0.6, mode='local'")
+    params[0].grad = torch.randn(1000)
+    r = agent.step(4, params)
+    assert r.cosine is None and r.c_low == 0.1 and r.c_high == 0.6 and r.mode == "local"
+    regimes = []
+    for step in (5, 6, 7, 8):
+        params[0].grad = params[0].grad * 0.95 + 0.05 * torch.randn(1000)
+        regimes.append(agent.step(step, params).regime)
+    assert regimes == ["safe"] * 3 + ["skip"]  # the window of 4 cosines (~0.99 >= 0.6) fills at step 8
+    # A process group set between steps: the next step sums over it (one rank here: the same sums).
+    pg = dist.ProcessGroupGloo(dist.HashStore(), 0, 1, datetime.timedelta(seconds=30))
+    agent.process_group = pg
+    assert agent.process_group is pg
+    params[0].grad = torch.randn(1000)
+    r = agent.step(9, params)
+    assert r.grad_norm == pytest.approx(float(params[0].grad.double().norm()), rel=1e-6)
+    agent.process_group = None
+    assert agent.process_group is None
+    agent.step(10, params)
+
+
 class FlakySource(gac.DecisionSource):
     """A Python decision source: gacd's decision with alpha 1 every other step, an error otherwise."""
 

@@ -15,6 +15,9 @@ import pytest
 import torch
 
 import gac
+from conftest import SOURCE_DIR
+from gac._attachment import make_attachment
+from gac._targets import OptimizerTarget
 
 
 class Gradients:
@@ -329,3 +332,77 @@ def test_updates_skipped_by_the_spike_guard_are_named_as_such(caplog: pytest.Log
     assert len(warnings) == 1
     assert "20 of the last 20 updates were skipped (20 by the spike guard)" in warnings[0]
     assert "check the data" in warnings[0] and "c_high" not in warnings[0]
+
+
+# One native agent per attach: made from the plan (gac/_plan.py) in one place,
+# gac._attachment.build_attachment, and reconfigured in place after that
+# (conftest.py's agents_made fixture counts them).
+
+def test_the_package_makes_agents_in_one_place() -> None:
+    sites = [(path.name, line) for path in sorted((SOURCE_DIR / "python" / "gac").rglob("*.py"))
+             for line in path.read_text().splitlines() if "agent_class()(" in line]
+    assert [name for name, _ in sites] == ["_attachment.py"], sites
+
+
+class PartitionedTarget(OptimizerTarget):
+    """An optimizer whose gradients are this rank's partition, summed over
+    ``group`` (as a DeepSpeed ZeRO optimizer's)."""
+
+    def __init__(self, optimizer: object, group: object) -> None:
+        super().__init__(optimizer)
+        self.group = group  # type: ignore[assignment]
+
+
+def one_rank_group() -> Any:
+    import datetime
+    import torch.distributed as dist
+    return dist.ProcessGroupGloo(dist.HashStore(), 0, 1, datetime.timedelta(seconds=30))
+
+
+def test_one_agent_per_attach_through_the_warmup_and_a_partitioned_target(agents_made: List[Any]) -> None:
+    grads = Gradients(1)
+    opt = torch.optim.SGD(grads.model.parameters(), lr=0.01)
+    att = gac.attach(opt, warmup=21)
+    agent = att.agent
+    assert agents_made == [agent] and agent.mode == "monitor"
+    for _ in range(21):
+        grads.backward(0.1)
+        opt.step()
+    # The warm-up's end sets the thresholds and the mode of the same agent.
+    assert att.agent is agent and agents_made == [agent]
+    assert (agent.mode, agent.c_low, agent.c_high) == ("local", *att.thresholds)  # type: ignore[misc]
+    grads.backward(0.1)
+    opt.step()
+    assert att.last_report.mode == "local" and att.last_report.cosine is None  # started over, as a new agent
+    att.detach()
+
+    # A target whose gradient is partitioned gives the agent gac made its group, in place.
+    plain = gac.attach(opt)
+    assert plain.agent.process_group is None
+    plain.detach()
+    group = one_rank_group()
+    plain.hook(PartitionedTarget(opt, group))
+    assert plain.agent.process_group is group and len(agents_made) == 2
+    for step in range(2):
+        grads.backward(0.5)
+        opt.step()
+    assert plain.reports == 2 and plain.last_report.cosine is not None
+
+    # The caller's agent is used as it is: it must have the group itself.
+    other = torch.optim.SGD(grads.model.parameters(), lr=0.01)
+    with pytest.raises(ValueError, match="has no process_group"):
+        make_attachment(agent=gac.Agent(mode="monitor")).hook(PartitionedTarget(other, group))
+    assert len(agents_made) == 2 and "step" not in vars(other)
+
+
+def test_one_agent_per_attach_in_the_integrations(agents_made: List[Any]) -> None:
+    pytest.importorskip("transformers")
+    from gac.integrations import verl
+    from gac.integrations.transformers import GacCallback
+    grads = Gradients()
+    opt = verl.AdamW(grads.model.parameters(), gac_control=True, gac_c_low=0.2, gac_c_high=0.5)
+    assert agents_made == [opt.gac.agent] and opt.gac.agent.mode == "local"
+    callback = GacCallback(warmup=30)
+    assert agents_made[1:] == [callback.attachment.agent]
+    callback.attachment.hook(PartitionedTarget(torch.optim.SGD(grads.model.parameters(), lr=0.1), one_rank_group()))
+    assert len(agents_made) == 2 and callback.attachment.agent.process_group is not None

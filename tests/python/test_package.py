@@ -273,31 +273,19 @@ def test_every_agent_option_reaches_the_agent() -> None:
         assert getattr(default, READ_AS.get(name, name)) != expected[name], f"{name}: the test value is the default"
 
 
-# The agent's options verl's config cannot carry (a YAML/Hydra value), each
-# with the reason; every other one is a gac_<name> key of the plug-in.
-VERL_LEAVES_OUT = {
-    "reference": "the plug-in always snapshots the raw gradient (the paper's p)",
-    "layers": "parameter objects, not config values",
-    "groups": "deprecated (layers)",
-    "process_group": "the plug-in finds the data-parallel group itself",
-    "replicated_on": "parameter objects and groups, not config values",
-    "decision_source": "an object; remote mode comes from gac_address",
-    "num_threads": "the agent's default (one per core, up to 8) suits a trainer's process",
-    "chunk_elements": "a benchmark knob",
-}
-
-
 def test_the_verl_plugin_accepts_every_agent_option_a_config_can_carry() -> None:
     pytest.importorskip("torch")
     from gac._attachment import AgentOptions
     from gac.integrations import verl
+    # Every agent option the plug-in leaves out is named there with its reason; every other one is a key.
     accepted = set(getattr(verl, "_AGENT_OPTIONS"))
-    assert accepted <= set(AgentOptions.__annotations__)
-    assert accepted | set(VERL_LEAVES_OUT) == set(AgentOptions.__annotations__), (
-        "an agent option is neither a gac_<name> key of the verl plug-in nor in VERL_LEAVES_OUT: "
-        f"{sorted(set(AgentOptions.__annotations__) - accepted - set(VERL_LEAVES_OUT))}")
+    left_out: Dict[str, str] = getattr(verl, "_LEFT_OUT")
+    assert set(left_out) <= set(AgentOptions.__annotations__) and all(left_out.values())
+    assert accepted == set(AgentOptions.__annotations__) - set(left_out)
     doc = verl.AdamW.__doc__ or ""
-    assert all(f"gac_{name}" in doc for name in accepted), "the plug-in's docstring names every key it accepts"
+    keys = getattr(verl, "_GAC_OPTIONS")
+    assert {f"gac_{name}" for name in accepted} <= set(keys)
+    assert all(key in doc for key in keys), "the plug-in's docstring names every key it accepts"
 
 
 def test_no_module_links_a_torch_library() -> None:

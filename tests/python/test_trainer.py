@@ -170,6 +170,8 @@ def test_given_in_callbacks_it_works_and_warns_about_the_order(tmp_path: Any,
 @pytest.mark.parametrize("kwargs, error, match", [
     ({"address": 7070}, TypeError, "address must be a str"),
     ({"address": "127.0.0.1:7070"}, ValueError, "address= needs run="),
+    ({"run": "r"}, ValueError, "run= needs address="),
+    ({"scalars": 3}, TypeError, "scalars must be a function"),
     ({"address": "127.0.0.1:7070", "run": "r", "telemetry": object()}, ValueError, "not both"),
     ({"all_ranks": 1}, TypeError, "all_ranks must be a bool"),
     ({"mode": "remote"}, ValueError, "mode='remote' needs address="),

@@ -21,6 +21,8 @@
 #include <thread>
 #include <vector>
 
+#include "gac/proto/record_schema.h"
+
 namespace gac::server {
 namespace {
 
@@ -149,6 +151,37 @@ void AddLayer(v1::StepRecord& r, const std::string& name, std::optional<double> 
 const Clock::time_point kT0 = Clock::time_point(std::chrono::seconds(1700000000));
 
 Labels RR(const std::string& run, const std::string& rank) { return {{"run", run}, {"rank", rank}}; }
+
+// Each field of the record schema has a gauge of its latest value
+// (FieldGaugeName, metrics.cc's table) or is left out here with the reason;
+// a field added to the schema, or a name of the table that is no field's,
+// fails here until that is decided. Every gauge is a gac_ name of its own.
+TEST(MetricsTest, EveryFieldHasAGaugeOrSaysWhyNot) {
+  const std::map<std::string, std::string> no_gauge = {
+      {"rank", "a label of every per-rank series"},
+      {"world_size", "constant over a run: gacctl runs"},
+      {"regime", "gac_steps_total{regime}, gac_skipped_updates_total, gac_spikes_total"},
+      {"wall_time_ns", "gac_last_report_timestamp_seconds"},
+      {"mode", "gac_steps_total{mode}"},
+      {"fallback", "gac_controller_fallbacks_total"},
+      {"c_low", "the rule: gac_threshold_c_low (DecidedWith)"},
+      {"c_high", "the rule: gac_threshold_c_high"},
+      {"trigger", "the rule: the threshold gauges it selects"},
+      {"window", "the rule: gac_window_steps"},
+      {"window_c_low", "the rule: gac_threshold_window_c_low"},
+      {"window_c_high", "the rule: gac_threshold_window_c_high"},
+  };
+  std::set<std::string> gauges;
+  for (const proto::StepField& f : proto::kStepFields) {
+    const char* gauge = FieldGaugeName(f.name);
+    EXPECT_NE(gauge != nullptr, no_gauge.count(f.name) == 1) << f.name << ": give it a gauge, or say in no_gauge why not";
+    if (gauge == nullptr) continue;
+    EXPECT_TRUE(gauges.insert(gauge).second) << "gauge named twice: " << gauge;
+    EXPECT_EQ(std::string(gauge).rfind("gac_", 0), 0u) << gauge;
+  }
+  for (const auto& [name, reason] : no_gauge) EXPECT_NE(proto::FindStepField(name), nullptr) << name;
+  EXPECT_EQ(FieldGaugeName("window_mean"), nullptr) << "m_t is not a field: gac_window_mean";
+}
 
 TEST(MetricsTest, LatestGaugesAndCosineOnlyOnceReported) {
   Metrics m;

@@ -20,6 +20,7 @@
 #include "gac/transport/channel.h"
 #include "gac/controller/window.h"
 #include "gac/transport/remote_controller.h"
+#include "gac/transport/scalar_budget.h"
 #include "gac/transport/telemetry.h"
 #include "tests/common/test_util.h"
 
@@ -145,6 +146,10 @@ TEST(Telemetry, DeliversEveryRecordOnce) {
   EXPECT_GE(last.at("agent_records_sent"), 900.0);
   EXPECT_EQ(last.at("agent_records_dropped"), 0.0);
   EXPECT_GE(last.at("agent_records_spooled"), 900.0);
+  // As many as scalar_budget.h leaves room for.
+  std::size_t counters = 0;
+  for (const auto& [name, value] : last) counters += name.rfind("agent_", 0) == 0 ? 1 : 0;
+  EXPECT_EQ(counters, kSenderScalars);
 }
 
 TEST(Telemetry, GacdAbsentAtStartGetsEverythingLater) {

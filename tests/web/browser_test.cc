@@ -31,6 +31,7 @@
 
 #include "gac/proto/record_schema.h"
 #include "server/src/http/json.h"
+#include "web/latest_step.h"
 #include "tests/common/test_util.h"
 #include "tests/dashboards/synthetic_run.h"
 
@@ -361,14 +362,12 @@ TEST_F(WebPageTest, ShowsTheStoreLiveAndEditsThresholds) {
     EXPECT_NEAR(Shown(browser_.Text(Field("latest-grad-norm-z"))), s.latest().grad_norm_z(), 5.001e-3);
     EXPECT_NEAR(Shown(browser_.Text(Field("latest-grad-norm"))), s.latest().grad_norm(), 5e-4 * s.latest().grad_norm());
     EXPECT_NEAR(Shown(browser_.Text(Field("latest-ref-norm"))), s.latest().ref_norm(), 5e-4 * s.latest().ref_norm());
-    // The card's rows: the record schema's fields with a page label and the
+    // The card's rows: the record fields of web/latest_step.h and the
     // page's own (m_t, "decided with", "last report"; data-place in
     // web/index.html), by place.
     std::vector<std::pair<int, std::string>> rows = {
-        {proto::kPlaceWindowMean, "mt"}, {proto::kPlaceDecidedWith, "decided with"}, {proto::kPlaceLastReport, "last report"}};
-    for (const proto::StepField& f : proto::kStepFields) {
-      if (f.views.page_label != nullptr) rows.emplace_back(f.views.place, f.views.page_label);
-    }
+        {web::kPlaceWindowMean, "mt"}, {web::kPlaceDecidedWith, "decided with"}, {web::kPlaceLastReport, "last report"}};
+    for (const web::LatestStepRow& row : web::kLatestStepRows) rows.emplace_back(row.place, row.label);
     std::stable_sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
     std::string labels;
     for (const auto& [place, label] : rows) labels += (labels.empty() ? "" : "|") + label;

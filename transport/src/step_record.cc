@@ -2,10 +2,7 @@
 
 #include <chrono>
 #include <cmath>
-#include <utility>
-#include <vector>
 
-#include "gac/controller/report_fields.h"
 #include "gac/proto/convert.h"
 #include "gac/proto/record_schema.h"
 
@@ -48,21 +45,6 @@ void MakeValid(v1::StepRecord* r) {
   }
 }
 
-// The report fields that fill a record field (report_fields.h's `record`),
-// paired with that field's row of the record schema.
-const std::vector<std::pair<const controller::ReportField*, const proto::StepField*>>& ReportToRecord() {
-  static const auto* pairs = [] {
-    auto* out = new std::vector<std::pair<const controller::ReportField*, const proto::StepField*>>();
-    for (const controller::ReportField& f : controller::kReportFields) {
-      if (f.record == nullptr) continue;
-      const proto::StepField* to = proto::FindStepField(f.record);
-      if (to != nullptr) out->emplace_back(&f, to);  // a name without a row: tests/transport/step_record_test.cc
-    }
-    return out;
-  }();
-  return *pairs;
-}
-
 }  // namespace
 
 v1::StepRecord MakeStepRecord(const controller::StepReport& report, const RunIdentity& who,
@@ -71,23 +53,8 @@ v1::StepRecord MakeStepRecord(const controller::StepReport& report, const RunIde
   r.set_run(who.run);
   r.set_rank(who.rank);
   r.set_world_size(who.world_size);
-  for (const auto& [from, to] : ReportToRecord()) {
-    const controller::ReportValue v = from->get(report);
-    proto::FieldValue out{v.present, v.integer, v.real};
-    switch (from->type) {  // the controller's enums to the wire's
-      case controller::ReportType::kRegime:
-        out.integer = proto::ToProto(static_cast<controller::Regime>(v.integer));
-        break;
-      case controller::ReportType::kMode:
-        out.integer = proto::ToProto(static_cast<controller::Mode>(v.integer));
-        break;
-      case controller::ReportType::kTrigger:
-        out.integer = proto::ToProto(static_cast<controller::Trigger>(v.integer));
-        break;
-      default:
-        break;
-    }
-    to->set(out, &r);
+  for (const proto::StepField& f : proto::kStepFields) {
+    if (f.from_report != nullptr) f.set(f.from_report(report), &r);
   }
   if (staleness && *staleness >= 0) r.set_staleness(*staleness);
   for (const auto& [name, value] : scalars) {

@@ -80,12 +80,51 @@ struct Telemetry::Impl {
   // leads last_error(), so a later stream error never hides a loss.
   std::string discarded_note GAC_GUARDED_BY(mu);
 
+  using Stream = grpc::ClientReaderWriter<v1::IngestRequest, v1::IngestAck>;
+  // The sender loop's stream and retry schedule (sender thread only).
+  struct Link {
+    std::unique_ptr<Stream> stream;
+    std::thread reader;  // ReadAcks of the stream
+    bool connected = false;
+    std::chrono::milliseconds backoff{0};  // before the next attempt after every address failed
+    Clock::time_point next_attempt = Clock::now();
+    std::mt19937_64 rng{std::random_device{}()};
+    std::uniform_real_distribution<double> jitter{0.5, 1.5};
+  };
+  // What one turn of the sender loop took from the queue side.
+  struct Turn {
+    bool stop = false;         // Close asked the sender to stop
+    bool lost_stream = false;  // the open stream failed
+    bool retry_held = false;   // the held batch is tried again
+    std::vector<v1::StepRecord> records;  // for a new batch
+  };
+
+  // The sender thread: batches the queue, spools and sends the batches,
+  // reconnects; at Close, spools what is left.
   void Run();
-  bool Connect(std::unique_ptr<grpc::ClientReaderWriter<v1::IngestRequest, v1::IngestAck>>& stream,
-               std::thread& reader);
-  void Disconnect(std::unique_ptr<grpc::ClientReaderWriter<v1::IngestRequest, v1::IngestAck>>& stream,
-                  std::thread& reader);
-  void ReadAcks(grpc::ClientReaderWriter<v1::IngestRequest, v1::IngestAck>* stream);
+  // After a failure the next address is tried at once; only when every
+  // address failed in a row does the sender back off.
+  void ScheduleRetry(Link& link) GAC_EXCLUDES(mu);
+  // Closes the stream after a failure (to connect, or of the open stream),
+  // schedules the next attempt and counts a reconnect.
+  void DropStream(Link& link) GAC_EXCLUDES(mu);
+  // Whether the sender has something to do before its deadline.
+  bool HasWork(bool connected) const GAC_REQUIRES(mu);
+  // Waits for work, at most a flush interval (or until the next attempt to
+  // connect or the held batch's retry), and takes it.
+  Turn WaitForTurn(const Link& link) GAC_EXCLUDES(mu);
+  // Up to max_batch_records records from the front of the queue.
+  std::vector<v1::StepRecord> TakeQueued() GAC_REQUIRES(mu);
+  // The held batch to retry, a new batch of the turn's records, or null.
+  std::shared_ptr<v1::IngestRequest> NextBatch(Turn& turn);
+  // Writes a kept batch (the last pending) to the open stream.
+  void Send(Link& link, const v1::IngestRequest& batch) GAC_EXCLUDES(mu);
+  // Stopping: the held batch, then what is still queued, go to the spool
+  // for the next process, as far as it has room.
+  void SpoolAtClose() GAC_EXCLUDES(mu);
+  bool Connect(std::unique_ptr<Stream>& stream, std::thread& reader);
+  void Disconnect(std::unique_ptr<Stream>& stream, std::thread& reader);
+  void ReadAcks(Stream* stream);
   // Cancels the open stream when its batches wait longer than ack_timeout.
   void Watch();
   // Marks written batches as waiting (from now, unless they already were).
@@ -108,7 +147,7 @@ struct Telemetry::Impl {
   bool reader_done GAC_GUARDED_BY(mu) = false;  // the current stream's reader saw its end
 };
 
-void Telemetry::Impl::ReadAcks(grpc::ClientReaderWriter<v1::IngestRequest, v1::IngestAck>* stream) {
+void Telemetry::Impl::ReadAcks(Stream* stream) {
   v1::IngestAck ack;
   while (stream->Read(&ack)) Acknowledge(ack.sequence());
   base::MutexLock lock(&mu);
@@ -164,8 +203,7 @@ void Telemetry::Impl::Acknowledge(std::uint64_t seq) {
   wake.SignalAll();  // room in the window and perhaps in the spool
 }
 
-bool Telemetry::Impl::Connect(std::unique_ptr<grpc::ClientReaderWriter<v1::IngestRequest, v1::IngestAck>>& stream,
-                              std::thread& reader) {
+bool Telemetry::Impl::Connect(std::unique_ptr<Stream>& stream, std::thread& reader) {
   // Wait briefly for a connection instead of letting the stream fail fast:
   // a fail-fast call on a channel in backoff fails without trying.
   if (!channels[current]->WaitForConnected(std::chrono::system_clock::now() + std::chrono::milliseconds(100))) {
@@ -210,8 +248,7 @@ bool Telemetry::Impl::Connect(std::unique_ptr<grpc::ClientReaderWriter<v1::Inges
   return true;
 }
 
-void Telemetry::Impl::Disconnect(
-    std::unique_ptr<grpc::ClientReaderWriter<v1::IngestRequest, v1::IngestAck>>& stream, std::thread& reader) {
+void Telemetry::Impl::Disconnect(std::unique_ptr<Stream>& stream, std::thread& reader) {
   if (!stream) return;
   {
     // A stream the server ended keeps its status; only a stream that is
@@ -259,91 +296,23 @@ void Telemetry::Impl::Disconnect(
 }
 
 void Telemetry::Impl::Run() {
-  std::unique_ptr<grpc::ClientReaderWriter<v1::IngestRequest, v1::IngestAck>> stream;
-  std::thread reader;
-  std::mt19937_64 rng(std::random_device{}());
-  std::uniform_real_distribution<double> jitter(0.5, 1.5);
-  auto backoff = options.backoff_initial;
-  auto next_attempt = Clock::now();
-  bool connected = false;
-  // After a failure the next address is tried at once; only when every
-  // address failed in a row does the sender back off.
-  const auto schedule_retry = [&] {
-    ++failures_in_a_row;
-    if (addresses.size() > 1) {
-      current = (current + 1) % addresses.size();
-      base::MutexLock lock(&mu);
-      ++counters.failovers;
-    }
-    if (failures_in_a_row % addresses.size() != 0) {
-      next_attempt = Clock::now();
-      return;
-    }
-    next_attempt = Clock::now() + std::chrono::duration_cast<Clock::duration>(backoff * jitter(rng));
-    backoff = std::min(backoff * 2, options.backoff_max);
-  };
+  Link link;
+  link.backoff = options.backoff_initial;
   for (;;) {
-    if (!connected && Clock::now() >= next_attempt) {
-      connected = Connect(stream, reader);
-      if (!connected) {
-        Disconnect(stream, reader);
-        schedule_retry();
-        base::MutexLock lock(&mu);
-        ++counters.reconnects;
-      }
+    if (!link.connected && Clock::now() >= link.next_attempt) {
+      link.connected = Connect(link.stream, link.reader);
+      if (!link.connected) DropStream(link);
     }
     // Records are taken while disconnected too: they go to the spool (or
     // the in-memory window) and are sent on the next connection.
-    std::vector<v1::StepRecord> records;
-    bool lost_stream = false;
-    bool retry_held = false;
-    {
-      base::MutexLock lock(&mu);
-      auto timeout = options.flush_interval;
-      if (!connected) {
-        timeout = std::min(timeout, std::chrono::duration_cast<std::chrono::milliseconds>(next_attempt - Clock::now()) +
-                                        std::chrono::milliseconds(1));
-      }
-      auto deadline = Clock::now() + std::max(timeout, std::chrono::milliseconds(1));
-      // While the spool refuses the held batch, nothing else is taken: the
-      // sender waits for an acknowledgement or the retry time, and the
-      // training threads' Enqueue never meets a sender spinning on the lock.
-      if (held != nullptr) deadline = std::min(deadline, held_retry_at);
-      while (!(stopping || (connected && broken) || (held != nullptr && spool_room) ||
-               (held == nullptr && pending.size() < options.max_unacknowledged_batches &&
-                queue.size() >= options.max_batch_records)) &&
-             wake.WaitUntil(&mu, deadline)) {
-      }
-      if (stopping) break;
-      lost_stream = connected && broken;
-      if (!lost_stream && held != nullptr) {
-        retry_held = spool_room || Clock::now() >= held_retry_at;
-        spool_room = false;
-      } else if (!lost_stream && pending.size() < options.max_unacknowledged_batches) {
-        const std::size_t n = std::min(queue.size(), options.max_batch_records);
-        records.reserve(n);
-        for (std::size_t i = 0; i < n; ++i) {
-          records.push_back(std::move(queue.front()));
-          queue.pop_front();
-        }
-      }
-    }
-    if (lost_stream) {
-      Disconnect(stream, reader);
-      connected = false;
-      schedule_retry();
-      base::MutexLock lock(&mu);
-      ++counters.reconnects;
+    Turn turn = WaitForTurn(link);
+    if (turn.stop) break;
+    if (turn.lost_stream) {
+      DropStream(link);
       continue;
     }
-    std::shared_ptr<v1::IngestRequest> batch;
-    if (retry_held) {
-      batch = std::move(held);
-    } else if (!records.empty()) {
-      batch = MakeBatch(std::move(records));
-    } else {
-      continue;
-    }
+    std::shared_ptr<v1::IngestRequest> batch = NextBatch(turn);
+    if (batch == nullptr) continue;
     if (!Keep(batch)) {
       // Keep the oldest: the batch waits for room and the queue behind it
       // fills; Enqueue then refuses new records and counts them.
@@ -351,41 +320,114 @@ void Telemetry::Impl::Run() {
       held_retry_at = Clock::now() + kSpoolRetry;
       continue;
     }
-    if (connected) {
-      {
-        base::MutexLock lock(&mu);
-        counters.records_sent += static_cast<std::uint64_t>(batch->records_size());
-        pending.back().sent = true;
-      }
-      Written();
-      if (stream->Write(*batch)) {
-        backoff = options.backoff_initial;
-        failures_in_a_row = 0;
-      } else {
-        base::MutexLock lock(&mu);
-        broken = true;
-      }
-    }
+    if (link.connected) Send(link, *batch);
   }
-  // Stopping: the held batch, then what is still queued, go to the spool
-  // for the next process, as far as it has room.
+  SpoolAtClose();
+  Disconnect(link.stream, link.reader);
+  CountDiscardedAtClose();
+}
+
+void Telemetry::Impl::ScheduleRetry(Link& link) {
+  ++failures_in_a_row;
+  if (addresses.size() > 1) {
+    current = (current + 1) % addresses.size();
+    base::MutexLock lock(&mu);
+    ++counters.failovers;
+  }
+  if (failures_in_a_row % addresses.size() != 0) {
+    link.next_attempt = Clock::now();
+    return;
+  }
+  link.next_attempt = Clock::now() + std::chrono::duration_cast<Clock::duration>(link.backoff * link.jitter(link.rng));
+  link.backoff = std::min(link.backoff * 2, options.backoff_max);
+}
+
+void Telemetry::Impl::DropStream(Link& link) {
+  Disconnect(link.stream, link.reader);
+  link.connected = false;
+  ScheduleRetry(link);
+  base::MutexLock lock(&mu);
+  ++counters.reconnects;
+}
+
+bool Telemetry::Impl::HasWork(bool connected) const {
+  return stopping || (connected && broken) || (held != nullptr && spool_room) ||
+         (held == nullptr && pending.size() < options.max_unacknowledged_batches &&
+          queue.size() >= options.max_batch_records);
+}
+
+Telemetry::Impl::Turn Telemetry::Impl::WaitForTurn(const Link& link) {
+  Turn turn;
+  base::MutexLock lock(&mu);
+  auto timeout = options.flush_interval;
+  if (!link.connected) {
+    const auto until_attempt = std::chrono::duration_cast<std::chrono::milliseconds>(link.next_attempt - Clock::now());
+    timeout = std::min(timeout, until_attempt + std::chrono::milliseconds(1));
+  }
+  auto deadline = Clock::now() + std::max(timeout, std::chrono::milliseconds(1));
+  // While the spool refuses the held batch, nothing else is taken: the
+  // sender waits for an acknowledgement or the retry time, and the
+  // training threads' Enqueue never meets a sender spinning on the lock.
+  if (held != nullptr) deadline = std::min(deadline, held_retry_at);
+  while (!HasWork(link.connected) && wake.WaitUntil(&mu, deadline)) {
+  }
+  turn.stop = stopping;
+  if (turn.stop) return turn;
+  turn.lost_stream = link.connected && broken;
+  if (!turn.lost_stream && held != nullptr) {
+    turn.retry_held = spool_room || Clock::now() >= held_retry_at;
+    spool_room = false;
+  } else if (!turn.lost_stream && pending.size() < options.max_unacknowledged_batches) {
+    turn.records = TakeQueued();
+  }
+  return turn;
+}
+
+std::vector<v1::StepRecord> Telemetry::Impl::TakeQueued() {
+  std::vector<v1::StepRecord> records;
+  const std::size_t n = std::min(queue.size(), options.max_batch_records);
+  records.reserve(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    records.push_back(std::move(queue.front()));
+    queue.pop_front();
+  }
+  return records;
+}
+
+std::shared_ptr<v1::IngestRequest> Telemetry::Impl::NextBatch(Turn& turn) {
+  if (turn.retry_held) return std::move(held);
+  if (!turn.records.empty()) return MakeBatch(std::move(turn.records));
+  return nullptr;
+}
+
+void Telemetry::Impl::Send(Link& link, const v1::IngestRequest& batch) {
+  {
+    base::MutexLock lock(&mu);
+    counters.records_sent += static_cast<std::uint64_t>(batch.records_size());
+    pending.back().sent = true;
+  }
+  Written();
+  if (link.stream->Write(batch)) {
+    link.backoff = options.backoff_initial;
+    failures_in_a_row = 0;
+  } else {
+    base::MutexLock lock(&mu);
+    broken = true;
+  }
+}
+
+void Telemetry::Impl::SpoolAtClose() {
   if (held != nullptr && Keep(held)) held.reset();
   while (held == nullptr && spool != nullptr) {
     std::vector<v1::StepRecord> records;
     {
       base::MutexLock lock(&mu);
-      const std::size_t n = std::min(queue.size(), options.max_batch_records);
-      for (std::size_t i = 0; i < n; ++i) {
-        records.push_back(std::move(queue.front()));
-        queue.pop_front();
-      }
+      records = TakeQueued();
     }
     if (records.empty()) break;
     std::shared_ptr<v1::IngestRequest> batch = MakeBatch(std::move(records));
     if (!Keep(batch)) held = std::move(batch);
   }
-  Disconnect(stream, reader);
-  CountDiscardedAtClose();
 }
 
 std::string Telemetry::Impl::Losses() const {

@@ -32,26 +32,26 @@ from typing import TYPE_CHECKING, Dict, Optional, Union
 
 from transformers import TrainerCallback
 
-from gac._attachment import Attachment, Scalars, make_attachment, resolve_mode
+from gac._attachment import Attachment, ReportFeed, Scalars, build_attachment
+from gac._controller import MAX_TRAINER_SCALARS
 from gac._deepspeed import zero_target
-from gac._native import remote_controller_class, telemetry_class
+from gac._plan import plan_attach
 from gac._report import REGIMES
 from gac._targets import is_trainer, step_target
+from gac.integrations._gacd import GacdLink
 
 if TYPE_CHECKING:
     from transformers import TrainerControl, TrainerState, TrainingArguments
     from typing_extensions import Unpack
 
     from gac._agent import Agent
-    from gac._attachment import AgentOptions
     from gac._controller import Mode, StepReport
+    from gac._plan import AgentOptions
     from gac._targets import StepTarget
     from gac._transport import Telemetry
 
 logger = logging.getLogger("gac")
 
-# gacd takes 64 scalars a record; the sender adds 5 of its own counters.
-_MAX_SCALARS = 59
 
 
 class GacCallback(TrainerCallback):  # type: ignore[misc, unused-ignore]  # (transformers unanalysed: Any)
@@ -68,7 +68,8 @@ class GacCallback(TrainerCallback):  # type: ignore[misc, unused-ignore]  # (tra
     seconds. token, tls, spool_dir: the Telemetry's and the controller's.
     telemetry: a Telemetry of your own instead of ``address``.
     scalars: a function whose ``{name: value}`` is sent with each report.
-    The rank and world size are torch's launch variables RANK and WORLD_SIZE.
+    The rank and world size are torch.distributed's, or before it is
+    initialised torch's launch variables RANK and WORLD_SIZE.
 
     Raises TypeError / ValueError (and the Agent's own errors) for bad
     arguments, before anything is made.
@@ -81,33 +82,15 @@ class GacCallback(TrainerCallback):  # type: ignore[misc, unused-ignore]  # (tra
                  all_ranks: bool = False, agent: Optional[Agent] = None, telemetry: Optional[Telemetry] = None,
                  scalars: Optional[Scalars] = None, skip_window: int = 20,
                  **agent_options: Unpack[AgentOptions]) -> None:
-        if address is not None and not isinstance(address, str):
-            raise TypeError(f"address must be a str (host:port), got {type(address).__name__}")
-        if address is not None and not isinstance(run, str):
-            raise ValueError("address= needs run= (the run id the steps are stored under)")
-        run_id = run or ""
-        if address is not None and telemetry is not None:
-            raise ValueError("pass address= (a Telemetry is made) or telemetry=, not both")
-        if not isinstance(all_ranks, bool):
-            raise TypeError(f"all_ranks must be a bool, got {type(all_ranks).__name__}")
-        rank = int(os.environ.get("RANK", "0"))
-        world_size = int(os.environ.get("WORLD_SIZE", "1"))
-        first_mode, _ = resolve_mode(control, mode, warmup, agent, agent_options, skip_window)
-        if first_mode == "remote" and agent is None and agent_options.get("decision_source") is None:
-            if address is None:
-                raise ValueError("mode='remote' needs address= (gacd decides) or decision_source=")
-            agent_options["decision_source"] = remote_controller_class()(address, run_id, rank=rank, token=token,
-                                                                         tls=tls, deadline=deadline)
-        self.attachment: Attachment = make_attachment(control=control, mode=mode, warmup=warmup, agent=agent,
-                                                      skip_window=skip_window, **agent_options)
+        gacd = GacdLink(address, run, token=token, tls=tls, spool_dir=spool_dir, deadline=deadline,
+                        all_ranks=all_ranks, telemetry=telemetry)
+        plan = plan_attach(control, mode, warmup, agent, skip_window, agent_options)
+        # The reports go to gacd from here (with the Trainer's logs), not from the attachment.
+        self._feed = ReportFeed(telemetry, scalars)
+        self.attachment: Attachment = build_attachment(gacd.decided_by_gacd(plan))
         self.attachment.on_report = self._on_report
-        self.scalars = scalars
-        self._owns_telemetry = False
-        if address is not None and (rank == 0 or all_ranks):
-            telemetry = telemetry_class()(address, run_id, rank=rank, world_size=world_size, spool_dir=spool_dir,
-                                          token=token, tls=tls)
-            self._owns_telemetry = True
-        self.telemetry = telemetry
+        self._feed.telemetry = gacd.telemetry()
+        self._owns_telemetry = gacd.made_telemetry
         self._pending: Optional[StepReport] = None
         self._installed = False
         self._warned_order = False
@@ -115,6 +98,17 @@ class GacCallback(TrainerCallback):  # type: ignore[misc, unused-ignore]  # (tra
         self._skipped_at_log = 0
         self._projected_at_log = 0
         self._cosine_max: Optional[float] = None
+
+    @property
+    def telemetry(self) -> Optional[Telemetry]:
+        """The Telemetry the reports go to: the one made for ``address`` (on
+        this rank), the caller's, or None."""
+        return self._feed.telemetry
+
+    @property
+    def scalars(self) -> Optional[Scalars]:
+        """The function whose ``{name: value}`` is sent with each report."""
+        return self._feed.scalars
 
     def install(self, trainer: object) -> "GacCallback":
         """Adds this callback to ``trainer`` before every other one (so the
@@ -217,12 +211,11 @@ class GacCallback(TrainerCallback):  # type: ignore[misc, unused-ignore]  # (tra
         report, self._pending = self._pending, None
         if report is None or self.telemetry is None:
             return
-        scalars: Dict[str, float] = {}
+        # The Trainer's numeric logs, as many as a record takes besides gac's sender's counters and
+        # gac/skip_fraction (gac/transport/scalar_budget.h).
+        logged: Dict[str, float] = {}
         for k, v in (logs or {}).items():
             if (isinstance(v, (int, float)) and not isinstance(v, bool) and not k.startswith("gac/")
-                    and math.isfinite(v) and len(scalars) < _MAX_SCALARS - 1):
-                scalars[k] = float(v)
-        if self.scalars is not None:
-            scalars.update(self.scalars())
-        scalars["gac/skip_fraction"] = self.attachment.skip_fraction
-        self.telemetry.send(report, scalars=scalars)
+                    and math.isfinite(v) and len(logged) < MAX_TRAINER_SCALARS - 1):
+                logged[k] = float(v)
+        self._feed.send(report, self.attachment.skip_fraction, logged)

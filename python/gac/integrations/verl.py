@@ -30,27 +30,34 @@ steps on.
 
 from __future__ import annotations
 
-import os
-from typing import TYPE_CHECKING, Any, Dict, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Any, Dict, Optional, Sequence, cast
 
 import torch
 
-from gac._attachment import AgentOptions, Attachment, make_attachment, resolve_mode
-from gac._controller import Controller
-from gac._native import remote_controller_class, telemetry_class
+from gac._attachment import Attachment
+from gac._plan import AGENT_OPTIONS, ATTACH_OPTIONS, AgentOptions, plan_attach
 from gac._targets import OptimizerTarget
+from gac.integrations._gacd import CONFIG_KEYS, GACD_OPTIONS, GacdLink
 
 if TYPE_CHECKING:
     from torch.optim.optimizer import ParamsT
 
-_GAC_OPTIONS = ("gac_control", "gac_mode", "gac_warmup", "gac_c_low", "gac_c_high", "gac_alpha_mode",
-                "gac_snapshot_dtype", "gac_trigger", "gac_window", "gac_window_c_low", "gac_window_c_high",
-                "gac_address", "gac_run", "gac_token", "gac_tls", "gac_deadline", "gac_spool_dir", "gac_all_ranks",
-                "gac_skip_window", "gac_max_grad_norm", "gac_spike_sigma", "gac_spike_window", "gac_spike_warmup",
-                "gac_passes")
+# The agent's options a config cannot carry (a YAML/Hydra value), with the
+# reason; every other one is a gac_<name> key, passed on as it is.
+_LEFT_OUT = {
+    "reference": "the plug-in always snapshots the raw gradient (the paper's p)",
+    "layers": "parameter objects, not config values",
+    "groups": "deprecated (layers)",
+    "process_group": "the plug-in finds the data-parallel group itself",
+    "replicated_on": "parameter objects and groups, not config values",
+    "decision_source": "an object; remote mode comes from gac_address",
+    "num_threads": "the agent's default (one per core, up to 8) suits a trainer's process",
+    "chunk_elements": "a benchmark knob",
+}
 # gac.Agent's options passed on as they are (gac_<name> -> name).
-_AGENT_OPTIONS = ("c_low", "c_high", "alpha_mode", "snapshot_dtype", "trigger", "window", "window_c_low",
-                  "window_c_high", "max_grad_norm", "spike_sigma", "spike_window", "spike_warmup", "passes")
+_AGENT_OPTIONS = tuple(name for name in AGENT_OPTIONS if name not in _LEFT_OUT)
+# Every key the plug-in takes: attach's own choices, the agent's options, gacd's.
+_GAC_OPTIONS = tuple("gac_" + name for name in ATTACH_OPTIONS + _AGENT_OPTIONS + GACD_OPTIONS)
 
 
 class AdamW(torch.optim.AdamW):  # type: ignore[misc, unused-ignore]  # (torch unanalysed: Any)
@@ -83,7 +90,7 @@ class AdamW(torch.optim.AdamW):  # type: ignore[misc, unused-ignore]  # (torch u
                             f"GAC takes {', '.join(_GAC_OPTIONS)}")
         super().__init__(params, lr=lr, betas=(float(betas[0]), float(betas[1])), eps=eps,
                          weight_decay=weight_decay, **options)
-        self.gac: Attachment = make_attachment(**_attach_options(gac_options))
+        self.gac: Attachment = _attachment(gac_options)
         self.gac.hook(OptimizerTarget(self))
 
     def state_dict(self) -> Dict[str, Any]:
@@ -99,45 +106,17 @@ class AdamW(torch.optim.AdamW):  # type: ignore[misc, unused-ignore]  # (torch u
             self.gac.step = int(saved["step"])
 
 
-def _attach_options(o: Dict[str, Any]) -> Dict[str, Any]:
-    """gac.attach's arguments from the gac_* options (checked by make_attachment and the classes it makes).
-    The values are whatever verl's configuration holds: make_attachment checks them."""
-    out: Dict[str, Any] = {"control": o.get("gac_control", False), "mode": o.get("gac_mode"),
-                           "warmup": o.get("gac_warmup", 0), "skip_window": o.get("gac_skip_window", 20)}
-    for name in _AGENT_OPTIONS:
-        if "gac_" + name in o:
-            out[name] = o["gac_" + name]
-    # Checked before any client to gacd is made; make_attachment checks the rest.
-    thresholds: AgentOptions = {}
-    if "c_low" in out:
-        thresholds["c_low"] = out["c_low"]
-    if "c_high" in out:
-        thresholds["c_high"] = out["c_high"]
-    resolve_mode(out["control"], out["mode"], out["warmup"], None, thresholds, out["skip_window"])
-    if thresholds:
-        Controller(thresholds.get("c_low", 0.05), thresholds.get("c_high", 0.3))
+def _attachment(o: Dict[str, Any]) -> Attachment:
+    """The attachment the gac_* options ask for. The values are whatever verl's
+    configuration holds: plan_attach, GacdLink and the agent check them."""
+    options = cast(AgentOptions, {name: o["gac_" + name] for name in _AGENT_OPTIONS if "gac_" + name in o})
+    gacd = GacdLink(**{name: o["gac_" + name] for name in GACD_OPTIONS if "gac_" + name in o}, spelling=CONFIG_KEYS)
+    plan = plan_attach(o.get("gac_control", False), o.get("gac_mode"), o.get("gac_warmup", 0), None,
+                       o.get("gac_skip_window", 20), options)
     group = _process_group()
     if group is not None:
-        out["process_group"] = group
-    rank = torch.distributed.get_rank() if group is not None else int(os.environ.get("RANK", "0"))
-    world_size = torch.distributed.get_world_size() if group is not None else int(os.environ.get("WORLD_SIZE", "1"))
-    address: Optional[str] = o.get("gac_address")
-    run: Optional[str] = o.get("gac_run")
-    if address is None and (run is not None or out["mode"] == "remote"):
-        raise ValueError("gac_run and gac_mode='remote' need gac_address (gacd's host:port)")
-    if address is not None:
-        if not isinstance(run, str):
-            raise ValueError("gac_address needs gac_run (the run id the steps are stored under)")
-        token: Optional[str] = o.get("gac_token")
-        tls: Optional[str] = o.get("gac_tls")
-        if out["mode"] == "remote":
-            out["decision_source"] = remote_controller_class()(address, run, rank=rank, token=token, tls=tls,
-                                                               deadline=float(o.get("gac_deadline", 0.05)))
-        if rank == 0 or o.get("gac_all_ranks", False):
-            spool: Union[str, None] = o.get("gac_spool_dir")
-            out["telemetry"] = telemetry_class()(address, run, rank=rank, world_size=world_size, spool_dir=spool,
-                                                 token=token, tls=tls)
-    return out
+        plan = plan.with_options({"process_group": group})
+    return gacd.attachment(plan)
 
 
 def _process_group() -> Optional[torch.distributed.ProcessGroup]:

@@ -13,8 +13,10 @@
 #include "gac/proto/record_schema.h"
 #include "gac/proto/wire_rules.h"
 #include "server/src/http/json.h"
+#include "server/src/metrics.h"
 #include "server/src/queries.h"
 #include "server/src/validate.h"
+#include "web/latest_step.h"
 
 namespace gac::server {
 namespace {
@@ -712,20 +714,20 @@ std::string EncodeStepFields() {
     w.Key("help");
     w.String(f.help);
     w.Key("gauge");
-    if (f.views.gauge != nullptr) {
-      w.String(f.views.gauge);
+    if (const char* gauge = FieldGaugeName(f.name)) {
+      w.String(gauge);
     } else {
       w.Null();
     }
     w.Key("page");
-    if (f.views.page_label != nullptr) {
+    if (const web::LatestStepRow* row = web::FindLatestStepRow(f.name)) {
       w.BeginObject();
       w.Key("label");
-      w.String(f.views.page_label);
+      w.String(row->label);
       w.Key("digits");
-      w.Int(f.views.page_digits);
+      w.Int(row->digits);
       w.Key("place");
-      w.Int(f.views.place);
+      w.Int(row->place);
       w.EndObject();
     } else {
       w.Null();

@@ -120,8 +120,9 @@ std::string EncodeStepsPage(const std::string& run, const v1::GetStepsResponse& 
 std::string EncodeRunConfig(const std::string& run, const v1::RunConfig& config);
 // GET /api/v1/fields: the step record's fields as the record schema
 // describes them (gac/proto/record_schema.h), in its order: name, type,
-// optional, unit, help, gauge (null: none) and page (null, or the label,
-// decimals and place of the field in the page's "Latest step").
+// optional, unit, help, with their views: gauge (FieldGaugeName; null: none)
+// and page (null, or the label, decimals and place of the field in the
+// page's "Latest step", web/latest_step.h).
 std::string EncodeStepFields();
 std::string EncodeError(const base::Status& status);
 

@@ -652,6 +652,23 @@ void CopyField(const proto::StepField& field, const v1::StepRecord& record, pg::
   }
 }
 
+// A stored step's key: (run_id, step, rank).
+using StepKey = std::tuple<std::int64_t, std::int64_t, std::int64_t>;
+struct StepKeyHash {
+  std::size_t operator()(const StepKey& k) const {
+    return std::hash<std::int64_t>()(std::get<0>(k) * 1000003 + std::get<1>(k)) ^
+           (static_cast<std::size_t>(std::get<2>(k)) * 0x9e3779b97f4a7c15ull);
+  }
+};
+using StepKeySet = std::unordered_set<StepKey, StepKeyHash>;
+
+// The keys of a result whose first columns are run_id, step, rank.
+StepKeySet StepKeysOf(const PGresult* r) {
+  StepKeySet keys;
+  for (int row = 0; row < PQntuples(r); ++row) keys.emplace(Int8At(r, row, 0), Int8At(r, row, 1), Int8At(r, row, 2));
+  return keys;
+}
+
 void ReadRunInfo(const PGresult* r, int row, v1::RunInfo* info) {
   info->set_run(std::string(TextAt(r, row, 0)));
   info->set_first_step(Int8At(r, row, 1));
@@ -702,6 +719,8 @@ class PostgresStore final : public Store {
     std::int64_t first_seen = kInt64Max;
     std::int64_t last_seen = kInt64Min;
   };
+  // By name: the lock order of find_runs.
+  using RunDeltas = std::map<std::string_view, RunDelta>;
   struct Reader {
     base::Mutex mu;
     std::unique_ptr<Session> session GAC_PT_GUARDED_BY(mu);
@@ -715,7 +734,28 @@ class PostgresStore final : public Store {
 
   // One attempt of Apply; `slow` takes the INSERT ... ON CONFLICT path.
   base::Status ApplyOnce(std::vector<WriteOp>* ops, bool slow) GAC_REQUIRES(write_mu_);
+  // The step records of one attempt, in the steps of "Ingest" above.
   base::Status WriteSteps(std::vector<WriteOp>* ops, bool slow) GAC_REQUIRES(write_mu_);
+  // The records whose key did not come earlier in the call (the others count
+  // as duplicates of their op), and every run's seen times.
+  static void CollectCandidates(std::vector<WriteOp>* ops, std::vector<Candidate>* candidates, RunDeltas* deltas);
+  // Sets the run ids of `deltas` and `candidates` (ResolveRuns).
+  base::Status AssignRunIds(RunDeltas* deltas, std::vector<Candidate>* candidates) GAC_REQUIRES(write_mu_);
+  // The keys of `candidates` stored before (REQUIRES: candidates not empty).
+  base::StatusOr<StepKeySet> FindStoredKeys(const std::vector<Candidate>& candidates) GAC_REQUIRES(write_mu_);
+  // Encodes the rows of the candidates not in `existing` into the COPY
+  // streams; on the fast path they are new.
+  void EncodeRows(const StepKeySet& existing, bool slow, std::vector<Candidate>* candidates) GAC_REQUIRES(write_mu_);
+  // COPYs the encoded rows into the tables, or into the staging tables when
+  // `slow`. REQUIRES: a step row encoded.
+  base::Status CopyRows(bool slow) GAC_REQUIRES(write_mu_);
+  // The slow path: the staged rows whose key is new go in; their candidates
+  // are marked new.
+  base::Status InsertStaged(std::vector<Candidate>* candidates) GAC_REQUIRES(write_mu_);
+  // Counts every candidate as stored or duplicate, in its op and its run.
+  static void CountResults(const std::vector<Candidate>& candidates, RunDeltas* deltas);
+  // Updates each run's counters once, the rows locked in run_id order.
+  base::Status UpdateRunCounters(const RunDeltas& deltas) GAC_REQUIRES(write_mu_);
   base::Status WriteConfig(WriteOp* op) GAC_REQUIRES(write_mu_);
   // Fills the run_id of every name (creating runs) and locks them FOR KEY SHARE.
   base::Status ResolveRuns(const std::vector<std::string_view>& names,
@@ -957,7 +997,27 @@ base::Status PostgresStore::ResolveRuns(const std::vector<std::string_view>& nam
 }
 
 base::Status PostgresStore::WriteSteps(std::vector<WriteOp>* ops, bool slow) {
-  // 1. Candidates: records whose key did not come earlier in this call.
+  std::vector<Candidate> candidates;
+  RunDeltas deltas;
+  CollectCandidates(ops, &candidates, &deltas);
+  if (deltas.empty()) return base::Status();
+  GAC_RETURN_IF_ERROR(AssignRunIds(&deltas, &candidates));
+  // Keys stored before (the fast path): duplicates, not written.
+  StepKeySet existing;
+  if (!slow && !candidates.empty()) {
+    GAC_ASSIGN_OR_RETURN(existing, FindStoredKeys(candidates));
+  }
+  EncodeRows(existing, slow, &candidates);
+  if (steps_copy_.rows() > 0) {
+    GAC_RETURN_IF_ERROR(CopyRows(slow));
+    if (slow) GAC_RETURN_IF_ERROR(InsertStaged(&candidates));
+  }
+  CountResults(candidates, &deltas);
+  return UpdateRunCounters(deltas);
+}
+
+void PostgresStore::CollectCandidates(std::vector<WriteOp>* ops, std::vector<Candidate>* candidates,
+                                      RunDeltas* deltas) {
   struct KeyHash {
     std::size_t operator()(const std::tuple<std::string_view, std::uint32_t, std::int64_t>& k) const {
       return std::hash<std::string_view>()(std::get<0>(k)) ^
@@ -965,60 +1025,50 @@ base::Status PostgresStore::WriteSteps(std::vector<WriteOp>* ops, bool slow) {
     }
   };
   std::unordered_set<std::tuple<std::string_view, std::uint32_t, std::int64_t>, KeyHash> seen;
-  std::vector<Candidate> candidates;
-  std::map<std::string_view, RunDelta> deltas;  // by name: the lock order of find_runs
   for (WriteOp& op : *ops) {
     if (op.steps == nullptr) continue;
     for (const v1::StepRecord& r : op.steps->records()) {
       // Seen times move for duplicates too: a replay is a report of the run.
-      RunDelta& d = deltas[r.run()];
+      RunDelta& d = (*deltas)[r.run()];
       d.first_seen = std::min(d.first_seen, op.received_ns);
       d.last_seen = std::max(d.last_seen, op.received_ns);
       if (!seen.emplace(r.run(), r.rank(), r.step()).second) {
         ++op.duplicates;
         continue;
       }
-      candidates.push_back(Candidate{&r, &op});
+      candidates->push_back(Candidate{&r, &op});
     }
   }
-  if (deltas.empty()) return base::Status();
+}
 
-  // 2. Run ids, the runs locked against retention.
+base::Status PostgresStore::AssignRunIds(RunDeltas* deltas, std::vector<Candidate>* candidates) {
   std::vector<std::string_view> names;
-  for (const auto& [name, delta] : deltas) names.push_back(name);
+  for (const auto& [name, delta] : *deltas) names.push_back(name);
   std::unordered_map<std::string_view, std::int64_t> ids;
   GAC_RETURN_IF_ERROR(ResolveRuns(names, &ids));
-  for (auto& [name, delta] : deltas) delta.run_id = ids.at(name);
-  for (Candidate& c : candidates) c.run_id = ids.at(c.record->run());
+  for (auto& [name, delta] : *deltas) delta.run_id = ids.at(name);
+  for (Candidate& c : *candidates) c.run_id = ids.at(c.record->run());
+  return base::Status();
+}
 
-  // 3. Keys stored before (the fast path): duplicates, not written.
-  struct IdKeyHash {
-    std::size_t operator()(const std::tuple<std::int64_t, std::int64_t, std::int64_t>& k) const {
-      return std::hash<std::int64_t>()(std::get<0>(k) * 1000003 + std::get<1>(k)) ^
-             (static_cast<std::size_t>(std::get<2>(k)) * 0x9e3779b97f4a7c15ull);
-    }
-  };
-  std::unordered_set<std::tuple<std::int64_t, std::int64_t, std::int64_t>, IdKeyHash> existing;
-  if (!slow && !candidates.empty()) {
-    pg::ArrayParam run_ids(pg::kInt8Oid), steps(pg::kInt8Oid), ranks(pg::kInt8Oid);
-    for (const Candidate& c : candidates) {
-      run_ids.Int8(c.run_id);
-      steps.Int8(c.record->step());
-      ranks.Int8(c.record->rank());
-    }
-    base::StatusOr<Result> found = write_->Run("existing_keys", Params().Array(run_ids).Array(steps).Array(ranks),
-                                         "looking up stored keys");
-    if (!found.ok()) return found.status();
-    for (int row = 0; row < PQntuples(found->get()); ++row) {
-      existing.emplace(Int8At(found->get(), row, 0), Int8At(found->get(), row, 1), Int8At(found->get(), row, 2));
-    }
+base::StatusOr<StepKeySet> PostgresStore::FindStoredKeys(const std::vector<Candidate>& candidates) {
+  pg::ArrayParam run_ids(pg::kInt8Oid), steps(pg::kInt8Oid), ranks(pg::kInt8Oid);
+  for (const Candidate& c : candidates) {
+    run_ids.Int8(c.run_id);
+    steps.Int8(c.record->step());
+    ranks.Int8(c.record->rank());
   }
+  base::StatusOr<Result> found = write_->Run("existing_keys", Params().Array(run_ids).Array(steps).Array(ranks),
+                                             "looking up stored keys");
+  if (!found.ok()) return found.status();
+  return StepKeysOf(found->get());
+}
 
-  // 4. The rows, COPY'd into the tables (fast) or into the staging tables.
+void PostgresStore::EncodeRows(const StepKeySet& existing, bool slow, std::vector<Candidate>* candidates) {
   steps_copy_.Clear();
   layers_copy_.Clear();
   scalars_copy_.Clear();
-  for (Candidate& c : candidates) {
+  for (Candidate& c : *candidates) {
     const v1::StepRecord& r = *c.record;
     if (!slow && existing.count({c.run_id, r.step(), r.rank()}) != 0) continue;
     c.is_new = !slow;  // the slow path learns it from the INSERT
@@ -1041,44 +1091,48 @@ base::Status PostgresStore::WriteSteps(std::vector<WriteOp>* ops, bool slow) {
       scalars_copy_.Row(5).Int8(c.run_id).Int8(r.step()).Int8(r.rank()).Text(name).Float8(value);
     }
   }
-  if (steps_copy_.rows() > 0) {
-    const std::string steps_sql = std::string(slow ? "COPY stage_steps (" : "COPY steps (") + PgStepColumns() +
-                                  ") FROM STDIN (FORMAT binary)";
-    GAC_RETURN_IF_ERROR(write_->Copy(steps_sql.c_str(), steps_copy_.Finish(), "writing step records"));
-    if (layers_copy_.rows() > 0) {
-      const char* sql = slow ? "COPY stage_layers (" GAC_PG_LAYER_COLUMNS ") FROM STDIN (FORMAT binary)"
-                             : "COPY layers (" GAC_PG_LAYER_COLUMNS ") FROM STDIN (FORMAT binary)";
-      GAC_RETURN_IF_ERROR(write_->Copy(sql, layers_copy_.Finish(), "writing layer records"));
-    }
-    if (scalars_copy_.rows() > 0) {
-      const char* sql = slow ? "COPY stage_scalars (" GAC_PG_SCALAR_COLUMNS ") FROM STDIN (FORMAT binary)"
-                             : "COPY scalars (" GAC_PG_SCALAR_COLUMNS ") FROM STDIN (FORMAT binary)";
-      GAC_RETURN_IF_ERROR(write_->Copy(sql, scalars_copy_.Finish(), "writing scalars"));
-    }
-    if (slow) {
-      GAC_ASSIGN_OR_RETURN(Result inserted, write_->Run("insert_staged", Params(), "writing step records"));
-      std::unordered_set<std::tuple<std::int64_t, std::int64_t, std::int64_t>, IdKeyHash> stored;
-      for (int row = 0; row < PQntuples(inserted.get()); ++row) {
-        stored.emplace(Int8At(inserted.get(), row, 0), Int8At(inserted.get(), row, 1),
-                       Int8At(inserted.get(), row, 2));
-      }
-      for (Candidate& c : candidates) c.is_new = stored.count({c.run_id, c.record->step(), c.record->rank()}) != 0;
-    }
-  }
+}
 
-  // 5. The results and each run's counters.
+base::Status PostgresStore::CopyRows(bool slow) {
+  const std::string steps_sql = std::string(slow ? "COPY stage_steps (" : "COPY steps (") + PgStepColumns() +
+                                ") FROM STDIN (FORMAT binary)";
+  GAC_RETURN_IF_ERROR(write_->Copy(steps_sql.c_str(), steps_copy_.Finish(), "writing step records"));
+  if (layers_copy_.rows() > 0) {
+    const char* sql = slow ? "COPY stage_layers (" GAC_PG_LAYER_COLUMNS ") FROM STDIN (FORMAT binary)"
+                           : "COPY layers (" GAC_PG_LAYER_COLUMNS ") FROM STDIN (FORMAT binary)";
+    GAC_RETURN_IF_ERROR(write_->Copy(sql, layers_copy_.Finish(), "writing layer records"));
+  }
+  if (scalars_copy_.rows() > 0) {
+    const char* sql = slow ? "COPY stage_scalars (" GAC_PG_SCALAR_COLUMNS ") FROM STDIN (FORMAT binary)"
+                           : "COPY scalars (" GAC_PG_SCALAR_COLUMNS ") FROM STDIN (FORMAT binary)";
+    GAC_RETURN_IF_ERROR(write_->Copy(sql, scalars_copy_.Finish(), "writing scalars"));
+  }
+  return base::Status();
+}
+
+base::Status PostgresStore::InsertStaged(std::vector<Candidate>* candidates) {
+  GAC_ASSIGN_OR_RETURN(Result inserted, write_->Run("insert_staged", Params(), "writing step records"));
+  const StepKeySet stored = StepKeysOf(inserted.get());
+  for (Candidate& c : *candidates) c.is_new = stored.count({c.run_id, c.record->step(), c.record->rank()}) != 0;
+  return base::Status();
+}
+
+void PostgresStore::CountResults(const std::vector<Candidate>& candidates, RunDeltas* deltas) {
   for (const Candidate& c : candidates) {
     if (!c.is_new) {
       ++c.op->duplicates;
       continue;
     }
     ++c.op->stored;
-    RunDelta& d = deltas[c.record->run()];
+    RunDelta& d = (*deltas)[c.record->run()];
     d.first_step = std::min<std::int64_t>(d.first_step, c.record->step());
     d.last_step = std::max<std::int64_t>(d.last_step, c.record->step());
     ++d.stored;
     d.world_size = std::max<std::int64_t>(d.world_size, std::max<std::uint32_t>(c.record->world_size(), 1));
   }
+}
+
+base::Status PostgresStore::UpdateRunCounters(const RunDeltas& deltas) {
   std::vector<const RunDelta*> ordered;
   for (const auto& [name, delta] : deltas) ordered.push_back(&delta);
   std::sort(ordered.begin(), ordered.end(), [](const RunDelta* a, const RunDelta* b) { return a->run_id < b->run_id; });

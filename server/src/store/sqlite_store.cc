@@ -427,8 +427,18 @@ class SqliteStore final : public Store {
 
   explicit SqliteStore(std::string path) : path_(std::move(path)) {}
 
+  // A statement to prepare on a connection, and where it goes.
+  struct Statement {
+    sqlite3* db;
+    Stmt* stmt;
+    std::string sql;
+  };
+
   base::Status Prepare(sqlite3* db, const char* sql, Stmt* out);
+  base::Status PrepareEach(const std::vector<Statement>& statements);
   base::Status PrepareAll() GAC_REQUIRES(write_mu_, read_mu_);
+  base::Status PrepareWriter() GAC_REQUIRES(write_mu_);  // w_
+  base::Status PrepareReader() GAC_REQUIRES(read_mu_);   // r_
 
   // Runs a statement that returns no row, then resets it. The bind result
   // `bind_rc` is checked first.
@@ -443,6 +453,16 @@ class SqliteStore final : public Store {
   base::Status FinishWrite(base::Status s) GAC_REQUIRES(write_mu_);
   // REQUIRES: a transaction open.
   base::Status ApplySteps(WriteOp* op) GAC_REQUIRES(write_mu_);
+  // Points *current at the deltas_ entry of `run` (a record's run field),
+  // adding one, with the run resolved, at the run's first record in the op.
+  base::Status FindRunDelta(const std::string& run, std::size_t* current) GAC_REQUIRES(write_mu_);
+  // INSERT OR IGNORE of a step row; *inserted false when its key was stored.
+  base::Status InsertStep(const v1::StepRecord& r, std::int64_t run_id, std::int64_t received_ns, bool* inserted)
+      GAC_REQUIRES(write_mu_);
+  // The layer and scalar rows of a newly stored step.
+  base::Status InsertDetails(const v1::StepRecord& r, std::int64_t run_id) GAC_REQUIRES(write_mu_);
+  // Writes each run's deltas_, its seen times moved to `received_ns`.
+  base::Status UpdateRuns(std::int64_t received_ns) GAC_REQUIRES(write_mu_);
   base::Status ApplyConfig(WriteOp* op) GAC_REQUIRES(write_mu_);
   base::Status ResolveRun(const std::string& name, std::int64_t* run_id) GAC_REQUIRES(write_mu_);
 
@@ -557,15 +577,22 @@ base::Status SqliteStore::Prepare(sqlite3* db, const char* sql, Stmt* out) {
 }
 
 base::Status SqliteStore::PrepareAll() {
+  GAC_RETURN_IF_ERROR(PrepareWriter());
+  return PrepareReader();
+}
+
+base::Status SqliteStore::PrepareEach(const std::vector<Statement>& statements) {
+  for (const Statement& statement : statements) {
+    base::Status s = Prepare(statement.db, statement.sql.c_str(), statement.stmt);
+    if (!s.ok()) return s;
+  }
+  return base::Status();
+}
+
+base::Status SqliteStore::PrepareWriter() {
   sqlite3* w = write_db_.get();
-  sqlite3* r = read_db_.get();
-  struct Statement {
-    sqlite3* db;
-    Stmt* stmt;
-    std::string sql;
-  };
   const std::string columns = StepColumnList();
-  const Statement statements[] = {
+  return PrepareEach({
       {w, &w_.begin, "BEGIN IMMEDIATE"},
       {w, &w_.commit, "COMMIT"},
       {w, &w_.rollback, "ROLLBACK"},
@@ -599,7 +626,13 @@ base::Status SqliteStore::PrepareAll() {
       {w, &w_.delete_layers, "DELETE FROM layers WHERE run_id = ?1"},
       {w, &w_.delete_scalars, "DELETE FROM scalars WHERE run_id = ?1"},
       {w, &w_.delete_run, "DELETE FROM runs WHERE run_id = ?1"},
+  });
+}
 
+base::Status SqliteStore::PrepareReader() {
+  sqlite3* r = read_db_.get();
+  const std::string columns = StepColumnList();
+  return PrepareEach({
       {r, &r_.begin, "BEGIN"},
       {r, &r_.commit, "COMMIT"},
       {r, &r_.run_id, "SELECT run_id FROM runs WHERE name = ?1 AND step_records > 0"},
@@ -635,12 +668,7 @@ base::Status SqliteStore::PrepareAll() {
       {r, &r_.changes,
        "SELECT change FROM config_changes WHERE run = ?1 ORDER BY id LIMIT ?2 OFFSET ?3"},
       {r, &r_.configs, "SELECT run, config FROM run_config ORDER BY run"},
-  };
-  for (const Statement& statement : statements) {
-    base::Status s = Prepare(statement.db, statement.sql.c_str(), statement.stmt);
-    if (!s.ok()) return s;
-  }
-  return base::Status();
+  });
 }
 
 base::Status SqliteStore::StepOnce(sqlite3* db, sqlite3_stmt* stmt, int bind_rc, const char* what) {
@@ -721,32 +749,14 @@ base::Status SqliteStore::ResolveRun(const std::string& name, std::int64_t* run_
 }
 
 base::Status SqliteStore::ApplySteps(WriteOp* op) {
-  sqlite3* db = write_db_.get();
-  sqlite3_stmt* insert_step = w_.insert_step.get();
-  sqlite3_stmt* insert_layer = w_.insert_layer.get();
-  sqlite3_stmt* insert_scalar = w_.insert_scalar.get();
   deltas_.clear();
   std::size_t current = 0;  // index into deltas_ of the last record's run
   for (const v1::StepRecord& r : op->steps->records()) {
-    if (deltas_.empty() || *deltas_[current].name != r.run()) {
-      current = 0;
-      while (current < deltas_.size() && *deltas_[current].name != r.run()) ++current;
-      if (current == deltas_.size()) {
-        std::int64_t run_id = 0;
-        base::Status s = ResolveRun(r.run(), &run_id);
-        if (!s.ok()) return s;
-        deltas_.push_back(RunDelta{&r.run(), run_id});
-      }
-    }
+    GAC_RETURN_IF_ERROR(FindRunDelta(r.run(), &current));
     RunDelta& delta = deltas_[current];
-
-    Binder step_binder(insert_step);
-    step_binder.Int(delta.run_id);
-    for (const proto::StepField& field : proto::kStepFields) step_binder.Field(field, r);
-    int bind_rc = step_binder.Int(op->received_ns).rc();
-    base::Status s = StepOnce(db, insert_step, bind_rc, "inserting a step record");
-    if (!s.ok()) return s;
-    if (sqlite3_changes(db) == 0) {
+    bool inserted = false;
+    GAC_RETURN_IF_ERROR(InsertStep(r, delta.run_id, op->received_ns, &inserted));
+    if (!inserted) {
       // Stored before, with its layers and scalars: nothing is rewritten.
       ++op->duplicates;
       continue;
@@ -757,36 +767,74 @@ base::Status SqliteStore::ApplySteps(WriteOp* op) {
     delta.last_step = std::max<std::int64_t>(delta.last_step, r.step());
     delta.world_size =
         std::max<std::int64_t>(delta.world_size, std::max<std::uint32_t>(r.world_size(), 1));
-
-    std::int64_t idx = 0;
-    for (const v1::LayerRecord& layer : r.layers()) {
-      bind_rc = Binder(insert_layer)
-                    .Int(delta.run_id)
-                    .Int(r.step())
-                    .Int(r.rank())
-                    .Text(layer.name())
-                    .Int(idx++)
-                    .OptDouble(layer.has_cosine(), layer.cosine())
-                    .Double(layer.grad_norm())
-                    .Double(layer.ref_norm())
-                    .rc();
-      s = StepOnce(db, insert_layer, bind_rc, "inserting a layer record");
-      if (!s.ok()) return s;
-    }
-    for (const auto& [name, value] : r.scalars()) {
-      bind_rc = Binder(insert_scalar)
-                    .Int(delta.run_id)
-                    .Int(r.step())
-                    .Int(r.rank())
-                    .Text(name)
-                    .Double(value)
-                    .rc();
-      s = StepOnce(db, insert_scalar, bind_rc, "inserting a scalar");
-      if (!s.ok()) return s;
-    }
+    GAC_RETURN_IF_ERROR(InsertDetails(r, delta.run_id));
   }
+  return UpdateRuns(op->received_ns);
+}
 
+base::Status SqliteStore::FindRunDelta(const std::string& run, std::size_t* current) {
+  if (!deltas_.empty() && *deltas_[*current].name == run) return base::Status();
+  *current = 0;
+  while (*current < deltas_.size() && *deltas_[*current].name != run) ++*current;
+  if (*current == deltas_.size()) {
+    std::int64_t run_id = 0;
+    base::Status s = ResolveRun(run, &run_id);
+    if (!s.ok()) return s;
+    deltas_.push_back(RunDelta{&run, run_id});
+  }
+  return base::Status();
+}
+
+base::Status SqliteStore::InsertStep(const v1::StepRecord& r, std::int64_t run_id, std::int64_t received_ns,
+                                     bool* inserted) {
+  sqlite3* db = write_db_.get();
+  sqlite3_stmt* insert_step = w_.insert_step.get();
+  Binder step_binder(insert_step);
+  step_binder.Int(run_id);
+  for (const proto::StepField& field : proto::kStepFields) step_binder.Field(field, r);
+  const int bind_rc = step_binder.Int(received_ns).rc();
+  base::Status s = StepOnce(db, insert_step, bind_rc, "inserting a step record");
+  if (!s.ok()) return s;
+  *inserted = sqlite3_changes(db) != 0;
+  return base::Status();
+}
+
+base::Status SqliteStore::InsertDetails(const v1::StepRecord& r, std::int64_t run_id) {
+  sqlite3* db = write_db_.get();
+  sqlite3_stmt* insert_layer = w_.insert_layer.get();
+  sqlite3_stmt* insert_scalar = w_.insert_scalar.get();
+  std::int64_t idx = 0;
+  for (const v1::LayerRecord& layer : r.layers()) {
+    const int bind_rc = Binder(insert_layer)
+                            .Int(run_id)
+                            .Int(r.step())
+                            .Int(r.rank())
+                            .Text(layer.name())
+                            .Int(idx++)
+                            .OptDouble(layer.has_cosine(), layer.cosine())
+                            .Double(layer.grad_norm())
+                            .Double(layer.ref_norm())
+                            .rc();
+    base::Status s = StepOnce(db, insert_layer, bind_rc, "inserting a layer record");
+    if (!s.ok()) return s;
+  }
+  for (const auto& [name, value] : r.scalars()) {
+    const int bind_rc = Binder(insert_scalar)
+                            .Int(run_id)
+                            .Int(r.step())
+                            .Int(r.rank())
+                            .Text(name)
+                            .Double(value)
+                            .rc();
+    base::Status s = StepOnce(db, insert_scalar, bind_rc, "inserting a scalar");
+    if (!s.ok()) return s;
+  }
+  return base::Status();
+}
+
+base::Status SqliteStore::UpdateRuns(std::int64_t received_ns) {
   // Seen times move for duplicates too: a replay is a report of the run.
+  sqlite3* db = write_db_.get();
   sqlite3_stmt* update = w_.update_run.get();
   for (const RunDelta& delta : deltas_) {
     int bind_rc = Binder(update)
@@ -795,7 +843,7 @@ base::Status SqliteStore::ApplySteps(WriteOp* op) {
                       .Int(delta.last_step)
                       .Int(delta.stored)
                       .Int(delta.world_size)
-                      .Int(op->received_ns)
+                      .Int(received_ns)
                       .rc();
     base::Status s = StepOnce(db, update, bind_rc, "updating a run");
     if (!s.ok()) return s;

@@ -48,6 +48,7 @@ enum class Mode : std::uint8_t {
   kRemote = 2,   // ask a decision source (gacd); on an error use the local
                  // decision and report the fallback
 };
+inline constexpr Mode kAllModes[] = {Mode::kMonitor, Mode::kLocal, Mode::kRemote};
 
 // "safe", "project", "skip", "invalid", "spike".
 const char* RegimeName(Regime regime);

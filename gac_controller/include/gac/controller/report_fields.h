@@ -1,20 +1,18 @@
 // The fields of a StepReport, written down once: name, type, unit, one line
-// of help, and which views show each. The views walk this table rather than
-// naming fields:
-//   - Python's gac.StepReport properties (python/src/controller_module.cc),
-//     and REPORT_FIELDS, from which report.to_dict()'s logger keys follow
-//     (python/gac/_report.py); a test checks the stub against it;
-//   - the telemetry record (gac/transport/step_record.h): a row with a
-//     `record` name fills that field of gac.v1.StepRecord, whose own table
-//     (gac/proto/record_schema.h) drives the stores, the HTTP JSON, the
-//     page, gacctl and the metrics;
-//   - the remote decision (gac.v1.DecideResponse, proto/src/convert.cc): a
-//     row with a `decided` slot is a Decision's optional real that the
-//     response carries in its optional field of the row's name.
-// Adding a report field is: the StepReport member, one row here, and, when
-// gacd should keep it, the .proto field and its record schema row; when
-// gacd decides it too (remote mode), DecideResponse's field and the row's
-// `decided` slot.
+// of help, and how to read each from a report. Every row is a property of
+// Python's gac.StepReport (python/src/controller_module.cc) and a key of
+// report.to_dict() (python/gac/_report.py, through REPORT_FIELDS); a test
+// checks the stub against the table.
+//
+// The wire is not named here (gac::controller does not know gac.v1): the
+// record's rows (gac/proto/record_schema.h) read the report themselves, and
+// the remote decision's optional reals are mapped in proto/src/convert.cc,
+// each in C++ that names both sides, so a field renamed on either side fails
+// the build there.
+// Adding a report field is: the StepReport member and one row here; when
+// gacd should keep it, the .proto field and its record schema row (which
+// reads the member); when gacd decides it too (remote mode), DecideResponse's
+// field and its row in convert.cc.
 //
 // Not rows: `decision` (the whole Decision) and `layers` (a list), which the
 // Python binding exposes as objects.
@@ -25,7 +23,6 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <optional>
 #include <string>
 
 #include "gac/controller/step_report.h"
@@ -52,30 +49,13 @@ struct ReportValue {
   std::string text;          // kText
 };
 
-// Which views show a field (a bit set).
-enum ReportView : unsigned {
-  kViewPython = 1u << 0,  // a property of gac.StepReport
-  kViewLogger = 1u << 1,  // a key of report.to_dict() (numeric: enums as their index, bools 0/1)
-};
-
-// Where a Decision holds a row's value, for the rows the remote decision's
-// wire carries.
-struct DecisionSlot {
-  std::optional<double> (*get)(const Decision& decision);
-  void (*set)(Decision& decision, double value);
-  bool cosine;  // a cosine, in [-1, 1] up to rounding; else any finite value
-};
-
 struct ReportField {
   const char* name;    // the Python property, the logger key after its prefix
   ReportType type;
   bool optional;       // may be absent (None)
   const char* unit;    // "" when dimensionless, else "s", "steps", ...
   const char* help;    // one line: the property's docstring, docs
-  unsigned views;      // ReportView bits
-  const char* record;  // the gac.v1.StepRecord field it fills, or nullptr
   ReportValue (*get)(const StepReport& report);
-  const DecisionSlot* decided = nullptr;  // unless the remote decision carries it
 };
 
 inline constexpr std::size_t kReportFieldCount = 32;
@@ -84,8 +64,8 @@ extern const ReportField kReportFields[kReportFieldCount];
 // The row named `name`, or nullptr.
 const ReportField* FindReportField(const char* name);
 
-// The name of an enum-typed value ("unknown" outside the enum); nullptr for
-// other types.
+// The name of an enum-typed value ("unknown" for a number that is none of
+// the enum's: kAllRegimes, kAllModes, kAllTriggers); nullptr for other types.
 const char* ReportEnumName(ReportType type, std::int64_t value);
 
 }  // namespace gac::controller

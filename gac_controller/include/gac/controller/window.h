@@ -32,6 +32,7 @@ namespace gac::controller {
 // What the regime is decided on: the step's |c_t| (the paper's rule) or the
 // window's |m_t|.
 enum class Trigger : std::uint8_t { kPerStep = 0, kWindow = 1 };
+inline constexpr Trigger kAllTriggers[] = {Trigger::kPerStep, Trigger::kWindow};
 
 // "per_step", "window".
 const char* TriggerName(Trigger t);

@@ -1,13 +1,15 @@
 // The fields of a gac.v1.StepRecord that are stored as one row of a store's
-// `steps` table and shown as one column of a view, written down once.
+// `steps` table, written down once: the wire and storage description of a
+// step, and where the agent's report holds each value.
 //
 // Every place that maps a step record field by field (the stores' binders
 // and readers, the HTTP JSON, gacctl's columns, gacd's latest-value gauges,
 // the transport's builder) walks kStepFields instead of naming the fields, so
 // adding a field is: the .proto and one row here. The stores add a column for each row their
 // `steps` table lacks when they open (nullable for an optional field, else
-// NOT NULL DEFAULT 0); the in-memory report's rows, which fill the record,
-// are gac/controller/report_fields.h.
+// NOT NULL DEFAULT 0). How the views show a field is theirs, keyed by the
+// field's name: gacd's gauges (server/src/metrics.cc), gacctl's columns
+// (cli/src/step_commands.cc), the page's card (web/latest_step.h).
 //
 // Out of the table: `run` (the key; stores keep it in their `runs` table),
 // `scalars` and `layers` (child rows with their own tables).
@@ -24,6 +26,7 @@
 #include <cstdint>
 #include <string_view>
 
+#include "gac/controller/step_report.h"
 #include "gac/v1/telemetry.pb.h"
 
 namespace gac::proto {
@@ -43,9 +46,8 @@ enum class FieldRange : std::uint8_t {
   kAny,          // no bound beyond the type (enums: checked against the enum)
   kNonNegative,  // >= 0
   kUnit,         // in [0, 1]
-  kCosine,       // in [-1, 1], up to 1e-6 of rounding (kCosineSlack)
+  kCosine,       // in [-1, 1], up to rounding (kCosineSlack, gac/proto/wire_rules.h)
 };
-inline constexpr double kCosineSlack = 1e-6;
 
 // One field's value as stores and views move it. `present` is false only for
 // an optional field that is not set (SQL NULL, JSON null).
@@ -63,26 +65,10 @@ using FieldSetter = void (*)(const FieldValue& value, v1::StepRecord* record);
 // The name of an enum field's value ("unknown" for a value outside the enum).
 using EnumNamer = const char* (*)(std::int64_t value);
 
-// Where a field is shown beyond the views that show every field (the stores,
-// the HTTP JSON, gacctl steps). Zero-initialised ({}) where it is in none.
-// The short views (gacctl tail's columns, the page's "Latest step") show
-// their fields by `place`, between the values they compute themselves.
-struct StepFieldViews {
-  const char* gauge;        // gacd's gauge of its latest value per run and rank
-                            // (help: the field's); nullptr: no gauge
-  int place;                // its place in the short views, ascending
-  const char* tail_header;  // gacctl tail's column header; nullptr: not a column
-  int tail_width;           // that column's narrowest width
-  const char* page_label;   // its label in the page's "Latest step"; nullptr: not there
-  int page_digits;          // decimals the page shows; -1: 4 significant digits
-};
-
-// The places of the values the short views compute themselves, between the
-// fields': m_t (both views), the page's "decided with" and "last report".
-// gacctl tail's reward comes after every field.
-inline constexpr int kPlaceWindowMean = 30;
-inline constexpr int kPlaceDecidedWith = 90;
-inline constexpr int kPlaceLastReport = 100;
+// The field's value in the agent's report, as MakeStepRecord
+// (gac/transport/step_record.h) puts it in the record: enums as the wire's
+// numbers, an absent optional value not present.
+using ReportReader = FieldValue (*)(const controller::StepReport& report);
 
 struct StepField {
   const char* name;     // the wire name, also the JSON key and the CSV header
@@ -96,7 +82,8 @@ struct StepField {
   FieldGetter get;
   FieldSetter set;
   EnumNamer enum_name;  // kEnum only, else nullptr
-  StepFieldViews views;
+  ReportReader from_report;  // nullptr: not the report's (the run's identity, the
+                             // transport's clock and staleness)
 };
 
 // The row fields of a StepRecord, in column order (range-for works on it).

@@ -1,6 +1,7 @@
 // The rules of the wire contract (proto/gac/v1/*.proto) that code must check
 // or print, in one place: what a run id and a name may contain, the size
-// limits of a record and a batch, and the text of the enums.
+// limits of a record and a batch (gac/proto/wire_limits.h), the rounding a
+// cosine may carry, and the text of the enums.
 //
 // gacd's validation (server/src/validate.cc), the transport, gacctl and the
 // Python package use these instead of restating them, so every side refuses
@@ -14,21 +15,17 @@
 #include <string_view>
 
 #include "gac/base/status.h"
+#include "gac/proto/wire_limits.h"
 #include "gac/v1/control.pb.h"
 #include "gac/v1/telemetry.pb.h"
 
 namespace gac::proto {
 
-// A run id is 1..kMaxRunIdLength characters of [A-Za-z0-9._:/-].
-inline constexpr std::size_t kMaxRunIdLength = 128;
-// A layer or scalar name is 1..kMaxNameLength printable ASCII characters
-// (0x20-0x7e).
-inline constexpr std::size_t kMaxNameLength = 256;
-// The most scalars and layers one StepRecord may carry, and the most records
-// one IngestRequest may carry.
-inline constexpr std::size_t kMaxScalarsPerRecord = 64;
-inline constexpr std::size_t kMaxLayersPerRecord = 4096;
-inline constexpr std::size_t kMaxRecordsPerBatch = 4096;
+// A cosine on the wire (a record's, a decision's, a request's recent
+// cosines) is in [-1, 1] up to this much of rounding: one computed in
+// floating point may exceed 1 by a few ulps (and by the 1e-8 of the
+// denominator, kCosineEpsilon, the other way).
+inline constexpr double kCosineSlack = 1e-6;
 
 // True for a character a run id may contain.
 bool IsRunIdChar(char c);

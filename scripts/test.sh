@@ -4,7 +4,7 @@
 # every test with ctest (after the CUDA kernels' compile matrix,
 # scripts/kernel_check.sh); then the gac wheels, one per CPython 3.10-3.13, each
 # installed beside a torch from PyPI (scripts/wheel_check.sh), gac inside
-# verl's and torchtitan's own code (scripts/trainers_check.sh), the sdist
+# verl's, torchtitan's and megatron-core's own code (scripts/trainers_check.sh), the sdist
 # installed by pip (scripts/sdist_check.sh); then the checking builds of scripts/sanitize.sh (the suite again under
 # AddressSanitizer + UndefinedBehaviorSanitizer with the fuzz corpora, and
 # the ThreadSanitizer tests) and each fuzz target for GAC_FUZZ_SECONDS

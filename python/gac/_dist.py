@@ -145,9 +145,15 @@ def plan_reduction(params: Sequence[object], process_group: Optional[object] = N
     """
     import torch.distributed as dist
 
+    dtensors = [(i, cast(_DTensor, p)) for i, p in enumerate(params) if _is_dtensor(p)]
+    if not dist.is_initialized():
+        if process_group is not None or dtensors or (replicated_on is not None and not callable(replicated_on) and
+                                                     any(g is not None for g in replicated_on.values())):
+            raise ValueError("gac: process groups, DTensor parameters and replicated_on groups need "
+                             "torch.distributed initialised (dist.init_process_group) before the first step")
+        return Reduction(None, [])
     world = dist.get_world_size()
     rank = dist.get_rank()
-    dtensors = [(i, cast(_DTensor, p)) for i, p in enumerate(params) if _is_dtensor(p)]
     plain = [i for i, p in enumerate(params) if not _is_dtensor(p)]
     for i, p in dtensors:
         for d, placement in enumerate(p.placements):
@@ -187,7 +193,7 @@ def plan_reduction(params: Sequence[object], process_group: Optional[object] = N
     uncounted = []
     lowest: Dict[Tuple[int, Tuple[int, ...]], int] = {}  # (mesh, its sharded dimensions) -> the lowest holder
     for i, p in dtensors:
-        key = (id(p.device_mesh), tuple(d for d, pl in enumerate(p.placements) if pl.is_shard()))
+        key = (id(p.device_mesh), tuple(d for d, pl in enumerate(p.placements) if _sharded(pl)))
         if key not in lowest:
             lowest[key] = _lowest_holder(i, p, members)
         if lowest[key] != rank or not lowest_of(replicas.get(i)):
@@ -226,7 +232,7 @@ def _group_of_meshes(params: Sequence[_DTensor], world: int) -> Optional[torch.d
         if not any(p.device_mesh is m or p.device_mesh == m for m in meshes):
             meshes.append(p.device_mesh)
         m = next(k for k, m in enumerate(meshes) if p.device_mesh is m or p.device_mesh == m)
-        sharded |= {(m, d) for d, pl in enumerate(p.placements) if pl.is_shard()}
+        sharded |= {(m, d) for d, pl in enumerate(p.placements) if _sharded(pl)}
     if not sharded:
         return None
     partial = [m for m in meshes if m.size() != world]
@@ -251,7 +257,7 @@ def _lowest_holder(i: int, p: _DTensor, members: Set[int]) -> int:
     ranks = mesh.mesh  # the mesh's ranks, one tensor dimension per mesh dimension
     coordinate = mesh.get_coordinate()
     assert coordinate is not None, "a DTensor parameter on a mesh without this rank"
-    sharded = [d for d, pl in enumerate(p.placements) if pl.is_shard()]
+    sharded = [d for d, pl in enumerate(p.placements) if _sharded(pl)]
     index = tuple(coordinate[d] if d in sharded else slice(None) for d in range(mesh.ndim))
     holders = {int(r) for r in ranks[index].flatten().tolist()} & members
     # Every part needs a holder in the group, or its sums are missing.
@@ -269,12 +275,23 @@ def _lowest_holder(i: int, p: _DTensor, members: Set[int]) -> int:
     return min(holders)
 
 
+def _sharded(placement: Placement) -> bool:
+    """Shard, or torch's strided shard (what fully_shard over tensor
+    parallelism gives column-wise weights), which from torch 2.10 on is
+    neither a Shard nor is_shard(). Which elements a rank holds, not how
+    often: counted like Shard."""
+    return placement.is_shard() or type(placement).__name__ in ("_StridedShard", "StridedShard")
+
+
 def _kind(placement: Placement, i: int, d: int) -> str:
-    if placement.is_shard():
-        return "shard"  # torch's strided shard (FSDP x TP) too: which elements, not how often
+    if _sharded(placement):
+        return "shard"
     if placement.is_replicate():
         return "replicate"
-    raise ValueError(f"gac: parameter {i} is placed {placement} (Partial) on mesh dimension {d}: its gradient is "
-                     "not yet reduced over that dimension. Call agent.step after the gradients are reduced (after "
-                     "backward, once FSDP or the parallel plan has reduced them), or redistribute them to "
-                     "Shard or Replicate first")
+    if placement.is_partial():
+        raise ValueError(f"gac: parameter {i} is placed {placement} (Partial) on mesh dimension {d}: its gradient is "
+                         "not yet reduced over that dimension. Call agent.step after the gradients are reduced (after "
+                         "backward, once FSDP or the parallel plan has reduced them), or redistribute them to "
+                         "Shard or Replicate first")
+    raise ValueError(f"gac: parameter {i} is placed {placement} on mesh dimension {d}, a placement gac does not know: "
+                     "it cannot tell which ranks hold the same values")

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence
 
 import torch
 
@@ -200,3 +200,19 @@ def subnormal_spacing(dtype: torch.dtype) -> float:
     normal number, rounding errors are bounded by this, not relatively
     (fp16's subnormals start at 6.1e-5, in reach of a projected gradient)."""
     return {torch.float32: 2.0**-149, torch.bfloat16: 2.0**-133, torch.float16: 2.0**-24}[dtype]
+
+
+def close(got: float, want: float, rel: float = 1e-6) -> bool:
+    return abs(got - want) <= rel * max(abs(want), 1e-12)
+
+
+def check_rank_report(report: Dict[str, Any], expected: RefStep, where: str) -> None:
+    """A rank's report (its to_dict(numeric=False) values) against the fp64
+    reference's step over the full model: the regime, |g|, c_t and |p|."""
+    assert report["regime"] == expected.regime, where
+    assert close(report["grad_norm"], math.sqrt(expected.gg)), (where, report["grad_norm"], math.sqrt(expected.gg))
+    if expected.cosine is None:
+        assert report["cosine"] is None, where
+    else:
+        assert abs(report["cosine"] - expected.cosine) <= 1e-6, (where, report["cosine"], expected.cosine)
+        assert close(report["ref_norm"], math.sqrt(expected.pp)), where

@@ -341,6 +341,12 @@
       this.whigh = [];
       this.regimeColor = [];
       this.one = [];
+      // The policy-health signals the trainer gave (null: none that step).
+      this.essToken = [];
+      this.essSequence = [];
+      this.clipLow = [];
+      this.clipHigh = [];
+      this.policySteps = 0;  // steps with a signal
       this.scalars = new Map();  // name -> values, aligned with step
       this.last = null;  // the newest record
     }
@@ -367,6 +373,11 @@
         this.whigh.push(r.window_c_high === undefined ? null : r.window_c_high);
         this.regimeColor.push(REGIME_COLORS[r.regime] || '#999999');
         this.one.push(1);
+        this.essToken.push(r.ess_token ?? null);
+        this.essSequence.push(r.ess_sequence ?? null);
+        this.clipLow.push(r.clip_fraction_low ?? null);
+        this.clipHigh.push(r.clip_fraction_high ?? null);
+        if (r.policy_tokens !== null && r.policy_tokens !== undefined) this.policySteps += 1;
         for (const name of Object.keys(r.scalars)) {
           if (!this.scalars.has(name)) this.scalars.set(name, new Array(n).fill(null));
         }
@@ -381,9 +392,10 @@
       const n = this.length;
       if (!this.last) this.last = older.last;
       for (const k of ['step', 'cosine', 'after', 'mean', 'gnorm', 'pnorm', 'regime', 'staleness', 'clow', 'chigh', 'wlow',
-        'whigh', 'regimeColor', 'one']) {
+        'whigh', 'regimeColor', 'one', 'essToken', 'essSequence', 'clipLow', 'clipHigh']) {
         this[k] = older[k].concat(this[k]);
       }
+      this.policySteps += older.policySteps;
       for (const name of new Set([...older.scalars.keys(), ...this.scalars.keys()])) {
         const a = older.scalars.get(name) || new Array(older.length).fill(null);
         const b = this.scalars.get(name) || new Array(n).fill(null);
@@ -438,7 +450,8 @@
       $('#crumb').textContent = '/ ' + this.run;
       $('#run-title').textContent = this.run;
       document.title = 'gacd: ' + this.run;
-      for (const id of ['chart-cosine', 'chart-window', 'chart-regime', 'chart-norms', 'chart-scalars', 'heatmap']) {
+      for (const id of ['chart-cosine', 'chart-window', 'chart-regime', 'chart-norms', 'chart-policy', 'chart-scalars',
+        'heatmap']) {
         $('#' + id).replaceChildren();
       }
       $('#heatmap-section').hidden = true;
@@ -580,6 +593,11 @@
       return [this.cols.step, this.cols.mean, ...this.bands(this.cols.wlow, this.cols.whigh, t)];
     }
 
+    policyData() {
+      const c = this.cols;
+      return [c.step, c.essToken, c.essSequence, c.clipHigh, c.clipLow];
+    }
+
     buildCharts() {
       const c = this.cols;
       const dashed = [4, 4];
@@ -625,7 +643,17 @@
         { label: '‖g‖', stroke: '#8250df', width: 1 },
         { label: '‖p‖ (previous)', stroke: '#6e7781', width: 1 },
       ]), [c.step, c.gnorm, c.pnorm], $('#chart-norms'));
-      this.charts = [this.cosineChart, this.windowChart, this.regimeChart, this.normsChart];
+
+      // Shown once a step carries the trainer's policy-health signals.
+      this.policyChart = new uPlot(this.baseOptions(
+        'policy health: ESS of the importance weights, fractions of tokens clipped', 200, [
+          { label: 'ESS (tokens)', stroke: '#0969da', width: 1.5 },
+          { label: 'ESS (sequences)', stroke: '#54aeff', width: 1, dash: dashed },
+          { label: 'clipped high', stroke: '#cf222e', width: 1 },
+          { label: 'clipped low', stroke: '#d4a72c', width: 1 },
+        ], { scales: { x: { time: false }, y: { range: [0, 1] } } }), this.policyData(), $('#chart-policy'));
+      $('#chart-policy').hidden = c.policySteps === 0;
+      this.charts = [this.cosineChart, this.windowChart, this.regimeChart, this.normsChart, this.policyChart];
       this.syncScalarCharts();
       window.addEventListener('resize', this.onResize = () => this.resize());
     }
@@ -687,6 +715,8 @@
       this.windowChart.setData(this.windowData(), keep);
       this.regimeChart.setData([c.step, c.one], keep);
       this.normsChart.setData([c.step, c.gnorm, c.pnorm], keep);
+      this.policyChart.setData(this.policyData(), keep);
+      $('#chart-policy').hidden = c.policySteps === 0;
       this.syncScalarCharts();
       for (const [name, chart] of this.scalarCharts) chart.setData([c.step, c.scalars.get(name)], keep);
     }

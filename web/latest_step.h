@@ -30,6 +30,12 @@ inline constexpr LatestStepRow kLatestStepRows[] = {
     {"ref_norm", "\u2016p\u2016", -1, 65},
     {"grad_norm_z", "z of \u2016g\u2016", 2, 70},
     {"staleness", "staleness", 0, 80},
+    // The policy-health signals (the run view charts ESS and the clipped fractions).
+    {"ess_token", "ESS", 4, 82},
+    {"clip_fraction_low", "clipped low", 4, 83},
+    {"clip_fraction_high", "clipped high", 4, 84},
+    {"kl_k3", "KL (k3)", -1, 85},
+    {"entropy_mean", "entropy", -1, 86},
 };
 
 // The places of the card's own rows (index.html's data-place): m_t,

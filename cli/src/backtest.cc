@@ -68,11 +68,25 @@ std::string BaseName(const std::string& path) {
   return name;
 }
 
+// The policy-health columns read, and where a run keeps them.
+struct PolicyColumn {
+  const char* name;
+  std::vector<std::optional<double>> RecordedRun::*values;
+};
+constexpr PolicyColumn kPolicyColumns[] = {
+    {"ess_token", &RecordedRun::ess_token},
+    {"clip_fraction_low", &RecordedRun::clip_fraction_low},
+    {"clip_fraction_high", &RecordedRun::clip_fraction_high},
+    {"kl_k3", &RecordedRun::kl_k3},
+};
+constexpr std::size_t kPolicyColumnCount = sizeof(kPolicyColumns) / sizeof(kPolicyColumns[0]);
+
 // The columns of a run CSV: their indices in its header.
 struct CsvColumns {
   std::size_t fields = 0;  // in the header, and so in every row
   std::size_t step = 0, cosine = 0, acc = 0;
   std::optional<std::size_t> regime, norm, loss, injected;
+  std::array<std::optional<std::size_t>, kPolicyColumnCount> policy;  // by kPolicyColumns
 };
 
 // The next line of `text` from *start, without its "\n" or "\r\n"; false
@@ -105,6 +119,7 @@ base::StatusOr<CsvColumns> ReadHeader(const std::vector<std::string>& header, co
   c.norm = ColumnIndex(header, "grad_norm");
   c.loss = ColumnIndex(header, "loss");
   c.injected = ColumnIndex(header, "injected");
+  for (std::size_t i = 0; i < kPolicyColumnCount; ++i) c.policy[i] = ColumnIndex(header, kPolicyColumns[i].name);
   return c;
 }
 
@@ -121,6 +136,17 @@ base::StatusOr<std::int64_t> ParseStep(const std::string& cell, const std::strin
                                          std::to_string(steps.back()));
   }
   return s;
+}
+
+// A policy-health cell: absent without the column, for an empty cell or a
+// value that is not finite; InvalidArgument for what is not a number.
+base::StatusOr<std::optional<double>> ParsePolicyCell(const std::vector<std::string>& fields,
+                                                      std::optional<std::size_t> col, const char* name,
+                                                      const std::string& where) {
+  if (!col) return std::optional<double>();
+  GAC_ASSIGN_OR_RETURN(std::optional<double> v, ParseCell(fields[*col], name, where));
+  if (v && !std::isfinite(*v)) v.reset();
+  return v;
 }
 
 base::StatusOr<bool> ParseInjected(const std::string& cell, const std::string& where) {
@@ -157,11 +183,16 @@ base::Status ParseRow(const std::vector<std::string>& fields, const CsvColumns& 
   if (cols.injected) {
     GAC_ASSIGN_OR_RETURN(injected, ParseInjected(fields[*cols.injected], where));
   }
+  std::array<std::optional<double>, kPolicyColumnCount> policy;
+  for (std::size_t i = 0; i < kPolicyColumnCount; ++i) {
+    GAC_ASSIGN_OR_RETURN(policy[i], ParsePolicyCell(fields, cols.policy[i], kPolicyColumns[i].name, where));
+  }
   run->steps.push_back(s);
   run->cosines.push_back(cosine);
   run->grad_norms.push_back(norm);
   run->losses.push_back(loss);
   run->injected.push_back(injected);
+  for (std::size_t i = 0; i < kPolicyColumnCount; ++i) (run->*kPolicyColumns[i].values).push_back(policy[i]);
   if (acc) run->evaluations.push_back({s, *acc});
   return base::Status::Ok();
 }
@@ -271,7 +302,33 @@ RunOutcome ClassifyOutcome(std::optional<double> start_accuracy, const std::vect
 }
 
 const char* AlertName(Alert alert) {
-  return alert == Alert::kSpike ? "GacAlignmentSpike" : "GacAlignmentElevated";
+  switch (alert) {
+    case Alert::kSpike: return "GacAlignmentSpike";
+    case Alert::kElevated: return "GacAlignmentElevated";
+    case Alert::kEssLow: return "GacPolicyEssLow";
+    case Alert::kClipped: return "GacPolicyClipped";
+    case Alert::kKlJump: return "GacSamplerKlJump";
+  }
+  return "GacAlignmentSpike";
+}
+
+namespace {
+
+bool AnyValue(const std::vector<std::optional<double>>& values) {
+  return std::any_of(values.begin(), values.end(), [](const std::optional<double>& v) { return v.has_value(); });
+}
+
+}  // namespace
+
+bool Evaluated(const RecordedRun& run, Alert alert) {
+  switch (alert) {
+    case Alert::kSpike:
+    case Alert::kElevated: return true;
+    case Alert::kEssLow: return AnyValue(run.ess_token);
+    case Alert::kClipped: return AnyValue(run.clip_fraction_low) || AnyValue(run.clip_fraction_high);
+    case Alert::kKlJump: return AnyValue(run.kl_k3);
+  }
+  return true;
 }
 
 base::Status ValidateAlertSettings(const AlertSettings& s) {
@@ -287,21 +344,96 @@ base::Status ValidateAlertSettings(const AlertSettings& s) {
   return base::Status::Ok();
 }
 
+namespace {
+
+// The median of the first kEarlyValues values added (the mean of the two
+// middle ones for an even count), absent until they are: the baseline of
+// GacPolicyEssLow and GacSamplerKlJump.
+class EarlyMedian {
+ public:
+  void Add(double v) {
+    if (values_.size() == static_cast<std::size_t>(kEarlyValues)) return;
+    values_.push_back(v);
+    if (values_.size() < static_cast<std::size_t>(kEarlyValues)) return;
+    std::vector<double> sorted = values_;
+    std::sort(sorted.begin(), sorted.end());
+    const std::size_t mid = sorted.size() / 2;
+    median_ = sorted.size() % 2 == 1 ? sorted[mid] : (sorted[mid - 1] + sorted[mid]) / 2.0;
+  }
+  const std::optional<double>& median() const { return median_; }
+
+ private:
+  std::vector<double> values_;
+  std::optional<double> median_;
+};
+
+// A policy column as gacd's gauge shows it: the last value reported (a step
+// without one leaves it), and the column's early median.
+struct PolicyGauge {
+  std::optional<double> last;
+  EarlyMedian early;
+
+  void Add(const std::optional<double>& v) {
+    if (!v) return;
+    last = v;
+    early.Add(*v);
+  }
+  // last > ratio x the early median (below it when `below`).
+  bool AgainstMedian(double ratio, bool below) const {
+    if (!last || !early.median()) return false;
+    return below ? *last < ratio * *early.median() : *last > ratio * *early.median();
+  }
+};
+
+// The policy-health gauges of a run, step by step.
+struct PolicyGauges {
+  PolicyGauge ess, low, high, kl;
+
+  void Add(const RecordedRun& run, std::size_t i) {
+    ess.Add(At(run.ess_token, i));
+    low.Add(At(run.clip_fraction_low, i));
+    high.Add(At(run.clip_fraction_high, i));
+    kl.Add(At(run.kl_k3, i));
+  }
+  // A column's value at step i; absent past its end (a run built without it).
+  static std::optional<double> At(const std::vector<std::optional<double>>& values, std::size_t i) {
+    return i < values.size() ? values[i] : std::nullopt;
+  }
+  void Conditions(AlertStep* a) const {
+    a->ess_token_median = ess.early.median();
+    a->kl_k3_median = kl.early.median();
+    a->condition[static_cast<std::size_t>(Alert::kEssLow)] = ess.AgainstMedian(kEssLowRatio, /*below=*/true);
+    a->condition[static_cast<std::size_t>(Alert::kClipped)] =
+        (low.last || high.last) && low.last.value_or(0.0) + high.last.value_or(0.0) > kClippedFraction;
+    a->condition[static_cast<std::size_t>(Alert::kKlJump)] =
+        kl.AgainstMedian(kKlJumpRatio, /*below=*/false) && *kl.last > kKlJumpFloor;
+  }
+};
+
+}  // namespace
+
 std::vector<AlertStep> ReplayAlerts(const RecordedRun& run, const AlertSettings& s) {
   std::vector<AlertStep> out;
   out.reserve(run.steps.size());
   controller::AlignmentWindow window(s.window);
-  std::int64_t held = 0;  // consecutive steps with the elevated condition, this one included
+  PolicyGauges policy;
+  std::array<std::int64_t, kAlertCount> held{};  // consecutive steps with each condition, this one included
   for (std::size_t i = 0; i < run.steps.size(); ++i) {
     AlertStep a;
     a.step = run.steps[i];
     const std::optional<double>& c = run.cosines[i];
     if (c) window.Add(*c);
     a.window_mean = window.mean();
-    a.spike = c && std::fabs(*c) >= s.c_high;
-    a.elevated_condition = a.window_mean && std::fabs(*a.window_mean) > s.window_c_low;
-    held = a.elevated_condition ? held + 1 : 0;
-    a.elevated = held > s.for_steps;
+    a.condition[static_cast<std::size_t>(Alert::kSpike)] = c && std::fabs(*c) >= s.c_high;
+    a.condition[static_cast<std::size_t>(Alert::kElevated)] =
+        a.window_mean && std::fabs(*a.window_mean) > s.window_c_low;
+    policy.Add(run, i);
+    policy.Conditions(&a);
+    for (std::size_t k = 0; k < kAlertCount; ++k) {
+      held[k] = a.condition[k] ? held[k] + 1 : 0;
+      // The spike has no hold; every other alert is held for_steps further steps.
+      a.firing[k] = held[k] > (kAllAlerts[k] == Alert::kSpike ? 0 : s.for_steps);
+    }
     out.push_back(a);
   }
   return out;
@@ -312,12 +444,13 @@ RunBacktest BacktestRun(const RecordedRun& run, const AlertSettings& s) {
   b.name = run.name;
   b.steps = static_cast<std::int64_t>(run.steps.size());
   b.outcome = ClassifyOutcome(run.start_accuracy, run.evaluations);
+  for (Alert alert : kAllAlerts) b.alarms[static_cast<std::size_t>(alert)].evaluated = Evaluated(run, alert);
   for (const AlertStep& a : ReplayAlerts(run, s)) {
     if (a.step <= s.warmup) continue;
     if (!b.first_eligible) b.first_eligible = a.step;
     for (Alert alert : kAllAlerts) {
-      if (!(alert == Alert::kSpike ? a.spike : a.elevated)) continue;
       Alarm& alarm = b.alarms[static_cast<std::size_t>(alert)];
+      if (!alarm.evaluated || !a.fires(alert)) continue;
       ++alarm.firing_steps;
       if (!alarm.step) {
         alarm.step = a.step;
@@ -335,11 +468,13 @@ const char* VerdictName(Verdict v) {
     case Verdict::kMissed: return "missed";
     case Verdict::kFalseAlarm: return "false alarm";
     case Verdict::kQuiet: return "quiet";
+    case Verdict::kNotEvaluated: return "not evaluated";
   }
   return "quiet";
 }
 
 Verdict Judge(const RunOutcome& outcome, const Alarm& alarm) {
+  if (!alarm.evaluated) return Verdict::kNotEvaluated;
   if (outcome.collapse_step) {
     if (!alarm.step) return Verdict::kMissed;
     return *alarm.step <= *outcome.collapse_step ? Verdict::kWarned : Verdict::kLate;
@@ -365,6 +500,10 @@ AlertScore ScoreAlert(const std::vector<RunBacktest>& runs, Alert alert) {
   AlertScore s;
   for (const RunBacktest& r : runs) {
     const Alarm& alarm = r.alarms[static_cast<std::size_t>(alert)];
+    if (!alarm.evaluated) {
+      ++s.not_evaluated;
+      continue;
+    }
     ++s.runs;
     if (r.outcome.outcome == Outcome::kCollapsed) ++s.collapsed;
     if (r.outcome.outcome == Outcome::kNeverLearned) ++s.never_learned;
@@ -387,6 +526,7 @@ AlertScore ScoreAlert(const std::vector<RunBacktest>& runs, Alert alert) {
         if (!alarm.at_first_eligible) ++s.fp_later;
         break;
       case Verdict::kQuiet: ++s.tn; break;
+      case Verdict::kNotEvaluated: break;  // counted above
     }
   }
   std::sort(s.leads.begin(), s.leads.end());

@@ -1,4 +1,5 @@
-// gacctl backtest: the alignment alerts replayed on recorded runs (offline).
+// gacctl backtest: the alignment and policy-health alerts, or the spike
+// guard, replayed on recorded runs (offline).
 #include <filesystem>
 #include <set>
 
@@ -69,6 +70,7 @@ std::vector<Column> SummaryColumns() {
           {"threshold", "THRESHOLD", true},
           {"for_steps", "FOR_STEPS", true},
           {"runs", "RUNS", true},
+          {"not_evaluated", "NOT_EVALUATED", true},
           {"collapsed", "COLLAPSED", true},
           {"never_learned", "NEVER_LEARNED", true},
           {"alarmed", "ALARMED", true},
@@ -107,8 +109,17 @@ std::vector<Column> PerRunColumns() {
 
 Cell OptionalStep(const std::optional<std::int64_t>& step) { return step ? Cell::Int(*step) : Cell(); }
 
+// The number each alert's rule compares with (the policy alerts' ratios to
+// the early median, and the clipped fraction).
 double Threshold(const AlertSettings& s, Alert alert) {
-  return alert == Alert::kSpike ? s.c_high : s.window_c_low;
+  switch (alert) {
+    case Alert::kSpike: return s.c_high;
+    case Alert::kElevated: return s.window_c_low;
+    case Alert::kEssLow: return kEssLowRatio;
+    case Alert::kClipped: return kClippedFraction;
+    case Alert::kKlJump: return kKlJumpRatio;
+  }
+  return s.c_high;
 }
 
 void WriteSummaryRows(RowWriter& w, const std::vector<RunBacktest>& results, const AlertSettings& s) {
@@ -117,7 +128,8 @@ void WriteSummaryRows(RowWriter& w, const std::vector<RunBacktest>& results, con
     const std::vector<double> leads(score.leads.begin(), score.leads.end());
     w.Add({Cell::Text(AlertName(alert)), Cell::Real(Threshold(s, alert)),
            alert == Alert::kSpike ? Cell::Int(0) : Cell::Int(s.for_steps), Cell::Int(score.runs),
-           Cell::Int(score.collapsed), Cell::Int(score.never_learned), Cell::Int(score.alarmed),
+           Cell::Int(score.not_evaluated), Cell::Int(score.collapsed), Cell::Int(score.never_learned),
+           Cell::Int(score.alarmed),
            Cell::Int(score.at_first_eligible), Cell::Int(score.at_first_eligible_collapsed), Cell::Int(score.tp),
            Cell::Int(score.fp), Cell::Int(score.fp_never_learned), Cell::Int(score.fn), Cell::Int(score.tn),
            Cell::Optional(score.precision()), Cell::Optional(score.recall()), Cell::Optional(SortedQuantile(leads, 0.5)),
@@ -136,12 +148,36 @@ void WritePerRunRows(RowWriter& w, const std::vector<RunBacktest>& results) {
       const Verdict v = Judge(r.outcome, a);
       w.Add({Cell::Text(r.name), Cell::Int(r.steps), Cell::Text(OutcomeName(r.outcome.outcome)),
              OptionalStep(r.outcome.collapse_step), Cell::Text(AlertName(alert)), OptionalStep(a.step),
-             a.step ? Cell::Bool(a.at_first_eligible) : Cell(), Cell::Int(a.firing_steps),
+             a.step ? Cell::Bool(a.at_first_eligible) : Cell(), a.evaluated ? Cell::Int(a.firing_steps) : Cell(),
              v == Verdict::kWarned ? Cell::Int(*r.outcome.collapse_step - *a.step) : Cell(),
              Cell::Text(VerdictName(v))});
     }
   }
   w.Flush();
+}
+
+// The policy-health alerts' rules, and the runs each was not evaluated on.
+void WritePolicyHeading(std::ostream& out, const std::vector<RunBacktest>& results, int for_steps) {
+  struct Rule {
+    Alert alert;
+    std::string text, input;
+  };
+  const std::string early = " x its early median (first " + std::to_string(kEarlyValues) + " values)";
+  const Rule rules[] = {
+      {Alert::kEssLow, "GacPolicyEssLow:      ess_token < " + FormatDisplay(kEssLowRatio) + early, "ess_token"},
+      {Alert::kClipped, "GacPolicyClipped:     clip_fraction_low + clip_fraction_high > " +
+                            FormatDisplay(kClippedFraction), "clip_fraction_low or clip_fraction_high"},
+      {Alert::kKlJump, "GacSamplerKlJump:     kl_k3 > " + FormatDisplay(kKlJumpRatio) + early + " and > " +
+                           FormatDisplay(kKlJumpFloor), "kl_k3"},
+  };
+  for (const Rule& rule : rules) {
+    const auto n = std::count_if(results.begin(), results.end(), [&rule](const RunBacktest& r) {
+      return !r.alarms[static_cast<std::size_t>(rule.alert)].evaluated;
+    });
+    out << rule.text << ", held " << for_steps << " more steps";
+    if (n > 0) out << "; not evaluated in " << n << " of " << results.size() << " runs (no " << rule.input << " value)";
+    out << "\n";
+  }
 }
 
 void WriteHeading(std::ostream& out, const BacktestOptions& o, const std::vector<RunBacktest>& results,
@@ -154,6 +190,7 @@ void WriteHeading(std::ostream& out, const BacktestOptions& o, const std::vector
   out << "GacAlignmentSpike:    |c_t| >= c_high " << FormatDisplay(s.c_high) << "\n";
   out << "GacAlignmentElevated: |m_t| > window c_low " << FormatDisplay(s.window_c_low) << " (W " << s.window
       << "), held " << s.for_steps << " more steps\n";
+  WritePolicyHeading(out, results, s.for_steps);
   if (cal) {
     out << "thresholds calibrated on " << cal->runs << " synchronous runs (steps > " << s.warmup << "): q0.9 |c_t| "
         << FormatDisplay(cal->c_q90) << ", max |c_t| " << FormatDisplay(cal->c_max) << " over " << cal->cosines
@@ -250,12 +287,13 @@ base::StatusOr<std::vector<std::string>> ExpandPaths(const std::string& flag, co
 }
 
 constexpr char kBacktestDescription[] =
-    "Replays the c_t of recorded runs (CSV files of the example trainer, gac_grpo, or every\n"
-    "*.csv of a directory; needs no gacd) through the alerts of dashboards/gac.rules.yml,\n"
-    "one evaluation per step, and scores each alert's first alarm against the run's\n"
-    "collapse. Columns read: step, cosine, heldout_acc (and regime: an invalid step has no\n"
-    "c_t); RUN.log beside RUN.csv gives the held-out accuracy after the warm-up, and a log\n"
-    "without a \"summary:\" line marks an unfinished run, left out with a note.\n\n"
+    "Replays recorded runs (CSV files of the example trainer, gac_grpo, or every *.csv of\n"
+    "a directory; needs no gacd) through the alerts of dashboards/gac.rules.yml, one\n"
+    "evaluation per step, and scores each alert's first alarm against the run's collapse.\n"
+    "Columns read: step, cosine, heldout_acc (and regime: an invalid step has no c_t), and\n"
+    "when present ess_token, clip_fraction_low, clip_fraction_high, kl_k3; RUN.log beside\n"
+    "RUN.csv gives the held-out accuracy after the warm-up, and a log without a\n"
+    "\"summary:\" line marks an unfinished run, left out with a note.\n\n"
     "  GacAlignmentSpike     fires at a step with |c_t| >= c_high (its other clause, a step\n"
     "                        in the skip regime, is the same test with the run's c_high).\n"
     "  GacAlignmentElevated  |m_t| > window c_low, m_t the signed mean of the last W c_t\n"
@@ -263,6 +301,19 @@ constexpr char kBacktestDescription[] =
     "                        without c_t leaves m_t as it was; none until W are held), held\n"
     "                        --for-steps further steps: the rule's `for: 5m` at r steps per\n"
     "                        second is ceil(300 r) steps (a step a minute: 5, the default).\n"
+    "  GacPolicyEssLow       ess_token < 0.5 x its early median, the median of the run's\n"
+    "                        first 20 ess_token values (none until 20 are seen), held\n"
+    "                        --for-steps further steps.\n"
+    "  GacPolicyClipped      clip_fraction_low + clip_fraction_high > 0.2 (a side without a\n"
+    "                        value counts as 0), held --for-steps further steps.\n"
+    "  GacSamplerKlJump      kl_k3 > 4 x its early median (the same rule) and kl_k3 > 0.001,\n"
+    "                        held --for-steps further steps.\n"
+    "Their rules' `for: 2m` is ceil(120 r) steps (2 at a step a minute; the default 5 is\n"
+    "the elevated rule's). The policy columns are read as gacd's gauges show them: a step\n"
+    "without a value (an empty cell) keeps the last one. A run without any value of a\n"
+    "policy alert's input (no such column: a CSV from before gac_grpo wrote them; only\n"
+    "empty cells: a loss that does not clip) has that alert \"not evaluated\", in none of\n"
+    "its counts but NOT_EVALUATED.\n\n"
     "Alarms count from the first step after --warmup (the first eligible step); an alert\n"
     "already firing there alarms there, which in a run stale from its start says only\n"
     "that it is stale: those alarms are counted apart (AT_FIRST, and *_LATER below).\n\n"
@@ -282,13 +333,14 @@ constexpr char kBacktestDescription[] =
     "step counts as none (recall_later = tp_later / collapsed). Leads: median and quartiles\n"
     "interpolated linearly, min and max.\n\n"
     "Output, one row per alert:\n"
-    "  alert, threshold, for_steps, runs, collapsed, never_learned, alarmed,\n"
+    "  alert, threshold (the policy alerts': 0.5, 0.2, 4), for_steps, runs (evaluated),\n"
+    "  not_evaluated, collapsed, never_learned, alarmed,\n"
     "  at_first_eligible, at_first_eligible_collapsed, tp, fp, fp_never_learned, fn, tn,\n"
     "  precision, recall, lead_median, lead_q25, lead_q75, lead_min, lead_max, tp_later,\n"
     "  fp_later, precision_later, recall_later\n"
     "--per-run, one row per run and alert instead:\n"
     "  run, steps, outcome, collapse_step, alert, first_alarm, at_first_eligible,\n"
-    "  firing_steps, lead, verdict (warned, late, missed, false alarm, quiet)\n\n"
+    "  firing_steps, lead, verdict (warned, late, missed, false alarm, quiet, not evaluated)\n\n"
     "The spike guard instead (--max-grad-norm, --spike-sigma, --spike-window,\n"
     "--spike-warmup; any z-score flag turns its z-score on, as gac.Agent's): the runs'\n"
     "grad_norm and loss columns through gac::controller::SpikeGuard, step after step, as\n"
@@ -306,7 +358,7 @@ std::vector<FlagSpec> BacktestFlags() {
       {"window-c-low", "X", "GacAlignmentElevated's window c_low"},
       {"calibrate-on", "PATHS", "calibrate both on these synchronous runs (comma-separated files or directories)"},
       {"window", "W", "m_t's window, in steps with a c_t (default 20, the example trainer's)"},
-      {"for-steps", "N", "GacAlignmentElevated's hold in steps (default 5; 0 = at once)"},
+      {"for-steps", "N", "every alert's hold but GacAlignmentSpike's, in steps (default 5; 0 = at once)"},
       {"warmup", "N", "alarms and calibration start after step N (default 50)"},
       {"per-run", "", "one row per run and alert instead of the summary"},
       {"max-grad-norm", "X", "spike guard: a step with |g| above X is a spike"},
@@ -412,7 +464,7 @@ CommandSpec BacktestCommand() {
   CommandSpec c;
   c.name = "backtest";
   c.args = "FILE_OR_DIR...";
-  c.summary = "the alignment alerts, or the spike guard, replayed on recorded runs (offline)";
+  c.summary = "the alignment and policy-health alerts, or the spike guard, replayed on recorded runs (offline)";
   c.description = kBacktestDescription;
   c.flags = BacktestFlags();
   c.positionals = 1;

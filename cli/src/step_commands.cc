@@ -384,6 +384,8 @@ constexpr TailColumnLook kTailColumnLooks[] = {
     {"grad_norm", "|G|", 9},
     {"grad_norm_z", "Z", 9},
     {"staleness", "STALENESS", 9},
+    {"ess_token", "ESS", 7},
+    {"kl_k3", "KL", 9},
     {kTailReward, "REWARD", 10},
 };
 

@@ -568,6 +568,8 @@ LossResult ComputeLoss(const Policy& policy, const Policy& reference, const Roll
   out.pg_loss = pg.detach().mean().item<double>();
   out.kl = token_kl.detach().mean().item<double>();
   out.entropy = token_entropy.detach().mean().item<double>();
+  out.logp = logp.detach();
+  out.token_entropy = token_entropy.detach();
   return out;
 }
 

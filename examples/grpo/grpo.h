@@ -219,6 +219,10 @@ struct LossResult {
   // count is that subset's share of the gradient).
   at::Tensor token_loss;
   at::Tensor loss;            // token_loss.mean()
+  // Per token, detached, for the policy-health signals (policy_signals.h):
+  // the learner's log pi(a_t | s_t) (not clamped) and its entropy.
+  at::Tensor logp;
+  at::Tensor token_entropy;
   double pg_loss = 0.0;
   double kl = 0.0;            // mean k3 estimate of KL(pi_theta || pi_ref)
   double entropy = 0.0;       // mean token entropy of pi_theta

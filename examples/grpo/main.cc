@@ -22,11 +22,13 @@
 // (probes.h). Controls: --random-skip P skips each update with probability P;
 // --skip-steps FILE skips exactly the steps listed in FILE (one per line).
 //
-// Outputs: a per-step CSV (--csv), progress lines (--every), and with
-// --calibrate-out the |c_t| and |m_t| statistics of this run after
+// Outputs: a per-step CSV (--csv; its last columns are the batch's
+// policy-health signals, policy_signals.h), progress lines (--every), and
+// with --calibrate-out the |c_t| and |m_t| statistics of this run after
 // --calib-skip steps. With --gacd every step is streamed to gacd (c_t,
-// regime, alpha, reward, loss, kl, entropy, staleness); --agent remote also
-// takes the decisions from gacd, after setting the run's thresholds there.
+// regime, alpha, reward, loss, kl, entropy, staleness, the policy-health
+// signals); --agent remote also takes the decisions from gacd, after setting
+// the run's thresholds there.
 //
 // --smoke: a few steps on a small batch, every component exercised; exits
 // non-zero on a non-finite loss or an agent error (used by ctest).
@@ -49,10 +51,12 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "examples/grpo/grpo.h"
 #include "examples/grpo/olmo_skip.h"
+#include "examples/grpo/policy_signals.h"
 #include "examples/grpo/probes.h"
 #include "gac/agent/agent.h"
 #include "gac/controller/calibration.h"
@@ -303,6 +307,47 @@ std::string Num(double v) {
   return text;
 }
 
+// The policy-health columns, appended after the CSV's other columns (an
+// empty cell: absent).
+using PolicyMember = std::optional<double> gac::controller::PolicyHealth::*;
+constexpr std::pair<const char*, PolicyMember> kPolicyColumns[] = {
+    {"ess_token", &gac::controller::PolicyHealth::ess_token},
+    {"ess_sequence", &gac::controller::PolicyHealth::ess_sequence},
+    {"clip_fraction_low", &gac::controller::PolicyHealth::clip_fraction_low},
+    {"clip_fraction_high", &gac::controller::PolicyHealth::clip_fraction_high},
+    {"truncation_fraction", &gac::controller::PolicyHealth::truncation_fraction},
+    {"log_ratio_max", &gac::controller::PolicyHealth::log_ratio_max},
+    {"log_ratio_p99", &gac::controller::PolicyHealth::log_ratio_p99},
+    {"log_ratio_p1", &gac::controller::PolicyHealth::log_ratio_p1},
+    {"kl_k3", &gac::controller::PolicyHealth::kl_k3},
+    {"log_ratio_abs_mean", &gac::controller::PolicyHealth::log_ratio_abs_mean},
+    {"entropy_mean", &gac::controller::PolicyHealth::entropy_mean},
+    {"staleness_min", &gac::controller::PolicyHealth::staleness_min},
+    {"staleness_mean", &gac::controller::PolicyHealth::staleness_mean},
+    {"staleness_max", &gac::controller::PolicyHealth::staleness_max},
+};
+
+// ",name" for each policy-health column.
+std::string PolicyHeader() {
+  std::string out;
+  for (const auto& [name, member] : kPolicyColumns) {
+    out += ',';
+    out += name;
+  }
+  return out;
+}
+
+// ",value" for each policy-health column ("%.6g", empty when absent).
+std::string PolicyCells(const gac::controller::PolicyHealth& health) {
+  std::string out;
+  for (const auto& [name, member] : kPolicyColumns) {
+    const std::optional<double>& v = health.*member;
+    out += ',';
+    if (v) out += Num(*v);
+  }
+  return out;
+}
+
 // The prompt groups of minibatch `mb` of `minibatches` in `order`.
 std::vector<int> MinibatchGroups(const std::vector<int>& order, int mb, int minibatches) {
   const std::size_t per = order.size() / static_cast<std::size_t>(minibatches);
@@ -420,7 +465,8 @@ int main(int argc, char** argv) {
                  "step,version,staleness,reward,exact,heldout_acc,loss,pg_loss,kl,entropy,sampler_kl,cosine,"
                  "window_mean,noise_cos,regime,alpha,grad_norm,stepped,clip_frac,dual_clip_frac,m2,abs_log_ratio,"
                  "bapo_lo,bapo_hi,pr_sample,pr_pop,pair_cos2,bias_rel,lambda,on_align,aligned_before,aligned_after,"
-                 "bias_after_rel,lag_updates,grad_scale,drift,injected,grad_norm_z\n");
+                 "bias_after_rel,lag_updates,grad_scale,drift,injected,grad_norm_z%s\n",
+                 PolicyHeader().c_str());
   }
   std::printf("gac_grpo: run %s, loss %s, agent %s, trigger %s, device %s, staleness %d (%s), %d steps, "
               "%d prompts x %d samples, %d epochs x %d minibatches, %s width %d layers %d, base %d, %d tasks, "
@@ -484,6 +530,14 @@ int main(int argc, char** argv) {
           std::fprintf(stderr, "step %d: non-finite loss\n", step);
           return 1;
         }
+        // The batch's policy-health signals, against the learner's version
+        // now (the batch's sequences share one behaviour version).
+        const gac::controller::PolicyHealth health = gac::grpo::ComputePolicySignals(
+            gac::grpo::BatchSignalInputs(sub, loss, flags.loss, behaviour_version, lag.version()));
+        if (flags.smoke && (health.invalid || !health.ess_token || !health.kl_k3 || !health.entropy_mean)) {
+          std::fprintf(stderr, "step %d: the policy-health signals of a finite batch are missing\n", step);
+          return 1;
+        }
         double noise_cos = kNaN;
         if (flags.noise_floor) {
           noise_cos = gac::grpo::BackwardInHalves(policy.params, loss.token_loss, sub.prompts, sub.group);
@@ -513,6 +567,7 @@ int main(int argc, char** argv) {
           std::fprintf(stderr, "step %d: agent: %s\n", step, report.status().ToString().c_str());
           return 1;
         }
+        report->policy = health;  // the record carries them
         const gac::controller::Decision& d = report->decision;
         if (report->gradient_modified && flags.beta != 1.0) {
           gac::grpo::ApplyOrthogonalGain(policy.params, prev_raw, d.alpha, *d.cosine * d.grad_norm / d.ref_norm,
@@ -588,7 +643,7 @@ int main(int argc, char** argv) {
           std::fprintf(
               csv,
               "%d,%lld,%d,%.5f,%.5f,%s,%.6g,%.6g,%.6g,%.6g,%.6g,%s,%s,%s,%s,%.5f,%.6g,%d,%.5f,%.5f,%.6g,%.6g,%.3f,%.3f,"
-              "%s,%s,%s,%s,%s,%s,%s,%s,%s,%d,%.6g,%.6g,%d,%s\n",
+              "%s,%s,%s,%s,%s,%s,%s,%s,%s,%d,%.6g,%.6g,%d,%s%s\n",
               step, static_cast<long long>(lag.version()), behind, sub.mean_reward, sub.exact_match,
               eval_now ? Num(last_heldout).c_str() : "", loss.loss.item<double>(), loss.pg_loss, loss.kl,
               loss.entropy, loss.sampler_kl, d.cosine ? Num(*d.cosine).c_str() : "", m ? Num(*m).c_str() : "",
@@ -599,7 +654,7 @@ int main(int argc, char** argv) {
               probe ? Num(bias.lambda).c_str() : "", probe ? Num(bias.on_align).c_str() : "",
               probe ? Num(bias.aligned_before).c_str() : "", probe ? Num(bias.aligned_after).c_str() : "",
               probe ? Num(bias.bias_after_rel).c_str() : "", lag_updates, grad_scale, drift, injected ? 1 : 0,
-              d.spike_verdict.grad_norm ? Num(d.spike_verdict.grad_norm->z).c_str() : "");
+              d.spike_verdict.grad_norm ? Num(d.spike_verdict.grad_norm->z).c_str() : "", PolicyCells(health).c_str());
           std::fflush(csv);  // followed live (scripts/demo_run.sh's progress line)
         }
         if (step % flags.every == 0 || step == 1) {

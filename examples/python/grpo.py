@@ -44,6 +44,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import gac
+import gac.rl
 
 PROMPT_DIGITS, ANSWER_DIGITS, VOCAB = 4, 3, 10
 INPUTS = PROMPT_DIGITS * VOCAB + (ANSWER_DIGITS - 1) * VOCAB + ANSWER_DIGITS  # 63
@@ -111,8 +112,11 @@ class Rollouts:
 
 
 def grpo_loss(policy: nn.Module, reference: nn.Module, batch: Rollouts, clip_eps: float = 0.2,
-              kl_coef: float = 1e-3, entropy_coef: float = 1e-3) -> Tuple[torch.Tensor, Dict[str, float]]:
-    """-min(r A, clip(r) A) per token, plus the k3 KL to the reference and an entropy bonus."""
+              kl_coef: float = 1e-3, entropy_coef: float = 1e-3,
+              lag: int = 0) -> Tuple[torch.Tensor, Dict[str, float], gac.rl.PolicySignals]:
+    """-min(r A, clip(r) A) per token, plus the k3 KL to the reference and an
+    entropy bonus; and the batch's policy-health signals (gac.rl) from the
+    same tensors, its sequences `lag` policy versions behind."""
     logp_all = F.log_softmax(policy(batch.inputs), dim=-1)
     logp = logp_all.gather(1, batch.actions[:, None]).squeeze(1)
     ratio = (logp - batch.behaviour_logp).exp()
@@ -120,9 +124,17 @@ def grpo_loss(policy: nn.Module, reference: nn.Module, batch: Rollouts, clip_eps
     with torch.no_grad():
         ref_logp = F.log_softmax(reference(batch.inputs), dim=-1).gather(1, batch.actions[:, None]).squeeze(1)
     kl = ((ref_logp - logp).exp() - (ref_logp - logp) - 1).mean()
-    entropy = -(logp_all.exp() * logp_all).sum(dim=1).mean()
+    token_entropy = -(logp_all.exp() * logp_all).sum(dim=1)
+    entropy = token_entropy.mean()
     loss = pg + kl_coef * kl - entropy_coef * entropy
-    return loss, {"loss": pg.item(), "kl": kl.item(), "entropy": entropy.item()}
+    # The tokens are digit-major (all first digits, then all second ones): (T, B) -> (B, T).
+    def rows(t: torch.Tensor) -> torch.Tensor:
+        return t.view(ANSWER_DIGITS, -1).t()
+    sequences = rows(logp).shape[0]
+    signals = gac.rl.signals(rows(logp), rows(batch.behaviour_logp), None, advantages=rows(batch.advantages),
+                             clip_low=clip_eps, clip_high=clip_eps, entropies=rows(token_entropy),
+                             versions=[0] * sequences, current_version=lag)
+    return loss, {"loss": pg.item(), "kl": kl.item(), "entropy": entropy.item()}, signals
 
 
 def accuracy(policy: nn.Module, pairs: torch.Tensor) -> float:
@@ -211,7 +223,9 @@ def main(argv: Optional[List[str]] = None) -> int:
         behind = len(ring) - 1
         batch = Rollouts(ring[0], task.sample(args.prompts, gen), args.group, gen)
         optimizer.zero_grad(set_to_none=True)
-        loss, scalars = grpo_loss(policy, reference, batch)
+        loss, scalars, signals = grpo_loss(policy, reference, batch, lag=behind)
+        if attachment is not None:
+            attachment.record_policy(signals)  # this update's report, and its record, carry them
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, args.clip_grad)
         optimizer.step()  # when attached, GAC first: its report is attachment.last_report

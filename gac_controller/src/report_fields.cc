@@ -36,6 +36,11 @@ std::optional<double> Z(const std::optional<SpikeScore>& score) {
   return score ? std::optional<double>(score->z) : std::nullopt;
 }
 
+// A policy-health signal of the report (None without signals).
+template <std::optional<double> PolicyHealth::*kMember>
+ReportValue Signal(const R& r) {
+  return r.policy ? OptReal((*r.policy).*kMember) : Absent();
+}
 // The name of `value` when it is the number of one of `all`, else "unknown".
 template <typename Enum, std::size_t N>
 const char* NameIn(const Enum (&all)[N], const char* (*name)(Enum), std::int64_t value) {
@@ -139,7 +144,41 @@ const ReportField kReportFields[kReportFieldCount] = {
     {"window_c_low", ReportType::kReal, true, "", "The agent's c_low for |m_t|; None when gacd decided.",
      [](const R& r) { return r.rule ? Real(r.rule->trigger.window_thresholds.c_low) : Absent(); }},
     {"window_c_high", ReportType::kReal, true, "", "The agent's c_high for |m_t|; None when gacd decided.",
-     [](const R& r) { return r.rule ? Real(r.rule->trigger.window_thresholds.c_high) : Absent(); }},
+     [](const R& r) { return r.rule ? Real(r.rule->trigger.window_thresholds.c_high) : Absent(); }},    // The policy-health signals the trainer gave with the step (gac.rl; None without).
+    {"policy_tokens", ReportType::kInteger, true, "tokens", "The masked tokens the policy-health signals count (n); None without signals.",
+     [](const R& r) { return r.policy ? Int(r.policy->tokens) : Absent(); }},
+    {"ess_token", ReportType::kReal, true, "", "Normalised Kish ESS of the tokens' importance weights, (sum r)^2 / (n sum r^2); None without signals.",
+     &Signal<&PolicyHealth::ess_token>},
+    {"ess_sequence", ReportType::kReal, true, "", "Normalised Kish ESS of the sequences' importance weights (exp of their summed log-ratios); None without signals.",
+     &Signal<&PolicyHealth::ess_sequence>},
+    {"clip_fraction_low", ReportType::kReal, true, "", "The fraction of tokens the loss clipped below 1 - eps_low; None without signals or a low bound.",
+     &Signal<&PolicyHealth::clip_fraction_low>},
+    {"clip_fraction_high", ReportType::kReal, true, "", "The fraction of tokens the loss clipped above 1 + eps_high; None without signals or a high bound.",
+     &Signal<&PolicyHealth::clip_fraction_high>},
+    {"truncation_fraction", ReportType::kReal, true, "", "The fraction of tokens whose ratio exceeds the truncation bound; None without signals or a bound.",
+     &Signal<&PolicyHealth::truncation_fraction>},
+    {"log_ratio_max", ReportType::kReal, true, "nats", "The batch's largest log r = log pi_learner - log pi_behaviour, before truncation; None without signals.",
+     &Signal<&PolicyHealth::log_ratio_max>},
+    {"log_ratio_p99", ReportType::kReal, true, "nats", "The 99th percentile of the batch's log-ratios; None without signals.",
+     &Signal<&PolicyHealth::log_ratio_p99>},
+    {"log_ratio_p1", ReportType::kReal, true, "nats", "The 1st percentile of the batch's log-ratios; None without signals.",
+     &Signal<&PolicyHealth::log_ratio_p1>},
+    {"kl_k3", ReportType::kReal, true, "nats", "The mean over tokens of k3 = (r - 1) - log r, an estimate of KL(behaviour || learner); None without signals.",
+     &Signal<&PolicyHealth::kl_k3>},
+    {"log_ratio_abs_mean", ReportType::kReal, true, "nats", "The mean over tokens of |log r|; None without signals.",
+     &Signal<&PolicyHealth::log_ratio_abs_mean>},
+    {"entropy_mean", ReportType::kReal, true, "nats", "The mean over tokens of the learner's entropy; None without signals or entropies.",
+     &Signal<&PolicyHealth::entropy_mean>},
+    {"staleness_min", ReportType::kReal, true, "versions", "The fewest policy versions a sequence of the batch is behind; None without signals or versions.",
+     &Signal<&PolicyHealth::staleness_min>},
+    {"staleness_mean", ReportType::kReal, true, "versions", "The mean policy versions the batch's sequences are behind; None without signals or versions.",
+     &Signal<&PolicyHealth::staleness_mean>},
+    {"staleness_max", ReportType::kReal, true, "versions", "The most policy versions a sequence of the batch is behind; None without signals or versions.",
+     &Signal<&PolicyHealth::staleness_max>},
+    {"policy_invalid", ReportType::kBool, true, "",
+     "True when the trainer's tensors gave no policy-health signal (no token, non-finite log-probabilities); "
+     "None without signals.",
+     [](const R& r) { return r.policy ? Int(r.policy->invalid ? 1 : 0) : Absent(); }},
 };
 
 const ReportField* FindReportField(const char* name) {

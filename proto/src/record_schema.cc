@@ -30,6 +30,11 @@ std::optional<double> Z(const std::optional<controller::SpikeScore>& score) {
   return score ? std::optional<double>(score->z) : std::nullopt;
 }
 
+// A policy-health signal of the report (absent without signals).
+template <std::optional<double> controller::PolicyHealth::*kMember>
+FieldValue Signal(const R& r) {
+  return r.policy ? OptReal((*r.policy).*kMember) : Absent();
+}
 // A non-optional integer field `f` of type T.
 #define GAC_INT_FIELD(f, T)                                                             \
   [](const v1::StepRecord& r) { return Int(static_cast<std::int64_t>(r.f())); },       \
@@ -130,7 +135,41 @@ const StepField kStepFields[kStepFieldCount] = {
      [](const R& r) { return OptReal(Z(r.decision.spike_verdict.grad_norm)); }},
     {"loss_z", "loss_z", FieldType::kReal, true, FieldRange::kAny, false, "",
      "z-score of the loss against the run's recent accepted steps", GAC_OPT_FIELD(loss_z, Real, real), nullptr,
-     [](const R& r) { return OptReal(Z(r.decision.spike_verdict.loss)); }},
+     [](const R& r) { return OptReal(Z(r.decision.spike_verdict.loss)); }},    // The policy-health signals the trainer gave with the step (absent without).
+    {"policy_tokens", "policy_tokens", FieldType::kInteger, true, FieldRange::kNonNegative, false, "tokens", "masked tokens the policy-health signals count",
+     GAC_OPT_FIELD(policy_tokens, Int, integer), nullptr,
+     [](const R& r) { return r.policy ? Int(r.policy->tokens) : Absent(); }},
+    {"ess_token", "ess_token", FieldType::kReal, true, FieldRange::kUnit, false, "", "normalised Kish ESS of the tokens' importance weights",
+     GAC_OPT_FIELD(ess_token, Real, real), nullptr, &Signal<&controller::PolicyHealth::ess_token>},
+    {"ess_sequence", "ess_sequence", FieldType::kReal, true, FieldRange::kUnit, false, "", "normalised Kish ESS of the sequences' importance weights",
+     GAC_OPT_FIELD(ess_sequence, Real, real), nullptr, &Signal<&controller::PolicyHealth::ess_sequence>},
+    {"clip_fraction_low", "clip_fraction_low", FieldType::kReal, true, FieldRange::kUnit, false, "", "fraction of tokens the loss clipped below 1 - eps_low",
+     GAC_OPT_FIELD(clip_fraction_low, Real, real), nullptr, &Signal<&controller::PolicyHealth::clip_fraction_low>},
+    {"clip_fraction_high", "clip_fraction_high", FieldType::kReal, true, FieldRange::kUnit, false, "", "fraction of tokens the loss clipped above 1 + eps_high",
+     GAC_OPT_FIELD(clip_fraction_high, Real, real), nullptr, &Signal<&controller::PolicyHealth::clip_fraction_high>},
+    {"truncation_fraction", "truncation_fraction", FieldType::kReal, true, FieldRange::kUnit, false, "", "fraction of tokens whose ratio exceeds the truncation bound",
+     GAC_OPT_FIELD(truncation_fraction, Real, real), nullptr, &Signal<&controller::PolicyHealth::truncation_fraction>},
+    {"log_ratio_max", "log_ratio_max", FieldType::kReal, true, FieldRange::kAny, false, "nats", "largest log-ratio of the batch, before truncation",
+     GAC_OPT_FIELD(log_ratio_max, Real, real), nullptr, &Signal<&controller::PolicyHealth::log_ratio_max>},
+    {"log_ratio_p99", "log_ratio_p99", FieldType::kReal, true, FieldRange::kAny, false, "nats", "99th percentile of the log-ratios",
+     GAC_OPT_FIELD(log_ratio_p99, Real, real), nullptr, &Signal<&controller::PolicyHealth::log_ratio_p99>},
+    {"log_ratio_p1", "log_ratio_p1", FieldType::kReal, true, FieldRange::kAny, false, "nats", "1st percentile of the log-ratios",
+     GAC_OPT_FIELD(log_ratio_p1, Real, real), nullptr, &Signal<&controller::PolicyHealth::log_ratio_p1>},
+    {"kl_k3", "kl_k3", FieldType::kReal, true, FieldRange::kNonNegative, false, "nats", "mean k3 = (r - 1) - log r: sampler-learner KL",
+     GAC_OPT_FIELD(kl_k3, Real, real), nullptr, &Signal<&controller::PolicyHealth::kl_k3>},
+    {"log_ratio_abs_mean", "log_ratio_abs_mean", FieldType::kReal, true, FieldRange::kNonNegative, false, "nats", "mean |log r| over the tokens",
+     GAC_OPT_FIELD(log_ratio_abs_mean, Real, real), nullptr, &Signal<&controller::PolicyHealth::log_ratio_abs_mean>},
+    {"entropy_mean", "entropy_mean", FieldType::kReal, true, FieldRange::kNonNegative, false, "nats", "mean token entropy of the learner",
+     GAC_OPT_FIELD(entropy_mean, Real, real), nullptr, &Signal<&controller::PolicyHealth::entropy_mean>},
+    {"staleness_min", "staleness_min", FieldType::kReal, true, FieldRange::kNonNegative, false, "versions", "fewest policy versions a sequence of the batch is behind",
+     GAC_OPT_FIELD(staleness_min, Real, real), nullptr, &Signal<&controller::PolicyHealth::staleness_min>},
+    {"staleness_mean", "staleness_mean", FieldType::kReal, true, FieldRange::kNonNegative, false, "versions", "mean policy versions the batch's sequences are behind",
+     GAC_OPT_FIELD(staleness_mean, Real, real), nullptr, &Signal<&controller::PolicyHealth::staleness_mean>},
+    {"staleness_max", "staleness_max", FieldType::kReal, true, FieldRange::kNonNegative, false, "versions", "most policy versions a sequence of the batch is behind",
+     GAC_OPT_FIELD(staleness_max, Real, real), nullptr, &Signal<&controller::PolicyHealth::staleness_max>},
+    {"policy_invalid", "policy_invalid", FieldType::kBool, true, FieldRange::kAny, false, "",
+     "the trainer's tensors gave no policy-health signal", GAC_OPT_FIELD(policy_invalid, Int, integer), nullptr,
+     [](const R& r) { return r.policy ? Int(r.policy->invalid ? 1 : 0) : Absent(); }},
 };
 
 #undef GAC_INT_FIELD

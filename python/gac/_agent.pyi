@@ -7,6 +7,7 @@ import torch.distributed
 
 from gac._controller import AlphaMode, DecisionSource, Mode, StepReport, Trigger
 from gac._dist import ReplicatedOn
+from gac.rl import PolicySignals
 
 class Agent:
     def __init__(
@@ -36,7 +37,8 @@ class Agent:
         replicated_on: Optional[ReplicatedOn] = None,
     ) -> None: ...
     def step(self, step: int, params: Iterable[torch.Tensor],
-             loss: Union[float, torch.Tensor, None] = None) -> StepReport: ...
+             loss: Union[float, torch.Tensor, None] = None,
+             policy: Optional[PolicySignals] = None) -> StepReport: ...
     def reset(self) -> None: ...
     @property
     def mode(self) -> Mode: ...

@@ -37,6 +37,7 @@ from gac._errors import GacError
 from gac._native import agent_class
 from gac._plan import AgentOptions as AgentOptions  # re-exported: the integrations' Unpack[AgentOptions]
 from gac._plan import AttachPlan, plan_attach
+from gac.rl import PolicySignals
 
 if TYPE_CHECKING:
     import torch
@@ -89,6 +90,7 @@ class Attachment:
         self._gate = StepGate(self._judge)
         self._step = 0
         self._step_of: Optional[Callable[[], int]] = None
+        self._policy: Optional[PolicySignals] = None
 
     @property
     def step(self) -> int:
@@ -165,6 +167,17 @@ class Attachment:
             out[prefix + "fallbacks_total"] = float(self.agent.fallbacks)
         return out
 
+    def record_policy(self, signals: Optional[PolicySignals]) -> None:
+        """Hands over the policy-health signals (:func:`gac.rl.signals`) of
+        the batch whose gradient the next gated optimizer step applies: that
+        step's report carries them, and so its record in gacd; then they are
+        cleared. A later call before that step replaces them (give the
+        signals of the whole batch the step applies); None clears them.
+        Raises TypeError for anything but a :class:`gac.rl.PolicySignals` or None."""
+        if signals is not None and not isinstance(signals, PolicySignals):
+            raise TypeError(f"signals must be a gac.rl.PolicySignals or None, got {type(signals).__name__}")
+        self._policy = signals
+
     def hook(self, target: StepTarget, *, step_of: Optional[Callable[[], int]] = None) -> None:
         """Gates ``target``'s step (``gac._targets.step_target`` makes the
         target of an optimizer, a wrapper, a container or a DeepSpeed
@@ -204,9 +217,11 @@ class Attachment:
 
     def _judge(self, target: StepTarget, loss: Optional[object]) -> bool:
         self._step = self._step_of() if self._step_of is not None else self._step + 1
+        policy, self._policy = self._policy, None
         try:
             # A loss of another type is the agent's TypeError.
-            report = self.agent.step(self._step, target.parameters(), loss=cast("Optional[float]", loss))
+            report = self.agent.step(self._step, target.parameters(), loss=cast("Optional[float]", loss),
+                                     policy=policy)
         finally:
             target.release()
         # A GradScaler (or DeepSpeed's fp16 loss scaler) finds the same non-finite gradient,

@@ -5,7 +5,8 @@ One call, :func:`signals`, takes the learner's per-token log-probabilities,
 the behaviour (sampler) policy's, the response mask (all B x T) and,
 optionally, the advantages, the loss's clip bounds, a truncation bound, the
 per-token entropies or the logits, and each sequence's policy version; it
-returns a :class:`PolicySignals`: the normalised ESS of the importance
+returns a :class:`PolicySignals` (:class:`StepPool` pools the micro-batches
+of one optimizer step into one call): the normalised ESS of the importance
 weights per token and per sequence, the fractions of tokens the loss
 clipped (low and high side) and truncated, the log-ratio tails, the
 sampler-learner KL (k3) and the mean absolute log-ratio, the mean entropy
@@ -24,17 +25,20 @@ masking, dtype and bad-input rules and the measured cost.
 
 from __future__ import annotations
 
+import logging
 import math
 import numbers
 import operator
 import sys
 from dataclasses import dataclass, fields
-from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Tuple, Union
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Protocol, Sequence, Tuple, Union
 
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["PolicySignals", "SEQUENCE_LEVELS", "signals"]
+logger = logging.getLogger("gac")
+
+__all__ = ["PolicySignals", "SEQUENCE_LEVELS", "StepPool", "signals"]
 
 # The ratio the loss clips and truncates: per token (None), or per sequence,
 # broadcast to its tokens: exp of the mean of its log-ratios ("mean": GSPO,
@@ -574,3 +578,83 @@ def _result(got: Dict[str, float], x: _Inputs) -> PolicySignals:
         log_ratio_p99=g("log_ratio_p99"), log_ratio_p1=g("log_ratio_p1"), kl_k3=g("kl_k3"),
         log_ratio_abs_mean=g("log_ratio_abs_mean"), entropy_mean=g("entropy_mean"),
         staleness_min=g("staleness_min"), staleness_mean=g("staleness_mean"), staleness_max=g("staleness_max"))
+
+
+class PolicyRecorder(Protocol):
+    """What takes a step's signals: :class:`gac.Attachment` (``gac.attach``'s)."""
+
+    def record_policy(self, signals: Optional[PolicySignals]) -> None: ...
+
+
+class StepPool:
+    """The policy-gradient loss's tensors of the micro-batches of one
+    optimizer step, and :func:`gac.rl.signals` over their union.
+
+    Each :meth:`add` keeps references to (detached) tensors of one
+    micro-batch; :meth:`flush` pads them to the longest (mask 0), stacks
+    the sequences and hands the signals to an attachment. Not thread-safe:
+    the training thread's.
+    """
+
+    def __init__(self) -> None:
+        self._batches: List[Dict[str, torch.Tensor]] = []
+        self._options: Dict[str, Any] = {}
+
+    def __len__(self) -> int:
+        """The micro-batches held."""
+        return len(self._batches)
+
+    def add(self, logprobs: torch.Tensor, old_logprobs: torch.Tensor, mask: torch.Tensor, *,
+            advantages: Optional[torch.Tensor] = None, entropies: Optional[torch.Tensor] = None,
+            **options: Any) -> None:
+        """Adds a micro-batch: :func:`gac.rl.signals`' tensors (B, T) and,
+        in ``options``, its other arguments (the step's last ones are used).
+        Advantages of one per sequence, (B,) or (B, 1), are broadcast to (B, T)."""
+        rows, cols = logprobs.shape
+        batch = {"logprobs": logprobs.detach(), "old_logprobs": old_logprobs.detach(), "mask": mask.detach()}
+        if advantages is not None:
+            a = advantages.detach()
+            batch["advantages"] = a.reshape(rows, 1).expand(rows, cols) if a.numel() == rows else a
+        if entropies is not None:
+            batch["entropies"] = entropies.detach()
+        self._batches.append(batch)
+        self._options = options
+
+    def clear(self) -> None:
+        """Drops what was added."""
+        self._batches = []
+
+    def signals(self) -> Optional[PolicySignals]:
+        """The signals of every micro-batch added, as one batch; None when
+        none was added."""
+        if not self._batches:
+            return None
+        cols = max(b["logprobs"].shape[1] for b in self._batches)
+        keys = [k for k in self._batches[-1] if all(k in b for b in self._batches)]
+        t = {k: _stack([b[k] for b in self._batches], cols) for k in keys}
+        return signals(t["logprobs"], t["old_logprobs"], t["mask"], advantages=t.get("advantages"),
+                       entropies=t.get("entropies"), **self._options)
+
+    def flush(self, attachment: PolicyRecorder) -> None:
+        """Hands the signals of what was added to ``attachment`` (for its
+        next optimizer step), then clears; nothing when nothing was added.
+        Tensors :func:`gac.rl.signals` refuses (a programming error of the
+        trainer's side, never its data) are logged, not raised into the
+        trainer's step: that step then carries no signals."""
+        if not self._batches:
+            return
+        try:
+            attachment.record_policy(self.signals())
+        except (TypeError, ValueError) as e:
+            logger.warning("gac: no policy-health signals for this step: %s", e)
+            attachment.record_policy(None)
+        finally:
+            self.clear()
+
+
+def _stack(parts: List[torch.Tensor], cols: int) -> torch.Tensor:
+    # Right-padded with zeros (mask 0: the padding counts for nothing) to `cols` columns, then stacked.
+    import torch
+
+    return torch.cat([p if p.shape[1] == cols else torch.cat([p, p.new_zeros(p.shape[0], cols - p.shape[1])], 1)
+                      for p in parts])

@@ -10,6 +10,7 @@
 #include <pybind11/stl.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -20,6 +21,7 @@
 #include "gac/agent/core.h"
 #include "gac/agent/front_passes.h"
 #include "gac/agent/cuda_info.h"
+#include "gac/controller/policy_health.h"
 #include "python/src/parameter_list.h"
 #include "python/src/support.h"
 #include "python/src/tensor_reader.h"
@@ -207,7 +209,9 @@ class PyAgent {
     agent_ = ValueOrRaise(AgentCore::Create(options_));
   }
 
-  py::object Step(std::int64_t step, py::handle params, py::handle loss) {
+  py::object Step(std::int64_t step, py::handle params, py::handle loss, py::handle policy) {
+    const std::optional<double> step_loss = LossFrom(loss);
+    std::optional<controller::PolicyHealth> health = PolicyFrom(policy);
     bool changed = false;
     const std::vector<py::object>& objects = params_.Convert(params, &changed);
     if (changed || !prepared_) {
@@ -215,7 +219,7 @@ class PyAgent {
       prepared_ = true;
     }
     if (!planned_) Configure(objects);
-    return RunStep(step, nullptr, LossFrom(loss));
+    return RunStep(step, nullptr, step_loss, std::move(health));
   }
 
   // Times the core's step alone, in C++ (the gradients read from Python
@@ -413,6 +417,41 @@ class PyAgent {
     }
   }
 
+  // The policy-health signals given with a step: None, or a
+  // gac.rl.PolicySignals (any object with its attributes: `tokens`, the
+  // reals of kPolicyReals, `invalid`). An invalid one keeps no value.
+  static std::optional<controller::PolicyHealth> PolicyFrom(py::handle policy) {
+    if (policy.is_none()) return std::nullopt;
+    const auto read = [&](const char* name) {
+      if (!py::hasattr(policy, name)) {
+        throw py::type_error(std::string("policy must be a gac.rl.PolicySignals (no attribute '") + name +
+                             "' on a " + py::str(py::type::of(policy).attr("__name__")).cast<std::string>() + ")");
+      }
+      return policy.attr(name);
+    };
+    controller::PolicyHealth h;
+    const py::object tokens = read("tokens");
+    if (!py::isinstance<py::int_>(tokens) || tokens.cast<std::int64_t>() < 0) {
+      RaiseInvalidArgument("policy.tokens must be an integer >= 0, got " + py::repr(tokens).cast<std::string>());
+    }
+    h.tokens = tokens.cast<std::int64_t>();
+    h.invalid = !read("invalid").is_none();
+    for (const controller::PolicyReal& signal : controller::kPolicyReals) {
+      const py::object value = read(signal.name);
+      if (value.is_none() || h.invalid) continue;
+      double v = 0.0;
+      try {
+        v = py::float_(value).cast<double>();
+      } catch (py::error_already_set&) {
+        throw py::type_error(std::string("policy.") + signal.name + " must be a number or None, got a " +
+                             py::str(py::type::of(value).attr("__name__")).cast<std::string>());
+      }
+      if (!std::isfinite(v)) RaiseInvalidArgument(std::string("policy.") + signal.name + " is not finite");
+      h.*signal.member = v;
+    }
+    return h;
+  }
+
   // A failed step: "call Reset()" is reset() here.
   [[noreturn]] static void RaiseStep(const base::Status& status) {
     if (!status.IsFailedPrecondition()) RaiseStatus(status);
@@ -425,7 +464,8 @@ class PyAgent {
 
   // Reads this step's gradients (GIL held), runs the core with the GIL
   // released, and times the core alone when `seconds` is given.
-  py::object RunStep(std::int64_t step, double* seconds, std::optional<double> loss) {
+  py::object RunStep(std::int64_t step, double* seconds, std::optional<double> loss,
+                     std::optional<controller::PolicyHealth> policy = std::nullopt) {
     reader_.Prefetch();
     base::StatusOr<controller::StepReport> report = [&] {
       py::gil_scoped_release release;
@@ -440,6 +480,7 @@ class PyAgent {
     }
     if (!report.ok()) RaiseStep(report.status());
     planned_ = true;
+    report->policy = std::move(policy);
     return py::cast(std::move(*report));
   }
 
@@ -540,11 +581,13 @@ void DefineAgentInit(AgentClass& cls) {
 
 // step(), reset(), and what may change between steps: the mode, the thresholds, the process group.
 void DefineAgentSteps(AgentClass& cls) {
-  cls.def("step", &PyAgent::Step, "step"_a, "params"_a, "loss"_a = py::none(),
+  cls.def("step", &PyAgent::Step, "step"_a, "params"_a, "loss"_a = py::none(), "policy"_a = py::none(),
           "One GAC step over the gradients of `params` (model.parameters() or a list; the same tensors in the\n"
           "same order at every step; a list is converted once and reused). `step` must increase. Parameters\n"
           "without a gradient are left out. Gradients: float32, bfloat16 or float16, all on one device.\n"
           "loss: the step's training loss (a number or a one-element tensor), read by the spike guard's z-score.\n"
+          "policy: the policy-health signals of the step's batch (gac.rl.signals' result), which the report and\n"
+          "its record carry.\n"
           "Raises ValueError for bad gradients or a non-increasing step, FailedPreconditionError when the\n"
           "parameters changed (call reset()), UnavailableError when the all-reduce failed; on an error nothing\n"
           "is modified.")

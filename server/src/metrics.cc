@@ -102,7 +102,43 @@ constexpr FieldGauge kFieldGauges[] = {
     {"agent_overhead_seconds", "gac_agent_overhead_seconds"},
     {"grad_norm_z", "gac_grad_norm_z"},
     {"loss_z", "gac_loss_z"},
+    // The policy-health signals, in their units.
+    {"policy_tokens", "gac_policy_tokens"},
+    {"ess_token", "gac_ess_token_ratio"},
+    {"ess_sequence", "gac_ess_sequence_ratio"},
+    {"clip_fraction_low", "gac_clip_fraction_low_ratio"},
+    {"clip_fraction_high", "gac_clip_fraction_high_ratio"},
+    {"truncation_fraction", "gac_truncation_fraction_ratio"},
+    {"log_ratio_max", "gac_log_ratio_max_nats"},
+    {"log_ratio_p99", "gac_log_ratio_p99_nats"},
+    {"log_ratio_p1", "gac_log_ratio_p1_nats"},
+    {"kl_k3", "gac_kl_k3_nats"},
+    {"log_ratio_abs_mean", "gac_log_ratio_abs_mean_nats"},
+    {"entropy_mean", "gac_entropy_mean_nats"},
+    {"staleness_min", "gac_batch_staleness_min_versions"},
+    {"staleness_mean", "gac_batch_staleness_mean_versions"},
+    {"staleness_max", "gac_batch_staleness_max_versions"},
+    {"policy_invalid", "gac_policy_invalid"},
 };
+
+// The baselines of the policy-health alerts (dashboards/gac.rules.yml,
+// GacPolicyEssLow and GacSamplerKlJump; gacctl backtest evaluates the same):
+// the median of a rank's first kEarlyValues values of a signal, absent until
+// that many were reported. gacd keeps them in memory: after a restart a
+// baseline is rebuilt from the next kEarlyValues values.
+constexpr std::size_t kEarlyValues = 20;  // the help texts below say 20
+struct EarlyMedianGauge {
+  const char* field;
+  const char* gauge;
+  const char* help;
+};
+constexpr EarlyMedianGauge kEarlyMedianGauges[] = {
+    {"ess_token", "gac_ess_token_early_median_ratio",
+     "Median of the rank's first 20 reported ess_token values: GacPolicyEssLow's baseline (absent until 20)"},
+    {"kl_k3", "gac_kl_k3_early_median_nats",
+     "Median of the rank's first 20 reported kl_k3 values: GacSamplerKlJump's baseline (absent until 20)"},
+};
+constexpr std::size_t kNumEarlyMedians = std::size(kEarlyMedianGauges);
 
 Family<Gauge>& GaugeFamily(prometheus::Registry& registry, const char* name, const char* help) {
   return prometheus::BuildGauge().Name(name).Help(help).Register(registry);
@@ -162,6 +198,13 @@ struct Metrics::Impl {
     Counter* fallbacks = nullptr;
     Counter* spikes = nullptr;
     Gauge* window_mean = nullptr;  // created when the window first fills
+    // Per kEarlyMedianGauges entry: the first kEarlyValues values, then the
+    // gauge of their median (created when the last arrives).
+    struct EarlyMedian {
+      std::vector<double> values;
+      Gauge* gauge = nullptr;
+    };
+    std::array<EarlyMedian, kNumEarlyMedians> early{};
     // The rank's last valid cosines (sized by the run's window).
     std::optional<controller::AlignmentWindow> window;
     std::unordered_map<std::string, Gauge*> scalars;      // by scalar name
@@ -219,6 +262,7 @@ struct Metrics::Impl {
   void ShowFields(const v1::StepRecord& record, RankSeries& series) GAC_REQUIRES(mu_);
   // The step's cosine into the rank's window, and m_t once it is full.
   void ShowWindowMean(const v1::StepRecord& record, const RunState& state, RankSeries& series) GAC_REQUIRES(mu_);
+  void ShowEarlyMedians(const v1::StepRecord& record, RankSeries& series) GAC_REQUIRES(mu_);
   // gac_steps_total, gac_skipped_updates_total, gac_spikes_total and
   // gac_controller_fallbacks_total.
   void CountStep(const v1::StepRecord& record, RankSeries& series) GAC_REQUIRES(mu_);
@@ -258,6 +302,7 @@ struct Metrics::Impl {
     Family<Counter>& decisions;
     Family<Gauge>& layer_cosine;
     Family<Gauge>& layer_grad_norm;
+    std::array<Family<Gauge>*, kNumEarlyMedians> early_median;
   };
   // gacd's own series, label-free but for rpc_errors' family; never removed.
   struct SelfSeries {
@@ -355,6 +400,8 @@ Metrics::Impl::RunFamilies Metrics::Impl::RegisterRunFamilies(prometheus::Regist
       GaugeFamily(r, "gac_layer_cosine",
                   "Latest per-layer cosine between the layer gradient and reference (absent until reported)"),
       GaugeFamily(r, "gac_layer_grad_norm", "Latest per-layer gradient norm"),
+      {&GaugeFamily(r, kEarlyMedianGauges[0].gauge, kEarlyMedianGauges[0].help),
+       &GaugeFamily(r, kEarlyMedianGauges[1].gauge, kEarlyMedianGauges[1].help)},
   };
 }
 
@@ -514,6 +561,7 @@ void Metrics::Impl::RemoveSeries(RunState& state) {
     RemoveIfSet(run_.fallbacks, s.fallbacks);
     RemoveIfSet(run_.spikes, s.spikes);
     RemoveIfSet(run_.window_mean, s.window_mean);
+    for (std::size_t i = 0; i < kNumEarlyMedians; ++i) RemoveIfSet(*run_.early_median[i], s.early[i].gauge);
     for (auto& [name, g] : s.scalars) RemoveIfSet(run_.trainer_scalar, g);
     for (auto& [name, l] : s.layers) {
       RemoveIfSet(run_.layer_cosine, l.cosine);
@@ -583,6 +631,7 @@ void Metrics::Impl::ApplyStep(const v1::StepRecord& record, std::chrono::system_
                                                  : ToSeconds(now));
   ShowFields(record, s);
   ShowWindowMean(record, state, s);
+  ShowEarlyMedians(record, s);
   CountStep(record, s);
   ShowScalars(record, state, s);
   if (options_.per_layer) ObserveLayers(record, state, s);
@@ -618,6 +667,25 @@ void Metrics::Impl::ShowFields(const v1::StepRecord& record, RankSeries& s) {
       s.fields[i] = &field_gauges_[i]->Add({{"run", record.run()}, {"rank", std::to_string(record.rank())}});
     }
     s.fields[i]->Set(GaugeValue(f, v));
+  }
+}
+
+// The policy-health alerts' baselines: a signal's first kEarlyValues
+// reported values, then their median (the mean of the middle two: linear
+// interpolation, as gacctl backtest's).
+void Metrics::Impl::ShowEarlyMedians(const v1::StepRecord& record, RankSeries& s) {
+  for (std::size_t i = 0; i < kNumEarlyMedians; ++i) {
+    RankSeries::EarlyMedian& early = s.early[i];
+    if (early.values.size() == kEarlyValues) continue;
+    const proto::FieldValue v = proto::FindStepField(kEarlyMedianGauges[i].field)->get(record);
+    if (!v.present) continue;
+    early.values.push_back(v.real);
+    if (early.values.size() < kEarlyValues) continue;
+    std::vector<double> sorted = early.values;
+    std::sort(sorted.begin(), sorted.end());
+    const double median = (sorted[kEarlyValues / 2 - 1] + sorted[kEarlyValues / 2]) / 2;
+    early.gauge = &run_.early_median[i]->Add({{"run", record.run()}, {"rank", std::to_string(record.rank())}});
+    early.gauge->Set(median);
   }
 }
 

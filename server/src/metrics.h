@@ -20,7 +20,11 @@
 //                 gac_window_mean (m_t: the signed mean of the rank's last W
 //                 c_t that this gacd stored, W the run's window; computed
 //                 here from every stored step, in the order they are stored,
-//                 never from scrapes; absent until W are held)
+//                 never from scrapes; absent until W are held),
+//                 gac_ess_token_early_median_ratio and
+//                 gac_kl_k3_early_median_nats (the median of the rank's first
+//                 20 reported ess_token / kl_k3: the policy-health alerts'
+//                 baselines; absent until 20; rebuilt after a restart)
 //   per run       gac_threshold_c_low, gac_threshold_c_high,
 //                 gac_threshold_window_c_low, gac_threshold_window_c_high,
 //                 gac_window_steps (W), gac_decisions_total{regime}

@@ -8,8 +8,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace gac::cli {
@@ -44,7 +46,7 @@ AlertSettings Settings(int window, int for_steps, std::int64_t warmup, double c_
 std::vector<std::int64_t> ElevatedSteps(const std::vector<AlertStep>& steps) {
   std::vector<std::int64_t> out;
   for (const AlertStep& a : steps) {
-    if (a.elevated) out.push_back(a.step);
+    if (a.fires(Alert::kElevated)) out.push_back(a.step);
   }
   return out;
 }
@@ -58,7 +60,7 @@ TEST(BacktestReplay, TheHoldSurvivesASignChangeOfTheMean) {
   EXPECT_EQ(ElevatedSteps(steps), (std::vector<std::int64_t>{6, 7}));
   ASSERT_TRUE(steps[3].window_mean.has_value());
   EXPECT_DOUBLE_EQ(*steps[3].window_mean, -0.5);
-  EXPECT_TRUE(steps[8].elevated_condition);
+  EXPECT_TRUE(steps[8].holds(Alert::kElevated));
   const RunBacktest b = BacktestRun(run, Settings(1, 3, 0));
   EXPECT_EQ(b.alarms[static_cast<std::size_t>(Alert::kElevated)].step, 6);
   EXPECT_EQ(b.alarms[static_cast<std::size_t>(Alert::kElevated)].firing_steps, 2);
@@ -89,17 +91,17 @@ TEST(BacktestReplay, StepsWithoutACosineKeepTheMeanAndTheHold) {
   EXPECT_EQ(ElevatedSteps(steps), (std::vector<std::int64_t>{6, 7, 8}));
   EXPECT_NEAR(*steps[7].window_mean, 0.4, 1e-15);
   // A step without c_t is never a spike.
-  for (const AlertStep& a : steps) EXPECT_FALSE(a.spike);
+  for (const AlertStep& a : steps) EXPECT_FALSE(a.fires(Alert::kSpike));
 }
 
 TEST(BacktestReplay, SpikeAtOrAboveCHighInMagnitude) {
   const RecordedRun run = SyntheticRun({0.5, 0.9, -0.95, 0.89999, -0.2});
   const std::vector<AlertStep> steps = ReplayAlerts(run, Settings(20, 5, 0, 0.9));
-  EXPECT_FALSE(steps[0].spike);
-  EXPECT_TRUE(steps[1].spike);  // |c_t| == c_high fires
-  EXPECT_TRUE(steps[2].spike);
-  EXPECT_FALSE(steps[3].spike);
-  EXPECT_FALSE(steps[4].spike);
+  EXPECT_FALSE(steps[0].fires(Alert::kSpike));
+  EXPECT_TRUE(steps[1].fires(Alert::kSpike));  // |c_t| == c_high fires
+  EXPECT_TRUE(steps[2].fires(Alert::kSpike));
+  EXPECT_FALSE(steps[3].fires(Alert::kSpike));
+  EXPECT_FALSE(steps[4].fires(Alert::kSpike));
 }
 
 TEST(BacktestReplay, AlarmsCountFromTheFirstStepAfterTheWarmup) {
@@ -358,6 +360,203 @@ TEST(BacktestSettings, Validation) {
   s = AlertSettings();
   s.for_steps = -1;
   EXPECT_TRUE(ValidateAlertSettings(s).IsInvalidArgument());
+}
+
+
+// ---- the policy-health alerts ----
+
+// A run CSV of steps 1..n (n the longest column) with these policy columns
+// (nullopt or a step past a column's end: an empty cell) and the held-out
+// evaluations given.
+std::string PolicyCsv(const std::vector<std::pair<std::string, Cosines>>& columns,
+                      const std::vector<Evaluation>& evaluations = {}) {
+  std::size_t n = 0;
+  std::string text = "step,cosine,heldout_acc";
+  for (const auto& [name, values] : columns) {
+    text += "," + name;
+    n = std::max(n, values.size());
+  }
+  text += "\n";
+  for (std::size_t i = 0; i < n; ++i) {
+    const auto step = static_cast<std::int64_t>(i) + 1;
+    text += std::to_string(step) + ",,";
+    for (const Evaluation& e : evaluations) {
+      if (e.step == step) text += std::to_string(e.accuracy);
+    }
+    for (const auto& [name, values] : columns) {
+      text += ",";
+      if (i < values.size() && values[i]) {
+        char cell[32];
+        std::snprintf(cell, sizeof cell, "%.17g", *values[i]);
+        text += cell;
+      }
+    }
+    text += "\n";
+  }
+  return text;
+}
+
+RecordedRun ParsedRun(const std::string& text) {
+  base::StatusOr<RecordedRun> run = ParseRunCsv(text, "policy.csv");
+  EXPECT_TRUE(run.ok()) << run.status().ToString();
+  return run.ok() ? *run : RecordedRun();
+}
+
+std::vector<std::int64_t> FiringSteps(const std::vector<AlertStep>& steps, Alert alert) {
+  std::vector<std::int64_t> out;
+  for (const AlertStep& a : steps) {
+    if (a.fires(alert)) out.push_back(a.step);
+  }
+  return out;
+}
+
+// The first 20 ess_token values: one 0.1 (an early dip, before the median
+// exists: no alarm), nine 0.8 and ten 0.9 (an empty cell between them is
+// no value): the early median is (0.8 + 0.9) / 2 = 0.85, the bar 0.425.
+Cosines EarlyEss() {
+  Cosines v = {0.9, 0.9, 0.1};
+  for (int i = 0; i < 9; ++i) v.push_back(0.8);
+  v.push_back(std::nullopt);  // step 13
+  for (int i = 0; i < 8; ++i) v.push_back(0.9);
+  return v;  // 21 steps, 20 values: the median exists from step 21
+}
+
+TEST(BacktestPolicy, EssLowAgainstTheEarlyMedianHeldForSteps) {
+  Cosines ess = EarlyEss();
+  // Steps 22..: 0.5 (no), 0.42 x3 (below 0.425), 0.43 (no), then 0.3, an
+  // empty cell (keeps 0.3), 0.3, 0.3, 0.9.
+  for (double v : {0.5, 0.42, 0.42, 0.42, 0.43, 0.3}) ess.push_back(v);
+  ess.push_back(std::nullopt);
+  for (double v : {0.3, 0.3, 0.9}) ess.push_back(v);
+  const RecordedRun run = ParsedRun(PolicyCsv({{"ess_token", ess}}));
+  ASSERT_EQ(run.ess_token.size(), 31u);
+  const std::vector<AlertStep> steps = ReplayAlerts(run, Settings(20, 2, 0));
+  EXPECT_FALSE(steps[19].ess_token_median.has_value());  // step 20: 19 values
+  ASSERT_TRUE(steps[20].ess_token_median.has_value());
+  EXPECT_DOUBLE_EQ(*steps[20].ess_token_median, 0.85);
+  EXPECT_DOUBLE_EQ(*steps[30].ess_token_median, 0.85);  // fixed once seen
+  std::vector<std::int64_t> holds;
+  for (const AlertStep& a : steps) {
+    if (a.holds(Alert::kEssLow)) holds.push_back(a.step);
+  }
+  EXPECT_EQ(holds, (std::vector<std::int64_t>{23, 24, 25, 27, 28, 29, 30}));
+  // Held 2 further steps: step 25 of the first stretch, 29 and 30 of the second.
+  EXPECT_EQ(FiringSteps(steps, Alert::kEssLow), (std::vector<std::int64_t>{25, 29, 30}));
+  EXPECT_EQ(FiringSteps(ReplayAlerts(run, Settings(20, 0, 0)), Alert::kEssLow), holds);
+  EXPECT_EQ(FiringSteps(ReplayAlerts(run, Settings(20, 3, 0)), Alert::kEssLow), (std::vector<std::int64_t>{30}));
+  // No other alert fires on this run; the alignment alerts have no cosine.
+  for (Alert a : {Alert::kSpike, Alert::kElevated, Alert::kClipped, Alert::kKlJump}) {
+    EXPECT_TRUE(FiringSteps(steps, a).empty()) << AlertName(a);
+  }
+  const RunBacktest b = BacktestRun(run, Settings(20, 2, 0));
+  const Alarm& alarm = b.alarms[static_cast<std::size_t>(Alert::kEssLow)];
+  EXPECT_TRUE(alarm.evaluated);
+  EXPECT_EQ(alarm.step, 25);
+  EXPECT_EQ(alarm.firing_steps, 3);
+  EXPECT_FALSE(b.alarms[static_cast<std::size_t>(Alert::kClipped)].evaluated);
+  EXPECT_FALSE(b.alarms[static_cast<std::size_t>(Alert::kKlJump)].evaluated);
+}
+
+TEST(BacktestPolicy, EssLowNeedsTwentyValues) {
+  // 19 values, the last far below the others: no median, no alarm.
+  Cosines ess(18, 0.9);
+  ess.push_back(0.01);
+  const RecordedRun run = ParsedRun(PolicyCsv({{"ess_token", ess}}));
+  const RunBacktest b = BacktestRun(run, Settings(20, 0, 0));
+  EXPECT_TRUE(b.alarms[static_cast<std::size_t>(Alert::kEssLow)].evaluated);
+  EXPECT_FALSE(b.alarms[static_cast<std::size_t>(Alert::kEssLow)].step.has_value());
+}
+
+TEST(BacktestPolicy, ClippedSumsTheSidesAMissingSideCountsAsZero) {
+  // Both sides: 0.1 + 0.05, 0.15 + 0.06 (> 0.2), 0.2 + 0, then an empty
+  // low cell (keeps 0.2) with high 0.01, then 0.1 + 0.1 (= 0.2: no).
+  const Cosines low = {0.1, 0.15, 0.2, std::nullopt, 0.1};
+  const Cosines high = {0.05, 0.06, 0.0, 0.01, 0.1};
+  RecordedRun run = ParsedRun(PolicyCsv({{"clip_fraction_low", low}, {"clip_fraction_high", high}}));
+  std::vector<std::int64_t> holds;
+  for (const AlertStep& a : ReplayAlerts(run, Settings(20, 0, 0))) {
+    if (a.holds(Alert::kClipped)) holds.push_back(a.step);
+  }
+  EXPECT_EQ(holds, (std::vector<std::int64_t>{2, 4}));
+  EXPECT_EQ(FiringSteps(ReplayAlerts(run, Settings(20, 1, 0)), Alert::kClipped), (std::vector<std::int64_t>{}));
+  // The high side alone (a CSV without the low column): 0.25 > 0.2, held one step.
+  run = ParsedRun(PolicyCsv({{"clip_fraction_high", {0.1, 0.25, 0.3, 0.15}}}));
+  EXPECT_EQ(FiringSteps(ReplayAlerts(run, Settings(20, 1, 0)), Alert::kClipped), (std::vector<std::int64_t>{3}));
+  EXPECT_TRUE(Evaluated(run, Alert::kClipped));
+  // Both columns but no value (a loss that clips nothing): not evaluated, never held.
+  run = ParsedRun(PolicyCsv({{"clip_fraction_low", Cosines(4)}, {"clip_fraction_high", Cosines(4)},
+                             {"ess_token", Cosines(4, 1.0)}}));
+  EXPECT_FALSE(Evaluated(run, Alert::kClipped));
+  EXPECT_TRUE(FiringSteps(ReplayAlerts(run, Settings(20, 0, 0)), Alert::kClipped).empty());
+}
+
+TEST(BacktestPolicy, KlJumpNeedsFourTimesTheEarlyMedianAndTheFloor) {
+  // Early median 0.0001 (20 values): 0.0009 is 9x but below the floor
+  // 0.001; 0.002 is both.
+  Cosines kl(20, 0.0001);
+  for (double v : {0.0009, 0.002, 0.002, 0.0003}) kl.push_back(v);
+  RecordedRun run = ParsedRun(PolicyCsv({{"kl_k3", kl}}));
+  std::vector<AlertStep> steps = ReplayAlerts(run, Settings(20, 0, 0));
+  ASSERT_TRUE(steps[19].kl_k3_median.has_value());
+  EXPECT_DOUBLE_EQ(*steps[19].kl_k3_median, 0.0001);
+  EXPECT_EQ(FiringSteps(steps, Alert::kKlJump), (std::vector<std::int64_t>{22, 23}));
+  EXPECT_EQ(FiringSteps(ReplayAlerts(run, Settings(20, 1, 0)), Alert::kKlJump), (std::vector<std::int64_t>{23}));
+  // Early median 0.01 (ten 0.008, ten 0.012): 0.03 is 3x (no), 0.05 is 5x.
+  kl.clear();
+  for (int i = 0; i < 10; ++i) kl.push_back(0.008);
+  for (int i = 0; i < 10; ++i) kl.push_back(0.012);
+  for (double v : {0.03, 0.05}) kl.push_back(v);
+  run = ParsedRun(PolicyCsv({{"kl_k3", kl}}));
+  steps = ReplayAlerts(run, Settings(20, 0, 0));
+  EXPECT_DOUBLE_EQ(*steps[21].kl_k3_median, 0.01);
+  EXPECT_EQ(FiringSteps(steps, Alert::kKlJump), (std::vector<std::int64_t>{22}));
+}
+
+// A CSV without the policy columns (gac_grpo's before it wrote them): the
+// policy alerts are not evaluated, in no count but not_evaluated.
+TEST(BacktestPolicy, WithoutTheColumnsThePolicyAlertsAreNotEvaluated) {
+  const RecordedRun old = ParsedRun("step,cosine,heldout_acc\n1,0.1,0.5\n2,0.2,0.1\n3,0.1,0.1\n");
+  EXPECT_TRUE(old.ess_token.size() == 3 && !old.ess_token[0].has_value());
+  const RunBacktest b = BacktestRun(old, Settings(1, 0, 0));
+  ASSERT_EQ(b.outcome.outcome, Outcome::kCollapsed);
+  for (Alert a : {Alert::kEssLow, Alert::kClipped, Alert::kKlJump}) {
+    const Alarm& alarm = b.alarms[static_cast<std::size_t>(a)];
+    EXPECT_FALSE(alarm.evaluated) << AlertName(a);
+    EXPECT_FALSE(alarm.step.has_value()) << AlertName(a);
+    EXPECT_EQ(Judge(b.outcome, alarm), Verdict::kNotEvaluated) << AlertName(a);
+  }
+  EXPECT_STREQ(VerdictName(Verdict::kNotEvaluated), "not evaluated");
+  EXPECT_EQ(Judge(b.outcome, b.alarms[static_cast<std::size_t>(Alert::kSpike)]), Verdict::kMissed);
+  // Scored beside a collapsed run whose clipped alert warned at step 2: the
+  // old run is in neither the runs nor the misses.
+  Cosines low(6, 0.1);
+  low[1] = 0.5;
+  const RecordedRun clipped = ParsedRun(PolicyCsv({{"clip_fraction_low", low}}, {{3, 0.6}, {6, 0.1}}));
+  const std::vector<RunBacktest> runs = {b, BacktestRun(clipped, Settings(1, 0, 0))};
+  const AlertScore s = ScoreAlert(runs, Alert::kClipped);
+  EXPECT_EQ(s.not_evaluated, 1);
+  EXPECT_EQ(s.runs, 1);
+  EXPECT_EQ(s.collapsed, 1);
+  EXPECT_EQ(s.tp, 1);
+  EXPECT_EQ(s.fn, 0);
+  EXPECT_EQ(s.leads, (std::vector<std::int64_t>{4}));  // collapse at step 6, alarm at 2
+  EXPECT_DOUBLE_EQ(*s.recall(), 1.0);
+  const AlertScore e = ScoreAlert(runs, Alert::kEssLow);
+  EXPECT_EQ(e.not_evaluated, 2);
+  EXPECT_EQ(e.runs, 0);
+  EXPECT_FALSE(e.recall().has_value());
+  const AlertScore spike = ScoreAlert(runs, Alert::kSpike);
+  EXPECT_EQ(spike.not_evaluated, 0);
+  EXPECT_EQ(spike.runs, 2);
+}
+
+TEST(BacktestPolicy, PolicyCellsMustBeNumbersAndNonFiniteIsAbsent) {
+  const RecordedRun run = ParsedRun("step,cosine,heldout_acc,kl_k3\n1,,,nan\n2,,,inf\n3,,,0.5\n");
+  EXPECT_EQ(run.kl_k3, (Cosines{std::nullopt, std::nullopt, 0.5}));
+  base::StatusOr<RecordedRun> bad = ParseRunCsv("step,cosine,heldout_acc,ess_token\n1,,,high\n", "p.csv");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("p.csv:2: column ess_token: 'high' is not a number"), std::string::npos)
+      << bad.status().message();
 }
 
 }  // namespace

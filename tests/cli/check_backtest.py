@@ -4,7 +4,10 @@ the trainer's own window_mean column), the alerts' firing steps and hold
 written here, the thresholds, outcomes, collapse steps and scores from the
 experiment's analysis (examples/grpo/analyze.py: calibration_values,
 outcome, level_alarm, score), where its definitions coincide with the
-alerts'. Then the program's errors on bad input. Standard library only.
+alerts'. The policy-health alerts (GacPolicyEssLow, GacPolicyClipped,
+GacSamplerKlJump) on runs made here, against their rules written here, and
+"not evaluated" on the recording, which has no policy column. Then the
+program's errors on bad input. Standard library only.
 
 usage: check_backtest.py GACCTL DATA_DIR ANALYZE_PY
 
@@ -29,6 +32,8 @@ import tempfile
 
 WINDOW = 20
 WARMUP = 50
+ALIGNMENT = ("GacAlignmentSpike", "GacAlignmentElevated")
+POLICY = ("GacPolicyEssLow", "GacPolicyClipped", "GacSamplerKlJump")
 
 failures = []
 
@@ -118,7 +123,12 @@ def main(binary, data, analyze_path):
         rc, out, err = gacctl(binary, args + ["--per-run", "--format", "csv"])
         check(rc == 0 and err == "", f"--per-run --for-steps {for_steps}: rc {rc}, stderr {err!r}")
         rows = list(csv.DictReader(io.StringIO(out)))
-        check(len(rows) == 2 * len(runs), f"{len(rows)} per-run rows for {len(runs)} runs")
+        check(len(rows) == 5 * len(runs), f"{len(rows)} per-run rows for {len(runs)} runs")
+        # The recording has no policy column: those alerts are not evaluated, never quiet.
+        for row in rows:
+            if row["alert"] in POLICY:
+                check((row["verdict"], row["first_alarm"], row["firing_steps"]) == ("not evaluated", "", ""),
+                      f"{row['run']} {row['alert']}: {row}")
         rc, jout, _ = gacctl(binary, args + ["--per-run", "--format", "jsonl"])
         jrows = [json.loads(line) for line in jout.splitlines()]
         check(rc == 0 and len(jrows) == len(rows), "JSON Lines has the CSV's rows")
@@ -164,11 +174,16 @@ def main(binary, data, analyze_path):
             for key in ("alarmed", "tp", "fp", "fn", "tn"):
                 check(int(row.get(key, -1)) == s[key], f"{alert} --for-steps {for_steps}: {key} {row.get(key)} vs {s[key]}")
             check(int(row.get("at_first_eligible", -1)) == s["at_first"], f"{alert}: at_first_eligible")
+            check(int(row.get("not_evaluated", -1)) == 0, f"{alert}: not_evaluated {row.get('not_evaluated')}")
             for key, want in (("precision", s["precision"]), ("recall", s["recall"]),
                               ("lead_median", a.quantile(s["leads"], 0.5)), ("lead_q25", a.quantile(s["leads"], 0.25)),
                               ("lead_q75", a.quantile(s["leads"], 0.75)),
                               ("lead_min", min(s["leads"], default=None)), ("lead_max", max(s["leads"], default=None))):
                 check(close(num(row.get(key)), want), f"{alert} --for-steps {for_steps}: {key} {row.get(key)} vs {want}")
+        for alert in POLICY:
+            row = summary.get(alert, {})
+            check((row.get("runs"), row.get("not_evaluated"), row.get("alarmed")) == ("0", str(len(runs)), "0"),
+                  f"{alert} on the recording: {row}")
 
     # The recording holds what it was chosen for.
     outcomes = {k: a.outcome(r["start"], r["evals"]) for k, r in runs.items()}
@@ -179,6 +194,7 @@ def main(binary, data, analyze_path):
 
     errors(binary, runs_dir, cal_dir)
     guard(binary)
+    policy(binary)
     if failures:
         print("\n".join(failures[:50]))
         print(f"{len(failures)} failures")
@@ -320,6 +336,133 @@ def guard(binary):
                 ([tmp, "--spike-window", "1"], 2, "--spike-window")):
             rc, out, err = gacctl(binary, args)
             check(rc == want_rc and out == "" and has in err, f"guard {args}: rc {rc}, stderr {err!r} (want {has!r})")
+
+
+def policy_reference(steps, columns, for_steps):
+    """{alert: firing per step} of the policy-health alerts, written from their rules: each column read as
+    gacd's gauge shows it (an empty cell keeps the last value), the early median of the first 20 values
+    (statistics.median: the mean of the two middle ones), held for_steps further steps."""
+    def gauge(values):
+        last, early, out = None, [], []
+        for v in values:
+            if v is not None:
+                last = v
+                if len(early) < 20:
+                    early.append(v)
+            out.append((last, statistics.median(early) if len(early) == 20 else None))
+        return out
+
+    n = len(steps)
+    ess = gauge(columns.get("ess_token", [None] * n))
+    low = gauge(columns.get("clip_fraction_low", [None] * n))
+    high = gauge(columns.get("clip_fraction_high", [None] * n))
+    kl = gauge(columns.get("kl_k3", [None] * n))
+    cond = {
+        "GacPolicyEssLow": [v is not None and m is not None and v < 0.5 * m for v, m in ess],
+        "GacPolicyClipped": [(lo is not None or hi is not None) and (lo or 0.0) + (hi or 0.0) > 0.2
+                             for (lo, _), (hi, _) in zip(low, high)],
+        "GacSamplerKlJump": [v is not None and m is not None and v > 4 * m and v > 0.001 for v, m in kl],
+    }
+    return {alert: held(c, for_steps) for alert, c in cond.items()}
+
+
+def policy_runs(tmp):
+    """Runs of 150 steps written to tmp: their steps, policy columns and evaluations, by name. Noisy
+    values with planted stretches (an ESS drop, clipping, a KL jump), empty cells; one run without the
+    columns and one whose clip columns are empty."""
+    import random
+    rng = random.Random(11)
+    runs = {}
+    for k in range(6):
+        n = 150
+        cols = {"ess_token": [], "clip_fraction_low": [], "clip_fraction_high": [], "kl_k3": []}
+        for step in range(1, n + 1):
+            drop = 60 + 10 * k <= step < 75 + 10 * k
+            cols["ess_token"].append(rng.uniform(0.7, 0.95) * (0.45 if drop and k % 2 == 0 else 1.0))
+            cols["clip_fraction_low"].append(rng.uniform(0.0, 0.12) + (0.1 if drop and k != 3 else 0.0))
+            cols["clip_fraction_high"].append(rng.uniform(0.0, 0.1))
+            cols["kl_k3"].append(rng.uniform(2e-4, 6e-4) * (8.0 if step >= 100 + 5 * k and k % 3 != 2 else 1.0))
+        for values in cols.values():
+            for i in range(n):
+                if rng.random() < 0.05:
+                    values[i] = None
+        if k == 4:
+            cols["clip_fraction_low"] = [None] * n  # a loss that clips nothing
+            cols["clip_fraction_high"] = [None] * n
+        if k == 5:
+            cols = {}  # a CSV from before the columns
+        evals = [(s, 0.6 if s <= 100 or k % 2 == 1 else 0.2) for s in range(20, n + 1, 20)]
+        name = f"policy{k}"
+        with open(os.path.join(tmp, name + ".csv"), "w") as f:
+            f.write(",".join(["step", "cosine", "heldout_acc"] + list(cols)) + "\n")
+            for i in range(n):
+                acc = dict(evals).get(i + 1)
+                cells = [str(i + 1), "", "" if acc is None else repr(acc)]
+                cells += ["" if v[i] is None else repr(v[i]) for v in cols.values()]
+                f.write(",".join(cells) + "\n")
+        with open(os.path.join(tmp, name + ".log"), "w") as f:
+            f.write("start: held-out accuracy 0.5\nsummary: done\n")
+        runs[name] = (list(range(1, n + 1)), cols, evals)
+    return runs
+
+
+def policy(binary):
+    """The policy-health alerts on runs made here against policy_reference and the scoring rule."""
+    with tempfile.TemporaryDirectory() as tmp:
+        runs = policy_runs(tmp)
+        fired = set()
+        for for_steps in (0, 3):
+            args = [tmp, "--c-high", "0.9", "--window-c-low", "0.3", "--for-steps", str(for_steps)]
+            rc, out, err = gacctl(binary, args + ["--per-run", "--format", "csv"])
+            check(rc == 0 and err == "", f"policy --for-steps {for_steps}: rc {rc} {err}")
+            rows = {(r["run"], r["alert"]): r for r in csv.DictReader(io.StringIO(out))}
+            counts = {a: {"runs": 0, "not_evaluated": 0, "tp": 0, "fp": 0, "fn": 0, "tn": 0} for a in POLICY}
+            for name, (steps, cols, evals) in runs.items():
+                col = collapse_step(0.5, evals)
+                firing = policy_reference(steps, cols, for_steps)
+                present = {a: any(v is not None for c in inputs for v in cols.get(c, []))
+                           for a, inputs in (("GacPolicyEssLow", ["ess_token"]), ("GacSamplerKlJump", ["kl_k3"]),
+                                             ("GacPolicyClipped", ["clip_fraction_low", "clip_fraction_high"]))}
+                for alert in POLICY:
+                    row = rows.get((name, alert), {})
+                    if not present[alert]:
+                        counts[alert]["not_evaluated"] += 1
+                        check(row.get("verdict") == "not evaluated" and row.get("firing_steps") == "",
+                              f"{name} {alert}: {row}")
+                        continue
+                    step, _, count = first_alarm(steps, firing[alert])
+                    if col is not None:
+                        verdict = "missed" if step is None else ("warned" if step <= col else "late")
+                    else:
+                        verdict = "quiet" if step is None else "false alarm"
+                    key = {"warned": "tp", "late": "fn", "missed": "fn", "false alarm": "fp", "quiet": "tn"}[verdict]
+                    counts[alert]["runs"] += 1
+                    counts[alert][key] += 1
+                    if step is not None:
+                        fired.add(alert)
+                    got = (num(row.get("first_alarm")), int(row.get("firing_steps") or -1), row.get("verdict"))
+                    check(got == (step, count, verdict), f"{name} {alert} --for-steps {for_steps}: "
+                                                         f"gacctl {got}, here {(step, count, verdict)}")
+            rc, out, _ = gacctl(binary, args + ["--format", "csv"])
+            summary = {r["alert"]: r for r in csv.DictReader(io.StringIO(out))}
+            for alert in POLICY:
+                got = {k: int(summary.get(alert, {}).get(k, -1)) for k in counts[alert]}
+                check(got == counts[alert], f"{alert} summary --for-steps {for_steps}: {got} vs {counts[alert]}")
+            rc, out, _ = gacctl(binary, args)
+            check("GacPolicyClipped:" in out and "not evaluated in 2 of 6 runs" in out and
+                  "not evaluated in 1 of 6 runs" in out, f"policy heading: {out[:1500]}")
+        check(fired == set(POLICY), f"every policy alert fired on the runs made here: {fired}")
+
+
+def collapse_step(start, evals):
+    """The experiment's collapse rule (examples/grpo/analyze.py), for the runs made here."""
+    accs = [a for _, a in evals]
+    peak = start
+    for i, (step, acc) in enumerate(evals):
+        peak = max(peak, acc)
+        if acc < 0.7 * peak and all(x < 0.7 * peak for x in accs[i + 1:]):
+            return step
+    return None
 
 
 if __name__ == "__main__":

@@ -754,7 +754,11 @@ TEST_F(Gacctl, CsvAndJsonlCarryEveryStoredFieldExactly) {
                                           "mode",      "regime",       "cosine", "cosine_after", "alpha",
                                           "grad_norm", "ref_norm",     "staleness", "fallback",
                                           "agent_overhead_seconds", "c_low", "c_high", "trigger", "window",
-                                          "window_c_low", "window_c_high", "grad_norm_z", "loss_z", "window_mean"};
+                                          "window_c_low", "window_c_high", "grad_norm_z", "loss_z", "policy_tokens",
+                                          "ess_token", "ess_sequence", "clip_fraction_low", "clip_fraction_high",
+                                          "truncation_fraction", "log_ratio_max", "log_ratio_p99", "log_ratio_p1",
+                                          "kl_k3", "log_ratio_abs_mean", "entropy_mean", "staleness_min",
+                                          "staleness_mean", "staleness_max", "policy_invalid", "window_mean"};
   // The documented column order: the fixed columns, the scalars by name, other_scalars.
   EXPECT_EQ(std::vector<std::string>(header.begin(), header.begin() + static_cast<std::ptrdiff_t>(fixed.size())), fixed);
   EXPECT_EQ(std::vector<std::string>(header.begin() + static_cast<std::ptrdiff_t>(fixed.size()), header.end()),
@@ -1015,11 +1019,25 @@ TEST(GacctlTail, EveryFieldIsAColumnOrSaysWhyNot) {
       {"window_c_low", "the rule: gacctl steps"},
       {"window_c_high", "the rule: gacctl steps"},
       {"loss_z", "the spike guard's loss z-score: gacctl steps (tail shows the regime and |g|'s z)"},
+      {"policy_tokens", "policy health: tail shows ESS and KL, gacctl steps every signal"},
+      {"ess_sequence", "policy health: gacctl steps"},
+      {"clip_fraction_low", "policy health: gacctl steps"},
+      {"clip_fraction_high", "policy health: gacctl steps"},
+      {"truncation_fraction", "policy health: gacctl steps"},
+      {"log_ratio_max", "policy health: gacctl steps"},
+      {"log_ratio_p99", "policy health: gacctl steps"},
+      {"log_ratio_p1", "policy health: gacctl steps"},
+      {"log_ratio_abs_mean", "policy health: gacctl steps"},
+      {"entropy_mean", "policy health: gacctl steps"},
+      {"staleness_min", "policy health: gacctl steps (tail shows the configured staleness)"},
+      {"staleness_mean", "policy health: gacctl steps"},
+      {"staleness_max", "policy health: gacctl steps"},
+      {"policy_invalid", "policy health: gacctl steps; tail's ESS and KL are empty then"},
   };
   std::ostringstream out, err;
   ASSERT_EQ(cli::RunGacctl({"tail", "--help"}, cli::Environment{}, out, err), 0) << err.str();
   std::set<std::string> columns;
-  const std::regex column(R"(\n  ([a-z_]+) \[[^\]]+\]: )");
+  const std::regex column(R"(\n  ([a-z0-9_]+) \[[^\]]+\]: )");
   const std::string help = out.str();
   for (auto it = std::sregex_iterator(help.begin(), help.end(), column); it != std::sregex_iterator(); ++it) {
     EXPECT_TRUE(columns.insert((*it)[1].str()).second) << (*it)[1].str();

@@ -539,12 +539,13 @@ def check_metrics_documented(repo):
     """Every metric gacd registers is in docs/OPERATIONS.md's table: those
     server/src/metrics.cc names (also in server/src/metrics.h's list) and the
     gauges of the record's fields (metrics.cc's kFieldGauges, each a
-    {"field", "gac_name"} row)."""
+    {"field", "gac_name"} row) and of their early medians (kEarlyMedianGauges,
+    rows {"field", "gac_name", "help"}). Names may hold digits (gac_kl_k3_nats)."""
     source = open(f"{repo}/server/src/metrics.cc").read()
-    names = sorted(set(re.findall(r'Family\(r, "(gac_[a-z_]+)"', source)))
+    names = sorted(set(re.findall(r'Family\(r, "(gac_[a-z0-9_]+)"', source)))
     if not names:
         problem("server/src/metrics.cc: no metric names found")
-    field_gauges = sorted(set(re.findall(r'\{"[a-z_]+", "(gac_[a-z_]+)"\}', source)))
+    field_gauges = sorted(set(re.findall(r'\{"[a-z0-9_]+", "(gac_[a-z0-9_]+)"[,}]', source)))
     if not field_gauges:
         problem("server/src/metrics.cc: no field gauges found")
     docs = open(f"{repo}/docs/OPERATIONS.md").read()

@@ -12,7 +12,12 @@
 //     $run/$rank/$job set to the test's run and $__rate_interval to 5s)
 //     parses and returns data, and the variable queries list the runs,
 //   - GacAlignmentSpike fires for the spiky run and no alert at all for the
-//     quiet one.
+//     quiet one;
+//   - both runs send policy-health signals: gacd's early medians are those of
+//     the first 20 steps sent, and the spiky run's policy drifts from its
+//     sampler as it spikes, so GacPolicyEssLow, GacPolicyClipped and
+//     GacSamplerKlJump fire for its two ranks (and, as above, none for the
+//     quiet run, whose policy stays where it started).
 //
 // Time scale: the rules file is loaded with every duration in minutes read
 // as seconds (range windows `[Nm]` and `for: Nm`), so a 10-minute window is
@@ -294,7 +299,9 @@ TEST(Dashboard, IsStructurallyValid) {
         "gac_alpha", "gac_grad_norm", "gac_ref_norm", "gac_staleness_steps", "gac_trainer_scalar",
         "gac_skipped_updates_total", "gac_controller_fallbacks_total", "gac_layer_cosine", "gac_ingest_rows_total",
         "gac_rpc_errors_total", "gac_store_queue_rows", "gac_last_report_timestamp_seconds", "gac_spikes_total",
-        "gac_grad_norm_z"}) {
+        "gac_grad_norm_z", "gac_ess_token_ratio", "gac_ess_token_early_median_ratio", "gac_clip_fraction_low_ratio",
+        "gac_clip_fraction_high_ratio", "gac_kl_k3_nats", "gac_kl_k3_early_median_nats", "gac_log_ratio_p99_nats",
+        "gac_entropy_mean_nats", "gac_batch_staleness_max_versions", "gac_policy_invalid"}) {
     EXPECT_NE(all.find(std::string(series) + "{"), std::string::npos) << series << " is on no panel";
   }
 }
@@ -583,6 +590,8 @@ TEST(Prometheus, DashboardQueriesAndAlertsOnLiveData) {
   spiky_options.remote = true;
   spiky_options.fallback_every = 10;
   spiky_options.guard_spike_step = 100;  // one step the agent's spike guard skipped
+  quiet_options.policy = true;
+  spiky_options.policy = true;  // its policy drifts from the sampler as it spikes (synthetic_run.h)
   SyntheticRun quiet(quiet_options), spiky(spiky_options);
 
   const double stream_start = WallSeconds();
@@ -655,6 +664,41 @@ TEST(Prometheus, DashboardQueriesAndAlertsOnLiveData) {
   EXPECT_DOUBLE_EQ(value_of("gac_threshold_c_high{run=\"dash-spiky\"}"), 0.3);
   EXPECT_EQ(value_of("gac_rpc_errors_total{method=\"Ingest\",code=\"INVALID_ARGUMENT\"}"), 1.0);
 
+  // --- policy health: every signal's gauge, and the early medians: the
+  // median of the first 20 values each rank sent (those of a fresh run with
+  // the same options), the mean of the middle two.
+  for (const char* name :
+       {"gac_policy_tokens", "gac_ess_token_ratio", "gac_ess_sequence_ratio", "gac_clip_fraction_low_ratio",
+        "gac_clip_fraction_high_ratio", "gac_truncation_fraction_ratio", "gac_log_ratio_max_nats",
+        "gac_log_ratio_p99_nats", "gac_log_ratio_p1_nats", "gac_kl_k3_nats", "gac_log_ratio_abs_mean_nats",
+        "gac_entropy_mean_nats", "gac_batch_staleness_min_versions", "gac_batch_staleness_mean_versions",
+        "gac_batch_staleness_max_versions", "gac_policy_invalid", "gac_ess_token_early_median_ratio",
+        "gac_kl_k3_early_median_nats"}) {
+    for (const char* run : {kQuietRun, kSpikyRun}) {
+      EXPECT_FALSE(prom.Query(std::string(name) + "{job=\"gacd\",run=\"" + run + "\",rank=\"1\"}").empty())
+          << name << " of " << run;
+    }
+  }
+  for (const SyntheticRunOptions& options : {quiet_options, spiky_options}) {
+    SyntheticRun replay(options);
+    std::vector<double> ess, kl;
+    for (int i = 0; i < 20; ++i) {
+      const v1::StepRecord r = replay.NextStep().front();
+      ess.push_back(r.ess_token());
+      kl.push_back(r.kl_k3());
+    }
+    auto median = [](std::vector<double> v) {
+      std::sort(v.begin(), v.end());
+      return (v[9] + v[10]) / 2;
+    };
+    for (const char* rank : {"0", "1"}) {
+      const std::string labels = "{run=\"" + options.run + "\",rank=\"" + rank + "\"}";
+      EXPECT_NEAR(value_of("gac_ess_token_early_median_ratio" + labels), median(ess), 1e-12) << labels;
+      EXPECT_NEAR(value_of("gac_kl_k3_early_median_nats" + labels), median(kl), 1e-12) << labels;
+      EXPECT_EQ(value_of("gac_policy_invalid" + labels), 0.0) << labels;
+    }
+  }
+
   // --- rules: every one evaluated without error; every recording yields data.
   {
     const Value rules = prom.Api("/api/v1/rules");
@@ -671,7 +715,7 @@ TEST(Prometheus, DashboardQueriesAndAlertsOnLiveData) {
         EXPECT_EQ(Str(Field(rule, "health")), "ok") << Str(Field(rule, "name")) << ": " << Str(Field(rule, "lastError"));
       }
     }
-    EXPECT_EQ(count, 19);
+    EXPECT_EQ(count, 23);
   }
   for (const std::string& record : RecordingRuleNames(rules_text)) {
     EXPECT_FALSE(prom.Query(record).empty()) << "recording rule " << record << " has no data";
@@ -733,6 +777,22 @@ TEST(Prometheus, DashboardQueriesAndAlertsOnLiveData) {
   EXPECT_EQ(Label(guarded[0], "run"), kSpikyRun);
   EXPECT_EQ(SampleValue(prom.Query("sum(gac_spikes_total{run=\"" + std::string(kSpikyRun) + "\"})")[0]), 2.0)
       << "one spike step, reported by both ranks";
+  // The spiky run's policy drifted from its sampler: its ESS fell below half
+  // of its early median, its KL rose above 4 times its own, and its loss
+  // clips 35 % of the tokens; each alert fires for both ranks.
+  for (const char* alert : {"GacPolicyEssLow", "GacSamplerKlJump", "GacPolicyClipped"}) {
+    std::vector<Value> policy;
+    std::set<std::string> alerted;
+    for (auto deadline = Clock::now() + std::chrono::seconds(20); Clock::now() < deadline;) {
+      policy = prom.Query("ALERTS{alertname=\"" + std::string(alert) + "\",alertstate=\"firing\"}");
+      alerted.clear();
+      for (const Value& a : policy) alerted.insert(Label(a, "run") + "/" + Label(a, "rank"));
+      if (alerted.size() >= 2) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    }
+    EXPECT_EQ(alerted, (std::set<std::string>{std::string(kSpikyRun) + "/0", std::string(kSpikyRun) + "/1"}))
+        << alert << "\n" << prom.Log();
+  }
   EXPECT_TRUE(prom.Query("last_over_time(ALERTS{run=\"" + std::string(kQuietRun) + "\"}[5m])").empty())
       << "an alert was pending or firing for the quiet run";
 

@@ -8,6 +8,13 @@
 // spike_peak (through the projection band into skip), a hold for spike_hold
 // steps, then (recover) a ramp back down. The gradient norm grows with the
 // alignment; the reward rises slowly and dips while the run is spiking.
+//
+// With `policy`, the records carry the trainer's policy-health signals
+// (fields 26-41) of a learner that drifts from its sampler as the run
+// spikes: at the peak the token ESS has fallen from about 0.92 to 0.22, the
+// clipped fraction risen from 0.05 to 0.35 and the k3 KL from 0.002 to 0.032
+// nats. They are drawn from a generator of their own, so a run's cosines are
+// the same with and without them.
 
 #ifndef GAC_TESTS_DASHBOARDS_SYNTHETIC_RUN_H_
 #define GAC_TESTS_DASHBOARDS_SYNTHETIC_RUN_H_
@@ -48,12 +55,16 @@ struct SyntheticRunOptions {
   // The agent's spike guard: from step 10 the records carry its z-scores,
   // and this step (>= 0) is a spike it skipped (regime spike); -1: no guard.
   std::int64_t guard_spike_step = -1;
+  bool policy = false;              // the policy-health signals (see above)
 };
 
 class SyntheticRun {
  public:
   explicit SyntheticRun(SyntheticRunOptions o)
-      : o_(std::move(o)), controller_(*controller::Controller::Create(o_.thresholds)), rng_(o_.seed) {}
+      : o_(std::move(o)),
+        controller_(*controller::Controller::Create(o_.thresholds)),
+        rng_(o_.seed),
+        policy_rng_(o_.seed ^ 0x9e3779b97f4a7c15ULL) {}
 
   const SyntheticRunOptions& options() const { return o_; }
   std::int64_t next_step() const { return step_; }
@@ -70,6 +81,14 @@ class SyntheticRun {
     t -= o_.spike_hold;
     if (t < o_.spike_ramp) return o_.spike_peak - (o_.spike_peak - base) * static_cast<double>(t) / ramp;
     return base;
+  }
+
+  // How far the learner has drifted from its sampler at `step`, in [0, 1]:
+  // 0 while quiet, 1 at the spike's peak.
+  double Drift(std::int64_t step) const {
+    const double base = BaseCosine(0);
+    if (!o_.spike || o_.spike_peak <= base) return 0.0;
+    return std::clamp((BaseCosine(step) - base) / (o_.spike_peak - base), 0.0, 1.0);
   }
 
   // Statistics of the next step, for a Decide request in remote mode.
@@ -134,6 +153,7 @@ class SyntheticRun {
       }
     }
     r.set_staleness(2 + step_ % 3);
+    if (o_.policy) SetPolicySignals(&r);
     r.set_wall_time_ns(std::chrono::duration_cast<std::chrono::nanoseconds>(now.time_since_epoch()).count());
 
     // Trainer scalars: reward climbs, dips while the gradients are aligned.
@@ -177,6 +197,32 @@ class SyntheticRun {
 
 
   double Normal() { return normal_(rng_); }
+  double PolicyNoise() { return policy_normal_(policy_rng_); }
+
+  // The policy-health signals of step_ (fields 26-41), consistent with one
+  // another: p1 <= p99 <= max, min <= mean <= max staleness, fractions and
+  // ESS in [0, 1].
+  void SetPolicySignals(v1::StepRecord* r) {
+    const double d = Drift(step_);
+    auto unit = [](double x) { return std::clamp(x, 0.0, 1.0); };
+    r->set_policy_tokens(4000 + 16 * (step_ % 7));
+    r->set_ess_token(std::clamp(0.92 - 0.7 * d + 0.01 * PolicyNoise(), 0.02, 1.0));
+    r->set_ess_sequence(std::clamp(0.8 - 0.7 * d + 0.015 * PolicyNoise(), 0.01, 1.0));
+    r->set_clip_fraction_low(unit(0.02 + 0.12 * d + 0.003 * PolicyNoise()));
+    r->set_clip_fraction_high(unit(0.03 + 0.18 * d + 0.003 * PolicyNoise()));
+    r->set_truncation_fraction(unit(0.002 + 0.05 * d + 0.001 * PolicyNoise()));
+    const double p99 = 0.15 + 0.8 * d + 0.01 * PolicyNoise();
+    r->set_log_ratio_p99(p99);
+    r->set_log_ratio_p1(-(0.15 + 0.6 * d) + 0.01 * PolicyNoise());
+    r->set_log_ratio_max(p99 + 0.3 + 1.5 * d + 0.05 * std::abs(PolicyNoise()));
+    r->set_kl_k3(std::max(0.0, 0.002 * (1.0 + 0.05 * PolicyNoise()) + 0.03 * d * d));
+    r->set_log_ratio_abs_mean(0.05 + 0.2 * d + 0.002 * std::abs(PolicyNoise()));
+    r->set_entropy_mean(std::max(0.0, 1.1 - 0.5 * d + 0.01 * PolicyNoise()));
+    r->set_staleness_min(2.0 * d);
+    r->set_staleness_mean(1.5 + 3.0 * d);
+    r->set_staleness_max(3.0 + 4.0 * d);
+    r->set_policy_invalid(false);  // present with the signals, as an agent sends them
+  }
 
   // Draws the statistics of step_ once (NextDecideRequest and NextStep see the same).
   void Prepare() {
@@ -198,6 +244,9 @@ class SyntheticRun {
   controller::Controller controller_;
   std::mt19937_64 rng_;
   std::normal_distribution<double> normal_{0.0, 1.0};
+  // The policy signals' noise, apart from the rest (see the file comment).
+  std::mt19937_64 policy_rng_;
+  std::normal_distribution<double> policy_normal_{0.0, 1.0};
   std::int64_t step_ = 0;
   bool prepared_ = false;
   controller::AlignmentStats stats_;

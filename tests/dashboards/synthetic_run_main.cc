@@ -41,7 +41,8 @@ const char kUsage[] =
     "  --no-recover         stay at the peak\n"
     "  --layers=N           per-layer rows per record (default 8)\n"
     "  --remote             remote mode: ask gacd (Decide) every step\n"
-    "  --fallback-every=N   remote: every Nth step uses the local decision (default 0)\n";
+    "  --fallback-every=N   remote: every Nth step uses the local decision (default 0)\n"
+    "  --policy             send policy-health signals (ESS, clipping, KL...; they drift with the spike)\n";
 
 bool Flag(const std::string& arg, const char* name, std::string* value) {
   const std::string prefix = std::string("--") + name + "=";
@@ -96,6 +97,8 @@ int main(int argc, char** argv) {
       o.remote = true;
     } else if (Flag(a, "fallback-every", &v)) {
       o.fallback_every = std::atoi(v.c_str());
+    } else if (a == "--policy") {
+      o.policy = true;
     } else {
       std::fprintf(stderr, "gac_synthetic_run: unknown argument '%s'\n%s", a.c_str(), kUsage);
       return 2;

@@ -156,3 +156,44 @@ def test_parameters_on_two_devices_are_refused() -> None:
     with pytest.raises((ValueError, RuntimeError), match="device"):
         agent.step(1, [a, b])
 
+
+
+def test_policy_signals_on_cuda_are_the_cpus_with_one_synchronisation() -> None:
+    """gac.rl on CUDA tensors: the CPU's numbers (fp64 sums to 1e-12; the
+    entropy from bf16 logits, fp32 per token, to 1e-6), one device-to-host
+    synchronisation, and the signals carried by a CUDA step's report."""
+    import warnings
+
+    import gac.rl
+
+    g = torch.Generator().manual_seed(11)
+    b, t, v = 64, 256, 512
+    old = (-torch.rand(b, t, generator=g) * 4).to(torch.bfloat16)
+    new = (old.float() + 0.4 * torch.randn(b, t, generator=g)).to(torch.bfloat16)
+    mask = torch.rand(b, t, generator=g) < 0.7
+    inputs = dict(advantages=torch.randn(b, generator=g), clip_low=0.2, clip_high=0.28, truncation=2.0,
+                  logits=torch.randn(b, t, v, generator=g).to(torch.bfloat16),
+                  versions=torch.randint(0, 5, (b,), generator=g), current_version=5)
+    on_cpu = gac.rl.signals(new, old, mask, **inputs)
+    cuda_inputs = {k: x.cuda() if isinstance(x, torch.Tensor) else x for k, x in inputs.items()}
+    args = [x.cuda() for x in (new, old, mask)]
+    torch.cuda.synchronize()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            on_cuda = gac.rl.signals(*args, **cuda_inputs)
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+    assert len([w for w in caught if "synchroniz" in str(w.message)]) == 1
+    assert on_cpu.invalid is None and on_cuda.invalid is None
+    for key, want in on_cpu.to_dict().items():
+        got = getattr(on_cuda, key)
+        if isinstance(want, float):
+            assert got == pytest.approx(want, rel=1e-6 if key == "entropy_mean" else 1e-12, abs=1e-15), key
+        else:
+            assert got == want, key
+    p = torch.nn.Parameter(torch.zeros(1024, device="cuda"))
+    p.grad = torch.randn(1024, device="cuda")
+    report = gac.Agent(mode="monitor").step(1, [p], policy=on_cuda)
+    assert report.ess_token == on_cuda.ess_token and report.policy_tokens == on_cuda.tokens

@@ -48,6 +48,14 @@ def test_example_streams_every_step(gacd: Gacd, mode: str) -> None:
         assert {"reward", "loss", "kl", "entropy"} <= set(r["scalars"])
         assert 0.0 <= r["scalars"]["reward"] <= 1.0
         assert int(r.get("staleness", 0)) == min(int(r["step"]) - 1, 4)
+        # The batch's policy-health signals, as the record's own fields.
+        assert int(r["policy_tokens"]) == 8 * 4 * 3 and r["policy_invalid"] is False
+        assert 0.0 < float(r["ess_token"]) <= 1.0 and 0.0 < float(r["ess_sequence"]) <= 1.0
+        assert float(r["kl_k3"]) >= 0.0 and float(r["entropy_mean"]) > 0.0
+        assert 0.0 <= float(r["clip_fraction_low"]) + float(r["clip_fraction_high"]) <= 1.0
+        assert float(r["staleness_min"]) == float(r["staleness_max"]) == min(int(r["step"]) - 1, 4)
+    # Stale steps move the learner away from the sampler: some ratio is off 1.
+    assert any(float(r["ess_token"]) < 1.0 for r in stored)
 
 
 def test_example_without_gacd() -> None:

@@ -2,7 +2,8 @@
 CPU: exactly one GAC decision per optimizer step (none on the micro-steps),
 each c_t and |g| equal to an fp64 recomputation from the accumulated
 gradients the Trainer hands its optimizer; gac/* values in the logs every
-later callback (a report_to backend) gets and in the log history; under
+later callback (a report_to backend) gets and in the log history (no
+policy-health keys: no RL loss gave signals); under
 control a skipped update moves no weight and holds the LR schedule; bad
 arguments to GacCallback and install() raise and change nothing."""
 
@@ -25,6 +26,10 @@ from gac.integrations.transformers import GacCallback  # noqa: E402
 
 ACCUMULATION = 4
 UPDATES = 6
+# The report's policy-health fields under their log names (gac.rl's signals; test_trl_policy.py has them).
+POLICY_KEYS = {"gac/" + name for name in ("policy_tokens", "ess_token", "ess_sequence", "clip_fraction_low",
+                                          "clip_fraction_high", "log_ratio_max", "kl_k3", "entropy_mean",
+                                          "policy_invalid")}
 
 
 class Regressor(torch.nn.Module):
@@ -130,6 +135,7 @@ def test_one_decision_per_optimizer_step_against_fp64(tmp_path: Any) -> None:
             assert d["gac/regime"] == gac.REGIMES.index(r.regime)
             assert d["gac/grad_norm"] == r.grad_norm and d["gac/alpha"] == r.alpha
             assert d["gac/skipped"] == 0 and d["gac/skip_fraction"] == 0.0 and d["gac/skipped_total"] == 0
+            assert not [k for k in d if k in POLICY_KEYS]  # no RL loss, no policy-health signal (not even zeros)
             if r.cosine is None:
                 assert "gac/cosine" not in d and "gac/cosine_max" not in d
             else:

@@ -10,6 +10,12 @@ optimizer and the LR scheduler made by its FSDP engine's _build_optimizer
 (verl.workers.config.optimizer.build_optimizer) and _build_lr_scheduler; each
 update made by the engine's optimizer_step (clip, then step) and
 lr_scheduler_step. The engine runs without its __init__ (see CpuEngine).
+Its policy loss "gac" (the plug-in registers it): verl's own ppo_loss with
+its actor config (loss_mode=gac, gac_policy_loss naming vanilla, gspo, cispo
+or sapo) gives the loss the named one gives, and each update of two
+micro-batches of different lengths (plus a forward-only pass and a dropped
+update's micro-batch, not counted) reports the policy-health signals of their union, against test_rl's
+float64 reference with the bounds each loss clips with, written here.
 
 torchtitan 0.3.0: an OptimizersContainer built from its Config for two model
 parts (pipeline stages) and two kinds of optimizer (Adam for the biases, AdamW
@@ -97,18 +103,26 @@ def same_state(a: Dict[Any, Any], b: Dict[Any, Any]) -> bool:
 # ---------------------------------------------------------------- verl
 
 
-def verl_optim_config(overrides: List[str]) -> Any:
-    """The actor's optim section of verl's own ppo_trainer.yaml, composed by Hydra with `overrides`
-    (command-line syntax), as verl's FSDPOptimizerConfig."""
+def verl_actor_section(overrides: List[str], section: str) -> Any:
+    """A section of the actor's config in verl's own ppo_trainer.yaml ("" for the whole actor),
+    composed by Hydra with `overrides` (command-line syntax), as verl's dataclass."""
     verl = trainer_module("verl")
     from hydra import compose, initialize_config_dir
     from verl.utils.config import omega_conf_to_dataclass
-    from verl.workers.config import FSDPOptimizerConfig
 
     with initialize_config_dir(config_dir=os.path.join(os.path.dirname(verl.__file__), "trainer", "config"),
                                version_base=None):
         cfg = compose(config_name="ppo_trainer", overrides=overrides)
-    optim = omega_conf_to_dataclass(cfg.actor_rollout_ref.actor.optim)
+    actor = cfg.actor_rollout_ref.actor
+    return omega_conf_to_dataclass(actor[section] if section else actor)
+
+
+def verl_optim_config(overrides: List[str]) -> Any:
+    """The actor's optim section, as verl's FSDPOptimizerConfig."""
+    trainer_module("verl")
+    from verl.workers.config import FSDPOptimizerConfig
+
+    optim = verl_actor_section(overrides, "optim")
     assert isinstance(optim, FSDPOptimizerConfig)
     return optim
 
@@ -204,6 +218,88 @@ def test_verl_default_config_with_gac_only_observes() -> None:
     assert gated.optimizer.gac.reports == 7
     for a, b in zip(gac_model.parameters(), plain_model.parameters()):
         assert torch.equal(a, b)  # bit for bit verl's own AdamW
+
+
+def verl_micro_batch(model: torch.nn.Module, seed: int, rows: int, cols: int) -> Tuple[Any, Any, Dict[str, Any]]:
+    """A micro-batch as verl's ppo_loss takes it (padded layout: prompts, right-padded responses,
+    attention mask; the model's log-probs unpadded, one row per token of prompt and response) for a
+    policy over two tokens (`model`'s two outputs), with old log-probs off the current ones; and the
+    (B, T) tensors of it that the loss sees, for the reference."""
+    trainer_module("verl")
+    from verl.utils import tensordict_utils as tu
+
+    gen = torch.Generator().manual_seed(seed)
+    prompt = 2
+    lengths = torch.randint(1, cols + 1, (rows,), generator=gen)
+    mask = torch.arange(cols).unsqueeze(0) < lengths.unsqueeze(1)
+    tokens = torch.randint(0, 2, (rows, cols), generator=gen)
+    logp = torch.log_softmax(model(torch.randn(rows, cols, 8, generator=gen)), -1).gather(-1, tokens.unsqueeze(-1))
+    logp = logp.squeeze(-1)
+    old = logp.detach() + 0.4 * torch.randn(rows, cols, generator=gen)
+    advantages = torch.randn(rows, 1, generator=gen).expand(rows, cols).contiguous()
+    # Row i's log-probs sit at positions prompt - 1 ... prompt + length - 2 of its prompt + length tokens.
+    values = torch.cat([torch.cat([logp.new_zeros(prompt - 1), logp[i, :n], logp.new_zeros(1)])
+                        for i, n in enumerate(lengths.tolist())])
+    data = tu.get_tensordict(
+        {"prompts": torch.ones(rows, prompt, dtype=torch.long), "responses": tokens,
+         "attention_mask": torch.cat([torch.ones(rows, prompt, dtype=torch.long), mask.long()], 1),
+         "response_mask": mask.long(), "old_log_probs": old, "advantages": advantages},
+        {"dp_size": 1, "batch_num_tokens": int(mask.sum()), "global_batch_size": rows})
+    return {"log_probs": values}, data, {"logprobs": logp.detach(), "old": old, "mask": mask, "advantages": advantages}
+
+
+POLICY_SIGNALS = ("ess_token", "ess_sequence", "clip_fraction_low", "clip_fraction_high", "truncation_fraction",
+                  "log_ratio_max", "log_ratio_p99", "log_ratio_p1", "kl_k3", "log_ratio_abs_mean", "entropy_mean")
+
+
+@pytest.mark.parametrize("loss, bounds", [
+    ("vanilla", {"clip_low": 0.2, "clip_high": 0.28}),
+    ("gspo", {"clip_low": 0.2, "clip_high": 0.28, "sequence_level": "mean"}),
+    ("cispo", {"clip_low": 0.2, "clip_high": 0.28, "advantages": None}),
+    ("sapo", {"clip_low": None, "clip_high": None}),
+])
+def test_verl_policy_loss_gac_records_the_updates_signals(loss: str, bounds: Dict[str, Any]) -> None:
+    from test_rl import reference
+    trainer_module("verl")
+    from verl.workers.utils.losses import ppo_loss
+
+    common = ["actor_rollout_ref.actor.strategy=fsdp", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4",
+              "actor_rollout_ref.actor.clip_ratio_high=0.28",
+              "actor_rollout_ref.actor.optim.optimizer_impl=gac.integrations.verl"]
+    # The two lines the plug-in's text gives.
+    gac_loss = ["actor_rollout_ref.actor.policy_loss.loss_mode=gac",
+                f"+actor_rollout_ref.actor.optim.override_optimizer_config.gac_policy_loss={loss}"]
+    actor = verl_actor_section(common + gac_loss, "")
+    plain = verl_actor_section(common + [f"actor_rollout_ref.actor.policy_loss.loss_mode={loss}"], "")
+    model = small_model()
+    engine = verl_engine(model, actor.optim)
+    for update in range(1, 4):
+        # A micro-batch of an update verl dropped (a non-finite gradient: zero_grad, no step): not counted.
+        output, data, _ = verl_micro_batch(model, 100 + update, 4, 3)
+        ppo_loss(actor, output, data)
+        engine.optimizer_zero_grad()
+        seen = []
+        for micro, cols in enumerate((5, 7)):  # two micro-batches of different lengths: one update
+            output, data, tensors = verl_micro_batch(model, 10 * update + micro, 4, cols)
+            with torch.no_grad():  # a forward-only pass (verl's infer_batch): not counted
+                ppo_loss(actor, output, data)
+            loss_value, metrics = ppo_loss(actor, output, data)
+            want_value, want_metrics = ppo_loss(plain, output, data)  # "gac" is the loss it names, unchanged
+            assert torch.equal(loss_value, want_value) and metrics.keys() == want_metrics.keys()
+            loss_value.backward()
+            seen.append(tensors)
+        engine.optimizer_step()
+        r = engine.optimizer.gac.last_report
+        assert r.step == update
+        cols = max(t["mask"].shape[1] for t in seen)
+        union = {k: torch.cat([torch.nn.functional.pad(t[k], (0, cols - t[k].shape[1])) for t in seen])
+                 for k in seen[0]}
+        kwargs = {"advantages": union["advantages"], **bounds}
+        want = reference(union["logprobs"], union["old"], union["mask"], **kwargs)
+        assert r.policy_tokens == want["tokens"] == int(union["mask"].sum()) and not r.policy_invalid
+        for name in POLICY_SIGNALS:
+            got = getattr(r, name)
+            assert got is None if name not in want else got == pytest.approx(want[name], rel=1e-6, abs=1e-12), name
 
 
 # ---------------------------------------------------------------- torchtitan

@@ -171,6 +171,8 @@ def test_reports_reach_gacd(gacd: Gacd, tmp_path: Path) -> None:
     ({"gac_address": "127.0.0.1:7070"}, ValueError, "gac_address needs gac_run"),
     ({"gac_address": "127.0.0.1:7070", "gac_run": "bad run!"}, ValueError, "run"),
     ({"lr": -1.0}, ValueError, "learning rate"),
+    ({"gac_policy_loss": "gac"}, ValueError, "gac_policy_loss must name the verl policy loss"),
+    ({"gac_policy_loss": 3}, ValueError, "gac_policy_loss must name the verl policy loss"),
 ])
 def test_bad_options(override: Dict[str, Any], error: type, match: str) -> None:
     model = make_model()

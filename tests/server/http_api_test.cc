@@ -511,6 +511,17 @@ TEST(PageFieldsTest, EveryFieldIsOnTheCardOrSaysWhyNot) {
       {"window_c_low", "the m_t chart's bands"},
       {"window_c_high", "the m_t chart's bands"},
       {"loss_z", "the spike guard's loss z-score: gac_loss_z and gacctl steps (the page marks spike steps)"},
+      {"policy_tokens", "policy health: gacctl steps and gac_policy_tokens"},
+      {"ess_sequence", "policy health: the ESS chart draws it beside the tokens' ESS"},
+      {"truncation_fraction", "policy health: gacctl steps and the Grafana row"},
+      {"log_ratio_max", "policy health: the log-ratio tails are the Grafana row's"},
+      {"log_ratio_p99", "policy health: the Grafana row"},
+      {"log_ratio_p1", "policy health: the Grafana row"},
+      {"log_ratio_abs_mean", "policy health: the Grafana row (the card shows KL)"},
+      {"staleness_min", "policy health: the card shows the configured staleness; the Grafana row the batch's"},
+      {"staleness_mean", "policy health: the Grafana row"},
+      {"staleness_max", "policy health: the Grafana row"},
+      {"policy_invalid", "an invalid batch leaves the card's signals empty; gacctl steps"},
   };
   for (const proto::StepField& f : proto::kStepFields) {
     EXPECT_NE(web::FindLatestStepRow(f.name) != nullptr, not_on_page.count(f.name) == 1)

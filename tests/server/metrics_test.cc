@@ -183,6 +183,41 @@ TEST(MetricsTest, EveryFieldHasAGaugeOrSaysWhyNot) {
   EXPECT_EQ(FieldGaugeName("window_mean"), nullptr) << "m_t is not a field: gac_window_mean";
 }
 
+// The policy-health alerts' baselines: the median of a rank's first 20
+// reported values of ess_token and of kl_k3, absent until then, then fixed;
+// records without the signal do not count, and each rank has its own.
+TEST(MetricsTest, EarlyMediansOfEssAndKlAfterTwentyValues) {
+  Metrics m;
+  // ess_token at steps 0..29 of rank 0: a permutation of 0.30..0.49 first
+  // (median of those 20: (0.39 + 0.40) / 2), then far lower values that the
+  // baseline must not see; every third step carries no signal.
+  std::vector<double> ess;
+  for (int i = 0; i < 20; ++i) ess.push_back(0.30 + 0.01 * ((i * 7) % 20));
+  for (int i = 0; i < 10; ++i) ess.push_back(0.01);
+  std::int64_t step = 0;
+  for (std::size_t seen = 1; seen <= ess.size(); ++seen) {
+    const double value = ess[seen - 1];
+    v1::StepRecord bare = Step("r1", 0, step++);
+    m.ObserveStep(bare, kT0);
+    v1::StepRecord r = Step("r1", 0, step++);
+    r.set_ess_token(value);
+    r.set_kl_k3(value / 100);
+    m.ObserveStep(r, kT0);
+    const auto s = Parse(m.Render());
+    ASSERT_EQ(Count(s, "gac_ess_token_early_median_ratio"), seen >= 20 ? 1u : 0u) << seen;
+    ASSERT_EQ(Count(s, "gac_kl_k3_early_median_nats"), seen >= 20 ? 1u : 0u) << seen;
+    EXPECT_NEAR(Value(s, "gac_ess_token_ratio", RR("r1", "0")).value_or(-1), value, 1e-12);
+  }
+  const auto s = Parse(m.Render());
+  EXPECT_NEAR(Value(s, "gac_ess_token_early_median_ratio", RR("r1", "0")).value_or(-1), 0.395, 1e-12);
+  EXPECT_NEAR(Value(s, "gac_kl_k3_early_median_nats", RR("r1", "0")).value_or(-1), 0.00395, 1e-12);
+  // Rank 1 has no baseline of its own yet.
+  v1::StepRecord other = Step("r1", 1, 0);
+  other.set_ess_token(0.9);
+  m.ObserveStep(other, kT0);
+  EXPECT_EQ(Count(Parse(m.Render()), "gac_ess_token_early_median_ratio", RR("r1", "1")), 0u);
+}
+
 TEST(MetricsTest, LatestGaugesAndCosineOnlyOnceReported) {
   Metrics m;
   v1::StepRecord r = Step("r1", 0, 7);

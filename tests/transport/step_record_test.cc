@@ -33,6 +33,14 @@ controller::StepReport ProjectReport() {
   report.mode = controller::Mode::kRemote;
   report.layers = {controller::LayerStats{"layer.0", 0.5, 4.0, 1.0}, controller::LayerStats{"layer.1", 0.0, 1.0, 0.0}};
   report.rule = controller::DecisionRule{{0.1, 0.6}, {controller::Trigger::kWindow, 7, {0.2, 0.5}}};
+  // Every policy-health value set, each its own (invalid too: the builder
+  // copies what the report holds).
+  controller::PolicyHealth policy;
+  policy.tokens = 4096;
+  double value = 0.0;
+  for (const controller::PolicyReal& signal : controller::kPolicyReals) policy.*signal.member = value += 0.0625;
+  policy.invalid = true;
+  report.policy = policy;
   return report;
 }
 
@@ -98,7 +106,9 @@ TEST(StepRecordTest, SetsEveryFieldOfTheRecordSchema) {
 TEST(StepRecordTest, TheRecordAndThePythonViewOfTheReportAgree) {
   controller::StepReport without_rule = ProjectReport();
   without_rule.rule.reset();
-  for (const controller::StepReport& report : {ProjectReport(), without_rule}) {
+  controller::StepReport without_policy = ProjectReport();
+  without_policy.policy.reset();
+  for (const controller::StepReport& report : {ProjectReport(), without_rule, without_policy}) {
     const v1::StepRecord r = MakeStepRecord(report, {"exp-7", 1, 4});
     int both = 0;
     for (const controller::ReportField& from : controller::kReportFields) {
@@ -118,7 +128,7 @@ TEST(StepRecordTest, TheRecordAndThePythonViewOfTheReportAgree) {
         default: EXPECT_STREQ(to->enum_name(got.integer), controller::ReportEnumName(from.type, want.integer)); break;
       }
     }
-    EXPECT_EQ(both, 18);
+    EXPECT_EQ(both, 34);
   }
 }
 
@@ -140,7 +150,19 @@ TEST(StepRecordTest, ValuesGacdWouldRejectAreMadeValid) {
   report.decision.grad_norm = inf;
   report.stats_seconds = -1.0;
   report.layers = {controller::LayerStats{"g", std::nan(""), 1.0, 1.0}};
+  // Policy signals a C++ trainer got wrong or rounded.
+  report.policy->tokens = -3;
+  report.policy->ess_token = 1.0000000000000002;
+  report.policy->kl_k3 = -1e-18;
+  report.policy->log_ratio_max = std::nan("");
+  report.policy->entropy_mean = -inf;
   const v1::StepRecord r = MakeStepRecord(report, {"exp-7", 0, 1}, {{"loss", std::nan("")}, {"kl", 0.1}}, -2);
+  EXPECT_FALSE(r.has_policy_tokens());
+  EXPECT_EQ(r.ess_token(), 1.0);
+  EXPECT_EQ(r.kl_k3(), 0.0);
+  EXPECT_FALSE(r.has_log_ratio_max());
+  EXPECT_FALSE(r.has_entropy_mean());
+  EXPECT_EQ(r.ess_sequence(), report.policy->ess_sequence);  // the others as they were
   EXPECT_EQ(r.cosine(), 1.0);
   EXPECT_FALSE(r.has_cosine_after());
   EXPECT_EQ(r.alpha(), 1.0);

@@ -276,6 +276,7 @@ TEST_F(WebPageTest, ShowsTheStoreLiveAndEditsThresholds) {
   spike_options.spike = true;
   spike_options.spike_start = 100;
   spike_options.guard_spike_step = 120;  // one step the agent's spike guard skipped
+  spike_options.policy = true;            // with the trainer's policy-health signals
   SyntheticRun spike(spike_options);
   std::uint64_t quiet_seq = 0, spike_seq = 0;
   ASSERT_TRUE(Stream(writer, quiet, 150, &quiet_seq).ok());
@@ -362,6 +363,14 @@ TEST_F(WebPageTest, ShowsTheStoreLiveAndEditsThresholds) {
     EXPECT_NEAR(Shown(browser_.Text(Field("latest-grad-norm-z"))), s.latest().grad_norm_z(), 5.001e-3);
     EXPECT_NEAR(Shown(browser_.Text(Field("latest-grad-norm"))), s.latest().grad_norm(), 5e-4 * s.latest().grad_norm());
     EXPECT_NEAR(Shown(browser_.Text(Field("latest-ref-norm"))), s.latest().ref_norm(), 5e-4 * s.latest().ref_norm());
+    // The policy-health rows, and their chart (shown: the run has signals).
+    EXPECT_NEAR(Shown(browser_.Text(Field("latest-ess-token"))), s.latest().ess_token(), 5.001e-5);
+    EXPECT_NEAR(Shown(browser_.Text(Field("latest-clip-fraction-low"))), s.latest().clip_fraction_low(), 5.001e-5);
+    EXPECT_NEAR(Shown(browser_.Text(Field("latest-clip-fraction-high"))), s.latest().clip_fraction_high(), 5.001e-5);
+    EXPECT_NEAR(Shown(browser_.Text(Field("latest-kl-k3"))), s.latest().kl_k3(), 5e-4 * s.latest().kl_k3());
+    EXPECT_NEAR(Shown(browser_.Text(Field("latest-entropy-mean"))), s.latest().entropy_mean(),
+                5e-4 * s.latest().entropy_mean());
+    browser_.Wait("!document.querySelector('#chart-policy').hidden && document.querySelector('#chart-policy canvas')");
     // The card's rows: the record fields of web/latest_step.h and the
     // page's own (m_t, "decided with", "last report"; data-place in
     // web/index.html), by place.
@@ -450,6 +459,8 @@ TEST_F(WebPageTest, ShowsTheStoreLiveAndEditsThresholds) {
   browser_.Call("\"cmd\":\"hover\",\"selector\":\"#chart-cosine .u-over\",\"x\":0.62,\"y\":0.3");
   browser_.Wait("document.querySelector('#chart-norms .u-legend .u-value') && "
                 "/[0-9]/.test(document.querySelectorAll('#chart-norms .u-legend .u-value')[1].textContent)");
+  // The policy chart's legend: the ESS of the step under the cursor.
+  browser_.Wait("/[0-9]/.test(document.querySelectorAll('#chart-policy .u-legend .u-value')[1].textContent)");
   browser_.Screenshot(kScreenshots + "/run.png", true);
 
   // Back on the list the new thresholds show.

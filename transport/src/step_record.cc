@@ -12,16 +12,24 @@ namespace {
 double ClampCosine(double c) { return std::fmax(-1.0, std::fmin(1.0, c)); }
 double FiniteNorm(double v) { return std::isfinite(v) && v >= 0.0 ? v : 0.0; }
 
-// Makes the record's real fields valid by the ranges of the record schema
+// Makes the record's fields valid by the ranges of the record schema
 // (gac/proto/record_schema.h), which gacd checks, rather than dropping the
-// step: a non-finite value is left out when the field is optional; else a
+// step: a negative count from the report is left out when the field is
+// optional, else 0; a non-finite real is left out when the field is optional; else a
 // cosine is clamped to [-1, 1], a value in [0, 1] clamped (non-finite: 1,
 // alpha's "untouched"), a non-negative one that is not made 0.
 void MakeValid(v1::StepRecord* r) {
   for (const proto::StepField& f : proto::kStepFields) {
-    if (f.type != proto::FieldType::kReal) continue;
     proto::FieldValue v = f.get(*r);
     if (!v.present) continue;
+    if (f.type == proto::FieldType::kInteger && f.from_report != nullptr && f.range == proto::FieldRange::kNonNegative &&
+        v.integer < 0) {
+      // A count the report got wrong (the policy signals' tokens, a window): 0, or absent when optional.
+      v = f.optional ? proto::FieldValue{false, 0, 0} : proto::FieldValue{true, 0, 0};
+      f.set(v, r);
+      continue;
+    }
+    if (f.type != proto::FieldType::kReal) continue;
     const bool finite = std::isfinite(v.real);
     if (!finite && f.optional) {
       v.present = false;

@@ -2,8 +2,13 @@
 
 - :mod:`gac.integrations.transformers`: ``GacCallback`` for transformers'
   ``Trainer`` and TRL's trainers;
+- :mod:`gac.integrations.trl`: gac.rl's policy-health signals from TRL's
+  ``GRPOTrainer`` loss (GacCallback installs them; the micro-batches of one
+  optimizer step pooled by ``gac.rl.StepPool``, as in the verl plug-in);
+  imports no trainer;
 - :mod:`gac.integrations.verl`: an optimizer module for verl's
-  ``optim.optimizer_impl`` setting (AdamW gated by GAC);
+  ``optim.optimizer_impl`` setting (AdamW gated by GAC), and verl's policy
+  loss ``"gac"`` that records gac.rl's signals of each update;
 - :mod:`gac.integrations.megatron`: ``attach`` for a Megatron-Core
   optimizer (its step with ready gradients gated; c_t over the full model
   under tensor, pipeline, expert and data parallelism, from Megatron's own

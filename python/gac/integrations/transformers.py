@@ -18,6 +18,18 @@ Logs: at every logging step ``on_log`` adds gac's values to the logs dict
 them. The Trainer calls its ``report_to`` callbacks before the ones passed
 in ``callbacks=[...]``: :meth:`GacCallback.install` puts it first.
 
+Policy health: installed on TRL's GRPOTrainer (``install(trainer)``, as
+``gac.attach(trainer)`` does), the callback also computes gac.rl's
+policy-health signals of each optimizer step from the loss's own tensors
+(the union of the step's micro-batches) and hands them to the step's report
+(:mod:`gac.integrations.trl` says where they come from); the logs then carry
+the report's ``gac/policy_tokens``, ``gac/ess_token``,
+``gac/ess_sequence``, ``gac/clip_fraction_low``, ``gac/clip_fraction_high``,
+``gac/truncation_fraction``, ``gac/log_ratio_max``, ``gac/log_ratio_p99``,
+``gac/log_ratio_p1``, ``gac/kl_k3``, ``gac/log_ratio_abs_mean``,
+``gac/entropy_mean`` and ``gac/policy_invalid`` (those with a value), as
+gacd's record does.
+
 Telemetry: with ``address`` (or ``telemetry=``) each step's report is sent
 to gacd once, with the Trainer's numeric logs of that step as scalars when
 it is a logging step.
@@ -28,6 +40,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+from dataclasses import fields
 from typing import TYPE_CHECKING, Dict, Optional, Union
 
 from transformers import TrainerCallback
@@ -39,6 +52,8 @@ from gac._plan import plan_attach
 from gac._report import REGIMES
 from gac._targets import is_trainer, step_target
 from gac.integrations._gacd import GacdLink
+from gac.integrations.trl import GrpoPolicy, grpo_policy
+from gac.rl import PolicySignals
 
 if TYPE_CHECKING:
     from transformers import TrainerControl, TrainerState, TrainingArguments
@@ -52,6 +67,9 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("gac")
 
+# The report's fields that carry gac.rl's signals: PolicySignals' fields, by the report's names.
+_POLICY_FIELDS = frozenset({"tokens": "policy_tokens", "invalid": "policy_invalid"}.get(f.name, f.name)
+                           for f in fields(PolicySignals))
 
 
 class GacCallback(TrainerCallback):  # type: ignore[misc, unused-ignore]  # (transformers unanalysed: Any)
@@ -98,6 +116,7 @@ class GacCallback(TrainerCallback):  # type: ignore[misc, unused-ignore]  # (tra
         self._skipped_at_log = 0
         self._projected_at_log = 0
         self._cosine_max: Optional[float] = None
+        self._policy: Optional[GrpoPolicy] = None
 
     @property
     def telemetry(self) -> Optional[Telemetry]:
@@ -112,7 +131,9 @@ class GacCallback(TrainerCallback):  # type: ignore[misc, unused-ignore]  # (tra
 
     def install(self, trainer: object) -> "GacCallback":
         """Adds this callback to ``trainer`` before every other one (so the
-        ``report_to`` backends see its values in the logs); returns it."""
+        ``report_to`` backends see its values in the logs); on TRL's
+        GRPOTrainer, also records the policy-health signals of each step
+        (:func:`gac.integrations.trl.grpo_policy`). Returns the callback."""
         if not is_trainer(trainer):
             raise TypeError(f"install needs a transformers Trainer, got {type(trainer).__name__}")
         callbacks = trainer.callback_handler.callbacks
@@ -122,6 +143,7 @@ class GacCallback(TrainerCallback):  # type: ignore[misc, unused-ignore]  # (tra
             callbacks.remove(self)
         callbacks.insert(0, self)
         self._installed = True
+        self._policy = grpo_policy(trainer, self.attachment) or self._policy
         return self
 
     # Trainer events.
@@ -147,6 +169,8 @@ class GacCallback(TrainerCallback):  # type: ignore[misc, unused-ignore]  # (tra
     def on_step_begin(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
                       **kwargs: object) -> None:
         self._send_pending(None)
+        if self._policy is not None:
+            self._policy.pool.clear()  # what an unfinished step left
 
     def on_log(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
                logs: Optional[Dict[str, object]] = None, **kwargs: object) -> None:
@@ -170,6 +194,8 @@ class GacCallback(TrainerCallback):  # type: ignore[misc, unused-ignore]  # (tra
     def on_train_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
                      **kwargs: object) -> None:
         self._send_pending(None)
+        if self._policy is not None:
+            self._policy.pool.clear()
         self.attachment.detach()
         if self.telemetry is not None and not self.telemetry.flush(10.0):
             logger.warning("GacCallback: gacd did not acknowledge every step within 10 s: %s",
@@ -202,6 +228,8 @@ class GacCallback(TrainerCallback):  # type: ignore[misc, unused-ignore]  # (tra
             out["gac/cosine_max"] = self._cosine_max
         out["gac/skipped"] = float(att.skipped - self._skipped_at_log)
         out["gac/projected"] = float(att.projected - self._projected_at_log)
+        if r.policy_tokens is not None:
+            out.update((k, v) for k, v in r.to_dict("gac/").items() if k[4:] in _POLICY_FIELDS)
         out.update(att.metrics())
         self._reports_at_log, self._skipped_at_log = att.reports, att.skipped
         self._projected_at_log, self._cosine_max = att.projected, None

@@ -26,11 +26,39 @@ step; a skipped step leaves the weights and the AdamW state unchanged, and
 verl's LR scheduler still advances. The step count goes into the
 optimizer's ``state_dict`` (key ``"gac"``), so a resumed run numbers its
 steps on.
+
+Policy health: importing this module (verl does, to build the optimizer,
+before the actor's first update) registers a verl policy loss ``"gac"``
+through verl's own ``register_policy_loss`` (verl/trainer/ppo/core_algos.py).
+It is the policy loss named by the ``gac_policy_loss`` entry (default
+``"vanilla"``), unchanged, which also keeps the tensors verl hands it::
+
+    actor_rollout_ref.actor.policy_loss.loss_mode=gac
+    +actor_rollout_ref.actor.optim.override_optimizer_config.gac_policy_loss=gspo   # when not vanilla
+
+Each optimizer step then computes :func:`gac.rl.signals` once over the
+step's micro-batches (each micro-batch's ``log_prob``, ``old_log_prob``,
+``advantages`` and ``response_mask``, pooled: the union), just before GAC
+judges it, and that step's report (and gacd's record) carries them. The
+clip bounds are verl's ``clip_ratio_low``/``clip_ratio_high`` (or
+``clip_ratio``) for the losses that clip with them: "vanilla" and
+"clip_cov" (PPO's clip: the advantage's sign decides the side), "gspo" (the
+same on the sequence's ratio, exp of its mean log-ratio) and "cispo" (its
+clip stops the gradient of every token outside the range, whatever the
+advantage: counted without it); the other losses get no clip fraction.
+No entropy (verl's policy losses do not get it) and no staleness;
+``old_log_prob`` is what verl's loss divides by (the rollout's log-probs in
+its bypass mode, which sets its own loss_mode and so leaves "gac" out). The
+signals are this rank's micro-batches; forward-only passes (no gradient)
+are not counted.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Dict, Optional, Sequence, cast
+import functools
+import importlib.util
+import types
+from typing import TYPE_CHECKING, Any, Dict, Optional, Sequence, Tuple, cast
 
 import torch
 
@@ -38,6 +66,7 @@ from gac._attachment import Attachment
 from gac._plan import AGENT_OPTIONS, ATTACH_OPTIONS, AgentOptions, plan_attach
 from gac._targets import OptimizerTarget
 from gac.integrations._gacd import CONFIG_KEYS, GACD_OPTIONS, GacdLink
+from gac.rl import StepPool
 
 if TYPE_CHECKING:
     from torch.optim.optimizer import ParamsT
@@ -56,8 +85,15 @@ _LEFT_OUT = {
 }
 # gac.Agent's options passed on as they are (gac_<name> -> name).
 _AGENT_OPTIONS = tuple(name for name in AGENT_OPTIONS if name not in _LEFT_OUT)
-# Every key the plug-in takes: attach's own choices, the agent's options, gacd's.
-_GAC_OPTIONS = tuple("gac_" + name for name in ATTACH_OPTIONS + _AGENT_OPTIONS + GACD_OPTIONS)
+# Every key the plug-in takes: attach's own choices, the agent's options, gacd's, and the policy loss "gac" wraps.
+_GAC_OPTIONS = tuple("gac_" + name for name in ATTACH_OPTIONS + _AGENT_OPTIONS + GACD_OPTIONS) + ("gac_policy_loss",)
+# verl's policy losses that clip the ratio to [1 - clip_ratio_low, 1 + clip_ratio_high]: (the ratio they
+# clip, as gac.rl.signals' sequence_level; whether the clip depends on the advantage's sign, as PPO's does).
+_CLIPPING: Dict[str, Tuple[Optional[str], bool]] = {
+    "vanilla": (None, True), "clip_cov": (None, True), "gspo": ("mean", True), "cispo": (None, False)}
+# The micro-batches of the update under way, once an AdamW of this module exists in the process (it
+# clears them in zero_grad and hands their signals to its attachment in step); None before.
+_POOL: Optional[StepPool] = None
 
 
 class AdamW(torch.optim.AdamW):  # type: ignore[misc, unused-ignore]  # (torch unanalysed: Any)
@@ -79,6 +115,10 @@ class AdamW(torch.optim.AdamW):  # type: ignore[misc, unused-ignore]  # (torch u
     initialised with more than one rank, the agent sums each rank's shard
     over the default group (every rank), so every rank reaches the same
     decision. The attachment is ``optimizer.gac``.
+
+    gac_policy_loss: the verl policy loss that verl's ``loss_mode=gac``
+    computes (a registered name, not "gac"; default "vanilla"): see the
+    module's text. Raises ValueError for what is not such a name.
     """
 
     def __init__(self, params: ParamsT, lr: float = 1e-3, betas: Sequence[float] = (0.9, 0.999),
@@ -88,10 +128,19 @@ class AdamW(torch.optim.AdamW):  # type: ignore[misc, unused-ignore]  # (torch u
         if unknown:
             raise TypeError(f"gac.integrations.verl.AdamW: unknown option(s) {', '.join(unknown)}; "
                             f"GAC takes {', '.join(_GAC_OPTIONS)}")
+        _check_policy_loss(gac_options.pop("gac_policy_loss", "vanilla"))
         super().__init__(params, lr=lr, betas=(float(betas[0]), float(betas[1])), eps=eps,
                          weight_decay=weight_decay, **options)
         self.gac: Attachment = _attachment(gac_options)
         self.gac.hook(OptimizerTarget(self))
+        _flush_before(self)
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        # verl's engine zeroes the gradients before an update's micro-batches (and after a
+        # non-finite gradient, without a step): what the pool holds then is no update's.
+        if _POOL is not None:
+            _POOL.clear()
+        super().zero_grad(set_to_none)
 
     def state_dict(self) -> Dict[str, Any]:
         state: Dict[str, Any] = super().state_dict()
@@ -124,3 +173,63 @@ def _process_group() -> Optional[torch.distributed.ProcessGroup]:
         if torch.distributed.get_world_size() > 1:
             return torch.distributed.group.WORLD
     return None
+
+
+def _check_policy_loss(name: object) -> None:
+    if not isinstance(name, str) or name == "gac":
+        raise ValueError(f"gac.integrations.verl.AdamW: gac_policy_loss must name the verl policy loss that loss_mode "
+                         f"gac computes (vanilla, gspo, ...; not gac itself), got {name!r}")
+
+
+def _flush_before(optimizer: AdamW) -> None:
+    # optimizer.step, GAC's gate, behind one more bound method that first hands the pooled
+    # micro-batches' signals to the attachment (for the report of the step the gate judges).
+    global _POOL
+    if _POOL is None:
+        _POOL = StepPool()
+    gated = optimizer.step
+
+    @functools.wraps(gated)
+    def step(opt: AdamW, *args: Any, **kwargs: Any) -> Any:
+        if _POOL is not None:
+            _POOL.flush(opt.gac)
+        return gated(*args, **kwargs)
+
+    setattr(optimizer, "step", types.MethodType(step, optimizer))
+
+
+def policy_loss(old_log_prob: torch.Tensor, log_prob: torch.Tensor, advantages: torch.Tensor,
+                response_mask: torch.Tensor, loss_agg_mode: str = "token-mean", config: Any = None,
+                rollout_is_weights: Optional[torch.Tensor] = None) -> Any:
+    """verl's policy loss ``"gac"`` (a ``PolicyLossFn``): the loss named by
+    the actor's ``gac_policy_loss`` (``optim.override_optimizer_config``;
+    default "vanilla"), called with the same arguments; its tensors also go
+    to the update's pool when it computes a gradient and an AdamW of this
+    module will step (see the module's text)."""
+    overrides = getattr(getattr(config, "optim", None), "override_optimizer_config", None) or {}
+    name = overrides.get("gac_policy_loss", "vanilla")
+    if _POOL is not None and torch.is_grad_enabled():
+        level, by_advantage = _CLIPPING.get(name, (None, False))
+        _POOL.add(log_prob, old_log_prob, response_mask, advantages=advantages if by_advantage else None,
+                  clip_low=_bound(config, "clip_ratio_low", name), clip_high=_bound(config, "clip_ratio_high", name),
+                  sequence_level=level)
+    loss = _core_algos().get_policy_loss_fn(name)
+    return loss(old_log_prob=old_log_prob, log_prob=log_prob, advantages=advantages, response_mask=response_mask,
+                loss_agg_mode=loss_agg_mode, config=config, rollout_is_weights=rollout_is_weights)
+
+
+def _bound(config: Any, name: str, loss: str) -> Optional[float]:
+    # verl's clip_ratio_low / clip_ratio_high (clip_ratio where unset, as its losses read them) for a
+    # loss that clips with them; None for another.
+    if loss not in _CLIPPING:
+        return None
+    value = getattr(config, name, None)
+    return float(config.clip_ratio if value is None else value)
+
+
+def _core_algos() -> Any:
+    return importlib.import_module("verl.trainer.ppo.core_algos")  # verl's policy-loss registry
+
+
+if importlib.util.find_spec("verl") is not None:
+    _core_algos().register_policy_loss("gac")(policy_loss)

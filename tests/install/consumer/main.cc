@@ -14,6 +14,7 @@
 #include "gac/controller/calibration.h"
 #include "gac/controller/controller.h"
 #include "gac/controller/decision_source.h"
+#include "gac/controller/policy_health.h"
 #include "gac/controller/report_fields.h"
 #include "gac/controller/spike.h"
 #include "gac/controller/spike_verdict.h"
@@ -157,6 +158,12 @@ int main(int argc, char** argv) {
         "ParseDuration");
   report.layers.push_back(gac::controller::LayerStats{"layer", 0.1, 1.0, 1.0});
   Check(report.layers[0].cosine().has_value(), "LayerStats::cosine");
+  gac::controller::PolicyHealth policy;
+  policy.tokens = 96;
+  for (const gac::controller::PolicyReal& signal : gac::controller::kPolicyReals) policy.*signal.member = 0.5;
+  report.policy = policy;
+  const gac::controller::ReportField* ess = gac::controller::FindReportField("ess_token");
+  Check(ess != nullptr && ess->get(report).present && ess->get(report).real == 0.5, "PolicyHealth in the report");
 
   {
     // The torch-free core over a plain buffer: one parameter of 8 floats.

@@ -58,7 +58,7 @@ struct ReportField {
   ReportValue (*get)(const StepReport& report);
 };
 
-inline constexpr std::size_t kReportFieldCount = 32;
+inline constexpr std::size_t kReportFieldCount = 48;
 extern const ReportField kReportFields[kReportFieldCount];
 
 // The row named `name`, or nullptr.

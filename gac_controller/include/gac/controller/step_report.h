@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "gac/controller/controller.h"
+#include "gac/controller/policy_health.h"
 #include "gac/controller/window.h"
 
 namespace gac::controller {
@@ -72,6 +73,9 @@ struct StepReport {
   // The agent's rule when the agent decided (local and monitor mode, a
   // remote fallback); absent when the decision source decided.
   std::optional<DecisionRule> rule;
+  // The policy-health signals the trainer gave with the step; absent when
+  // it gave none.
+  std::optional<PolicyHealth> policy;
 
   // The agent's own time for this step, seconds: stats + decide + apply.
   double agent_overhead_seconds() const { return stats_seconds + decide_seconds + apply_seconds; }

@@ -87,7 +87,7 @@ struct StepField {
 };
 
 // The row fields of a StepRecord, in column order (range-for works on it).
-inline constexpr std::size_t kStepFieldCount = 22;
+inline constexpr std::size_t kStepFieldCount = 38;
 extern const StepField kStepFields[kStepFieldCount];
 
 // The field whose wire name is `name`, or nullptr.

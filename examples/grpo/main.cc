@@ -42,6 +42,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <deque>
 #include <ctime>
 #include <fstream>
 #include <limits>
@@ -114,8 +115,10 @@ struct Flags {
   // gradient is multiplied by inject_scale with probability inject_rate
   // (a gradient that missed its loss-scale unscaling), drawn from a stream
   // of its own, so runs with and without the guard inject at the same steps.
+  // With inject_relative = W > 0 the factor makes the step's gradient norm
+  // inject_scale times the mean raw norm of the last W steps not injected.
   double inject_rate = 0.0, inject_scale = 1e3;
-  int inject_after = 50;
+  int inject_after = 50, inject_relative = 0;
   // OLMo-core's skip-step rule in the trainer (examples/grpo/olmo_skip.h),
   // for comparison with gac's guard: off unless --olmo-skip-sigma.
   double olmo_skip_sigma = 0.0;
@@ -144,7 +147,7 @@ struct Flags {
                "                [--mech-prompts N] [--calibrate-out FILE] [--calib-skip N]\n"
                "                [--sft-steps N] [--sft-batch B] [--sft-lr X]\n"
                "                [--spike-sigma X] [--spike-window N] [--spike-warmup N] [--max-grad-norm X]\n"
-               "                [--inject-spikes P] [--inject-scale X] [--inject-after N]\n"
+               "                [--inject-spikes P] [--inject-scale X] [--inject-after N] [--inject-relative W]\n"
                "                [--olmo-skip-sigma X] [--olmo-skip-window N]\n"
                "                [--gacd HOST:PORT [--token T] [--run ID]] [--smoke]\n",
                msg.c_str());
@@ -251,6 +254,7 @@ Flags Parse(int argc, char** argv) {
     else if (a == "--inject-spikes" && x >= 0 && x < 1) f.inject_rate = x;
     else if (a == "--inject-scale" && x > 0) f.inject_scale = x;
     else if (a == "--inject-after" && x >= 0) f.inject_after = static_cast<int>(x);
+    else if (a == "--inject-relative" && x >= 0 && x <= 100000) f.inject_relative = static_cast<int>(x);
     else if (a == "--olmo-skip-sigma" && x > 0) f.olmo_skip_sigma = x;
     else if (a == "--olmo-skip-window" && x >= 4) f.olmo_skip_window = static_cast<int>(x);
     else Usage("unknown flag or bad value: " + a + " " + v);
@@ -307,32 +311,14 @@ std::string Num(double v) {
   return text;
 }
 
-// The policy-health columns, appended after the CSV's other columns (an
-// empty cell: absent).
-using PolicyMember = std::optional<double> gac::controller::PolicyHealth::*;
-constexpr std::pair<const char*, PolicyMember> kPolicyColumns[] = {
-    {"ess_token", &gac::controller::PolicyHealth::ess_token},
-    {"ess_sequence", &gac::controller::PolicyHealth::ess_sequence},
-    {"clip_fraction_low", &gac::controller::PolicyHealth::clip_fraction_low},
-    {"clip_fraction_high", &gac::controller::PolicyHealth::clip_fraction_high},
-    {"truncation_fraction", &gac::controller::PolicyHealth::truncation_fraction},
-    {"log_ratio_max", &gac::controller::PolicyHealth::log_ratio_max},
-    {"log_ratio_p99", &gac::controller::PolicyHealth::log_ratio_p99},
-    {"log_ratio_p1", &gac::controller::PolicyHealth::log_ratio_p1},
-    {"kl_k3", &gac::controller::PolicyHealth::kl_k3},
-    {"log_ratio_abs_mean", &gac::controller::PolicyHealth::log_ratio_abs_mean},
-    {"entropy_mean", &gac::controller::PolicyHealth::entropy_mean},
-    {"staleness_min", &gac::controller::PolicyHealth::staleness_min},
-    {"staleness_mean", &gac::controller::PolicyHealth::staleness_mean},
-    {"staleness_max", &gac::controller::PolicyHealth::staleness_max},
-};
-
+// The policy-health columns, appended after the CSV's other columns, named
+// and ordered as gac::controller::kPolicyReals (an empty cell: absent).
 // ",name" for each policy-health column.
 std::string PolicyHeader() {
   std::string out;
-  for (const auto& [name, member] : kPolicyColumns) {
+  for (const gac::controller::PolicyReal& column : gac::controller::kPolicyReals) {
     out += ',';
-    out += name;
+    out += column.name;
   }
   return out;
 }
@@ -340,12 +326,50 @@ std::string PolicyHeader() {
 // ",value" for each policy-health column ("%.6g", empty when absent).
 std::string PolicyCells(const gac::controller::PolicyHealth& health) {
   std::string out;
-  for (const auto& [name, member] : kPolicyColumns) {
-    const std::optional<double>& v = health.*member;
+  for (const gac::controller::PolicyReal& column : gac::controller::kPolicyReals) {
+    const std::optional<double>& v = health.*column.member;
     out += ',';
     if (v) out += Num(*v);
   }
   return out;
+}
+
+// The factor of an injected gradient spike: `scale`, or, with a window W > 0,
+// the factor that makes the step's gradient norm `scale` times the mean raw
+// norm of the last W steps that were not injected (`scale` until one was
+// seen, or for a zero norm).
+class SpikeFactor {
+ public:
+  SpikeFactor(double scale, int window) : scale_(scale), window_(static_cast<std::size_t>(window)) {}
+  bool relative() const { return window_ > 0; }
+  double Factor(double norm) const {
+    if (!relative() || recent_.empty() || !(norm > 0.0)) return scale_;
+    return scale_ * (sum_ / static_cast<double>(recent_.size())) / norm;
+  }
+  void Observe(double norm) {
+    if (!relative() || !std::isfinite(norm)) return;
+    recent_.push_back(norm);
+    sum_ += norm;
+    if (recent_.size() > window_) {
+      sum_ -= recent_.front();
+      recent_.pop_front();
+    }
+  }
+
+ private:
+  double scale_;
+  std::size_t window_;
+  std::deque<double> recent_;
+  double sum_ = 0.0;
+};
+
+// ||g|| over the parameters' gradients.
+double GradNorm(const std::vector<at::Tensor>& params) {
+  double sq = 0.0;
+  for (const auto& p : params) {
+    if (p.grad().defined()) sq += p.grad().to(at::kDouble).pow(2).sum().item<double>();
+  }
+  return std::sqrt(sq);
 }
 
 // The prompt groups of minibatch `mb` of `minibatches` in `order`.
@@ -379,6 +403,7 @@ int main(int argc, char** argv) {
   std::mt19937_64 skip_rng(static_cast<std::uint64_t>(flags.seed) * 0x9e3779b97f4a7c15ull + 2);
   std::mt19937_64 probe_rng(static_cast<std::uint64_t>(flags.seed) * 0x9e3779b97f4a7c15ull + 3);
   std::mt19937_64 inject_rng(static_cast<std::uint64_t>(flags.seed) * 0x9e3779b97f4a7c15ull + 4);
+  SpikeFactor spike_factor(flags.inject_scale, flags.inject_relative);
   std::optional<gac::grpo::OlmoSkipRule> olmo_rule;
   if (flags.olmo_skip_sigma > 0.0) olmo_rule.emplace(flags.olmo_skip_sigma, flags.olmo_skip_window);
   at::Generator probe_gen = at::make_generator<at::CPUGeneratorImpl>(static_cast<std::uint64_t>(flags.seed) + 7919);
@@ -465,7 +490,7 @@ int main(int argc, char** argv) {
                  "step,version,staleness,reward,exact,heldout_acc,loss,pg_loss,kl,entropy,sampler_kl,cosine,"
                  "window_mean,noise_cos,regime,alpha,grad_norm,stepped,clip_frac,dual_clip_frac,m2,abs_log_ratio,"
                  "bapo_lo,bapo_hi,pr_sample,pr_pop,pair_cos2,bias_rel,lambda,on_align,aligned_before,aligned_after,"
-                 "bias_after_rel,lag_updates,grad_scale,drift,injected,grad_norm_z%s\n",
+                 "bias_after_rel,lag_updates,grad_scale,drift,injected,grad_norm_z,inject_factor%s\n",
                  PolicyHeader().c_str());
   }
   std::printf("gac_grpo: run %s, loss %s, agent %s, trigger %s, device %s, staleness %d (%s), %d steps, "
@@ -546,10 +571,15 @@ int main(int argc, char** argv) {
           loss.loss.backward();
         }
         const bool injected = step > flags.inject_after && flags.inject_rate > 0.0 && unit(inject_rng) < flags.inject_rate;
+        const double raw_norm = spike_factor.relative() ? GradNorm(policy.params) : kNaN;
+        double inject_factor = kNaN;
         if (injected) {
           ++injected_steps;
+          inject_factor = spike_factor.Factor(raw_norm);
           at::NoGradGuard no_grad;
-          for (auto& p : policy.params) p.mutable_grad().mul_(flags.inject_scale);
+          for (auto& p : policy.params) p.mutable_grad().mul_(inject_factor);
+        } else {
+          spike_factor.Observe(raw_norm);
         }
         const gac::grpo::GradList raw = gac::grpo::CopyGrads(policy.params);
         gac::grpo::EffectiveDimension dim;
@@ -643,7 +673,7 @@ int main(int argc, char** argv) {
           std::fprintf(
               csv,
               "%d,%lld,%d,%.5f,%.5f,%s,%.6g,%.6g,%.6g,%.6g,%.6g,%s,%s,%s,%s,%.5f,%.6g,%d,%.5f,%.5f,%.6g,%.6g,%.3f,%.3f,"
-              "%s,%s,%s,%s,%s,%s,%s,%s,%s,%d,%.6g,%.6g,%d,%s%s\n",
+              "%s,%s,%s,%s,%s,%s,%s,%s,%s,%d,%.6g,%.6g,%d,%s,%s%s\n",
               step, static_cast<long long>(lag.version()), behind, sub.mean_reward, sub.exact_match,
               eval_now ? Num(last_heldout).c_str() : "", loss.loss.item<double>(), loss.pg_loss, loss.kl,
               loss.entropy, loss.sampler_kl, d.cosine ? Num(*d.cosine).c_str() : "", m ? Num(*m).c_str() : "",
@@ -654,7 +684,8 @@ int main(int argc, char** argv) {
               probe ? Num(bias.lambda).c_str() : "", probe ? Num(bias.on_align).c_str() : "",
               probe ? Num(bias.aligned_before).c_str() : "", probe ? Num(bias.aligned_after).c_str() : "",
               probe ? Num(bias.bias_after_rel).c_str() : "", lag_updates, grad_scale, drift, injected ? 1 : 0,
-              d.spike_verdict.grad_norm ? Num(d.spike_verdict.grad_norm->z).c_str() : "", PolicyCells(health).c_str());
+              d.spike_verdict.grad_norm ? Num(d.spike_verdict.grad_norm->z).c_str() : "",
+              injected ? Num(inject_factor).c_str() : "", PolicyCells(health).c_str());
           std::fflush(csv);  // followed live (scripts/demo_run.sh's progress line)
         }
         if (step % flags.every == 0 || step == 1) {

@@ -181,7 +181,8 @@ void BindController(py::module_& m) {
       .def(py::init([](double c_low, double c_high, const std::string& alpha_mode) {
              return ValueOrRaise(controller::Controller::Create(controller::Thresholds{c_low, c_high}, AlphaModeFromName(alpha_mode)));
            }),
-           "c_low"_a = 0.05, "c_high"_a = 0.3, "alpha_mode"_a = "paper",
+           "c_low"_a = controller::Thresholds{}.c_low, "c_high"_a = controller::Thresholds{}.c_high,
+           "alpha_mode"_a = "paper",
            "Raises InvalidArgumentError (a ValueError) unless 0 < c_low < c_high <= 1.")
       .def(
           "decide",
@@ -228,7 +229,7 @@ void BindCalibration(py::module_& m) {
         for (const std::optional<double>& x : values) v.push_back(x ? *x : NAN);
         return controller::ComputeCalibration(v, c_low);
       },
-      "values"_a, "c_low"_a = 0.05,
+      "values"_a, "c_low"_a = controller::Thresholds{}.c_low,
       "Statistics of |c| for cosines of a synchronous run (None and non-finite values are skipped).");
 
   m.def(
@@ -255,7 +256,8 @@ void BindCalibration(py::module_& m) {
       .def(
           "add", [](controller::CalibrationWindow& w, std::optional<double> cosine) { w.Add(cosine ? *cosine : NAN); },
           "cosine"_a, "Adds one c_t (e.g. report.cosine); None and non-finite values are seen but not kept.")
-      .def("stats", &controller::CalibrationWindow::Stats, "c_low"_a = 0.05, "Statistics of the values kept.")
+      .def("stats", &controller::CalibrationWindow::Stats, "c_low"_a = controller::Thresholds{}.c_low,
+           "Statistics of the values kept.")
       .def_property_readonly("seen", &controller::CalibrationWindow::seen, "Values added, warm-up and non-finite ones included.")
       .def_property_readonly("size", &controller::CalibrationWindow::size, "Values kept.");
 }

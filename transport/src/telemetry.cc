@@ -13,6 +13,7 @@
 #include "gac/proto/convert.h"
 #include "gac/proto/wire_rules.h"
 #include "gac/transport/channel.h"
+#include "gac/transport/scalar_budget.h"
 #include "gac/v1/telemetry.grpc.pb.h"
 #include "transport/src/record_ring.h"
 
@@ -464,7 +465,7 @@ std::shared_ptr<v1::IngestRequest> Telemetry::Impl::MakeBatch(std::vector<v1::St
   batch->set_sequence(next_seq);
   for (auto& r : records) *batch->add_records() = std::move(r);
   auto& sc = *batch->mutable_records(batch->records_size() - 1)->mutable_scalars();
-  if (sc.size() + 5 <= proto::kMaxScalarsPerRecord) {  // gacd's limit
+  if (sc.size() + kSenderScalars <= proto::kMaxScalarsPerRecord) {  // gacd's limit
     // The sender's own counters ride on the last record of each batch as
     // scalars, so gacd exports them with the run (gac_trainer_scalar).
     base::MutexLock lock(&mu);

@@ -704,3 +704,19 @@ def test_write_fills_the_empty_pilot_block_with_exactly_the_checked_table(tmp_pa
     assert analyze.main(["tables", "--check", str(tmp_path / "RESULTS.md")]) == 1
     assert analyze.main(["tables", "--write", str(tmp_path / "RESULTS.md")]) == 0
     assert (tmp_path / "RESULTS.md").read_text() == doc
+
+
+# The second registered design, as committed before any of its runs
+# (docs/RESULTS.md, "Second registered experiment: pre-registered design"):
+# never edited after; a change to it fails here, and a departure goes in
+# its results' section instead.
+SECOND_DESIGN_SHA256 = "1858f144c73f61884da2c5b7aec5acfa9b11ae26907ec13f17492e21cbdb16ea"
+
+
+def test_the_second_registered_design_is_unchanged():
+    import hashlib
+
+    text = RESULTS.read_text(encoding="utf-8")
+    start = text.index("## Second registered experiment: pre-registered design")
+    section = text[start:text.index("\n## ", start) + 1]
+    assert hashlib.sha256(section.encode("utf-8")).hexdigest() == SECOND_DESIGN_SHA256

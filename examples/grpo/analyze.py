@@ -11,6 +11,11 @@
       logged it) and writes the run's skipped steps to FILE; optionally the same
       mask with its runs in a random order (bskip) and the same count per
       block at random positions (cskip), drawn with --seed.
+  analyze.py burst --csv RUN.csv... --staleness S --seeds 1001-1024 [--steps 400] --out DIR
+      The second registered design's burst schedule (docs/RESULTS.md, part
+      A): P (pooled skip rate) and L (the lengths of every run of skips) of
+      the GAC runs given, and one mask per seed, DIR/burst_sS_seedI.txt, by
+      the design's walk with random.Random(100 seed + S + 50).
   analyze.py replicate --runs DIR --out DIR
       The pre-registered held-out replication (docs/RESULTS.md): its 16
       contrasts of the mean held-out accuracy over the last five
@@ -742,6 +747,69 @@ def count_per_block_mask(skipped, steps, block, rng):
         k = sum(1 for s in skipped if first <= s <= last)
         out.extend(sorted(rng.sample(range(first, last + 1), k)))
     return out
+
+
+def burst_statistics(masks):
+    """(P, L) of the second registered design's burst schedule (docs/RESULTS.md, part A), pooled over runs:
+    masks is [(skipped steps, steps of the run), ...]; P = skipped steps / steps, L = the sorted lengths of
+    every maximal run of skipped steps."""
+    skipped = sum(len(m) for m, _ in masks)
+    steps = sum(n for _, n in masks)
+    if steps == 0:
+        raise ValueError("no steps")
+    lengths = sorted(n for m, total in masks for v, n in mask_runs(m, total) if v)
+    return skipped / steps, lengths
+
+
+def burst_mask(p, lengths, steps, rng):
+    """The burst schedule of the second registered design (part A), which reads no c_t: with E = mean(L)
+    and q = P / (E (1 - P)), walk t = 1..steps; at t, with probability q a burst starts: its length n is
+    rng.choice(sorted L), steps t..min(t + n - 1, steps) are skipped, step t + n is an update and the walk
+    resumes at t + n + 1; otherwise step t is an update. The skip rate is P in expectation and the bursts'
+    lengths follow L."""
+    if p <= 0 or not lengths:
+        return []
+    if p >= 1:
+        raise ValueError("a skip rate of 1 leaves no update between bursts")
+    lengths = sorted(lengths)
+    q = p / (statistics.mean(lengths) * (1 - p))
+    out, t = [], 1
+    while t <= steps:
+        if rng.random() < q:
+            n = rng.choice(lengths)
+            out.extend(range(t, min(t + n - 1, steps) + 1))
+            t += n + 1
+        else:
+            t += 1
+    return out
+
+
+def seed_list(text):
+    """Seeds written as "1001-1024", "1001,1005" or a mix."""
+    out = []
+    for part in str(text).split(","):
+        first, _, last = part.strip().partition("-")
+        out.extend(range(int(first), int(last or first) + 1))
+    return out
+
+
+def burst(args):
+    """Part A's burst masks: P_s and L_s from the GAC runs' CSVs at one staleness, then one mask per seed,
+    drawn with random.Random(100 seed + s + 50)."""
+    try:
+        masks = []
+        for path in args.csv:
+            _, _, skipped = control_values(path)
+            masks.append((skipped, len(read_csv(path)[1])))
+        p, lengths = burst_statistics(masks)
+    except (OSError, ValueError, StopIteration) as e:
+        sys.exit(f"burst: {e}")
+    os.makedirs(args.out, exist_ok=True)
+    for seed in seed_list(args.seeds):
+        mask = burst_mask(p, lengths, args.steps, random.Random(100 * seed + args.staleness + 50))
+        with open(os.path.join(args.out, f"burst_s{args.staleness}_seed{seed}.txt"), "w") as f:
+            f.writelines(f"{t}\n" for t in mask)
+    print(f"P={p:.6f} runs_of_skips={len(lengths)} L={','.join(map(str, lengths))}")
 
 
 def control(args):
@@ -1745,6 +1813,12 @@ def main(argv=None):
     k.add_argument("--count-mask-out", help="also the same count per --block steps at random positions (cskip)")
     k.add_argument("--block", type=int, default=50)
     k.add_argument("--seed", type=int, default=0, help="the random masks' seed")
+    b = sub.add_parser("burst", help="the second design's burst masks (docs/RESULTS.md, part A)")
+    b.add_argument("--csv", nargs="+", required=True, help="the grpo-gacmax runs' CSVs at this staleness")
+    b.add_argument("--staleness", type=int, required=True)
+    b.add_argument("--seeds", required=True, help="e.g. 1001-1024 or 1001,1002")
+    b.add_argument("--steps", type=int, default=400)
+    b.add_argument("--out", required=True, help="the folder of the masks, burst_sS_seedI.txt")
     p = sub.add_parser("pilot", help="the configuration pilot's table (scripts/experiment.sh pilot)")
     p.add_argument("--runs", required=True)
     p.add_argument("--jobs", help="the pilot's job list, whose order the rows follow (default: RUNS/../pilot-jobs.txt)")
@@ -1766,7 +1840,7 @@ def main(argv=None):
     mode.add_argument("--check", metavar="MARKDOWN", help="fail when a table there differs from the rebuilt one")
     mode.add_argument("--write", metavar="MARKDOWN", help="replace the tables there by the rebuilt ones")
     args = ap.parse_args(argv)
-    return {"calibrate": calibrate, "control": control, "pilot": pilot, "report": report,
+    return {"burst": burst, "calibrate": calibrate, "control": control, "pilot": pilot, "report": report,
             "replicate": replicate, "sizes": sizes, "tables": tables}[args.cmd](args)
 
 

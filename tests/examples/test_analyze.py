@@ -720,3 +720,56 @@ def test_the_second_registered_design_is_unchanged():
     start = text.index("## Second registered experiment: pre-registered design")
     section = text[start:text.index("\n## ", start) + 1]
     assert hashlib.sha256(section.encode("utf-8")).hexdigest() == SECOND_DESIGN_SHA256
+
+
+# The second design's burst schedule (part A): rate, run lengths, the walk, the seed rule.
+
+def test_burst_statistics_pool_the_runs_of_skips():
+    # Two runs: skips {2,3,7} of 10 steps (runs 2, 1), {1,2,3} of 5 (a run of 3).
+    p, lengths = analyze.burst_statistics([([2, 3, 7], 10), ([1, 2, 3], 5)])
+    assert p == 6 / 15 and lengths == [1, 2, 3]
+
+
+def test_a_burst_mask_has_the_lengths_and_the_rate():
+    import random
+
+    lengths = [1, 1, 2, 5, 9]
+    mask = analyze.burst_mask(0.13, lengths, 200_000, random.Random(7))
+    runs = [n for v, n in analyze.mask_runs(mask, 200_000) if v]
+    # Bursts are separated by at least one update, so the mask's runs are the bursts, each of a length in L
+    # (the last one may be cut by the end).
+    assert set(runs[:-1]) <= set(lengths)
+    assert abs(len(mask) / 200_000 - 0.13) < 0.005
+    # Their lengths follow L: each length drawn about as often as it appears in L.
+    for n in set(lengths):
+        share = runs.count(n) / len(runs)
+        assert abs(share - lengths.count(n) / len(lengths)) < 0.01, n
+
+
+def test_a_burst_mask_is_its_seeds_and_reads_nothing_else():
+    import random
+
+    a = analyze.burst_mask(0.2, [3, 1, 2], 400, random.Random(100 * 1001 + 16 + 50))
+    b = analyze.burst_mask(0.2, [1, 2, 3], 400, random.Random(100 * 1001 + 16 + 50))
+    assert a == b and a != analyze.burst_mask(0.2, [1, 2, 3], 400, random.Random(100 * 1002 + 16 + 50))
+    assert analyze.burst_mask(0.0, [1, 2], 400, random.Random(1)) == []
+    assert analyze.burst_mask(0.2, [], 400, random.Random(1)) == []
+    assert max(a) <= 400
+    with pytest.raises(ValueError):
+        analyze.burst_mask(1.0, [1], 10, random.Random(1))
+
+
+def test_the_burst_command_writes_a_mask_per_seed(tmp_path):
+    runs = []
+    for k, skipped in enumerate([{5, 6, 7, 20}, {3, 4, 30, 31, 32}]):
+        path = tmp_path / f"gac{k}.csv"
+        path.write_text("step,stepped\n" + "".join(f"{t},{0 if t in skipped else 1}\n" for t in range(1, 41)))
+        runs.append(str(path))
+    import random
+
+    out = tmp_path / "masks"
+    analyze.main(["burst", "--csv", *runs, "--staleness", "16", "--seeds", "1001-1003", "--steps", "40",
+                  "--out", str(out)])
+    for seed in (1001, 1002, 1003):
+        got = [int(x) for x in (out / f"burst_s16_seed{seed}.txt").read_text().split()]
+        assert got == analyze.burst_mask(9 / 80, [1, 2, 3, 3], 40, random.Random(100 * seed + 16 + 50))

@@ -346,32 +346,11 @@ base::Status ValidateAlertSettings(const AlertSettings& s) {
 
 namespace {
 
-// The median of the first kEarlyValues values added (the mean of the two
-// middle ones for an even count), absent until they are: the baseline of
-// GacPolicyEssLow and GacSamplerKlJump.
-class EarlyMedian {
- public:
-  void Add(double v) {
-    if (values_.size() == static_cast<std::size_t>(kEarlyValues)) return;
-    values_.push_back(v);
-    if (values_.size() < static_cast<std::size_t>(kEarlyValues)) return;
-    std::vector<double> sorted = values_;
-    std::sort(sorted.begin(), sorted.end());
-    const std::size_t mid = sorted.size() / 2;
-    median_ = sorted.size() % 2 == 1 ? sorted[mid] : (sorted[mid - 1] + sorted[mid]) / 2.0;
-  }
-  const std::optional<double>& median() const { return median_; }
-
- private:
-  std::vector<double> values_;
-  std::optional<double> median_;
-};
-
 // A policy column as gacd's gauge shows it: the last value reported (a step
 // without one leaves it), and the column's early median.
 struct PolicyGauge {
   std::optional<double> last;
-  EarlyMedian early;
+  controller::EarlyMedian early;
 
   void Add(const std::optional<double>& v) {
     if (!v) return;

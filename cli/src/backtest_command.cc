@@ -162,7 +162,7 @@ void WritePolicyHeading(std::ostream& out, const std::vector<RunBacktest>& resul
     Alert alert;
     std::string text, input;
   };
-  const std::string early = " x its early median (first " + std::to_string(kEarlyValues) + " values)";
+  const std::string early = " x its early median (first " + std::to_string(controller::kEarlyValues) + " values)";
   const Rule rules[] = {
       {Alert::kEssLow, "GacPolicyEssLow:      ess_token < " + FormatDisplay(kEssLowRatio) + early, "ess_token"},
       {Alert::kClipped, "GacPolicyClipped:     clip_fraction_low + clip_fraction_high > " +

@@ -123,10 +123,10 @@ constexpr FieldGauge kFieldGauges[] = {
 
 // The baselines of the policy-health alerts (dashboards/gac.rules.yml,
 // GacPolicyEssLow and GacSamplerKlJump; gacctl backtest evaluates the same):
-// the median of a rank's first kEarlyValues values of a signal, absent until
-// that many were reported. gacd keeps them in memory: after a restart a
-// baseline is rebuilt from the next kEarlyValues values.
-constexpr std::size_t kEarlyValues = 20;  // the help texts below say 20
+// controller::EarlyMedian of a rank's values of a signal, absent until
+// controller::kEarlyValues were reported. gacd keeps them in memory: after a
+// restart a baseline is rebuilt from the next values.
+static_assert(controller::kEarlyValues == 20, "the help texts below say 20");
 struct EarlyMedianGauge {
   const char* field;
   const char* gauge;
@@ -139,6 +139,13 @@ constexpr EarlyMedianGauge kEarlyMedianGauges[] = {
      "Median of the rank's first 20 reported kl_k3 values: GacSamplerKlJump's baseline (absent until 20)"},
 };
 constexpr std::size_t kNumEarlyMedians = std::size(kEarlyMedianGauges);
+
+// kEarlyMedianGauges' fields, by entry (found once, not per record).
+std::array<const proto::StepField*, kNumEarlyMedians> EarlyMedianFields() {
+  std::array<const proto::StepField*, kNumEarlyMedians> out{};
+  for (std::size_t i = 0; i < kNumEarlyMedians; ++i) out[i] = proto::FindStepField(kEarlyMedianGauges[i].field);
+  return out;
+}
 
 Family<Gauge>& GaugeFamily(prometheus::Registry& registry, const char* name, const char* help) {
   return prometheus::BuildGauge().Name(name).Help(help).Register(registry);
@@ -198,10 +205,10 @@ struct Metrics::Impl {
     Counter* fallbacks = nullptr;
     Counter* spikes = nullptr;
     Gauge* window_mean = nullptr;  // created when the window first fills
-    // Per kEarlyMedianGauges entry: the first kEarlyValues values, then the
-    // gauge of their median (created when the last arrives).
+    // Per kEarlyMedianGauges entry: the signal's early median, and its
+    // gauge (created when the median is known).
     struct EarlyMedian {
-      std::vector<double> values;
+      controller::EarlyMedian median;
       Gauge* gauge = nullptr;
     };
     std::array<EarlyMedian, kNumEarlyMedians> early{};
@@ -331,6 +338,7 @@ struct Metrics::Impl {
   // The gauges of the record's fields (FieldGaugeName), by field index;
   // nullptr for a field without one.
   const std::array<Family<Gauge>*, proto::kStepFieldCount> field_gauges_;
+  const std::array<const proto::StepField*, kNumEarlyMedians> early_fields_ = EarlyMedianFields();
   const RunFamilies run_;
   const SelfSeries self_;
 
@@ -356,6 +364,15 @@ namespace {
 // The gauges of the record's fields that have one (FieldGaugeName), by field
 // index, in the schema's order; their help is the schema's, so the two never
 // disagree.
+// The families of kEarlyMedianGauges, by entry.
+std::array<Family<Gauge>*, kNumEarlyMedians> RegisterEarlyMedians(prometheus::Registry& registry) {
+  std::array<Family<Gauge>*, kNumEarlyMedians> out{};
+  for (std::size_t i = 0; i < kNumEarlyMedians; ++i) {
+    out[i] = &GaugeFamily(registry, kEarlyMedianGauges[i].gauge, kEarlyMedianGauges[i].help);
+  }
+  return out;
+}
+
 std::array<Family<Gauge>*, proto::kStepFieldCount> RegisterFieldGauges(prometheus::Registry& registry) {
   std::array<Family<Gauge>*, proto::kStepFieldCount> out{};
   for (std::size_t i = 0; i < proto::kStepFieldCount; ++i) {
@@ -400,8 +417,7 @@ Metrics::Impl::RunFamilies Metrics::Impl::RegisterRunFamilies(prometheus::Regist
       GaugeFamily(r, "gac_layer_cosine",
                   "Latest per-layer cosine between the layer gradient and reference (absent until reported)"),
       GaugeFamily(r, "gac_layer_grad_norm", "Latest per-layer gradient norm"),
-      {&GaugeFamily(r, kEarlyMedianGauges[0].gauge, kEarlyMedianGauges[0].help),
-       &GaugeFamily(r, kEarlyMedianGauges[1].gauge, kEarlyMedianGauges[1].help)},
+      RegisterEarlyMedians(r),
   };
 }
 
@@ -670,22 +686,18 @@ void Metrics::Impl::ShowFields(const v1::StepRecord& record, RankSeries& s) {
   }
 }
 
-// The policy-health alerts' baselines: a signal's first kEarlyValues
-// reported values, then their median (the mean of the middle two: linear
-// interpolation, as gacctl backtest's).
+// The policy-health alerts' baselines (controller::EarlyMedian): a gauge
+// once a signal's early median is known, then left as it is.
 void Metrics::Impl::ShowEarlyMedians(const v1::StepRecord& record, RankSeries& s) {
   for (std::size_t i = 0; i < kNumEarlyMedians; ++i) {
     RankSeries::EarlyMedian& early = s.early[i];
-    if (early.values.size() == kEarlyValues) continue;
-    const proto::FieldValue v = proto::FindStepField(kEarlyMedianGauges[i].field)->get(record);
+    if (early.gauge != nullptr) continue;
+    const proto::FieldValue v = early_fields_[i]->get(record);
     if (!v.present) continue;
-    early.values.push_back(v.real);
-    if (early.values.size() < kEarlyValues) continue;
-    std::vector<double> sorted = early.values;
-    std::sort(sorted.begin(), sorted.end());
-    const double median = (sorted[kEarlyValues / 2 - 1] + sorted[kEarlyValues / 2]) / 2;
+    early.median.Add(v.real);
+    if (!early.median.median()) continue;
     early.gauge = &run_.early_median[i]->Add({{"run", record.run()}, {"rank", std::to_string(record.rank())}});
-    early.gauge->Set(median);
+    early.gauge->Set(*early.median.median());
   }
 }
 

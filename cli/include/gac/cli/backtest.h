@@ -22,7 +22,7 @@
 //             for_steps-th step after it (0: at once). Prometheus' `for: D`
 //             at r steps per second is for_steps = ceil(D r).
 //   ess low   ess_token < kEssLowRatio x its early median, the median of the
-//             run's first kEarlyValues present ess_token values (absent
+//             run's first controller::kEarlyValues present ess_token values (absent
 //             until they are seen), held for `for_steps` further steps.
 //   clipped   clip_fraction_low + clip_fraction_high > kClippedFraction (a
 //             side without a value counts as 0; absent when both are), held
@@ -69,6 +69,7 @@
 #include <vector>
 
 #include "gac/base/status.h"
+#include "gac/controller/policy_health.h"
 #include "gac/controller/spike.h"
 
 namespace gac::cli {
@@ -81,9 +82,8 @@ inline constexpr double kHighCap = 0.95;
 // The policy-health alerts' constants, as dashboards/gac.rules.yml states
 // them (gacd and Prometheus use the same).
 // GacPolicyEssLow and GacSamplerKlJump: the early median is that of the
-// run's first kEarlyValues present values (linear interpolation: the mean
-// of the two middle values).
-inline constexpr int kEarlyValues = 20;
+// run's first controller::kEarlyValues present values
+// (controller::EarlyMedian, gac/controller/policy_health.h, as gacd's).
 inline constexpr double kEssLowRatio = 0.5;       // GacPolicyEssLow: ess_token < 0.5 x early median
 inline constexpr double kClippedFraction = 0.2;   // GacPolicyClipped: clip_fraction_low + clip_fraction_high > 0.2
 inline constexpr double kKlJumpRatio = 4.0;       // GacSamplerKlJump: kl_k3 > 4 x early median
@@ -177,7 +177,7 @@ base::Status ValidateAlertSettings(const AlertSettings& s);
 struct AlertStep {
   std::int64_t step = 0;
   std::optional<double> window_mean;       // m_t (absent until W cosines are held)
-  std::optional<double> ess_token_median;  // early medians (absent until kEarlyValues values)
+  std::optional<double> ess_token_median;  // early medians (absent until controller::kEarlyValues values)
   std::optional<double> kl_k3_median;
   std::array<bool, kAlertCount> condition{};  // by Alert: the rule's expression holds at this step
   std::array<bool, kAlertCount> firing{};     // by Alert: the condition, held for its hold

@@ -15,8 +15,10 @@
 #ifndef GAC_CONTROLLER_POLICY_HEALTH_H_
 #define GAC_CONTROLLER_POLICY_HEALTH_H_
 
+#include <cstddef>
 #include <cstdint>
 #include <optional>
+#include <vector>
 
 namespace gac::controller {
 
@@ -60,6 +62,24 @@ inline constexpr PolicyReal kPolicyReals[] = {
     {"staleness_min", &PolicyHealth::staleness_min},
     {"staleness_mean", &PolicyHealth::staleness_mean},
     {"staleness_max", &PolicyHealth::staleness_max},
+};
+
+// The baseline of the policy-health alerts GacPolicyEssLow and
+// GacSamplerKlJump (dashboards/gac.rules.yml): the median of a series' first
+// kEarlyValues values (the mean of the two middle ones), absent until that
+// many were added. gacd's gauges (gac_ess_token_early_median_ratio,
+// gac_kl_k3_early_median_nats) and gacctl backtest both keep it with this.
+inline constexpr std::size_t kEarlyValues = 20;
+class EarlyMedian {
+ public:
+  // Keeps `value` while fewer than kEarlyValues were added; the last of them
+  // fixes the median.
+  void Add(double value);
+  const std::optional<double>& median() const { return median_; }
+
+ private:
+  std::vector<double> values_;
+  std::optional<double> median_;
 };
 
 }  // namespace gac::controller

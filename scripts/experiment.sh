@@ -46,6 +46,10 @@
 # (docs/RESULTS.md, "The spike guard"): 120 runs into $OUT/spikes and its
 # table (examples/grpo/spikes.py).
 #
+# `scripts/experiment.sh second [a] [b] [c] [d]` instead runs the parts of the
+# second registered experiment (docs/RESULTS.md), into $OUT/second; its stages
+# are in scripts/experiment_second.sh.
+#
 # `scripts/experiment.sh pilot` instead runs the measurements that chose the
 # configuration (docs/RESULTS.md, "Choosing the setting"): candidate tasks and
 # policies x s in {0, 16} x seeds 1 2 (GRPO, monitor mode; $SEEDS is not
@@ -193,20 +197,35 @@ if [ "${1:-}" = spikes ]; then
   exit 0
 fi
 
-echo "== 0. calibration: synchronous GRPO, seeds $CAL_SEEDS (not test seeds)"
-: > "$OUT/jobs0.txt"
-for seed in $CAL_SEEDS; do echo "grpo_s0_seed$seed --staleness 0 --loss grpo --agent monitor --seed $seed" >> "$OUT/jobs0.txt"; done
-run_jobs "$OUT/jobs0.txt" "$OUT/calibration-runs"
-# Calibrated once: a later invocation (more seeds, more staleness values) keeps the thresholds.
-if [ -s "$OUT/calibration.txt" ]; then
-  echo "   keeping the thresholds of $OUT/calibration.txt"
-else
-  "$PYTHON" examples/grpo/analyze.py calibrate --runs "$OUT/calibration-runs" --out "$OUT/calibration.txt"
+# Calibrates into folder $1: synchronous GRPO on $CAL_SEEDS ($1/calibration-runs), then
+# $1/calibration.txt once (an existing file is kept); sets C_LOW, C_HIGH, C_MAX, W_LOW, W_HIGH.
+calibrate_in() {
+  : > "$1/jobs0.txt"
+  for seed in $CAL_SEEDS; do echo "grpo_s0_seed$seed --staleness 0 --loss grpo --agent monitor --seed $seed" >> "$1/jobs0.txt"; done
+  run_jobs "$1/jobs0.txt" "$1/calibration-runs"
+  # Calibrated once: a later invocation (more seeds, more staleness values) keeps the thresholds.
+  if [ -s "$1/calibration.txt" ]; then
+    echo "   keeping the thresholds of $1/calibration.txt"
+  else
+    "$PYTHON" examples/grpo/analyze.py calibrate --runs "$1/calibration-runs" --out "$1/calibration.txt"
+  fi
+  cal() { sed -n "s/^$1=//p" "$CAL_FILE"; }
+  CAL_FILE=$1/calibration.txt
+  C_LOW=$(cal c_low); C_HIGH=$(cal c_high); C_MAX=$(cal c_max)
+  W_LOW=$(cal window_c_low); W_HIGH=$(cal window_c_high)
+  echo "   c_low $C_LOW, c_high $C_HIGH (on-policy max $C_MAX); window: c_low $W_LOW, c_high $W_HIGH"
+}
+
+if [ "${1:-}" = second ]; then
+  shift
+  . scripts/experiment_second.sh  # second_part, the stages of the second registered design
+  [ $# -gt 0 ] || set -- a b c d
+  for part in "$@"; do second_part "$part"; done
+  exit 0
 fi
-cal() { sed -n "s/^$1=//p" "$OUT/calibration.txt"; }
-C_LOW=$(cal c_low); C_HIGH=$(cal c_high); C_MAX=$(cal c_max)
-W_LOW=$(cal window_c_low); W_HIGH=$(cal window_c_high)
-echo "   c_low $C_LOW, c_high $C_HIGH (on-policy max $C_MAX); window: c_low $W_LOW, c_high $W_HIGH"
+
+echo "== 0. calibration: synchronous GRPO, seeds $CAL_SEEDS (not test seeds)"
+calibrate_in "$OUT"
 
 echo "== 1. synchronous GRPO, test seeds $SEEDS"
 : > "$OUT/jobs1.txt"

@@ -7,10 +7,14 @@ Environment: GAC_GRPO (the gac_grpo binary); skipped without it.
 """
 
 import csv
+import importlib.util
 import os
 import subprocess
+from pathlib import Path
 
 import pytest
+
+SOURCE_DIR = Path(os.environ.get("GAC_SOURCE_DIR", Path(__file__).resolve().parents[2]))
 
 
 def run(tmp_path, *flags):
@@ -21,7 +25,17 @@ def run(tmp_path, *flags):
     subprocess.run([binary, "--smoke", "--agent", "monitor", "--clip-grad", "1e9", "--inject-after", "3",
                     "--csv", str(path), *flags], check=True, capture_output=True)
     with open(path, newline="") as f:
-        return list(csv.DictReader(f))
+        rows = list(csv.DictReader(f))
+    assert list(rows[0]) == trainer_columns()
+    return rows
+
+
+def trainer_columns():
+    """analyze.TRAINER_COLUMNS, which the analysis tests write synthetic runs with."""
+    spec = importlib.util.spec_from_file_location("gac_grpo_analyze", SOURCE_DIR / "examples" / "grpo" / "analyze.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.TRAINER_COLUMNS
 
 
 @pytest.mark.parametrize("scale, window", [(5.0, 2), (2.0, 4), (30.0, 100)])

@@ -84,8 +84,8 @@ constexpr std::size_t kPolicyColumnCount = sizeof(kPolicyColumns) / sizeof(kPoli
 // The columns of a run CSV: their indices in its header.
 struct CsvColumns {
   std::size_t fields = 0;  // in the header, and so in every row
-  std::size_t step = 0, cosine = 0, acc = 0;
-  std::optional<std::size_t> regime, norm, loss, injected;
+  std::size_t step = 0, acc = 0;
+  std::optional<std::size_t> cosine, regime, norm, loss, injected;
   std::array<std::optional<std::size_t>, kPolicyColumnCount> policy;  // by kPolicyColumns
 };
 
@@ -101,19 +101,19 @@ bool NextLine(const std::string& text, std::size_t* start, std::string* line) {
   return true;
 }
 
-// InvalidArgument when a column the backtest needs (step, cosine,
-// heldout_acc) is missing.
+// InvalidArgument when a column every backtest needs (step, heldout_acc)
+// is missing; the alerts' need of cosine is checked by their caller (the
+// spike guard reads grad_norm and loss instead).
 base::StatusOr<CsvColumns> ReadHeader(const std::vector<std::string>& header, const std::string& where) {
   const std::optional<std::size_t> step = ColumnIndex(header, "step");
-  const std::optional<std::size_t> cosine = ColumnIndex(header, "cosine");
   const std::optional<std::size_t> acc = ColumnIndex(header, "heldout_acc");
-  for (const auto& [col, name] : {std::pair{step, "step"}, {cosine, "cosine"}, {acc, "heldout_acc"}}) {
+  for (const auto& [col, name] : {std::pair{step, "step"}, {acc, "heldout_acc"}}) {
     if (!col) return base::Status::InvalidArgument(where + ": no column '" + name + "' in the header");
   }
   CsvColumns c;
   c.fields = header.size();
   c.step = *step;
-  c.cosine = *cosine;
+  c.cosine = ColumnIndex(header, "cosine");
   c.acc = *acc;
   c.regime = ColumnIndex(header, "regime");
   c.norm = ColumnIndex(header, "grad_norm");
@@ -165,8 +165,11 @@ base::Status ParseRow(const std::vector<std::string>& fields, const CsvColumns& 
   }
   GAC_ASSIGN_OR_RETURN(const std::int64_t s, ParseStep(fields[cols.step], where, run->steps));
   const bool invalid = cols.regime && fields[*cols.regime] == "invalid";
-  GAC_ASSIGN_OR_RETURN(std::optional<double> cosine, ParseCell(fields[cols.cosine], "cosine", where));
-  if ((cosine && !std::isfinite(*cosine)) || invalid) cosine.reset();
+  std::optional<double> cosine;
+  if (cols.cosine) {
+    GAC_ASSIGN_OR_RETURN(cosine, ParseCell(fields[*cols.cosine], "cosine", where));
+    if ((cosine && !std::isfinite(*cosine)) || invalid) cosine.reset();
+  }
   GAC_ASSIGN_OR_RETURN(std::optional<double> acc, ParseCell(fields[cols.acc], "heldout_acc", where));
   if (acc && !std::isfinite(*acc)) {
     return base::Status::InvalidArgument(where + ": column heldout_acc: '" + fields[cols.acc] + "' is not finite");
@@ -212,6 +215,7 @@ base::StatusOr<RecordedRun> ParseRunCsv(const std::string& text, const std::stri
     const std::vector<std::string> fields = SplitCsvLine(line);
     if (!columns) {
       GAC_ASSIGN_OR_RETURN(columns, ReadHeader(fields, Where(path, line_no)));
+      run.has_cosine = columns->cosine.has_value();
       run.has_grad_norm = columns->norm.has_value();
       run.has_loss = columns->loss.has_value();
       run.has_injected = columns->injected.has_value();

@@ -50,12 +50,14 @@ std::string Canonical(const std::string& path) {
   return ec ? path : p.string();
 }
 
-// The finished runs of `paths`; a run whose log has no "summary:" line is
-// left out with a note on stderr, as the experiment's analysis does.
+// The finished runs of `paths` for the alerts; a run whose log has no
+// "summary:" line is left out with a note on stderr, as the experiment's
+// analysis does; InvalidArgument for a CSV without the column cosine.
 base::StatusOr<std::vector<RecordedRun>> ReadRuns(Context& ctx, const std::vector<std::string>& paths) {
   std::vector<RecordedRun> runs;
   for (const std::string& path : paths) {
     GAC_ASSIGN_OR_RETURN(RecordedRun run, ReadRun(path));
+    if (!run.has_cosine) return base::Status::InvalidArgument(path + ": no column 'cosine' for the alerts");
     if (!run.finished) {
       ctx.err() << "gacctl: note: " << path << " left out: its log has no \"summary:\" line (unfinished run)\n";
       continue;
@@ -343,7 +345,7 @@ constexpr char kBacktestDescription[] =
     "  firing_steps, lead, verdict (warned, late, missed, false alarm, quiet, not evaluated)\n\n"
     "The spike guard instead (--max-grad-norm, --spike-sigma, --spike-window,\n"
     "--spike-warmup; any z-score flag turns its z-score on, as gac.Agent's): the runs'\n"
-    "grad_norm and loss columns through gac::controller::SpikeGuard, step after step, as\n"
+    "grad_norm and loss columns (no cosine needed) through gac::controller::SpikeGuard, step after step, as\n"
     "the agent would have judged them (a spike enters neither window). With an `injected`\n"
     "column (0/1, gac_grpo --inject-spikes) the injected steps it caught and missed. One\n"
     "row per run and a last row `all`:\n"

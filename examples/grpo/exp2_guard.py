@@ -71,10 +71,9 @@ Endpoints, per rule, k and s (pooled counts of steps; CP = Clopper-Pearson
   --spike-window 128 --spike-warmup 64` at S in {3, 4, 5, 6} on the finished
   runs' CSVs (with --gacctl): per run its spikes and injected steps caught
   (columns bt_*), hence recall per k and false skips per 1,000 steps per S,
-  and at S = 6 the runs where the replay's counts equal the trainer's. The
-  backtest needs a `cosine` column in the header even for the spike guard; a
-  CSV without one (the data archive's) is handed to it as a copy with an
-  empty `cosine` column.
+  and at S = 6 the runs where the replay's counts equal the trainer's (the
+  guard's replay reads grad_norm, loss and injected: the archive's CSVs as
+  they are).
 
 Per-run rows (ROW_KEYS; exp2-d-runs.csv): arm, staleness, seed (the key); k
 (none for cleanguard); status (finished | failed); steps (CSV rows);
@@ -322,19 +321,9 @@ def collect(root: str, gacctl: Optional[str] = None) -> List[Dict[str, object]]:
 # --- the backtest --------------------------------------------------------------------------------
 
 def stage_for_backtest(path: str, into: str) -> None:
-    """The run's CSV and log in `into`: linked, or, without a `cosine` column (which gacctl backtest requires
-    even for the spike guard), a copy with an empty one."""
-    name = os.path.basename(path)
-    os.symlink(os.path.abspath(path[:-4] + ".log"), os.path.join(into, name[:-4] + ".log"))
-    header, rows = analyze.read_csv(path)
-    if "cosine" in header:
-        os.symlink(os.path.abspath(path), os.path.join(into, name))
-        return
-    with open(os.path.join(into, name), "w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(header + ["cosine"])
-        for r in rows:
-            w.writerow([r[c] for c in header] + [""])
+    """The run's CSV and log, linked into `into`."""
+    for src in (path, path[:-4] + ".log"):
+        os.symlink(os.path.abspath(src), os.path.join(into, os.path.basename(src)))
 
 
 def backtest(gacctl: str, root: str, rows: List[Dict[str, object]],

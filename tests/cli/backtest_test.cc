@@ -269,7 +269,8 @@ TEST(BacktestCsv, ErrorsNameTheFileAndLine) {
     std::string text, has;
   };
   const std::vector<Case> cases = {
-      {"step,heldout_acc\n1,\n", "f.csv:1: no column 'cosine'"},
+      {"cosine,heldout_acc\n0.1,\n", "f.csv:1: no column 'step'"},
+      {"step,cosine\n1,0.1\n", "f.csv:1: no column 'heldout_acc'"},
       {"step,cosine,heldout_acc\n1,0.1,\n2,abc,\n", "f.csv:3: column cosine: 'abc' is not a number"},
       {"step,cosine,heldout_acc\n1,0.1,\n2,0.2\n", "f.csv:3: 2 fields, the header has 3"},
       {"step,cosine,heldout_acc\n2,0.1,\n2,0.2,\n", "f.csv:3: step 2 does not follow step 2"},

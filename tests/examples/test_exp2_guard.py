@@ -423,7 +423,7 @@ def test_accuracy_pairs_by_seed_without_failed_runs():
 # --- the command, end to end -------------------------------------------------------------------------------
 
 def gacctl_path():
-    path = os.environ.get("GACCTL") or str(SOURCE_DIR / "build" / "cli" / "gacctl")
+    path = os.environ.get("GAC_GACCTL") or str(SOURCE_DIR / "build" / "cli" / "gacctl")
     return path if os.access(path, os.X_OK) else None
 
 
@@ -473,7 +473,7 @@ def test_the_command_end_to_end(tmp_path, capsys):
     assert table_cells(tables["exp2-d-detection"], [0, 2, "gac's guard"])[4].startswith("3/5: 0.600 [")
 
 
-@pytest.mark.skipif(gacctl_path() is None, reason="gacctl not built (set GACCTL)")
+@pytest.mark.skipif(gacctl_path() is None, reason="gacctl not built (set GAC_GACCTL)")
 def test_the_backtest_columns_from_gacctl(tmp_path):
     root = small_root(tmp_path)
     out = tmp_path / "out"

@@ -5,8 +5,8 @@
 // run collapse, and how far ahead was the alarm.
 //
 // A run is one CSV of the example trainer (examples/grpo, one row per step;
-// the columns step, cosine and heldout_acc are read, and regime when
-// present; the policy-health columns ess_token, clip_fraction_low,
+// the columns step, cosine and heldout_acc are read (the spike guard's replay
+// needs no cosine), and regime when present; the policy-health columns ess_token, clip_fraction_low,
 // clip_fraction_high and kl_k3 when present) with its log beside it
 // (RUN.log: the held-out accuracy after the warm-up, and the "summary:" line
 // of a finished run).
@@ -100,6 +100,7 @@ struct RecordedRun {
   std::string path;
   std::vector<std::int64_t> steps;             // strictly increasing
   std::vector<std::optional<double>> cosines;  // c_t per step; absent: empty cell, not finite, or regime invalid
+  bool has_cosine = false;                     // the CSV has the column (the alerts need it, the spike guard not)
   // The spike guard's inputs, per step, when the CSV has the columns
   // (grad_norm: absent when empty or not finite, or the regime is invalid;
   // loss: absent when empty), and whether a fault was injected at the step

@@ -17,8 +17,9 @@
 #            olmo_core importable (PYTHONPATH; examples/grpo/spikes.py)
 #   BUILD    the build folder (build), whose cli/gacctl replays the spike guard (second, part D)
 #
-# `scripts/pack_results.sh second` instead packs the second registered
-# experiment ($OUT/second, scripts/experiment.sh second): one archive per part,
+# `scripts/pack_results.sh second [a] [b] [c] [d]` instead packs the second
+# registered experiment ($OUT/second, scripts/experiment.sh second; the parts
+# named, all four by default): one archive per part,
 # exp2-a.tar.xz ... exp2-d.tar.xz, each holding the part's folder (runs, job
 # lists, calibration.txt, masks, P_s and L_s, the jump table) with the per-step
 # CSVs cut to the columns its tables read (docs/RESULTS.md, "Data"), and the
@@ -31,6 +32,8 @@ DATA=examples/grpo/data
 pack() { XZ_OPT=-9e tar --sort=name --mtime=@0 --owner=0 --group=0 --numeric-owner -C "$stage/$1" -cJf "$DATA/$1.tar.xz" .; }
 
 if [ "${1:-}" = second ]; then
+  shift
+  [ $# -gt 0 ] || set -- a b c d
   POLICY="ess_token ess_sequence clip_fraction_low clip_fraction_high truncation_fraction log_ratio_max log_ratio_p99 \
 log_ratio_p1 kl_k3 log_ratio_abs_mean entropy_mean staleness_min staleness_mean staleness_max"
   A_COLUMNS="step heldout_acc cosine window_mean regime stepped lag_updates drift sampler_kl grad_norm $POLICY"
@@ -40,7 +43,8 @@ log_ratio_p1 kl_k3 log_ratio_abs_mean entropy_mean staleness_min staleness_mean 
   stage=$(mktemp -d)
   trap 'rm -rf "$stage"' EXIT
   mkdir -p "$DATA"
-  for part in a b c d; do
+  for part in "$@"; do
+    [ -n "${TOOL[$part]:-}" ] || { echo "pack_results: no part '$part' (a, b, c, d)" >&2; exit 1; }
     [ -d "$OUT/second/$part" ] || { echo "pack_results: missing $OUT/second/$part (scripts/experiment.sh second $part)" >&2; exit 1; }
     mkdir -p "$stage/exp2-$part"
     "$PYTHON" - "$OUT/second/$part" "$stage/exp2-$part" ${COLUMNS[$part]} <<'PY'

@@ -330,12 +330,19 @@ def long_summary(rows: Sequence[Row], cell: str) -> Row:
     rs = [r for r in rows if r["part"] == "c2" and r["cell"] == cell and r["status"] != "missing"]
     c400 = [r["outcome_400"] == "collapsed" for r in rs]
     c800 = [r["outcome_800"] == "collapsed" for r in rs]
+    # McNemar's pairs: the finished runs (a failed run is counted as collapsed, not tested).
+    done = [(a, b) for r, a, b in zip(rs, c400, c800) if r["status"] == "finished"]
     out: Row = {"cell": cell, "n": len(rs), "failed": sum(r["status"] == "failed" for r in rs),
                 "missing": sum(1 for r in rows if r["part"] == "c2" and r["cell"] == cell
                                and r["status"] == "missing"),
                 "by_400": sum(c400), "by_800": sum(c800),
                 "recovered": sum(a and not b for a, b in zip(c400, c800)),
-                "late": sum(b and not a for a, b in zip(c400, c800))}
+                "late": sum(b and not a for a, b in zip(c400, c800)),
+                "pairs": len(done), "pairs_recovered": sum(a and not b for a, b in done),
+                "pairs_late": sum(b and not a for a, b in done)}
+    for when in ("400", "800"):
+        for outcome in ("never learned", "learned"):
+            out[f"{outcome}_{when}"] = sum(r[f"outcome_{when}"] == outcome for r in rs)
     for first, last in ACC_WINDOWS:
         key = f"acc_{first}_{last}"
         out[key] = [r[key] for r in rs if r[key] is not None]
@@ -374,22 +381,23 @@ def family_tests(rows: Sequence[Row]) -> List[Row]:
         elif s["by_400"] == 0 and s["by_800"] == 0:
             tests.append({"test": cell, **s, "p": None, "why": "no collapse"})
         else:
-            tests.append({"test": cell, **s, "p": exp2_stats.mcnemar_exact_p(s["recovered"], s["late"]),
+            tests.append({"test": cell, **s, "p": exp2_stats.mcnemar_exact_p(s["pairs_recovered"], s["pairs_late"]),
                           "why": None})
     return tests
 
 
 def family(rows: Sequence[Row]) -> List[Row]:
-    """Family C with Holm's adjusted p (over the tests that exist) and each verdict."""
+    """Family C with Holm's adjusted p over the registered 3 (a test not run enters as p = 1, so the others
+    are never corrected over fewer) and each verdict."""
     tests = family_tests(rows)
-    for t, adjusted in zip(tests, analyze.holm([t["p"] for t in tests])):
-        t["p_holm"] = adjusted
+    for t, adjusted in zip(tests, analyze.holm([1.0 if t["p"] is None else t["p"] for t in tests])):
+        t["p_holm"] = None if t["p"] is None else adjusted
         if t["why"] is not None:
             t["verdict"] = "no collapse" if t["why"] == "no collapse" else f"not tested ({t['why']})"
         elif t["test"] == "trend":
             t["verdict"] = trend_verdict(adjusted, t["slope"])
         else:
-            t["verdict"] = mcnemar_verdict(adjusted, t["recovered"], t["late"])
+            t["verdict"] = mcnemar_verdict(adjusted, t["pairs_recovered"], t["pairs_late"])
     return tests
 
 
@@ -405,9 +413,9 @@ def count_ci(k: int, n: int) -> str:
 
 
 def sizes_table(rows: Sequence[Row]) -> str:
-    lines = ["| task | width | parameters | n (finished / runs) | start (e_0) | end (last 5) | noise floor rms "
-             "| q0.9 \\|c_t\\| | q0.9 / rms | runs with q0.9 > 2 rms | PR (population) | CPU s per run |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| task | width | parameters | n (finished / run or failed) | start (e_0) | end (last 5) | noise floor rms "
+             "| q0.9 \\|c_t\\| | q0.9 / rms | runs with q0.9 > 2 rms | mean q0.9 > 2 × mean rms | PR (population) "
+             "| CPU s per run |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for task in SWEEPS:
         for width in WIDTHS:
             every = [r for r in task_rows(rows, task, finished=False) if r["width"] == width]
@@ -417,9 +425,11 @@ def sizes_table(rows: Sequence[Row]) -> str:
             params = next((r["parameters"] for r in every if r["parameters"]), None)
             above = [r["above_2x"] for r in rs if r["above_2x"] is not None]
             col = lambda k, d=3: analyze.mean_sd([r[k] for r in rs], d)
+            q90, rms = (analyze.mean([r[k] for r in rs if r[k] is not None]) for k in ("q90", "noise_rms"))
+            clear = "-" if q90 is None or rms is None else "yes" if q90 > 2 * rms else "no"
             lines.append(f"| {task.upper()} | {width} | {'-' if params is None else f'{params:,}'} "
                          f"| {len(rs)} / {len(every)} | {col('start')} | {col('end')} | {col('noise_rms')} "
-                         f"| {col('q90')} | {col('ratio', 2)} | {sum(above)} / {len(above)} | {col('pr_pop', 1)} "
+                         f"| {col('q90')} | {col('ratio', 2)} | {sum(above)} / {len(above)} | {clear} | {col('pr_pop', 1)} "
                          f"| {analyze.fmt(analyze.mean([r['cpu_s'] for r in rs]), 0)} |")
     return "\n".join(lines) + "\n"
 
@@ -451,21 +461,24 @@ def trend_table(rows: Sequence[Row]) -> str:
     slope = "-" if t["slope"] is None else f"{t['slope']:+.3f} {analyze.interval(t['low'], t['high'])}"
     df = t["n"] - 2 if t["n"] >= 3 else "-"
     note = "yes (family C)" if tested else "no: no claim about size"
-    lines.append(f"| {task.upper()} | {t['n']} | {slope} | {df} | {pfmt(t['p'])} | {note} |")
+    lines.append(f"| {task.upper()} | {t['n']} | {slope} | {df} | {pfmt(t['p']) if tested else '-'} | {note} |")
     return "\n".join(lines) + "\n"
 
 
 def long_table(rows: Sequence[Row]) -> str:
-    lines = ["| part | n (failed; missing) | collapsed by 400 [95 % CI] | collapsed by 800 | recovered | late "
-             "| mean acc, evaluations 16–20 | 36–40 |", "|---|---|---|---|---|---|---|---|"]
+    lines = ["| part | n (failed; missing) | collapsed by 400 | collapsed by 800 | recovered | late "
+             "| never learned by 400 / 800 | learned by 400 / 800 | mean acc, evaluations 16–20 | 36–40 |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for cell in LONG_PARTS:
         s = long_summary(rows, cell)
         n = s["n"]
         lines.append(f"| {LONG_LABELS[cell]} | {n} ({s['failed']}; {s['missing']}) | {count_ci(s['by_400'], n)} "
                      f"| {count_ci(s['by_800'], n)} | {count_ci(s['recovered'], n)} | {count_ci(s['late'], n)} "
+                     f"| {s['never learned_400']} / {s['never learned_800']} | {s['learned_400']} / {s['learned_800']} "
                      f"| {analyze.mean_sd(s['acc_16_20'])} | {analyze.mean_sd(s['acc_36_40'])} |")
-    return ("\n".join(lines) + "\n\nA failed run counts as collapsed by 800 (by 400 too where it did not reach "
-            "the 20th evaluation) and is left out of the mean accuracies; missing runs are left out.\n")
+    return ("\n".join(lines) + "\n\nCounts of the n runs with Clopper-Pearson 95 % intervals. A failed run "
+            "counts as collapsed by 800 (by 400 too where it did not reach the 20th evaluation), is left out of "
+            "McNemar's pairs (family C) and of the mean accuracies; missing runs are left out.\n")
 
 
 def family_table(rows: Sequence[Row]) -> str:
@@ -478,10 +491,11 @@ def family_table(rows: Sequence[Row]) -> str:
                 f"slope {t['slope']:+.3f} per doubling {analyze.interval(t['low'], t['high'])}, n {t['n']}"
         else:
             what = f"{LONG_LABELS[t['test']]}: McNemar, collapsed by 400 against by 800"
-            stat = f"recovered {t['recovered']}, late {t['late']}, n {t['n']}"
+            stat = f"recovered {t['pairs_recovered']}, late {t['pairs_late']}, n {t['pairs']} finished runs"
         lines.append(f"| C-{t['test']} | {what} | {stat} | {pfmt(t['p'])} | {pfmt(t['p_holm'])} | {t['verdict']} |")
-    m = sum(1 for t in tests if t["p"] is not None)
-    return "\n".join(lines) + f"\n\nHolm's correction over the {m} tests that exist, family-wise {ALPHA}.\n"
+    return "\n".join(lines) + (f"\n\nHolm's correction over the registered {len(tests)} tests, family-wise {ALPHA}; "
+                               "a test not run enters it as p = 1. McNemar pairs a finished run's outcome by 400 "
+                               "with its outcome by 800.\n")
 
 
 TABLES = [("exp2-c-sizes", "C1, the size sweep", sizes_table),

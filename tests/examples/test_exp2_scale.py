@@ -267,7 +267,17 @@ def long_rows(cell, recovered, late, both, neither):
     return [c2_row(cell, first + i, *p) for i, p in enumerate(pattern)]
 
 
-def test_no_collapse_gives_no_test_and_leaves_the_family():
+def holm_by_hand(ps):
+    """Holm's adjusted p-values of ps, in their order, from the definition."""
+    order = sorted(range(len(ps)), key=lambda i: ps[i])
+    out, running = [None] * len(ps), 0.0
+    for rank, i in enumerate(order):
+        running = max(running, min(1.0, (len(ps) - rank) * ps[i]))
+        out[i] = running
+    return out
+
+
+def test_no_collapse_gives_no_test_and_enters_the_family_as_p_one():
     # trend (T1 qualifies) with a known p; (a) without any collapse; (b) recovered 7, late 0
     rows = sweep("t1", {128: [0.3] * 3, 2048: [0.6] * 3},
                  ratio=lambda w, i: 1.8 + 0.02 * math.log2(PARAMS[w]) + (0.05, -0.05, 0.0)[i])
@@ -276,13 +286,22 @@ def test_no_collapse_gives_no_test_and_leaves_the_family():
     assert fam["a"]["verdict"] == "no collapse" and fam["a"]["p"] is None and fam["a"]["p_holm"] is None
     p_trend, p_b = fam["trend"]["p"], fam["b"]["p"]
     assert p_b == pytest.approx(mcnemar_by_hand(7, 0)) == pytest.approx(2 / 2 ** 7)
-    # Holm over 2 tests, by hand
-    lo, hi = sorted([p_trend, p_b])
-    holm = {lo: min(1.0, 2 * lo), hi: max(min(1.0, 2 * lo), min(1.0, hi))}
-    assert fam["trend"]["p_holm"] == pytest.approx(holm[p_trend])
-    assert fam["b"]["p_holm"] == pytest.approx(holm[p_b])
+    # Holm over the registered 3, the test not run counted as p = 1
+    want = holm_by_hand([p_trend, 1.0, p_b])
+    assert fam["trend"]["p_holm"] == pytest.approx(want[0])
+    assert fam["b"]["p_holm"] == pytest.approx(want[2]) and want[2] > 2 * p_b * 0.999  # x 3 or x 2, never x 1
     assert fam["b"]["verdict"] == "collapses recover"
-    assert "over the 2 tests" in scale.family_table(rows)
+    assert "over the registered 3 tests" in scale.family_table(rows)
+
+
+def test_a_failed_run_is_counted_collapsed_but_left_out_of_mcnemars_pairs():
+    rows = long_rows("a", 7, 0, 0, 14)
+    # Three failed runs counted as collapsed by 800 only ("late" in the counts), not in the test.
+    rows += [c2_row("a", 3190 + i, False, True, status="failed") for i in range(3)]
+    fam = {t["test"]: t for t in scale.family(rows)}
+    assert (fam["a"]["recovered"], fam["a"]["late"], fam["a"]["n"]) == (7, 3, 24)
+    assert (fam["a"]["pairs_recovered"], fam["a"]["pairs_late"], fam["a"]["pairs"]) == (7, 0, 21)
+    assert fam["a"]["p"] == pytest.approx(mcnemar_by_hand(7, 0))
 
 
 def test_collapses_without_discordant_runs_stay_in_the_family():
@@ -305,7 +324,7 @@ def test_the_mcnemar_direction(recovered, late, verdict):
     rows = long_rows("a", recovered, late, 2, 24 - recovered - late - 2)   # no C1: the trend is not tested
     fam = {t["test"]: t for t in scale.family(rows)}
     assert fam["a"]["p"] == pytest.approx(mcnemar_by_hand(recovered, late))
-    assert fam["a"]["p_holm"] == pytest.approx(fam["a"]["p"])  # the only test
+    assert fam["a"]["p_holm"] == pytest.approx(min(1.0, 3 * fam["a"]["p"]))  # the only test run, of 3
     assert fam["a"]["verdict"] == verdict
 
 

@@ -11,8 +11,12 @@ Runs: ROOT/runs/<arm>_s<s>_seed<i>.csv with its .log, s in {0, 16}, seeds
 --inject-scale k --inject-after 50 --inject-relative 128). Columns read:
 step, heldout_acc, loss, grad_norm, regime, stepped, injected, inject_factor.
 A run whose .log has no "summary:" line failed (a non-finite loss or a crash
-ends the trainer without one): it is a row of status "failed", left out of
-every count and of the accuracy pairs, and listed.
+ends the trainer without one): it is a row of status "failed", listed; the
+steps it recorded count in every step-based endpoint (recall, precision,
+false skips, natural spikes, family D, the backtest: each step was judged
+by both rules before the failure, and a spike that got through and broke
+the run must not leave the counts), and it is left out of the accuracy
+pairs.
 
 The CSV's grad_norm is the norm of the gradient the agent was handed
 (controller.cc: sqrt of its squared sum), before clipping and before any GAC
@@ -310,9 +314,12 @@ def collect(root: str, gacctl: Optional[str] = None) -> List[Dict[str, object]]:
     rows = []
     found, _ = run_files(root)
     for (arm, s, seed), path in sorted(found.items(), key=lambda kv: (ARMS.index(kv[0][0]), kv[0][1], kv[0][2])):
-        run = spikes.load(path)
-        rows.append(empty_row(arm, s, seed, "failed") if run is None
-                    else run_row(arm, s, seed, run, inject_factors(path)))
+        failed = spikes.load(path) is None
+        run = spikes.load(path, finished_only=False)
+        row = run_row(arm, s, seed, run, inject_factors(path)) if run["steps"] else empty_row(arm, s, seed, "failed")
+        if failed:
+            row.update(status="failed", endpoint=None)
+        rows.append(row)
     if gacctl:
         add_backtest(rows, backtest(gacctl, root, rows))
     return rows
@@ -332,7 +339,7 @@ def backtest(gacctl: str, root: str, rows: List[Dict[str, object]],
     on the finished runs' CSVs (window 128, warm-up 64)."""
     found, _ = run_files(root)
     out: Dict[Tuple[str, int, int], Dict[int, Tuple[int, int]]] = collections.defaultdict(dict)
-    done_rows = finished(rows)
+    done_rows = judged(rows)
     with tempfile.TemporaryDirectory() as tmp:
         for row in done_rows:
             stage_for_backtest(found[(row["arm"], row["staleness"], row["seed"])], tmp)
@@ -382,6 +389,11 @@ def read_rows(path: str) -> List[Dict[str, object]]:
 def finished(rows: List[Dict[str, object]], arm: Optional[str] = None, s: Optional[int] = None) -> List[dict]:
     return [r for r in rows if r["status"] == "finished" and (arm is None or r["arm"] == arm)
             and (s is None or r["staleness"] == s)]
+
+
+def judged(rows: List[Dict[str, object]], arm: Optional[str] = None, s: Optional[int] = None) -> List[dict]:
+    """The runs whose steps count: the finished ones and the failed ones up to their failure."""
+    return [r for r in rows if r["steps"] and (arm is None or r["arm"] == arm) and (s is None or r["staleness"] == s)]
 
 
 def total(rows: List[dict], key: str) -> int:
@@ -439,7 +451,7 @@ def recall_verdict(caught: int, n: int) -> str:
 
 def judge_label(rows: List[dict]) -> str:
     """Which judged OLMo-core's rule in the finished rows: class, stand-in, or both with their counts."""
-    judges = collections.Counter(r["olmo_judge"] for r in finished(rows))
+    judges = collections.Counter(r["olmo_judge"] for r in judged(rows))
     if len(judges) == 1:
         return next(iter(judges))
     return ", ".join(f"{j} in {n} runs" for j, n in sorted(judges.items()))
@@ -447,7 +459,7 @@ def judge_label(rows: List[dict]) -> str:
 
 def judge_note(rows: List[dict]) -> str:
     """The sentence saying who judged OLMo-core's rule (the stand-in is a listed departure)."""
-    done = finished(rows)
+    done = judged(rows)
     parts = []
     for judge, n in sorted(collections.Counter(r["olmo_judge"] for r in done).items()):
         who = ("the stand-in (examples/grpo/olmo_skip.h in Python: a listed departure)" if judge == "stand-in" else
@@ -494,7 +506,7 @@ def detection_table(rows: List[dict]) -> str:
                    "precision: caught/skips [CP]", "precision, natural spikes >= k true [CP]"])
     for s in STALENESS:
         for k in KS:
-            rs = finished(rows, f"injguard-{k}", s)
+            rs = judged(rows, f"injguard-{k}", s)
             if not rs:
                 continue
             n_inj = total(rs, "injected")
@@ -513,7 +525,7 @@ def false_skips_table(rows: List[dict]) -> str:
     out += header(["s", "rule", "all runs", "false skips", "per 1,000 steps [bootstrap]", "cleanguard runs",
                    "false skips", "per 1,000 steps [bootstrap]"])
     for s in STALENESS:
-        every, clean = finished(rows, s=s), finished(rows, "cleanguard", s)
+        every, clean = judged(rows, s=s), judged(rows, "cleanguard", s)
         if not every:
             continue
         for rule, label in RULES:
@@ -530,7 +542,7 @@ def natural_table(rows: List[dict]) -> str:
     out += header(["s", "k", "runs", "natural spikes", "per 1,000 steps [bootstrap]", "skipped by gac's guard [CP]",
                    "skipped by OLMo-core's rule [CP]"])
     for s in STALENESS:
-        rs = finished(rows, s=s)
+        rs = judged(rows, s=s)
         for k in KS if rs else ():
             n = total(rs, f"natural_{k}")
             out.append(line([s, k, len(rs), n, rate(rs, lambda r, k=k: r[f"natural_{k}"]),
@@ -545,11 +557,11 @@ def family(rows: List[dict]) -> List[Dict[str, object]]:
     tests: List[Dict[str, object]] = []
     for s in STALENESS:
         for k in KS:
-            rs = finished(rows, f"injguard-{k}", s)
+            rs = judged(rows, f"injguard-{k}", s)
             tests.append({"kind": "injected", "s": s, "k": k, "runs": len(rs), "b": total(rs, "inj_guard_only"),
                           "c": total(rs, "inj_olmo_only")})
     for s in STALENESS:
-        rs = finished(rows, s=s)
+        rs = judged(rows, s=s)
         tests.append({"kind": "not injected", "s": s, "k": None, "runs": len(rs), "b": total(rs, "clean_guard_only"),
                       "c": total(rs, "clean_olmo_only")})
     for t in tests:
@@ -610,7 +622,7 @@ def fault_table(rows: List[dict]) -> str:
                    "inject_factor wrong"])
     for s in STALENESS:
         for arm in ARMS:
-            rs = finished(rows, arm, s)
+            rs = judged(rows, arm, s)
             if rs:
                 n = total(rs, "injected")
                 checked = [r for r in rs if r["factor_bad"] is not None]
@@ -632,7 +644,7 @@ def backtest_table(rows: List[dict]) -> Optional[str]:
                                                                    "runs equal to the trainer (S = 6)"])
     for s in STALENESS:
         for sigma in BACKTEST_SIGMAS:
-            rs = [r for r in finished(rows, s=s) if r[f"bt_spikes_{sigma}"] is not None]
+            rs = [r for r in judged(rows, s=s) if r[f"bt_spikes_{sigma}"] is not None]
             if not rs:
                 continue
             cells: List[object] = [s, sigma]

@@ -57,10 +57,11 @@ ARMS = ["clean", "cleanguard", "inj", "injguard", "cleanolmo", "injolmo"]
 NAME = re.compile(r"^(clean|cleanguard|inj|injguard|cleanolmo|injolmo)_clip(1|none)_s(\d+)_seed(\d+)\.csv$")
 
 
-def load(path):
-    """One finished run: its steps' (loss, grad_norm, regime, injected) and the endpoint; None if unfinished."""
+def load(path, finished_only=True):
+    """One finished run: its steps' (loss, grad_norm, regime, injected) and the endpoint; None if unfinished
+    (with finished_only False, the steps an unfinished run recorded, and its endpoint)."""
     log = path[:-4] + ".log"
-    if not os.path.exists(log) or "summary:" not in open(log).read():
+    if finished_only and (not os.path.exists(log) or "summary:" not in open(log).read()):
         return None
     _, rows = analyze.read_csv(path)
     evals = [(int(r["step"]), float(r["heldout_acc"])) for r in rows if r["heldout_acc"] != ""]

@@ -473,6 +473,24 @@ def test_the_command_end_to_end(tmp_path, capsys):
     assert table_cells(tables["exp2-d-detection"], [0, 2, "gac's guard"])[4].startswith("3/5: 0.600 [")
 
 
+def test_a_failed_run_counts_the_steps_it_recorded_and_has_no_endpoint(tmp_path):
+    runs = tmp_path / "R" / "runs"
+    runs.mkdir(parents=True)
+    # 240 steps, then the run failed: injections at 120 (caught) and 200 (missed: the spike that broke it).
+    norms = base_norms(240)
+    write_run(runs, "injguard-30_s16_seed4005", norms, injected=[t in (120, 200) for t in range(1, 241)],
+              spikes={120}, finished=False)
+    write_run(runs, "injguard-30_s16_seed4006", base_norms(), injected=[t == 150 for t in range(1, 401)],
+              spikes={150})
+    rows = {r["seed"]: r for r in guard.collect(str(tmp_path / "R"))}
+    failed = rows[4005]
+    assert (failed["status"], failed["steps"], failed["endpoint"]) == ("failed", 240, None)
+    assert (failed["injected"], failed["guard_caught"], failed["guard_skips"]) == (2, 1, 1)
+    tables = guard.render(list(rows.values()))
+    # recall over both runs' injected steps: 2 of 3, the failed run's miss included
+    assert table_cells(tables["exp2-d-detection"], [16, 30, "gac's guard"])[4].startswith("2/3: 0.667 [")
+
+
 @pytest.mark.skipif(gacctl_path() is None, reason="gacctl not built (set GAC_GACCTL)")
 def test_the_backtest_columns_from_gacctl(tmp_path):
     root = small_root(tmp_path)
@@ -482,7 +500,7 @@ def test_the_backtest_columns_from_gacctl(tmp_path):
     run = rows[("injguard-2", 4001)]
     # Steps 200 and 300 (norm 100 on a 1.0 / 1.25 series) are far beyond 3 to 6 sigma; step 100 (1.25) is not.
     assert all(run[f"bt_caught_{sigma}"] == 2 for sigma in (3, 4, 5, 6))
-    assert rows[("cleanguard", 4003)]["bt_spikes_6"] is None          # failed: not replayed
+    assert rows[("cleanguard", 4003)]["bt_spikes_6"] == 0             # failed: replayed on the steps it recorded
     assert all(rows[("cleanguard", 4001)][f"bt_spikes_{sigma}"] == 0 for sigma in (3, 4, 5, 6))
     assert guard.collect(str(root), gacctl_path()) == guard.read_rows(out / "exp2-d-runs.csv")  # endpoints exact here
     text = (out / "exp2-d.md").read_text()

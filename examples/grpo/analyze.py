@@ -1637,7 +1637,7 @@ def sizes(args):
 # --- the committed data and the tables rebuilt from it ---------------------------------------
 
 DATA_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
-BLOCK = re.compile(r"<!-- table (?P<name>[a-z-]+): rebuilt by analyze.py tables -->\n(?P<body>.*?)"
+BLOCK = re.compile(r"<!-- table (?P<name>[a-z0-9-]+): rebuilt by analyze.py tables -->\n(?P<body>.*?)"
                    r"<!-- end table (?P=name) -->", re.S)
 
 

@@ -484,8 +484,8 @@ def seed_ranges(seeds: Sequence[int]) -> str:
 
 
 def runs_table(rows: List[dict]) -> str:
-    out = [f"The registered runs (seeds {SEEDS[0]}-{SEEDS[-1]}): finished, failed (no \"summary:\" in the log: left "
-           "out of every count and pair) and missing (no CSV).", ""]
+    out = [f"The registered runs (seeds {SEEDS[0]}-{SEEDS[-1]}): finished, failed (no \"summary:\" in the log: the "
+           "steps it recorded count, its accuracy does not) and missing (no CSV).", ""]
     out += header(["arm", "s", "finished", "failed (seeds)", "missing (seeds)", "OLMo-core's rule judged by"])
     for arm in ARMS:
         for s in STALENESS:

@@ -59,16 +59,14 @@ SECOND_JUMPS="2001 168
 second_calibration() {
   mkdir -p "$SECOND" "$1"
   echo "== second: calibration (seeds $CAL_SEEDS, not test seeds), into $SECOND"
-  calibrate_in "$SECOND" > "$SECOND/calibration.out"
-  cat "$SECOND/calibration.out"
+  calibrate_in "$SECOND"
   cp "$SECOND/calibration.txt" "$1/calibration.txt"
 }
 
 second_a() {
-  local A=$SECOND/a seeds seed s arm gac name p
+  local A=$SECOND/a seeds seed s loss flags name p monitor
   seeds=$(seq -s ' ' 1001 1024)
   second_calibration "$A"
-  local monitor gacmax
   echo "== second A1: the eight loss arms, s in {16, 32}, seeds 1001-1024"
   : > "$A/jobs1.txt"
   for s in 16 32; do
@@ -141,7 +139,7 @@ second_sweep() {
 }
 
 second_c() {
-  local C=$SECOND/c seed rc=0
+  local C=$SECOND/c seed rc=0 common
   second_calibration "$C"
   echo "== second C1: the size sweep on T1 (base-32 addition), seeds 3001-3003, widths 2048..128"
   second_sweep t1 "--task-base 32" "3001 3002 3003" sizes
@@ -154,7 +152,7 @@ second_c() {
   fi
   echo "== second C2: 800-step runs at s = 16 (Setup, seeds 3101-3124; T1 at width 512, seeds 3201-3212)"
   : > "$C/long-jobs.txt"
-  local common="--steps 800 --staleness 16 --loss grpo --agent monitor --c-low $C_LOW --c-high $C_MAX"
+  common="--steps 800 --staleness 16 --loss grpo --agent monitor --c-low $C_LOW --c-high $C_MAX"
   for seed in $(seq 3101 3124); do echo "setup_s16_seed$seed $common --seed $seed" >> "$C/long-jobs.txt"; done
   for seed in $(seq 3201 3212); do
     echo "t1-w512_s16_seed$seed $common --task-base 32 --width 512 --sft-steps 2000 --seed $seed" >> "$C/long-jobs.txt"

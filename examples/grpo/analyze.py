@@ -251,6 +251,20 @@ def read_run_rows(path, header, key_len, ints=(), texts=()):
                 for row in csv.DictReader(f)}
 
 
+def write_row_dicts(path, header, rows):
+    """A per-run CSV of dict rows (the exp2_* modules'): the columns `header`, each cell by csv_cell."""
+    write_run_rows(path, header, [((), row) for row in rows])
+
+
+def read_row_dicts(path, header, ints=(), texts=()):
+    """write_row_dicts' file read back as a list in its order: integers (ints), text (texts) or numbers (fnum);
+    an empty cell None."""
+    def cell(k, text):
+        return None if text == "" else text if k in texts else int(text) if k in ints else fnum(text)
+    with open(path, newline="") as f:
+        return [{k: cell(k, row[k]) for k in header} for row in csv.DictReader(f)]
+
+
 def log_parameters(log):
     """The policy's parameter count a run's log gives ("N parameters"), or None."""
     found = re.search(r"([0-9]+) parameters", log)
@@ -1779,16 +1793,9 @@ def exp2_tables(data, tmp, problems):
         root = os.path.join(tmp, f"exp2-{part}")
         extract(os.path.join(data, archive), root)
         rows = f"exp2-{part}-runs.csv"
-        collect, ignore = module.collect, ()
-        if part == "d":
-            # OLMo-core's class judges where importable, else its stand-in, which skips the same steps; the
-            # backtest's columns need gacctl (GAC_GACCTL).
-            gacctl = os.environ.get("GAC_GACCTL")
-            collect = lambda root, gacctl=gacctl: module.collect(root, gacctl=gacctl)
-            ignore = (() if module.spikes.olmo_verdicts([]) is not None else ("olmo_judge", "olmo_standin_same")) + \
-                (() if gacctl else tuple(k for k in module.ROW_KEYS if k.startswith("bt_")))
-        check_rebuilt_rows(data, tmp, rows, archive, lambda path: module.write_rows(collect(root), path), problems,
-                           ignore)
+        # A module whose rows need more than this machine may have says which columns it cannot rebuild here.
+        rebuilt, ignore = (module.rebuilt_rows(root) if hasattr(module, "rebuilt_rows") else (module.collect(root), ()))
+        check_rebuilt_rows(data, tmp, rows, archive, lambda path: module.write_rows(rebuilt, path), problems, ignore)
         extra = ()
         if part == "a":
             check_rebuilt_rows(data, tmp, "exp2-a-facts.csv", archive,

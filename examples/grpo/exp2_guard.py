@@ -325,6 +325,17 @@ def collect(root: str, gacctl: Optional[str] = None) -> List[Dict[str, object]]:
     return rows
 
 
+def rebuilt_rows(root: str) -> Tuple[List[Dict[str, object]], Tuple[str, ...]]:
+    """The rows as `analyze.py tables` rebuilds them on this machine, and the columns it cannot rebuild here:
+    the backtest's need gacctl (GAC_GACCTL names it); OLMo-core's judge columns need olmo_core (without it
+    the stand-in judges, which skips the same steps)."""
+    gacctl = os.environ.get("GAC_GACCTL")
+    cannot: Tuple[str, ...] = () if spikes.olmo_verdicts([]) is not None else ("olmo_judge", "olmo_standin_same")
+    if not gacctl:
+        cannot += tuple(k for k in ROW_KEYS if k.startswith("bt_"))
+    return collect(root, gacctl=gacctl), cannot
+
+
 # --- the backtest --------------------------------------------------------------------------------
 
 def stage_for_backtest(path: str, into: str) -> None:
@@ -365,23 +376,12 @@ def add_backtest(rows: List[Dict[str, object]], found: Dict[Tuple[str, int, int]
 
 def write_rows(rows: List[Dict[str, object]], path: str) -> None:
     """The per-run CSV (ROW_KEYS; analyze.csv_cell: floats to 6 significant digits, None empty)."""
-    with open(path, "w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(ROW_KEYS)
-        for row in rows:
-            w.writerow([analyze.csv_cell(row[k]) for k in ROW_KEYS])
+    analyze.write_row_dicts(path, ROW_KEYS, rows)
 
 
 def read_rows(path: str) -> List[Dict[str, object]]:
     """write_rows' file read back: text, float (endpoint) or int cells; empty cells None."""
-    def cell(key, text):
-        if text == "":
-            return None
-        if key in TEXT_KEYS:
-            return text
-        return float(text) if key in FLOAT_KEYS else int(text)
-    with open(path, newline="") as f:
-        return [{k: cell(k, r[k]) for k in ROW_KEYS} for r in csv.DictReader(f)]
+    return analyze.read_row_dicts(path, ROW_KEYS, ints=set(ROW_KEYS) - TEXT_KEYS - FLOAT_KEYS, texts=TEXT_KEYS)
 
 
 # --- tables --------------------------------------------------------------------------------------

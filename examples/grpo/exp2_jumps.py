@@ -136,7 +136,6 @@ Readings where the design leaves a choice (the design's text holds):
 from __future__ import annotations
 
 import argparse
-import csv
 import functools
 import math
 import os
@@ -475,24 +474,11 @@ def missing_runs(root: str) -> List[str]:
 # --- rows CSV ---------------------------------------------------------------------------------
 
 def write_rows(rows: List[Dict], path: str) -> None:
-    with open(path, "w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(ROW_KEYS)
-        for row in rows:
-            w.writerow([analyze.csv_cell(row[k]) for k in ROW_KEYS])
-
-
-def read_cell(key: str, text: str):
-    if text == "":
-        return None
-    if key in TEXT_KEYS:
-        return text
-    return float(text) if key in FLOAT_KEYS else int(text)
+    analyze.write_row_dicts(path, ROW_KEYS, rows)
 
 
 def read_rows(path: str) -> List[Dict]:
-    with open(path, newline="") as f:
-        return [{k: read_cell(k, row[k]) for k in ROW_KEYS} for row in csv.DictReader(f)]
+    return analyze.read_row_dicts(path, ROW_KEYS, ints=set(ROW_KEYS) - TEXT_KEYS - FLOAT_KEYS, texts=TEXT_KEYS)
 
 
 # --- endpoints ----------------------------------------------------------------------------------

@@ -217,14 +217,11 @@ def collect(root: str) -> List[dict]:
 
 
 def write_rows(rows: Iterable[dict], path: str) -> None:
-    analyze.write_run_rows(path, ROW_KEYS, [((r["arm"], r["staleness"], r["seed"]), r) for r in rows])
+    analyze.write_row_dicts(path, ROW_KEYS, rows)
 
 
 def read_rows(path: str) -> List[dict]:
-    read = analyze.read_run_rows(path, ROW_KEYS, 3, ints=INT_KEYS, texts=TEXT_KEYS)
-    rows = [dict(zip(ROW_KEYS[:3], key), **rec) for key, rec in read.items()]
-    for row in rows:
-        row["outcome"] = row["outcome"] or None
+    rows = analyze.read_row_dicts(path, ROW_KEYS, ints=INT_KEYS | {"staleness", "seed"}, texts=TEXT_KEYS | {"arm"})
     return sorted(rows, key=row_order)
 
 

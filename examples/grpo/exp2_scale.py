@@ -78,7 +78,6 @@ exp2-c-family.
 from __future__ import annotations
 
 import argparse
-import csv
 import math
 import os
 import re
@@ -224,23 +223,11 @@ def collect(root: str) -> List[Row]:
 
 
 def write_rows(rows: Sequence[Row], path: str) -> None:
-    with open(path, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=ROW_KEYS)
-        w.writeheader()
-        for row in rows:
-            w.writerow({k: analyze.csv_cell(row[k]) for k in ROW_KEYS})
+    analyze.write_row_dicts(path, ROW_KEYS, rows)
 
 
 def read_rows(path: str) -> List[Row]:
-    def cell(k: str, v: str) -> object:
-        if k in TEXT_KEYS:
-            return v if v != "" else None
-        if k in INT_KEYS:
-            return int(v) if v != "" else None
-        return analyze.fnum(v)
-
-    with open(path, newline="") as f:
-        return [{k: cell(k, row[k]) for k in ROW_KEYS} for row in csv.DictReader(f)]
+    return analyze.read_row_dicts(path, ROW_KEYS, ints=INT_KEYS, texts=TEXT_KEYS)
 
 
 # --- C1: qualification, per size, the trend ----------------------------------------------

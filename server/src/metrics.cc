@@ -361,9 +361,6 @@ struct Metrics::Impl {
 
 namespace {
 
-// The gauges of the record's fields that have one (FieldGaugeName), by field
-// index, in the schema's order; their help is the schema's, so the two never
-// disagree.
 // The families of kEarlyMedianGauges, by entry.
 std::array<Family<Gauge>*, kNumEarlyMedians> RegisterEarlyMedians(prometheus::Registry& registry) {
   std::array<Family<Gauge>*, kNumEarlyMedians> out{};
@@ -373,6 +370,9 @@ std::array<Family<Gauge>*, kNumEarlyMedians> RegisterEarlyMedians(prometheus::Re
   return out;
 }
 
+// The gauges of the record's fields that have one (FieldGaugeName), by field
+// index, in the schema's order; their help is the schema's, so the two never
+// disagree.
 std::array<Family<Gauge>*, proto::kStepFieldCount> RegisterFieldGauges(prometheus::Registry& registry) {
   std::array<Family<Gauge>*, proto::kStepFieldCount> out{};
   for (std::size_t i = 0; i < proto::kStepFieldCount; ++i) {

@@ -7,6 +7,7 @@ Environment: GAC_GRPO (the gac_grpo binary); skipped without it.
 """
 
 import csv
+import functools
 import importlib.util
 import os
 import subprocess
@@ -30,6 +31,7 @@ def run(tmp_path, *flags):
     return rows
 
 
+@functools.lru_cache(maxsize=None)
 def trainer_columns():
     """analyze.TRAINER_COLUMNS, which the analysis tests write synthetic runs with."""
     spec = importlib.util.spec_from_file_location("gac_grpo_analyze", SOURCE_DIR / "examples" / "grpo" / "analyze.py")

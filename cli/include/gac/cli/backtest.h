@@ -5,9 +5,10 @@
 // run collapse, and how far ahead was the alarm.
 //
 // A run is one CSV of the example trainer (examples/grpo, one row per step;
-// the columns step, cosine and heldout_acc are read (the spike guard's replay
-// needs no cosine), and regime when present; the policy-health columns ess_token, clip_fraction_low,
-// clip_fraction_high and kl_k3 when present) with its log beside it
+// the columns step, cosine and heldout_acc are read (the spike guard's
+// replay needs no cosine), and regime when present; the policy-health
+// columns ess_token, clip_fraction_low, clip_fraction_high and kl_k3 when
+// present) with its log beside it
 // (RUN.log: the held-out accuracy after the warm-up, and the "summary:" line
 // of a finished run).
 //
@@ -22,8 +23,8 @@
 //             for_steps-th step after it (0: at once). Prometheus' `for: D`
 //             at r steps per second is for_steps = ceil(D r).
 //   ess low   ess_token < kEssLowRatio x its early median, the median of the
-//             run's first controller::kEarlyValues present ess_token values (absent
-//             until they are seen), held for `for_steps` further steps.
+//             run's first controller::kEarlyValues present ess_token values
+//             (absent until they are seen), held for `for_steps` further steps.
 //   clipped   clip_fraction_low + clip_fraction_high > kClippedFraction (a
 //             side without a value counts as 0; absent when both are), held
 //             for `for_steps` further steps.
